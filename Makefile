@@ -1,0 +1,53 @@
+# fsdpp: the two commands a newcomer needs are `make run` and `make test`.
+# The torch version is pinned here and nowhere else.
+TORCH_VERSION ?= 2.11.0
+PYTHON_VERSION := $(shell python3 -c 'import sys;print(f"{sys.version_info[0]}.{sys.version_info[1]}")' 2>/dev/null)
+FSDPP_CACHE ?= $(HOME)/.cache/fsdpp
+VENV ?= $(FSDPP_CACHE)/torch-$(TORCH_VERSION)-py$(PYTHON_VERSION)
+BUILD_DIR ?= build
+BUILD_TYPE ?= Release
+# clang loads LibTorch's precompiled header in ~3 s per file where g++ needs ~10 s.
+CXX_COMPILER ?= $(shell command -v clang++ >/dev/null 2>&1 && echo clang++ || echo g++)
+CMAKE_ARGS ?=
+CTEST_ARGS ?=
+JOBS ?= $(shell nproc)
+
+export CCACHE_DIR ?= $(FSDPP_CACHE)/ccache
+export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_file_ctime
+export CCACHE_MAXSIZE ?= 5G
+
+.PHONY: all setup configure build run test test-unit test-dist test-slow bench clean distclean
+
+all: build
+
+setup:
+	@TORCH_VERSION=$(TORCH_VERSION) VENV=$(VENV) bash scripts/setup.sh
+
+$(BUILD_DIR)/build.ninja: CMakeLists.txt | setup
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DFSDPP_PYTHON=$(VENV)/bin/python -DCMAKE_CXX_COMPILER=$(CXX_COMPILER) \
+	  -DCMAKE_CXX_COMPILER_LAUNCHER=ccache $(CMAKE_ARGS)
+
+configure: setup $(BUILD_DIR)/build.ninja
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# The default job: a short FULL_SHARD training run over 2 ranks.
+run: build
+	bash scripts/default_job.sh $(BUILD_DIR) $(VENV)
+
+test: build
+	cd $(BUILD_DIR) && FSDPP_VENV=$(VENV) ctest --output-on-failure --timeout 600 -LE slow $(CTEST_ARGS)
+
+test-unit: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -L unit $(CTEST_ARGS)
+
+test-dist: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -L dist $(CTEST_ARGS)
+
+test-slow: build
+	cd $(BUILD_DIR) && FSDPP_VENV=$(VENV) ctest --output-on-failure -L slow $(CTEST_ARGS)
+
+clean:
+	rm -rf $(BUILD_DIR)

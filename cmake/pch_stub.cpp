@@ -1,0 +1,1 @@
+// Gives the precompiled-header target something to compile.

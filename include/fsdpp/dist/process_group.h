@@ -1,0 +1,152 @@
+#pragma once
+// A small facade over c10d with the collectives FSDP needs. Every collective has an async form
+// (returns a Work to wait on) and a blocking form; every wait has a timeout, and every failure
+// names the rank, the collective, its size and the module it was issued for.
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/Tensor.h>
+#include <c10/util/intrusive_ptr.h>
+
+namespace c10d {
+class Backend;
+class Store;
+}  // namespace c10d
+
+namespace fsdpp::dist {
+
+enum class ReduceOp { SUM, AVG, MAX };
+
+enum class BackendKind { GLOO, NCCL };
+const char* to_string(BackendKind kind);
+
+enum class Collective : int { ALL_GATHER = 0, REDUCE_SCATTER, ALL_REDUCE, BROADCAST, BARRIER };
+inline constexpr int kNumCollectives = 5;
+const char* to_string(Collective c);
+
+// Bytes this rank sent, per kind of collective, as the algorithm used moves them (ring
+// all-gather and reduce-scatter send (N-1)/N of the full buffer, ring all-reduce twice that,
+// broadcast sends the buffer once from the root).
+struct CommCounters {
+  std::array<uint64_t, kNumCollectives> bytes{};
+  std::array<uint64_t, kNumCollectives> calls{};
+  uint64_t bytes_of(Collective c) const { return bytes[static_cast<int>(c)]; }
+  uint64_t calls_of(Collective c) const { return calls[static_cast<int>(c)]; }
+  uint64_t total_bytes() const;
+  CommCounters operator-(const CommCounters& earlier) const;
+};
+
+// What a collective is for, used in error messages ("module 'layers.3'").
+struct CollectiveTag {
+  std::string module;
+};
+
+namespace detail {
+struct WorkState;
+}
+
+// A handle on an issued collective.
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_ptr<detail::WorkState> state) : state_(std::move(state)) {}
+  // Blocks until done; throws CommError (or TimeoutError after the group's timeout).
+  void wait();
+  bool is_completed() const;
+  bool valid() const { return state_ != nullptr; }
+
+ private:
+  std::shared_ptr<detail::WorkState> state_;
+};
+
+class CommQueue;
+
+class ProcessGroup {
+ public:
+  struct Options {
+    BackendKind backend = BackendKind::GLOO;
+    std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+    std::string name = "default";
+    // The global ranks of the members, in group-rank order (empty: 0..size-1).
+    std::vector<int> global_ranks;
+    // For GLOO: the host name or interface to bind (empty: GLOO_SOCKET_IFNAME, else loopback
+    // when master_addr is a loopback address, else the host name).
+    std::string gloo_hostname;
+    std::string master_addr = "127.0.0.1";
+    int device_index = -1;  // NCCL: the CUDA device of this rank
+  };
+
+  // Collective over the members: each member calls it with its own rank in the group. The
+  // store is prefixed with the group name so groups never share keys.
+  static std::shared_ptr<ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                              int size, Options options);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& name() const { return options_.name; }
+  BackendKind backend_kind() const { return options_.backend; }
+  std::chrono::milliseconds timeout() const { return options_.timeout; }
+  const std::vector<int>& global_ranks() const { return global_ranks_; }
+  int global_rank() const { return global_ranks_[rank_]; }
+
+  // output (size * input.numel()) = concatenation of every rank's input, in rank order.
+  Work all_gather_into_tensor_async(const at::Tensor& output, const at::Tensor& input,
+                                    const CollectiveTag& tag = {});
+  // output (input.numel() / size) = this rank's chunk of the element-wise reduction.
+  // Gloo has no true reduce-scatter into a tensor (c10d's is a clone, an all-reduce and a copy);
+  // on Gloo this is a ring over send/recv: size-1 steps of numel/size elements each.
+  Work reduce_scatter_tensor_async(const at::Tensor& output, const at::Tensor& input, ReduceOp op,
+                                   const CollectiveTag& tag = {});
+  // In place. AVG on Gloo is a SUM followed by a division (Gloo has no AVG).
+  Work all_reduce_async(const at::Tensor& tensor, ReduceOp op, const CollectiveTag& tag = {});
+  Work broadcast_async(const at::Tensor& tensor, int root, const CollectiveTag& tag = {});
+  Work barrier_async(const CollectiveTag& tag = {});
+
+  void all_gather_into_tensor(const at::Tensor& output, const at::Tensor& input,
+                              const CollectiveTag& tag = {}) {
+    all_gather_into_tensor_async(output, input, tag).wait();
+  }
+  void reduce_scatter_tensor(const at::Tensor& output, const at::Tensor& input, ReduceOp op,
+                             const CollectiveTag& tag = {}) {
+    reduce_scatter_tensor_async(output, input, op, tag).wait();
+  }
+  void all_reduce(const at::Tensor& tensor, ReduceOp op, const CollectiveTag& tag = {}) {
+    all_reduce_async(tensor, op, tag).wait();
+  }
+  void broadcast(const at::Tensor& tensor, int root, const CollectiveTag& tag = {}) {
+    broadcast_async(tensor, root, tag).wait();
+  }
+  void barrier(const CollectiveTag& tag = {}) { barrier_async(tag).wait(); }
+
+  CommCounters counters() const;
+  void reset_counters();
+
+  // The c10d backend, for what the facade does not cover.
+  const c10::intrusive_ptr<c10d::Backend>& backend() const { return backend_; }
+
+ private:
+  ProcessGroup(int rank, int size, Options options);
+  Work submit(Collective kind, uint64_t bytes_sent, std::string what, const CollectiveTag& tag,
+              std::function<void()> body);
+  void ring_reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op);
+
+  int rank_;
+  int size_;
+  Options options_;
+  std::vector<int> global_ranks_;
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  std::unique_ptr<CommQueue> queue_;
+  std::array<std::atomic<uint64_t>, kNumCollectives> bytes_{};
+  std::array<std::atomic<uint64_t>, kNumCollectives> calls_{};
+};
+
+}  // namespace fsdpp::dist

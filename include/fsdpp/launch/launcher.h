@@ -1,0 +1,69 @@
+#pragma once
+// fsdpp-run's engine: start the local workers of a job, relay their output and supervise them.
+// No LibTorch here: the launcher only starts and watches processes.
+
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fsdpp::launch {
+
+// A failure of the launcher itself: a worker that cannot be started, a fork or pipe that fails.
+// Messages start with "[fsdpp-run]". (Stands alone until fsdpp/common/error.h settles.)
+class LaunchError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A configuration the launcher refuses (fsdpp-run exits with kExitUsage on it).
+class UsageError : public LaunchError {
+ public:
+  using LaunchError::LaunchError;
+};
+
+// Exit codes of run() and fsdpp-run; a signal S that stopped the launcher gives 128 + S.
+inline constexpr int kExitSuccess = 0;
+inline constexpr int kExitWorkerFailed = 1;  // also: the launcher could not start a worker
+inline constexpr int kExitUsage = 2;
+
+// One field per fsdpp-run flag.
+struct LaunchConfig {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  std::optional<int> master_port;  // unset: a free port on 127.0.0.1 (single node only)
+  int max_restarts = 0;
+  std::optional<std::filesystem::path> log_dir;  // also write rank<R>.log there
+  int timeout_s = 300;                           // exported as FSDPP_TIMEOUT_S
+  double grace_s = 3.0;                          // SIGTERM -> SIGKILL delay when stopping workers
+  bool prefix_output = true;                     // "[rank R] " before each relayed line
+  std::vector<std::string> command;              // PROGRAM ARGS...; PROGRAM is looked up in PATH
+};
+
+// Throws UsageError naming the flag, what was given and what is accepted.
+void validate(const LaunchConfig& config);
+
+using EnvVars = std::vector<std::pair<std::string, std::string>>;
+
+// The variables set for local worker `local_rank` on top of the launcher's own environment:
+// RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
+// FSDPP_TIMEOUT_S, FSDPP_RESTART_COUNT, and OMP_NUM_THREADS=1 unless the launcher's environment
+// already sets it.
+EnvVars worker_env(const LaunchConfig& config, int master_port, int local_rank, int restart_count);
+
+// A TCP port that was free on `host` a moment ago (bind to port 0, read it back, close).
+int find_free_port(const std::string& host = "127.0.0.1");
+
+// Validates `config`, starts the local workers and supervises them until all exit 0 (returns
+// kExitSuccess), one fails and no restart is left (stops the others, returns kExitWorkerFailed),
+// or the launcher receives SIGINT/SIGTERM/SIGHUP/SIGQUIT (forwards it, returns 128 + signal).
+// While it runs it blocks those signals and SIGCHLD in the calling thread and reads them from a
+// signalfd, so the process must have no other thread that leaves them unblocked.
+// Throws UsageError for a bad config and LaunchError when a worker cannot be started.
+int run(const LaunchConfig& config);
+
+}  // namespace fsdpp::launch

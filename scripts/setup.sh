@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what fsdpp needs on a fresh Debian machine, and does nothing when it is all there.
+# Debian packages come from apt; PyTorch (whose wheel carries LibTorch) goes into a virtual
+# environment outside the clone, named by version, so a fresh clone reuses it.
+set -euo pipefail
+: "${TORCH_VERSION:?}" "${VENV:?}"
+
+APT_PACKAGES=(cmake ninja-build g++ clang ccache pkg-config python3-venv
+  libgtest-dev libgmock-dev libbenchmark-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
+  libfmt-dev libxxhash-dev libsentencepiece-dev libgloo-dev)
+PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy safetensors)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "[setup] installing Debian packages: ${missing[*]}"
+  sudo_cmd=(); [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+stamp="$VENV/.fsdpp-setup-done"
+want="${PIP_PACKAGES[*]}"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "[setup] preparing Python environment $VENV (${want})"
+  mkdir -p "$(dirname "$VENV")"
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --progress-bar off "${PIP_PACKAGES[@]}"
+  "$VENV/bin/python" -c "import torch; assert torch.__version__.startswith('${TORCH_VERSION}'), torch.__version__"
+  echo "$want" > "$stamp"
+fi

@@ -1,0 +1,359 @@
+#include "fsdpp/dist/process_group.h"
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <numeric>
+
+#include "comm_queue.h"
+#include "fsdpp/common/error.h"
+#include "nccl_backend.h"
+
+namespace fsdpp::dist {
+
+const char* to_string(BackendKind kind) { return kind == BackendKind::GLOO ? "gloo" : "nccl"; }
+
+const char* to_string(Collective c) {
+  switch (c) {
+    case Collective::ALL_GATHER: return "all_gather";
+    case Collective::REDUCE_SCATTER: return "reduce_scatter";
+    case Collective::ALL_REDUCE: return "all_reduce";
+    case Collective::BROADCAST: return "broadcast";
+    case Collective::BARRIER: return "barrier";
+  }
+  return "?";
+}
+
+uint64_t CommCounters::total_bytes() const {
+  return std::accumulate(bytes.begin(), bytes.end(), uint64_t{0});
+}
+
+CommCounters CommCounters::operator-(const CommCounters& earlier) const {
+  CommCounters d;
+  for (int i = 0; i < kNumCollectives; ++i) {
+    d.bytes[i] = bytes[i] - earlier.bytes[i];
+    d.calls[i] = calls[i] - earlier.calls[i];
+  }
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Work
+
+void Work::wait() {
+  FSDPP_CHECK(state_, "[dist] wait() on an empty Work handle");
+  auto& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  // Gloo gives up at the group's timeout; the margin lets its own, more precise error win.
+  const auto limit = s.timeout + std::chrono::seconds(5);
+  if (!s.cv.wait_for(lock, limit, [&] { return s.done; })) {
+    FSDPP_THROW(TimeoutError,
+                "[dist] {} did not complete within {} ms: another rank has not reached this "
+                "collective (it is behind, took another branch, or died)",
+                s.description, limit.count());
+  }
+  if (s.error) {
+    std::string why;
+    try {
+      std::rethrow_exception(s.error);
+    } catch (const std::exception& e) {
+      why = e.what();
+    } catch (...) {
+      why = "unknown error";
+    }
+    // c10d's messages carry a C++ backtrace after the first line; keep the sentence.
+    if (auto nl = why.find("\nException raised from"); nl != std::string::npos) why.resize(nl);
+    const bool timed_out = why.find("imed out") != std::string::npos ||
+                           why.find("imeout") != std::string::npos;
+    if (timed_out) {
+      FSDPP_THROW(TimeoutError,
+                  "[dist] {} timed out after {} ms (another rank did not take part: it is "
+                  "behind, took another branch, or died): {}",
+                  s.description, s.timeout.count(), why);
+    }
+    FSDPP_THROW(CommError, "[dist] {} failed: {}", s.description, why);
+  }
+}
+
+bool Work::is_completed() const {
+  if (!state_) return false;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->done;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Creation
+
+namespace {
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+std::shared_ptr<::gloo::transport::Device> make_gloo_device(const ProcessGroup::Options& o) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  }
+  if (!o.gloo_hostname.empty()) return c10d::ProcessGroupGloo::createDeviceForHostname(o.gloo_hostname);
+  if (is_loopback(o.master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+// Every member announces itself before the backend connects, so that a rank that never comes
+// is named instead of surfacing as a bare connection timeout.
+void wait_for_members(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                      const ProcessGroup::Options& o, const std::vector<int>& global_ranks) {
+  store->set("arrived/" + std::to_string(rank), std::vector<uint8_t>{'1'});
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back("arrived/" + std::to_string(r));
+  try {
+    store->wait(keys, o.timeout);
+  } catch (const std::exception& e) {
+    std::vector<int> missing;
+    for (int r = 0; r < size; ++r) {
+      try {
+        if (!store->check({keys[r]})) missing.push_back(global_ranks[r]);
+      } catch (...) {
+        missing.push_back(global_ranks[r]);
+      }
+    }
+    FSDPP_THROW(TimeoutError,
+                "[dist] rank {}: group '{}' ({} ranks) did not assemble within {} ms; "
+                "rank(s) {} never joined (not started, crashed, or pointed at another "
+                "MASTER_ADDR/MASTER_PORT)",
+                global_ranks[rank], o.name, size, o.timeout.count(),
+                missing.empty() ? std::string("?") : fmt::format("{}", fmt::join(missing, ", ")));
+  }
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(int rank, int size, Options options)
+    : rank_(rank), size_(size), options_(std::move(options)) {}
+
+ProcessGroup::~ProcessGroup() = default;
+
+std::shared_ptr<ProcessGroup> ProcessGroup::create(const c10::intrusive_ptr<c10d::Store>& store,
+                                                   int rank, int size, Options options) {
+  FSDPP_CHECK(size >= 1 && rank >= 0 && rank < size,
+              "[dist] group '{}': rank {} is not in [0, size={})", options.name, rank, size);
+  if (options.global_ranks.empty()) {
+    options.global_ranks.resize(size);
+    std::iota(options.global_ranks.begin(), options.global_ranks.end(), 0);
+  }
+  FSDPP_CHECK(static_cast<int>(options.global_ranks.size()) == size,
+              "[dist] group '{}': {} global ranks given for a group of size {}", options.name,
+              options.global_ranks.size(), size);
+  std::shared_ptr<ProcessGroup> pg(new ProcessGroup(rank, size, options));
+  pg->global_ranks_ = options.global_ranks;
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("fsdpp/" + options.name, store);
+  wait_for_members(prefixed, rank, size, options, pg->global_ranks_);
+  try {
+    if (options.backend == BackendKind::GLOO) {
+      auto opts = c10d::ProcessGroupGloo::Options::create();
+      opts->timeout = options.timeout;
+      opts->devices.push_back(make_gloo_device(options));
+      auto gloo_store = c10::make_intrusive<c10d::PrefixStore>("gloo", prefixed);
+      pg->backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(gloo_store, rank, size, opts);
+    } else {
+      pg->backend_ = make_nccl_backend(c10::make_intrusive<c10d::PrefixStore>("nccl", prefixed),
+                                       rank, size, options.timeout, options.device_index);
+    }
+  } catch (const fsdpp::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    if (auto nl = why.find("\nException raised from"); nl != std::string::npos) why.resize(nl);
+    FSDPP_THROW(CommError, "[dist] rank {}: cannot create the {} group '{}' ({} ranks): {}",
+                pg->global_rank(), to_string(options.backend), options.name, size, why);
+  }
+  pg->queue_ = std::make_unique<CommQueue>();
+  return pg;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Collectives
+
+namespace {
+
+std::string describe_tensor(const at::Tensor& t) {
+  return fmt::format("{} B {}", t.nbytes(), c10::toString(t.scalar_type()));
+}
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::SUM: return c10d::ReduceOp::SUM;
+    case ReduceOp::AVG: return c10d::ReduceOp::AVG;
+    case ReduceOp::MAX: return c10d::ReduceOp::MAX;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+void wait_c10d(const c10::intrusive_ptr<c10d::Work>& work) {
+  work->wait();
+  work->synchronize();
+}
+
+}  // namespace
+
+Work ProcessGroup::submit(Collective kind, uint64_t bytes_sent, std::string what,
+                          const CollectiveTag& tag, std::function<void()> body) {
+  const int k = static_cast<int>(kind);
+  bytes_[k].fetch_add(bytes_sent, std::memory_order_relaxed);
+  calls_[k].fetch_add(1, std::memory_order_relaxed);
+  auto state = std::make_shared<detail::WorkState>();
+  state->timeout = options_.timeout;
+  state->description =
+      fmt::format("rank {} (group '{}', {} of {}): {} of {}{}", global_rank(), options_.name,
+                  rank_, size_, to_string(kind), what,
+                  tag.module.empty() ? "" : fmt::format(" for module '{}'", tag.module));
+  queue_->push(state, std::move(body));
+  return Work(std::move(state));
+}
+
+Work ProcessGroup::all_gather_into_tensor_async(const at::Tensor& output, const at::Tensor& input,
+                                                const CollectiveTag& tag) {
+  FSDPP_CHECK(output.numel() == input.numel() * size_ && output.scalar_type() == input.scalar_type(),
+              "[dist] all_gather_into_tensor: output has {} {} elements; expected size {} x "
+              "input's {} {} elements",
+              output.numel(), c10::toString(output.scalar_type()), size_, input.numel(),
+              c10::toString(input.scalar_type()));
+  FSDPP_CHECK(output.is_contiguous() && input.is_contiguous(),
+              "[dist] all_gather_into_tensor needs contiguous tensors");
+  const uint64_t sent = static_cast<uint64_t>(input.nbytes()) * (size_ - 1);
+  return submit(Collective::ALL_GATHER, sent, describe_tensor(output), tag, [this, output, input] {
+    auto out = output;
+    auto in = input;
+    wait_c10d(backend_->_allgather_base(out, in));
+  });
+}
+
+Work ProcessGroup::reduce_scatter_tensor_async(const at::Tensor& output, const at::Tensor& input,
+                                               ReduceOp op, const CollectiveTag& tag) {
+  FSDPP_CHECK(input.numel() == output.numel() * size_ && output.scalar_type() == input.scalar_type(),
+              "[dist] reduce_scatter_tensor: input has {} {} elements; expected size {} x "
+              "output's {} {} elements",
+              input.numel(), c10::toString(input.scalar_type()), size_, output.numel(),
+              c10::toString(output.scalar_type()));
+  FSDPP_CHECK(output.is_contiguous() && input.is_contiguous(),
+              "[dist] reduce_scatter_tensor needs contiguous tensors");
+  const uint64_t sent = static_cast<uint64_t>(output.nbytes()) * (size_ - 1);
+  return submit(Collective::REDUCE_SCATTER, sent, describe_tensor(input), tag,
+                [this, output, input, op] {
+                  if (options_.backend == BackendKind::GLOO) {
+                    ring_reduce_scatter(output, input, op);
+                  } else {
+                    auto out = output;
+                    auto in = input;
+                    c10d::ReduceScatterOptions o;
+                    o.reduceOp = to_c10d(op);
+                    wait_c10d(backend_->_reduce_scatter_base(out, in, o));
+                  }
+                });
+}
+
+// Ring reduce-scatter: at step s rank r sends its running sum of chunk (r-s-1) to the right and
+// adds its own part of chunk (r-s-2) to what arrives from the left; after size-1 steps it holds
+// the full sum of chunk r. Each rank sends (size-1) chunks: (size-1)/size of the input, half of
+// what c10d's Gloo reduce_scatter_tensor (an all-reduce of the whole input) moves, and it needs
+// two chunk-sized buffers instead of a full-size clone.
+void ProcessGroup::ring_reduce_scatter(const at::Tensor& output, const at::Tensor& input,
+                                       ReduceOp op) {
+  const int n = size_;
+  const int r = rank_;
+  const int64_t c = output.numel();
+  auto flat = input.view({-1});
+  auto out = output.view({-1});
+  auto chunk = [&](int k) { return flat.narrow(0, static_cast<int64_t>(k) * c, c); };
+  auto combine = [&](at::Tensor dst, const at::Tensor& a, const at::Tensor& b) {
+    if (op == ReduceOp::MAX) {
+      at::maximum_out(dst, a, b);
+    } else {
+      at::add_out(dst, a, b);
+    }
+  };
+  if (n == 1) {
+    out.copy_(flat);
+    return;
+  }
+  auto recv_buf = at::empty({c}, input.options());
+  auto send_buf = at::empty({c}, input.options());
+  at::Tensor to_send = chunk((r - 1 + n) % n);
+  const int right = (r + 1) % n;
+  const int left = (r - 1 + n) % n;
+  for (int s = 0; s < n - 1; ++s) {
+    std::vector<at::Tensor> rv{recv_buf};
+    std::vector<at::Tensor> sv{to_send};
+    auto recv_work = backend_->recv(rv, left, s);
+    auto send_work = backend_->send(sv, right, s);
+    recv_work->wait(options_.timeout);
+    send_work->wait(options_.timeout);
+    const int k = ((r - s - 2) % n + n) % n;
+    if (s == n - 2) {
+      combine(out, recv_buf, chunk(k));  // k == r
+    } else {
+      combine(send_buf, recv_buf, chunk(k));
+      to_send = send_buf;
+    }
+  }
+  if (op == ReduceOp::AVG) out.div_(n);
+}
+
+Work ProcessGroup::all_reduce_async(const at::Tensor& tensor, ReduceOp op,
+                                    const CollectiveTag& tag) {
+  FSDPP_CHECK(tensor.is_contiguous(), "[dist] all_reduce needs a contiguous tensor");
+  const uint64_t sent = 2 * static_cast<uint64_t>(tensor.nbytes()) * (size_ - 1) / size_;
+  return submit(Collective::ALL_REDUCE, sent, describe_tensor(tensor), tag, [this, tensor, op] {
+    std::vector<at::Tensor> ts{tensor};
+    c10d::AllreduceOptions o;
+    const bool emulate_avg = op == ReduceOp::AVG && options_.backend == BackendKind::GLOO;
+    o.reduceOp = emulate_avg ? c10d::ReduceOp(c10d::ReduceOp::SUM) : to_c10d(op);
+    wait_c10d(backend_->allreduce(ts, o));
+    if (emulate_avg) tensor.div_(size_);
+  });
+}
+
+Work ProcessGroup::broadcast_async(const at::Tensor& tensor, int root, const CollectiveTag& tag) {
+  FSDPP_CHECK(root >= 0 && root < size_, "[dist] broadcast root {} is not in [0, {})", root, size_);
+  FSDPP_CHECK(tensor.is_contiguous(), "[dist] broadcast needs a contiguous tensor");
+  const uint64_t sent = rank_ == root ? static_cast<uint64_t>(tensor.nbytes()) * (size_ - 1) : 0;
+  return submit(Collective::BROADCAST, sent, describe_tensor(tensor), tag, [this, tensor, root] {
+    std::vector<at::Tensor> ts{tensor};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    wait_c10d(backend_->broadcast(ts, o));
+  });
+}
+
+Work ProcessGroup::barrier_async(const CollectiveTag& tag) {
+  return submit(Collective::BARRIER, 0, "0 B", tag, [this] {
+    if (options_.backend == BackendKind::GLOO) {
+      wait_c10d(backend_->barrier());
+    } else {
+      // NCCL's barrier needs a device guess; a one-element all-reduce is the same thing.
+      std::vector<at::Tensor> ts{at::zeros({1}, at::TensorOptions().device(at::kCUDA, options_.device_index))};
+      wait_c10d(backend_->allreduce(ts));
+    }
+  });
+}
+
+CommCounters ProcessGroup::counters() const {
+  CommCounters c;
+  for (int i = 0; i < kNumCollectives; ++i) {
+    c.bytes[i] = bytes_[i].load(std::memory_order_relaxed);
+    c.calls[i] = calls_[i].load(std::memory_order_relaxed);
+  }
+  return c;
+}
+
+void ProcessGroup::reset_counters() {
+  for (int i = 0; i < kNumCollectives; ++i) {
+    bytes_[i].store(0);
+    calls_[i].store(0);
+  }
+}
+
+}  // namespace fsdpp::dist

@@ -1,0 +1,138 @@
+#include "fsdpp/dist/world.h"
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+
+#include <cstdlib>
+
+#include "fsdpp/common/error.h"
+#include "nccl_backend.h"
+
+namespace fsdpp::dist {
+namespace {
+
+std::string first_line(const std::exception& e) {
+  std::string why = e.what();
+  if (auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
+  return why;
+}
+
+BackendKind choose_backend(const InitOptions& options) {
+  if (options.backend) return *options.backend;
+  if (const char* b = std::getenv("FSDPP_BACKEND"); b && *b) {
+    std::string v = b;
+    if (v == "gloo") return BackendKind::GLOO;
+    if (v == "nccl") return BackendKind::NCCL;
+    FSDPP_THROW(ConfigError, "[dist] FSDPP_BACKEND='{}' is not a backend; expected gloo or nccl", v);
+  }
+  return cuda_available() ? BackendKind::NCCL : BackendKind::GLOO;
+}
+
+void set_threads(const DistEnv& env, const InitOptions& options) {
+  std::optional<int> n = options.num_threads;
+  if (!n) {
+    if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp && *omp) {
+      char* end = nullptr;
+      long v = std::strtol(omp, &end, 10);
+      FSDPP_CHECK_AS(ConfigError, end && *end == '\0' && v >= 1 && v <= 4096,
+                     "[dist] OMP_NUM_THREADS='{}' is not a positive integer", omp);
+      n = static_cast<int>(v);
+    } else if (env.world_size > 1) {
+      n = 1;
+    }
+  }
+  if (n) torch::set_num_threads(*n);
+}
+
+}  // namespace
+
+World::World(DistEnv env, c10::intrusive_ptr<c10d::Store> store, BackendKind backend)
+    : env_(std::move(env)), store_(std::move(store)), backend_(backend) {
+  ProcessGroup::Options o;
+  o.backend = backend_;
+  o.timeout = env_.timeout;
+  o.name = "default";
+  o.master_addr = env_.master_addr;
+  o.device_index = backend_ == BackendKind::NCCL ? env_.local_rank : -1;
+  group_ = ProcessGroup::create(store_, env_.rank, env_.world_size, o);
+  mesh_ = std::make_shared<DeviceMesh>(*this, std::vector<int>{env_.world_size},
+                                       std::vector<std::string>{"shard"});
+}
+
+c10::Device World::device() const {
+  if (backend_ == BackendKind::NCCL) return c10::Device(c10::kCUDA, env_.local_rank);
+  return c10::Device(c10::kCPU);
+}
+
+std::shared_ptr<ProcessGroup> World::new_group(const std::vector<int>& ranks,
+                                               const std::string& name) {
+  auto it = std::find(ranks.begin(), ranks.end(), env_.rank);
+  for (int r : ranks) {
+    FSDPP_CHECK(r >= 0 && r < env_.world_size, "[dist] new_group '{}': rank {} is not in [0, {})",
+                name, r, env_.world_size);
+  }
+  if (it == ranks.end()) return nullptr;
+  ProcessGroup::Options o;
+  o.backend = backend_;
+  o.timeout = env_.timeout;
+  o.name = name;
+  o.global_ranks = ranks;
+  o.master_addr = env_.master_addr;
+  o.device_index = group_->global_rank() >= 0 && backend_ == BackendKind::NCCL ? env_.local_rank : -1;
+  return ProcessGroup::create(store_, static_cast<int>(it - ranks.begin()),
+                              static_cast<int>(ranks.size()), o);
+}
+
+std::shared_ptr<DeviceMesh> World::init_device_mesh(std::vector<int> shape,
+                                                    std::vector<std::string> dim_names) {
+  return std::make_shared<DeviceMesh>(*this, std::move(shape), std::move(dim_names));
+}
+
+std::shared_ptr<World> init_world(const DistEnv& env_in, const c10::intrusive_ptr<c10d::Store>& store,
+                                  const InitOptions& options) {
+  DistEnv env = env_in;
+  if (options.timeout) env.timeout = *options.timeout;
+  const BackendKind backend = choose_backend(options);
+  set_threads(env, options);
+  if (backend == BackendKind::NCCL) {
+    FSDPP_CHECK_AS(ConfigError, cuda_available(),
+                   "[dist] backend nccl needs CUDA devices and none is visible");
+  }
+  return std::make_shared<World>(env, store, backend);
+}
+
+std::shared_ptr<World> init_from_env(const InitOptions& options) {
+  DistEnv env = DistEnv::from_env();
+  if (options.timeout) env.timeout = *options.timeout;
+  c10::intrusive_ptr<c10d::Store> store;
+  if (!env.launched || env.world_size == 1) {
+    store = c10::make_intrusive<c10d::HashStore>();
+  } else {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(env.master_port);
+    so.isServer = env.rank == 0 && !env.agent_store;
+    so.numWorkers = std::nullopt;
+    so.waitWorkers = false;
+    so.timeout = env.timeout;
+    try {
+      store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    } catch (const std::exception& e) {
+      if (so.isServer) {
+        FSDPP_THROW(CommError,
+                    "[dist] rank 0 cannot host the rendezvous store on {}:{} (MASTER_ADDR/"
+                    "MASTER_PORT): {}; pick a free port (fsdpp-run does when --master-port is "
+                    "not given)",
+                    env.master_addr, env.master_port, first_line(e));
+      }
+      FSDPP_THROW(TimeoutError,
+                  "[dist] rank {} could not reach the rendezvous store at {}:{} (MASTER_ADDR/"
+                  "MASTER_PORT) within {} ms: {}; is rank 0 running, and is the address "
+                  "reachable from this host?",
+                  env.rank, env.master_addr, env.master_port, env.timeout.count(), first_line(e));
+    }
+  }
+  return init_world(env, store, options);
+}
+
+}  // namespace fsdpp::dist

@@ -1,0 +1,112 @@
+#pragma once
+// Supervision of one node's workers for one attempt: spawn, relay output, notice exits, stop.
+// Knows nothing of flags, ranks' meaning or restarts; run() (and later a rendezvous between the
+// launchers of several nodes) decides what to start and what to do when it ends.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fsdpp/launch/launcher.h"
+#include "output_relay.h"
+#include "signal_watch.h"
+#include "unique_fd.h"
+
+namespace fsdpp::launch {
+
+struct WorkerSpec {
+  int rank = 0;
+  int local_rank = 0;
+  std::vector<std::string> argv;  // argv[0] is looked up in PATH
+  EnvVars env;                    // set on top of the launcher's environment
+};
+
+// How a worker ended.
+struct WorkerExit {
+  int rank = 0;
+  int local_rank = 0;
+  pid_t pid = -1;
+  int status = 0;  // as from waitpid()
+
+  bool ok() const;
+  // "rank 1 (local 1, pid 1234) exited with code 3" or "... was killed by signal 9 (SIGKILL)".
+  std::string describe() const;
+};
+
+struct OutputOptions {
+  bool prefix = true;                            // "[rank R] " before each line
+  std::optional<std::filesystem::path> log_dir;  // also write <log_dir>/rank<R>.log
+};
+
+class WorkerGroup {
+ public:
+  enum class Outcome { kSucceeded, kWorkerFailed, kInterrupted };
+  struct WaitResult {
+    Outcome outcome = Outcome::kSucceeded;
+    std::optional<WorkerExit> failure;  // kWorkerFailed: the first worker seen to fail
+    int signal = 0;                     // kInterrupted: the signal the launcher received
+  };
+  struct StopResult {
+    int signalled = 0;  // workers still running when the stop began
+    int killed = 0;     // of those, still running after the grace period: SIGKILLed
+    // A signal the launcher received while stopping; it cut the grace period short.
+    int interrupt_signal = 0;
+  };
+
+  // `signals` must outlive the group.
+  WorkerGroup(SignalWatch& signals, OutputOptions output);
+  // SIGKILLs and reaps whatever still runs; never throws.
+  ~WorkerGroup();
+  WorkerGroup(const WorkerGroup&) = delete;
+  WorkerGroup& operator=(const WorkerGroup&) = delete;
+
+  // Starts one worker per spec, each in its own process group. Throws LaunchError if one cannot
+  // be started (e.g. exec fails), after killing those already started.
+  void start(const std::vector<WorkerSpec>& specs);
+
+  // Relays output until all workers exited 0, one failed, or the launcher got a signal. No
+  // deadline of its own: a job runs as long as it runs, and the workers' collectives are bounded
+  // by their own timeout (FSDPP_TIMEOUT_S), so a hung rank ends up as a failed worker.
+  WaitResult wait();
+
+  // Sends `signal` to every worker's process group, waits up to `grace` for the workers to exit,
+  // SIGKILLs the groups (which also ends grandchildren that outlived their worker), reaps every
+  // worker and relays the last output. A second signal to the launcher ends the grace at once.
+  StopResult stop(int signal, std::chrono::milliseconds grace);
+
+  int running() const;
+
+ private:
+  struct Worker {
+    WorkerSpec spec;
+    pid_t pid = -1;
+    bool running = false;
+    int status = 0;
+    OutputRelay out;
+    OutputRelay err;
+  };
+
+  Worker spawn(const WorkerSpec& spec);
+  int log_fd(int rank);
+  // Waits up to `timeout` for output, an exit or a signal and handles what came.
+  void pump(std::chrono::milliseconds timeout);
+  void reap();
+  void signal_groups(int signal);
+  // Relays what is left in the pipes, waiting at most `limit` for writers (grandchildren) to close.
+  void drain(std::chrono::milliseconds limit);
+
+  SignalWatch& signals_;
+  OutputOptions output_;
+  std::map<int, UniqueFd> logs_;  // by rank; kept across attempts so a restart appends
+  std::vector<Worker> workers_;
+  std::optional<WorkerExit> first_failure_;
+  int pending_signal_ = 0;  // first signal received and not yet acted on
+  bool stopping_ = false;   // exits during stop() are expected, not failures
+};
+
+}  // namespace fsdpp::launch

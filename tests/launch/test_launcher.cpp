@@ -1,0 +1,509 @@
+// fsdpp-run end to end: the built launcher runs the `probe` worker as real subprocesses.
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+const std::string kRun = FSDPP_RUN_PATH;
+const std::string kProbe = PROBE_PATH;
+
+// Variables to set (a value) or remove (nullopt) in the launcher's environment.
+using Env = std::vector<std::pair<std::string, std::optional<std::string>>>;
+
+struct Result {
+  int exit_code = -1;  // -1 if the launcher itself died by a signal
+  std::string out;
+  std::string err;
+  double seconds = 0;  // from wait() to the launcher's exit
+};
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "fsdpp-launch-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+  std::string str() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+// A child process with its stdout and stderr captured.
+class Process {
+ public:
+  Process(const std::vector<std::string>& args, const Env& env) {
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry(*e);
+      const std::string key = entry.substr(0, entry.find('='));
+      bool overridden = false;
+      for (const auto& [k, v] : env) overridden = overridden || k == key;
+      if (!overridden) env_strings.push_back(entry);
+    }
+    for (const auto& [k, v] : env) {
+      if (v) env_strings.push_back(k + "=" + *v);
+    }
+    std::vector<std::string> argv_strings = args;
+    std::vector<char*> argv, envp;
+    for (auto& s : argv_strings) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    for (auto& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+
+    int out[2], err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+      throw std::runtime_error("pipe2 failed");
+    }
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      ::dup2(err[1], STDERR_FILENO);
+      ::execve(argv[0], argv.data(), envp.data());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    ::close(err[1]);
+    out_fd_ = out[0];
+    err_fd_ = err[0];
+  }
+
+  ~Process() {
+    if (!exited_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (out_fd_ >= 0) ::close(out_fd_);
+    if (err_fd_ >= 0) ::close(err_fd_);
+  }
+
+  pid_t pid() const { return pid_; }
+
+  // Collects output until the process exits and its pipes close; SIGKILLs it after `timeout`.
+  Result wait(std::chrono::milliseconds timeout = 20s) {
+    Result result;
+    const auto start = Clock::now();
+    const auto deadline = start + timeout;
+    int status = 0;
+    while (Clock::now() < deadline && (!exited_ || out_fd_ >= 0 || err_fd_ >= 0)) {
+      pollfd fds[2] = {{out_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}};
+      if (::poll(fds, 2, 50) > 0) {
+        read_into(out_fd_, fds[0].revents, result.out);
+        read_into(err_fd_, fds[1].revents, result.err);
+      }
+      if (!exited_ && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+    }
+    if (!exited_) {
+      ADD_FAILURE() << "fsdpp-run did not exit within " << timeout.count() << " ms\nstdout:\n"
+                    << result.out << "\nstderr:\n"
+                    << result.err;
+    }
+    return result;
+  }
+
+ private:
+  static void read_into(int& fd, short revents, std::string& sink) {
+    if (fd < 0 || revents == 0) return;
+    char buffer[4096];
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n > 0) {
+      sink.append(buffer, static_cast<size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  int err_fd_ = -1;
+  bool exited_ = false;
+};
+
+std::vector<std::string> with_run(std::vector<std::string> args) {
+  args.insert(args.begin(), kRun);
+  return args;
+}
+
+Result launch(const std::vector<std::string>& args, const Env& env = {}) {
+  Process p(with_run(args), env);
+  return p.wait();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+size_t count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// KEY=VALUE lines that `probe env` printed as rank `rank`.
+std::map<std::string, std::string> env_of_rank(const std::string& out, int rank) {
+  const std::string prefix = "[rank " + std::to_string(rank) + "] ";
+  std::map<std::string, std::string> env;
+  for (const std::string& line : lines_of(out)) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    const std::string kv = line.substr(prefix.size());
+    const size_t eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+pid_t read_pid(const TempDir& dir, const std::string& name, int rank) {
+  return static_cast<pid_t>(
+      std::atoi(read_file(dir.path() / (name + "." + std::to_string(rank))).c_str()));
+}
+
+bool wait_for_files(const TempDir& dir, const std::string& name, int ranks,
+                    std::chrono::milliseconds timeout = 10s) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    bool all = true;
+    for (int r = 0; r < ranks; ++r)
+      all = all && fs::exists(dir.path() / (name + "." + std::to_string(r)));
+    if (all) return true;
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+bool has_marker(const TempDir& dir, const std::string& name, int rank) {
+  return fs::exists(dir.path() / (name + "." + std::to_string(rank)));
+}
+
+// The launcher reaps its workers, so a worker it stopped must be gone entirely.
+bool reaped(pid_t pid) { return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH; }
+
+// A grandchild is reparented to init, which may be slow to reap it (or never, in a container):
+// dead means gone or a zombie.
+bool dead_soon(pid_t pid, std::chrono::milliseconds timeout = 2s) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), {});
+    const size_t paren = text.rfind(')');
+    if (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z')
+      return true;
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(LauncherEnv, SingleNodeSetsRankVariables) {
+  const Result r = launch({"--nproc-per-node", "3", kProbe, "env"}, {{"OMP_NUM_THREADS", {}}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string port;
+  for (int rank = 0; rank < 3; ++rank) {
+    auto env = env_of_rank(r.out, rank);
+    EXPECT_EQ(env["RANK"], std::to_string(rank));
+    EXPECT_EQ(env["WORLD_SIZE"], "3");
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(rank));
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "3");
+    EXPECT_EQ(env["GROUP_RANK"], "0");
+    EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
+    EXPECT_EQ(env["FSDPP_TIMEOUT_S"], "300");
+    EXPECT_EQ(env["FSDPP_RESTART_COUNT"], "0");
+    EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
+    const std::string& p = env["MASTER_PORT"];
+    ASSERT_FALSE(p.empty());
+    EXPECT_EQ(p.find_first_not_of("0123456789"), std::string::npos) << p;
+    const int value = std::atoi(p.c_str());
+    EXPECT_GT(value, 0);
+    EXPECT_LE(value, 65535);
+    if (rank == 0) port = p;
+    EXPECT_EQ(p, port) << "every rank must see the same MASTER_PORT";
+  }
+}
+
+TEST(LauncherEnv, MultiNodeOffsetsRanks) {
+  const Result r =
+      launch({"--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-addr",
+              "10.1.2.3", "--master-port", "29517", "--timeout-s", "42", kProbe, "env"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (int local = 0; local < 2; ++local) {
+    auto env = env_of_rank(r.out, 2 + local);
+    EXPECT_EQ(env["RANK"], std::to_string(2 + local));
+    EXPECT_EQ(env["WORLD_SIZE"], "4");
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(local));
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
+    EXPECT_EQ(env["GROUP_RANK"], "1");
+    EXPECT_EQ(env["MASTER_ADDR"], "10.1.2.3");
+    EXPECT_EQ(env["MASTER_PORT"], "29517");
+    EXPECT_EQ(env["FSDPP_TIMEOUT_S"], "42");
+  }
+  EXPECT_TRUE(env_of_rank(r.out, 0).empty()) << r.out;
+}
+
+TEST(LauncherEnv, KeepsUserOmpNumThreads) {
+  const Result r = launch({kProbe, "env"}, {{"OMP_NUM_THREADS", "4"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(env_of_rank(r.out, 0)["OMP_NUM_THREADS"], "4");
+}
+
+TEST(LauncherOutput, PrefixesEachLineWithRank) {
+  const Result r = launch({"--nproc-per-node", "2", kProbe, "lines", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const std::string& line : lines_of(r.out)) {
+    EXPECT_TRUE(line.rfind("[rank 0] ", 0) == 0 || line.rfind("[rank 1] ", 0) == 0) << line;
+  }
+  for (const std::string& line : lines_of(r.err)) {
+    EXPECT_TRUE(line.rfind("[rank 0] ", 0) == 0 || line.rfind("[rank 1] ", 0) == 0) << line;
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string prefix = "[rank " + std::to_string(rank) + "] ";
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_NE(r.out.find(prefix + "out " + std::to_string(i) + "\n"), std::string::npos);
+      EXPECT_NE(r.err.find(prefix + "err " + std::to_string(i) + "\n"), std::string::npos);
+    }
+    // The partial last line is flushed, with a newline, when the worker's stdout closes.
+    EXPECT_NE(r.out.find(prefix + "tail\n"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(r.out.find("err "), std::string::npos) << "stderr lines must stay on stderr";
+}
+
+TEST(LauncherOutput, NoPrefixRelaysLinesAsIs) {
+  const Result r = launch({"--no-prefix", kProbe, "lines", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "out 0\nout 1\ntail\n");
+  EXPECT_EQ(r.err, "err 0\nerr 1\n");
+}
+
+TEST(LauncherOutput, LogDirWritesPerRankFiles) {
+  TempDir dir;
+  const fs::path logs = dir.path() / "logs";  // created by the launcher
+  const Result r =
+      launch({"--nproc-per-node", "2", "--log-dir", logs.string(), kProbe, "lines", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[rank 1] out 1\n"), std::string::npos) << "stdout keeps its prefixes";
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string log = read_file(logs / ("rank" + std::to_string(rank) + ".log"));
+    for (const char* line : {"out 0\n", "out 1\n", "err 0\n", "err 1\n", "tail\n"}) {
+      EXPECT_NE(log.find(line), std::string::npos) << "rank" << rank << ".log:\n" << log;
+    }
+    EXPECT_EQ(log.find("[rank"), std::string::npos) << "log files hold the worker's own text";
+  }
+}
+
+TEST(LauncherFailure, AllWorkersExitingZeroExitsZero) {
+  const Result r = launch({"--nproc-per-node", "3", kProbe, "exit", "0", "100"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST(LauncherFailure, WorkerExitCodeStopsTheOthers) {
+  TempDir dir;
+  const Result r =
+      launch({"--nproc-per-node", "3", "--grace-s", "2", kProbe, "fail-rank", "1", "3"},
+             {{"PROBE_DIR", dir.str()}});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_LT(r.seconds, 10);
+  EXPECT_NE(r.err.find("[fsdpp-run] rank 1 (local 1, pid "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exited with code 3; stopped the other 2 worker(s)"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("[rank 1] rank 1 failing"), std::string::npos) << r.out;
+  for (int rank : {0, 2}) {
+    EXPECT_TRUE(has_marker(dir, "term", rank)) << "rank " << rank << " got no SIGTERM";
+    EXPECT_TRUE(reaped(read_pid(dir, "pid", rank))) << "rank " << rank << " survived";
+  }
+}
+
+TEST(LauncherFailure, WorkerKilledBySignalIsNamed) {
+  TempDir dir;
+  const Result r = launch({"--nproc-per-node", "2", "--grace-s", "2", kProbe, "signal-rank", "0",
+                           std::to_string(SIGKILL)},
+                          {{"PROBE_DIR", dir.str()}});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("rank 0 (local 0, pid "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("was killed by signal 9 (SIGKILL)"), std::string::npos) << r.err;
+  EXPECT_TRUE(reaped(read_pid(dir, "pid", 1)));
+}
+
+TEST(LauncherFailure, WorkersChildrenAreStoppedToo) {
+  TempDir dir;
+  // Rank 1's child ignores SIGTERM: only the SIGKILL to rank 1's process group ends it.
+  const Result r =
+      launch({"--nproc-per-node", "2", "--grace-s", "0.5", kProbe, "fail-rank", "0", "5"},
+             {{"PROBE_DIR", dir.str()}, {"PROBE_GRANDCHILD", "1"}});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("rank 0 (local 0, pid "), std::string::npos) << r.err;
+  EXPECT_TRUE(reaped(read_pid(dir, "pid", 1)));
+  const pid_t grandchild = read_pid(dir, "child", 1);
+  ASSERT_GT(grandchild, 0);
+  EXPECT_TRUE(dead_soon(grandchild)) << "rank 1's child " << grandchild << " survived";
+}
+
+void expect_signal_forwarded(int signal, const std::string& marker, int expected_exit) {
+  TempDir dir;
+  Process p(with_run({"--nproc-per-node", "3", "--grace-s", "5", kProbe, "sleep"}),
+            {{"PROBE_DIR", dir.str()}});
+  ASSERT_TRUE(wait_for_files(dir, "pid", 3)) << "the probes did not start";
+  ASSERT_EQ(::kill(p.pid(), signal), 0);
+  const Result r = p.wait();
+  EXPECT_EQ(r.exit_code, expected_exit) << r.err;
+  EXPECT_LT(r.seconds, 4) << "the workers exit on the forwarded signal, no SIGKILL needed";
+  EXPECT_EQ(r.err.find("SIGKILL"), std::string::npos) << r.err;
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(has_marker(dir, marker, rank)) << "rank " << rank << " never got the signal";
+    EXPECT_TRUE(reaped(read_pid(dir, "pid", rank))) << "rank " << rank << " survived";
+  }
+}
+
+TEST(LauncherSignals, SigtermIsForwardedAndExits143) {
+  expect_signal_forwarded(SIGTERM, "term", 143);
+}
+
+TEST(LauncherSignals, SigintIsForwardedAndExits130) { expect_signal_forwarded(SIGINT, "int", 130); }
+
+TEST(LauncherSignals, WorkerIgnoringSigtermIsKilledAfterGrace) {
+  TempDir dir;
+  Process p(with_run({"--nproc-per-node", "2", "--grace-s", "1", kProbe, "sleep"}),
+            {{"PROBE_DIR", dir.str()}, {"PROBE_IGNORE_TERM", "1"}});
+  ASSERT_TRUE(wait_for_files(dir, "pid", 2)) << "the probes did not start";
+  ASSERT_EQ(::kill(p.pid(), SIGTERM), 0);
+  const Result r = p.wait();
+  EXPECT_EQ(r.exit_code, 143) << r.err;
+  EXPECT_GE(r.seconds, 0.9) << "SIGKILL came before the grace period was over";
+  EXPECT_LT(r.seconds, 5);
+  EXPECT_NE(r.err.find("[fsdpp-run] sent SIGKILL to 2 worker(s) after 1 s"), std::string::npos)
+      << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(has_marker(dir, "term", rank));
+    EXPECT_TRUE(reaped(read_pid(dir, "pid", rank))) << "rank " << rank << " survived";
+  }
+}
+
+TEST(LauncherRestart, RestartsOnceThenSucceeds) {
+  const Result r =
+      launch({"--nproc-per-node", "2", "--max-restarts", "1", kProbe, "fail-until", "1", "3"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count(r.err, "[fsdpp-run] restarting workers (attempt 2 of 2)\n"), 1u) << r.err;
+  EXPECT_EQ(count(r.err, "restarting"), 1u) << r.err;
+  EXPECT_NE(r.err.find("exited with code 3"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("[rank 0] ok attempt 1\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 1] ok attempt 1\n"), std::string::npos) << r.out;
+}
+
+TEST(LauncherRestart, GivesUpAfterMaxRestarts) {
+  const Result r = launch({"--max-restarts", "2", kProbe, "fail-until", "5", "4"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(count(r.err, "restarting workers (attempt 2 of 3)"), 1u) << r.err;
+  EXPECT_EQ(count(r.err, "restarting workers (attempt 3 of 3)"), 1u) << r.err;
+  EXPECT_EQ(count(r.err, "exited with code 4"), 3u) << r.err;
+}
+
+struct BadInput {
+  std::string name;
+  std::vector<std::string> flags;
+  bool with_program;
+  std::string expected;  // must appear in the one-line error
+};
+
+class LauncherUsage : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(LauncherUsage, RejectsWithExitCode2) {
+  const BadInput& c = GetParam();
+  std::vector<std::string> args = c.flags;
+  if (c.with_program) args.insert(args.end(), {kProbe, "env"});
+  const Result r = launch(args);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.out, "") << "no worker may start";
+  EXPECT_EQ(count(r.err, "\n"), 1u) << "one line expected:\n" << r.err;
+  EXPECT_EQ(r.err.rfind("[fsdpp-run] ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(c.expected), std::string::npos) << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BadInput, LauncherUsage,
+    ::testing::Values(
+        BadInput{"NprocNotANumber", {"--nproc-per-node", "abc"}, true, "--nproc-per-node"},
+        BadInput{"NprocZero", {"--nproc-per-node", "0"}, true, "--nproc-per-node"},
+        BadInput{"NprocHuge", {"--nproc-per-node", "99999999999"}, true, "--nproc-per-node"},
+        BadInput{"NprocMissingValue", {"--nproc-per-node"}, false, "--nproc-per-node"},
+        BadInput{"NnodesZero", {"--nnodes", "0"}, true, "--nnodes"},
+        BadInput{"NodeRankTooLarge",
+                 {"--nnodes", "2", "--node-rank", "2", "--master-port", "29500"},
+                 true,
+                 "--node-rank"},
+        BadInput{"NodeRankNegative", {"--node-rank", "-1"}, true, "--node-rank"},
+        BadInput{"PortOutOfRange", {"--master-port", "70000"}, true, "--master-port"},
+        BadInput{"PortNotANumber", {"--master-port", "http"}, true, "--master-port"},
+        BadInput{"MultiNodeWithoutPort", {"--nnodes", "2"}, true, "--master-port"},
+        BadInput{"NegativeRestarts", {"--max-restarts", "-1"}, true, "--max-restarts"},
+        BadInput{"MultiNodeRestarts",
+                 {"--nnodes", "2", "--master-port", "29500", "--max-restarts", "1"},
+                 true,
+                 "--max-restarts"},
+        BadInput{"TimeoutZero", {"--timeout-s", "0"}, true, "--timeout-s"},
+        BadInput{"GraceNotANumber", {"--grace-s", "soon"}, true, "--grace-s"},
+        BadInput{"GraceNegative", {"--grace-s", "-1"}, true, "--grace-s"},
+        BadInput{"UnknownFlag", {"--bogus-flag"}, true, "--bogus-flag"},
+        BadInput{"NoProgram", {}, false, "PROGRAM"},
+        BadInput{"NoProgramAfterFlags", {"--nproc-per-node", "2", "--"}, false, "PROGRAM"}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(LauncherUsage, ExecFailureIsReported) {
+  for (const std::string program : {"/nonexistent/fsdpp-probe", "fsdpp-no-such-program"}) {
+    const Result r = launch({"--nproc-per-node", "2", program, "arg"});
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(r.err, "[fsdpp-run] cannot execute '" + program + "': No such file or directory\n");
+  }
+}
+
+TEST(LauncherUsage, DoubleDashStartsTheCommand) {
+  const Result r = launch({"--nproc-per-node", "1", "--", kProbe, "exit", "0"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+}  // namespace

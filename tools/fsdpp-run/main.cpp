@@ -1,0 +1,140 @@
+// fsdpp-run: start N workers of an fsdpp job on this node, torchrun-style. CLI glue only; the
+// work is in fsdpp/launch/launcher.h.
+
+#include <charconv>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "fsdpp/launch/launcher.h"
+
+namespace {
+
+namespace launch = fsdpp::launch;
+
+// Checks the syntax before CLI11 converts, so the message says what is accepted; ranges are
+// checked by launch::validate(), which names the accepted range.
+const CLI::Validator kInteger(
+    [](std::string& text) -> std::string {
+      int value = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (ec == std::errc::result_out_of_range) {
+        return fmt::format("expects a whole number that fits in 32 bits, got '{}'", text);
+      }
+      if (ec != std::errc() || end != text.data() + text.size()) {
+        return fmt::format("expects a whole number, got '{}'", text);
+      }
+      return {};
+    },
+    "");
+
+const CLI::Validator kSeconds(
+    [](std::string& text) -> std::string {
+      double value = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value)) {
+        return fmt::format("expects a number of seconds such as 3 or 0.5, got '{}'", text);
+      }
+      return {};
+    },
+    "");
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  launch::LaunchConfig config;
+  int master_port = 0;
+  std::string log_dir;
+  bool no_prefix = false;
+
+  CLI::App app{
+      "Starts --nproc-per-node copies of PROGRAM on this node with RANK, WORLD_SIZE, LOCAL_RANK, "
+      "LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, FSDPP_TIMEOUT_S and "
+      "FSDPP_RESTART_COUNT set, relays their output and stops all of them when one fails.\n",
+      "fsdpp-run"};
+  // CLI11 knows no trailing command: show it in the usage line.
+  app.get_formatter()->label("OPTIONS", "OPTIONS] PROGRAM [ARGS...");
+  app.footer(
+      "Flags end at PROGRAM (or at --). Exit code: 0 when every worker exits 0, 1 when one "
+      "fails or cannot be started, 2 for bad flags, 128+S when stopped by signal S.");
+  app.add_option("--nproc-per-node", config.nproc_per_node, "Workers on this node")
+      ->type_name("N")
+      ->check(kInteger)
+      ->capture_default_str();
+  app.add_option("--nnodes", config.nnodes, "Nodes in the job")
+      ->type_name("N")
+      ->check(kInteger)
+      ->capture_default_str();
+  app.add_option("--node-rank", config.node_rank, "This node's index, 0 to nnodes-1")
+      ->type_name("K")
+      ->check(kInteger)
+      ->capture_default_str();
+  app.add_option("--master-addr", config.master_addr, "Address of rank 0's node")
+      ->type_name("ADDR")
+      ->capture_default_str();
+  app.add_option("--master-port", master_port,
+                 "Port of rank 0's store (default on a single node: a free port)")
+      ->type_name("PORT")
+      ->check(kInteger);
+  app.add_option("--max-restarts", config.max_restarts,
+                 "Restart all workers this many times after a failure (single node)")
+      ->type_name("N")
+      ->check(kInteger)
+      ->capture_default_str();
+  app.add_option("--log-dir", log_dir, "Also write each rank's output to DIR/rank<R>.log")
+      ->type_name("DIR");
+  app.add_option("--timeout-s", config.timeout_s,
+                 "Rendezvous/collective timeout for workers (FSDPP_TIMEOUT_S)")
+      ->type_name("S")
+      ->check(kInteger)
+      ->capture_default_str();
+  app.add_option("--grace-s", config.grace_s, "Seconds between SIGTERM and SIGKILL")
+      ->type_name("S")
+      ->check(kSeconds)
+      ->capture_default_str();
+  app.add_flag("--no-prefix", no_prefix, "Relay output lines without the '[rank R] ' prefix");
+  // Everything from the first positional on is the worker's command line, its flags included.
+  app.prefix_command();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ArgumentMismatch& e) {
+    // CLI11 says "--flag: 1 required N missing"; the flag is all that matters.
+    const std::string what = e.what();
+    fmt::print(stderr, "[fsdpp-run] {} needs a value; see fsdpp-run --help\n",
+               what.substr(0, what.find(':')));
+    return launch::kExitUsage;
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    fmt::print(stderr, "[fsdpp-run] {}; see fsdpp-run --help\n", e.what());
+    return launch::kExitUsage;
+  }
+
+  config.command = app.remaining();
+  if (!config.command.empty() && config.command.front() == "--") {
+    config.command.erase(config.command.begin());
+  } else if (!config.command.empty() && config.command.front().starts_with("-")) {
+    // prefix_command() hands an unknown flag over as if it were PROGRAM.
+    fmt::print(stderr,
+               "[fsdpp-run] unknown flag '{}'; see fsdpp-run --help (put -- before a PROGRAM "
+               "whose name starts with '-')\n",
+               config.command.front());
+    return launch::kExitUsage;
+  }
+  if (app.count("--master-port") > 0) config.master_port = master_port;
+  if (!log_dir.empty()) config.log_dir = log_dir;
+  config.prefix_output = !no_prefix;
+
+  try {
+    return launch::run(config);
+  } catch (const launch::UsageError& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return launch::kExitUsage;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return launch::kExitWorkerFailed;
+  }
+}
