@@ -1,0 +1,153 @@
+#pragma once
+// fully_shard: shard a torch::nn::Module's parameters across ranks.
+//
+//   auto world = fsdpp::dist::init_from_env();
+//   fsdpp::FullyShardOptions opts;
+//   opts.mesh = world->mesh();
+//   for (auto& block : *model->blocks) fsdpp::fully_shard(*block, opts);   // units, bottom-up
+//   fsdpp::fully_shard(*model, opts);                                      // the root
+//   torch::optim::AdamW opt(model->parameters(), ...);                      // the local shards
+//   auto loss = fsdpp::forward(model, x, y);     // all-gather, compute, reshard
+//   loss.backward();                             // all-gather again, reduce-scatter gradients
+//   fsdpp::clip_grad_norm_(*model, 1.0);
+//   opt.step(); opt.zero_grad();
+//
+// LibTorch's C++ modules have no forward hooks, so a unit runs through fsdpp::forward(unit,
+// args...) instead of unit->forward(args...): in the root's call and inside the parent's
+// forward for every sharded child. On a module that is not a unit it is a plain call.
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "fsdpp/dist/device_mesh.h"
+
+namespace fsdpp {
+
+// ZeRO stages map onto strategies: FULL_SHARD is ZeRO-3, SHARD_GRAD_OP ZeRO-2, ZERO1 ZeRO-1,
+// NO_SHARD plain data parallelism (DDP).
+enum class ShardingStrategy {
+  FULL_SHARD,     // shard params, grads, optimizer state; free params after forward and backward
+  SHARD_GRAD_OP,  // the same, but keep params gathered from forward to the end of backward
+  ZERO1,          // params gathered once per step and kept; grads and optimizer state sharded
+  NO_SHARD,       // replicate everything, all-reduce gradients
+  HYBRID_SHARD,   // FULL_SHARD inside the mesh's "shard" dim, replicate across "replicate"
+  HYBRID_SHARD_ZERO2,  // SHARD_GRAD_OP inside "shard", replicate across "replicate"
+};
+const char* to_string(ShardingStrategy s);
+ShardingStrategy parse_sharding_strategy(const std::string& name);  // "full_shard", ...
+
+struct FullyShardOptions {
+  // The ranks to shard over (required): world->mesh() for 1-D strategies, a 2-D mesh with dims
+  // "replicate" and "shard" for the HYBRID ones.
+  std::shared_ptr<dist::DeviceMesh> mesh;
+  ShardingStrategy strategy = ShardingStrategy::FULL_SHARD;
+  // Gradients are divided by this after the sum over ranks; 0 means the number of data-parallel
+  // ranks (an average, as single-process training on the global batch gives).
+  double gradient_divide_factor = 0;
+  // Broadcast rank 0's parameters and buffers before sharding, for models not initialised
+  // identically on every rank.
+  bool sync_module_states = false;
+};
+
+// Makes `module` a unit: its parameters (except those of units already made inside it) become
+// this rank's padded dim-0 shards. Call it on inner units first, then on the root.
+void fully_shard(torch::nn::Module& module, const FullyShardOptions& options);
+template <typename T>
+void fully_shard(torch::nn::ModuleHolder<T>& holder, const FullyShardOptions& options) {
+  fully_shard(*holder.ptr(), options);
+}
+
+// Gradient accumulation without communication: while false, backward keeps unsharded gradients
+// and reduces nothing; the next backward with sync on reduces them all at once.
+void set_requires_gradient_sync(torch::nn::Module& root, bool sync);
+
+// Global gradient-norm clipping over every rank's shards; returns the total norm (the same
+// number single-process training would compute).
+double clip_grad_norm_(torch::nn::Module& root, double max_norm, double norm_type = 2.0);
+
+class FSDPUnit;
+namespace detail {
+FSDPUnit* unit_of(torch::nn::Module& module);
+void pre_forward(FSDPUnit& unit);
+std::vector<at::Tensor> post_forward(FSDPUnit& unit, std::vector<at::Tensor> outputs);
+void forward_failed(FSDPUnit& unit);
+
+// Visits the tensors of a forward's result so that FSDP can hook its backward. Tensors,
+// tuples, pairs and vectors of them are known; for a struct, define
+// `template <class F> void fsdpp_visit_tensors(MyOutput& out, F&& f)` calling f on each tensor
+// member (found by argument-dependent lookup).
+template <typename F>
+void visit_tensors(at::Tensor& t, F&& f) { f(t); }
+template <typename F>
+void visit_tensors(std::vector<at::Tensor>& v, F&& f) { for (auto& t : v) f(t); }
+template <typename F, typename... Ts>
+void visit_tensors(std::tuple<Ts...>& t, F&& f);
+template <typename F, typename A, typename B>
+void visit_tensors(std::pair<A, B>& p, F&& f);
+template <typename T, typename F>
+auto visit_tensors(T& value, F&& f) -> decltype(fsdpp_visit_tensors(value, f), void()) {
+  fsdpp_visit_tensors(value, f);
+}
+template <typename T, typename F>
+void visit_tensors_or_skip(T& value, F&& f) {
+  if constexpr (requires { visit_tensors(value, f); }) visit_tensors(value, f);
+}
+template <typename F, typename... Ts>
+void visit_tensors(std::tuple<Ts...>& t, F&& f) {
+  std::apply([&](auto&... e) { (visit_tensors_or_skip(e, f), ...); }, t);
+}
+template <typename F, typename A, typename B>
+void visit_tensors(std::pair<A, B>& p, F&& f) {
+  visit_tensors_or_skip(p.first, f);
+  visit_tensors_or_skip(p.second, f);
+}
+
+template <typename M>
+torch::nn::Module& as_module(M& m) {
+  if constexpr (std::is_base_of_v<torch::nn::Module, std::remove_cv_t<M>>) {
+    return m;
+  } else {
+    return *m;  // ModuleHolder or std::shared_ptr
+  }
+}
+template <typename M>
+auto& impl_of(M& m) {
+  if constexpr (std::is_base_of_v<torch::nn::Module, std::remove_cv_t<M>>) {
+    return m;
+  } else {
+    return *m;
+  }
+}
+}  // namespace detail
+
+// Runs module.forward(args...) as an FSDP unit: gathers its parameters first, frees them after
+// (as the strategy says), and hooks the result so backward gathers them again and
+// reduce-scatters their gradients. `module` may be a ModuleHolder, a std::shared_ptr<Impl> or
+// the Impl itself.
+template <typename M, typename... Args>
+auto forward(M& module, Args&&... args) {
+  auto& impl = detail::impl_of(module);
+  FSDPUnit* unit = detail::unit_of(detail::as_module(module));
+  if (!unit) return impl.forward(std::forward<Args>(args)...);
+  detail::pre_forward(*unit);
+  try {
+    auto out = impl.forward(std::forward<Args>(args)...);
+    std::vector<at::Tensor> flat;
+    detail::visit_tensors(out, [&](at::Tensor& t) { flat.push_back(t); });
+    flat = detail::post_forward(*unit, std::move(flat));
+    size_t i = 0;
+    detail::visit_tensors(out, [&](at::Tensor& t) { t = flat[i++]; });
+    return out;
+  } catch (...) {
+    detail::forward_failed(*unit);
+    throw;
+  }
+}
+
+}  // namespace fsdpp

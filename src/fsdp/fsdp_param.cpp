@@ -1,0 +1,122 @@
+#include "fsdp_param.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/StorageImpl.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+
+#include "fsdpp/common/error.h"
+
+namespace fsdpp {
+
+FSDPParam::FSDPParam(std::string fqn_, at::Tensor param_, int shard_rank_, int shard_world_,
+                     int64_t offset_)
+    : fqn(std::move(fqn_)),
+      param(std::move(param_)),
+      offset(offset_),
+      shard_rank(shard_rank_),
+      shard_world(shard_world_) {
+  shape = param.sizes().vec();
+  requires_grad = param.requires_grad();
+  FSDPP_CHECK(param.is_contiguous(), "[fsdp] parameter '{}' is not contiguous", fqn);
+  if (!shape.empty()) {
+    dim0 = shape[0];
+    row_numel = dim0 == 0 ? 0 : param.numel() / dim0;
+  }
+  FSDPP_CHECK(param.numel() > 0, "[fsdp] parameter '{}' has no elements (shape {}); remove it or "
+              "keep it out of the unit", fqn, param.sizes());
+  chunk_rows = (dim0 + shard_world - 1) / shard_world;
+}
+
+int64_t FSDPParam::rows_of_rank(int k) const {
+  return std::clamp<int64_t>(dim0 - k * chunk_rows, 0, chunk_rows);
+}
+
+void FSDPParam::init_shard(const at::Tensor& flat_shard) {
+  std::vector<int64_t> shard_shape = shape;
+  if (shard_shape.empty()) shard_shape = {1};
+  shard_shape[0] = chunk_rows;
+  shard = flat_shard.narrow(0, offset, shard_numel()).view(shard_shape);
+  shard.zero_();
+  const int64_t rows = rows_of_rank(shard_rank);
+  auto full = param.detach().reshape({dim0, row_numel});
+  if (rows > 0) {
+    shard.view({chunk_rows, row_numel}).narrow(0, 0, rows).copy_(
+        full.narrow(0, shard_rank * chunk_rows, rows));
+  }
+  if (shard_world == 1) {
+    // Nothing to gather: the unsharded parameter is the shard itself.
+    unsharded = shard.view(shape);
+  } else {
+    unsharded = at::empty(shape, param.options().requires_grad(false));
+    free_unsharded();
+  }
+  param.set_data(shard);
+  on_shard_ = true;
+}
+
+void FSDPParam::copy_out(const at::Tensor& gathered_2d, const at::Tensor& dst_full) const {
+  auto dst = dst_full.view({dim0, row_numel});
+  for (int k = 0; k < shard_world; ++k) {
+    const int64_t rows = rows_of_rank(k);
+    if (rows == 0) continue;
+    dst.narrow(0, k * chunk_rows, rows)
+        .copy_(gathered_2d[k].narrow(0, offset, rows * row_numel).view({rows, row_numel}));
+  }
+}
+
+void FSDPParam::copy_in_grad(const at::Tensor& grad, const at::Tensor& reduce_input_2d) const {
+  auto src = grad.reshape({dim0, row_numel});
+  for (int k = 0; k < shard_world; ++k) {
+    const int64_t rows = rows_of_rank(k);
+    if (rows == 0) continue;
+    reduce_input_2d[k].narrow(0, offset, rows * row_numel).view({rows, row_numel})
+        .copy_(src.narrow(0, k * chunk_rows, rows));
+  }
+}
+
+void FSDPParam::alloc_unsharded() {
+  if (shard_world == 1) return;
+  auto* storage = unsharded.storage().unsafeGetStorageImpl();
+  const size_t nbytes = static_cast<size_t>(unsharded.numel()) * unsharded.element_size();
+  if (storage->nbytes() == nbytes) return;
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(nbytes));
+  storage->set_nbytes(nbytes);
+}
+
+void FSDPParam::free_unsharded() {
+  if (shard_world == 1) return;
+  auto* storage = unsharded.storage().unsafeGetStorageImpl();
+  if (storage->nbytes() == 0) return;
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, unsharded.device()));
+  storage->set_nbytes(0);
+}
+
+bool FSDPParam::unsharded_allocated() const {
+  return shard_world == 1 || unsharded.storage().nbytes() > 0;
+}
+
+int64_t FSDPParam::unsharded_bytes() const {
+  return shard_world == 1 ? 0 : static_cast<int64_t>(unsharded.storage().nbytes());
+}
+
+void FSDPParam::use_shard() {
+  if (on_shard_) return;
+  unsharded_grad_stash = param.grad();
+  param.mutable_grad() = shard_grad_stash;
+  shard_grad_stash = at::Tensor();
+  param.set_data(shard);
+  on_shard_ = true;
+}
+
+void FSDPParam::use_unsharded() {
+  if (!on_shard_) return;
+  shard_grad_stash = param.grad();
+  param.mutable_grad() = unsharded_grad_stash;
+  unsharded_grad_stash = at::Tensor();
+  param.set_data(unsharded);
+  on_shard_ = false;
+}
+
+}  // namespace fsdpp

@@ -1,0 +1,69 @@
+#pragma once
+// One parameter under FSDP.
+//
+// The registered parameter tensor (`param`) keeps its identity for the module's code and the
+// optimizer, and its data is switched with set_data(): at rest it is this rank's padded dim-0
+// shard, a view into the unit's flat shard buffer (so the flat buffer is the all-gather input
+// with no copy); around compute it is `unsharded`, a tensor of the original shape whose storage
+// is freed (resized to 0 bytes) when resharded and re-allocated when gathered again. Tensors that
+// autograd saved in forward share that storage, so in backward they see the re-gathered data.
+
+#include <ATen/Tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace fsdpp {
+
+class FSDPParam {
+ public:
+  // `flat_shard` is the unit's shard buffer; this parameter's shard is
+  // flat_shard[offset, offset + shard_numel()).
+  FSDPParam(std::string fqn, at::Tensor param, int shard_rank, int shard_world, int64_t offset);
+
+  std::string fqn;             // relative to the unit's module until the root names it fully
+  at::Tensor param;            // the registered parameter
+  std::vector<int64_t> shape;  // unsharded shape
+  int64_t dim0 = 1;            // rows along dim 0 (1 for a 0-dim parameter)
+  int64_t row_numel = 1;       // elements per row
+  int64_t chunk_rows = 1;      // rows per rank: ceil(dim0 / shard_world)
+  int64_t offset = 0;          // in the unit's flat shard
+  int shard_rank = 0;
+  int shard_world = 1;
+  bool requires_grad = true;
+
+  int64_t shard_numel() const { return chunk_rows * row_numel; }
+  int64_t numel() const { return dim0 * row_numel; }
+  // Rows of the unsharded parameter that rank k holds (the rest of its chunk is padding).
+  int64_t rows_of_rank(int k) const;
+
+  // Binds the shard view into the unit's flat buffer and fills it from the full parameter.
+  void init_shard(const at::Tensor& flat_shard);
+  // Copies every rank's rows from the gathered (shard_world, total) buffer into `dst` (the
+  // unsharded shape): into `unsharded` when gathering, into a fresh tensor for state dicts.
+  void copy_out(const at::Tensor& gathered_2d, const at::Tensor& dst) const;
+  // Copies this parameter's unsharded gradient into the (shard_world, total) reduce input.
+  void copy_in_grad(const at::Tensor& grad, const at::Tensor& reduce_input_2d) const;
+
+  void alloc_unsharded();
+  void free_unsharded();
+  bool unsharded_allocated() const;
+  int64_t unsharded_bytes() const;
+
+  // Points the registered parameter at the shard or the unsharded tensor, swapping the
+  // gradient that belongs with each: the shard gradient (what the optimizer sees) and the
+  // unsharded gradient (what autograd accumulates into).
+  void use_shard();
+  void use_unsharded();
+  bool on_shard() const { return on_shard_; }
+
+  at::Tensor shard;      // (chunk_rows, rest...) view into the flat shard
+  at::Tensor unsharded;  // original shape; storage freed while resharded
+  at::Tensor shard_grad_stash;      // held while the parameter is unsharded
+  at::Tensor unsharded_grad_stash;  // held while sharded (gradient accumulation without sync)
+
+ private:
+  bool on_shard_ = true;
+};
+
+}  // namespace fsdpp

@@ -1,0 +1,358 @@
+#include "fsdp_unit.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <unordered_set>
+
+#include "fsdpp/common/error.h"
+
+namespace fsdpp {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Identity on a unit's outputs whose backward runs before any of the unit's own backward: the
+// pre-backward point (LibTorch has no module backward hooks).
+struct PreBackwardFn : public torch::autograd::Function<PreBackwardFn> {
+  // The outputs come as a TensorList: autograd treats a std::vector argument as a
+  // non-tensor and would leave the result unconnected to the graph.
+  static variable_list forward(AutogradContext* ctx, int64_t unit, at::TensorList outputs) {
+    ctx->saved_data["unit"] = unit;
+    return outputs.vec();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    reinterpret_cast<FSDPUnit*>(ctx->saved_data["unit"].toInt())->pre_backward();
+    variable_list out;
+    out.reserve(grads.size() + 1);
+    out.emplace_back();  // the unit pointer
+    for (auto& g : grads) out.push_back(std::move(g));
+    return out;
+  }
+};
+
+// Runs after autograd has accumulated a parameter's gradient: when all of a unit's trainable
+// parameters have theirs, the unit reduces them while backward goes on with earlier units.
+struct GradReadyHook : public torch::autograd::PostAccumulateGradHook {
+  explicit GradReadyHook(FSDPUnit* unit) : unit_(unit) {}
+  void operator()(const torch::autograd::Variable&) override { unit_->on_grad_accumulated(); }
+  FSDPUnit* unit_;
+};
+
+bool is_hybrid(ShardingStrategy s) {
+  return s == ShardingStrategy::HYBRID_SHARD || s == ShardingStrategy::HYBRID_SHARD_ZERO2;
+}
+
+}  // namespace
+
+FSDPUnit* find_unit(torch::nn::Module& module) {
+  for (const auto& child : module.named_children()) {
+    if (child.key() == FSDPUnit::kChildName) return dynamic_cast<FSDPUnit*>(child.value().get());
+  }
+  return nullptr;
+}
+
+FSDPUnit::FSDPUnit(torch::nn::Module& module, const FullyShardOptions& options,
+                   std::vector<std::pair<std::string, at::Tensor>> params)
+    : torch::nn::Module("FSDPUnit"), module_(&module), options_(options), name_(module.name()) {
+  const auto& mesh = *options_.mesh;
+  const auto s = options_.strategy;
+  if (is_hybrid(s)) {
+    FSDPP_CHECK_AS(ConfigError, mesh.ndim() == 2,
+                   "[fsdp] {} needs a 2-D mesh with dims \"replicate\" and \"shard\"; got a {}-D "
+                   "mesh",
+                   to_string(s), mesh.ndim());
+    shard_group_ = mesh.group("shard");
+    replicate_group_ = mesh.group("replicate");
+  } else {
+    FSDPP_CHECK_AS(ConfigError, mesh.ndim() == 1,
+                   "[fsdp] {} shards over a 1-D mesh; got a {}-D mesh (use HYBRID_SHARD for 2-D)",
+                   to_string(s), mesh.ndim());
+    if (s == ShardingStrategy::NO_SHARD) {
+      replicate_group_ = mesh.group(0);
+    } else {
+      shard_group_ = mesh.group(0);
+    }
+  }
+  if (shard_group_ && shard_group_->size() == 1) shard_group_.reset();
+  if (replicate_group_ && replicate_group_->size() == 1) replicate_group_.reset();
+  shard_world_ = shard_group_ ? shard_group_->size() : 1;
+  shard_rank_ = shard_group_ ? shard_group_->rank() : 0;
+  const int replicas = replicate_group_ ? replicate_group_->size() : 1;
+  divide_factor_ = options_.gradient_divide_factor > 0 ? options_.gradient_divide_factor
+                                                       : static_cast<double>(shard_world_ * replicas);
+
+  at::TensorOptions flat_options;
+  for (auto& [fqn, p] : params) {
+    FSDPP_CHECK(p.is_floating_point(), "[fsdp] parameter '{}' of module '{}' has dtype {}; FSDP "
+                "shards floating-point parameters only", fqn, name_, c10::toString(p.scalar_type()));
+    if (!params_.empty()) {
+      FSDPP_CHECK(p.scalar_type() == flat_options.dtype().toScalarType() &&
+                      p.device() == flat_options.device(),
+                  "[fsdp] parameter '{}' is {} on {} but the unit's first parameter is {} on {}; "
+                  "one unit holds one dtype on one device",
+                  fqn, c10::toString(p.scalar_type()), p.device().str(),
+                  c10::toString(flat_options.dtype().toScalarType()), flat_options.device().str());
+    } else {
+      flat_options = p.options().requires_grad(false);
+    }
+    params_.push_back(std::make_unique<FSDPParam>(fqn, p, shard_rank_, shard_world_,
+                                                  total_shard_numel_));
+    total_shard_numel_ += params_.back()->shard_numel();
+    if (p.requires_grad()) ++num_trainable_;
+  }
+  if (params_.empty()) return;
+  at::NoGradGuard no_grad;
+  flat_shard_ = at::empty({total_shard_numel_}, flat_options);
+  for (auto& p : params_) {
+    p->init_shard(flat_shard_);
+    if (p->requires_grad) {
+      torch::autograd::impl::set_post_acc_grad_hooks(p->param, std::make_unique<GradReadyHook>(this));
+    }
+  }
+  gathered_versions_.assign(params_.size(), -1);
+}
+
+bool FSDPUnit::reshard_after_forward() const {
+  return options_.strategy == ShardingStrategy::FULL_SHARD ||
+         options_.strategy == ShardingStrategy::HYBRID_SHARD;
+}
+
+bool FSDPUnit::keep_unsharded_between_steps() const {
+  return options_.strategy == ShardingStrategy::ZERO1;
+}
+
+void FSDPUnit::adopt_children() {
+  for (const auto& item : module_->named_modules("", /*include_self=*/false)) {
+    FSDPUnit* u = find_unit(*item.value());
+    if (u && u != this) u->has_parent_ = true;
+  }
+}
+
+void FSDPUnit::lazy_init() {
+  FSDPP_CHECK(is_root(), "[fsdp] lazy_init on unit '{}', which is not a root", name_);
+  if (initialized_) return;
+  initialized_ = true;
+  all_units_.clear();
+  for (const auto& item : module_->named_modules("", /*include_self=*/true)) {
+    FSDPUnit* u = find_unit(*item.value());
+    if (!u) continue;
+    const std::string& prefix = item.key();
+    u->root_ = this;
+    u->name_ = prefix.empty() ? "(root)" : prefix;
+    if (!prefix.empty()) {
+      for (auto& p : u->params_) p->fqn = prefix + "." + p->fqn;
+    }
+    all_units_.push_back(u);
+  }
+}
+
+std::vector<std::pair<std::string, at::Tensor>> FSDPUnit::full_parameters() {
+  at::NoGradGuard no_grad;
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  at::Tensor rows;
+  if (shard_world_ > 1 && !params_.empty()) {
+    auto gathered = at::empty({shard_world_ * total_shard_numel_}, flat_shard_.options());
+    shard_group_->all_gather_into_tensor(gathered, flat_shard_, tag());
+    rows = gathered.view({shard_world_, total_shard_numel_});
+  }
+  for (auto& p : params_) {
+    if (shard_world_ == 1) {
+      out.emplace_back(p->fqn, p->shard.view(p->shape).clone());
+      continue;
+    }
+    auto full = at::empty(p->shape, flat_shard_.options());
+    p->copy_out(rows, full);
+    out.emplace_back(p->fqn, full);
+  }
+  return out;
+}
+
+int64_t FSDPUnit::unsharded_bytes() const {
+  int64_t n = 0;
+  for (const auto& p : params_) n += p->unsharded_bytes();
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gather and free
+
+void FSDPUnit::unshard() {
+  if (!sharded_) return;
+  at::NoGradGuard no_grad;
+  if (shard_world_ > 1 && !params_.empty()) {
+    bool valid = gathered_valid_;
+    for (size_t i = 0; valid && i < params_.size(); ++i) {
+      valid = params_[i]->param._version() == gathered_versions_[i];
+    }
+    if (!valid) {
+      for (auto& p : params_) p->alloc_unsharded();
+      auto gathered = at::empty({shard_world_ * total_shard_numel_}, flat_shard_.options());
+      shard_group_->all_gather_into_tensor(gathered, flat_shard_, tag());
+      auto rows = gathered.view({shard_world_, total_shard_numel_});
+      for (auto& p : params_) p->copy_out(rows, p->unsharded);
+      for (size_t i = 0; i < params_.size(); ++i) gathered_versions_[i] = params_[i]->param._version();
+      gathered_valid_ = true;
+    }
+  }
+  for (auto& p : params_) p->use_unsharded();
+  sharded_ = false;
+}
+
+void FSDPUnit::reshard(bool free_unsharded) {
+  if (sharded_) return;
+  for (auto& p : params_) p->use_shard();
+  if (free_unsharded) {
+    for (auto& p : params_) p->free_unsharded();
+    gathered_valid_ = false;
+  }
+  sharded_ = true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward
+
+void FSDPUnit::pre_forward() {
+  if (is_root()) {
+    lazy_init();
+    FSDPP_CHECK(!forward_active_,
+                "[fsdp] the root unit '{}' was called from inside its own forward", name_);
+    forward_active_ = true;
+  } else {
+    FSDPP_CHECK(root_ && root_->forward_active_,
+                "[fsdp] unit '{}' was called outside its root's forward; its parameters are "
+                "sharded at rest. Call the root module through fsdpp::forward(root, ...), and "
+                "this unit from the root's forward",
+                name_);
+  }
+  unshard();
+  state_ = UnitState::FORWARD;
+}
+
+std::vector<at::Tensor> FSDPUnit::post_forward(std::vector<at::Tensor> outputs) {
+  const bool grad = at::GradMode::is_enabled();
+  if (reshard_after_forward() || !grad) reshard(!keep_unsharded_between_steps());
+  state_ = UnitState::IDLE;
+  if (is_root()) forward_active_ = false;
+  if (!grad) return outputs;
+  std::vector<size_t> idx;
+  variable_list hooked;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].defined() && outputs[i].requires_grad()) {
+      idx.push_back(i);
+      hooked.push_back(outputs[i]);
+    }
+  }
+  if (hooked.empty()) return outputs;
+  auto wrapped = PreBackwardFn::apply(reinterpret_cast<int64_t>(this), at::TensorList(hooked));
+  for (size_t j = 0; j < idx.size(); ++j) outputs[idx[j]] = wrapped[j];
+  return outputs;
+}
+
+void FSDPUnit::forward_failed() {
+  reshard(!keep_unsharded_between_steps());
+  state_ = UnitState::IDLE;
+  if (is_root()) forward_active_ = false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward
+
+void FSDPUnit::pre_backward() {
+  FSDPUnit* r = root();
+  if (!r->callback_queued_) {
+    r->callback_queued_ = true;
+    torch::autograd::Engine::get_default_engine().queue_callback([r] { r->root_end_backward(); });
+  }
+  if (state_ == UnitState::PRE_BACKWARD) return;  // a unit called twice in one forward
+  unshard();
+  state_ = UnitState::PRE_BACKWARD;
+  grads_ready_ = 0;
+}
+
+void FSDPUnit::on_grad_accumulated() {
+  if (state_ != UnitState::PRE_BACKWARD) return;
+  if (++grads_ready_ == num_trainable_) post_backward();
+}
+
+void FSDPUnit::post_backward() {
+  state_ = UnitState::IDLE;
+  reduce_gradients();
+  reshard(!keep_unsharded_between_steps());
+}
+
+// One flat reduce-scatter for the whole unit: row k of the (shard_world, total) input holds,
+// parameter by parameter, the part of each gradient that rank k's shard covers (zeros where
+// the shard is padding). Summed, then divided once in finish_gradients().
+void FSDPUnit::reduce_gradients() {
+  if (num_trainable_ == 0 || !root()->requires_grad_sync_) return;
+  at::NoGradGuard no_grad;
+  auto input = at::zeros({shard_world_, total_shard_numel_}, flat_shard_.options());
+  for (auto& p : params_) {
+    if (!p->requires_grad) continue;
+    auto g = p->param.grad();
+    if (g.defined()) p->copy_in_grad(g, input);
+    p->param.mutable_grad() = at::Tensor();
+  }
+  PendingReduce pending;
+  if (shard_group_) {
+    pending.output = at::empty({total_shard_numel_}, flat_shard_.options());
+    auto work = shard_group_->reduce_scatter_tensor_async(pending.output, input.view({-1}),
+                                                          dist::ReduceOp::SUM, tag());
+    if (replicate_group_) {
+      work.wait();  // the replicas reduce what the shard group produced
+    } else {
+      pending.works.push_back(std::move(work));
+    }
+  } else {
+    pending.output = input.view({-1});
+  }
+  if (replicate_group_) {
+    pending.works.push_back(
+        replicate_group_->all_reduce_async(pending.output, dist::ReduceOp::SUM, tag()));
+  }
+  pending_ = std::move(pending);
+}
+
+void FSDPUnit::finish_gradients() {
+  if (!pending_) return;
+  auto pending = std::move(*pending_);
+  pending_.reset();
+  for (auto& w : pending.works) w.wait();
+  at::NoGradGuard no_grad;
+  pending.output.div_(divide_factor_);
+  for (auto& p : params_) {
+    if (!p->requires_grad) continue;
+    // Shares the reduced buffer's storage without being an autograd view, so that
+    // optimizer.zero_grad() may detach it in place.
+    auto g = at::empty({0}, pending.output.options());
+    g.set_(pending.output.storage(), pending.output.storage_offset() + p->offset,
+           p->shard.sizes(), p->shard.strides());
+    at::Tensor& slot = p->on_shard() ? p->param.mutable_grad() : p->shard_grad_stash;
+    if (slot.defined()) {
+      slot.add_(g);
+    } else {
+      slot = g;
+    }
+  }
+}
+
+void FSDPUnit::root_end_backward() {
+  callback_queued_ = false;
+  // Units whose gradients did not all arrive (unused or frozen-path parameters, outputs that
+  // did not reach the loss) finish here, in the same order on every rank.
+  for (auto it = all_units_.rbegin(); it != all_units_.rend(); ++it) {
+    if ((*it)->state_ == UnitState::PRE_BACKWARD) (*it)->post_backward();
+  }
+  for (auto* u : all_units_) {
+    u->finish_gradients();
+    u->reshard(!u->keep_unsharded_between_steps());
+    u->state_ = UnitState::IDLE;
+  }
+}
+
+}  // namespace fsdpp

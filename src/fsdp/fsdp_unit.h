@@ -1,0 +1,116 @@
+#pragma once
+// One unit of FSDP: the parameters of one module that communicate together (one flat
+// all-gather, one flat reduce-scatter), and the state machine that the forward wrapper and the
+// autograd hooks drive:
+//
+//   IDLE --pre_forward--> FORWARD --post_forward--> IDLE (resharded or not, by strategy)
+//   IDLE --pre_backward (a gradient reached the unit's outputs)--> PRE_BACKWARD
+//   PRE_BACKWARD --post_backward (all its gradients accumulated, or the end of backward)--> IDLE
+//
+// The root unit (the outermost one) also owns what is per step: lazy initialisation, the list
+// of units in order, the end-of-backward callback that finishes every unit and waits for the
+// gradient reductions, and the gradient-sync switch.
+
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fsdp_param.h"
+#include "fsdpp/dist/process_group.h"
+#include "fsdpp/fsdp/fully_shard.h"
+
+namespace fsdpp {
+
+enum class UnitState { IDLE, FORWARD, PRE_BACKWARD };
+
+class FSDPUnit : public torch::nn::Module {
+ public:
+  static constexpr const char* kChildName = "_fsdp";
+
+  FSDPUnit(torch::nn::Module& module, const FullyShardOptions& options,
+           std::vector<std::pair<std::string, at::Tensor>> params);
+
+  // The forward wrapper (fsdpp::forward).
+  void pre_forward();
+  std::vector<at::Tensor> post_forward(std::vector<at::Tensor> outputs);
+  void forward_failed();
+
+  // Autograd hooks.
+  void pre_backward();
+  void on_grad_accumulated();
+
+  void unshard();
+  void reshard(bool free_unsharded);
+
+  const std::string& name() const { return name_; }
+  const std::vector<std::unique_ptr<FSDPParam>>& params() const { return params_; }
+  const FullyShardOptions& options() const { return options_; }
+  int shard_world() const { return shard_world_; }
+  const std::shared_ptr<dist::ProcessGroup>& shard_group() const { return shard_group_; }
+  const std::shared_ptr<dist::ProcessGroup>& replicate_group() const { return replicate_group_; }
+  bool is_root() const { return !has_parent_; }
+  // Units inside this one's module were made before it: they get a parent and stop being roots.
+  void adopt_children();
+  FSDPUnit* root() { return has_parent_ ? root_ : this; }
+
+  // Root only.
+  void lazy_init();
+  const std::vector<FSDPUnit*>& all_units() { lazy_init(); return all_units_; }
+  void set_requires_gradient_sync(bool sync) { requires_grad_sync_ = sync; }
+  // Every parameter at full size, by name (collective over the shard group).
+  std::vector<std::pair<std::string, at::Tensor>> full_parameters();
+  // Bytes of unsharded parameter storage this unit holds right now.
+  int64_t unsharded_bytes() const;
+  int64_t shard_numel() const { return total_shard_numel_; }
+
+ private:
+  void post_backward();
+  void reduce_gradients();
+  void finish_gradients();
+  void root_end_backward();
+  bool reshard_after_forward() const;
+  bool keep_unsharded_between_steps() const;
+  dist::CollectiveTag tag() const { return {name_}; }
+
+  torch::nn::Module* module_;  // owns this unit as its child kChildName
+  FullyShardOptions options_;
+  std::string name_;
+  std::vector<std::unique_ptr<FSDPParam>> params_;
+  int64_t total_shard_numel_ = 0;
+  int64_t num_trainable_ = 0;
+  at::Tensor flat_shard_;
+  std::shared_ptr<dist::ProcessGroup> shard_group_;      // null when shard_world_ == 1
+  std::shared_ptr<dist::ProcessGroup> replicate_group_;  // null when not replicated
+  int shard_world_ = 1;
+  int shard_rank_ = 0;
+  double divide_factor_ = 1;
+
+  UnitState state_ = UnitState::IDLE;
+  bool sharded_ = true;           // parameters point at their shards
+  bool gathered_valid_ = false;   // `unsharded` holds the current values (ZERO1 keeps them)
+  std::vector<int64_t> gathered_versions_;
+  int64_t grads_ready_ = 0;
+
+  struct PendingReduce {
+    std::vector<dist::Work> works;
+    at::Tensor output;  // (total_shard_numel) summed gradient shard
+  };
+  std::optional<PendingReduce> pending_;
+
+  // Tree.
+  bool has_parent_ = false;
+  FSDPUnit* root_ = nullptr;
+  // Root only.
+  bool initialized_ = false;
+  bool forward_active_ = false;
+  bool callback_queued_ = false;
+  bool requires_grad_sync_ = true;
+  std::vector<FSDPUnit*> all_units_;
+};
+
+// The unit a module was made into, or nullptr.
+FSDPUnit* find_unit(torch::nn::Module& module);
+
+}  // namespace fsdpp

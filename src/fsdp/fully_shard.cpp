@@ -1,0 +1,194 @@
+#include "fsdpp/fsdp/fully_shard.h"
+
+#include <ATen/ATen.h>
+
+#include <set>
+#include <unordered_set>
+
+#include "fsdp_unit.h"
+#include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/inspect.h"
+
+namespace fsdpp {
+
+const char* to_string(ShardingStrategy s) {
+  switch (s) {
+    case ShardingStrategy::FULL_SHARD: return "FULL_SHARD";
+    case ShardingStrategy::SHARD_GRAD_OP: return "SHARD_GRAD_OP";
+    case ShardingStrategy::ZERO1: return "ZERO1";
+    case ShardingStrategy::NO_SHARD: return "NO_SHARD";
+    case ShardingStrategy::HYBRID_SHARD: return "HYBRID_SHARD";
+    case ShardingStrategy::HYBRID_SHARD_ZERO2: return "HYBRID_SHARD_ZERO2";
+  }
+  return "?";
+}
+
+ShardingStrategy parse_sharding_strategy(const std::string& name) {
+  std::string n;
+  for (char c : name) n += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (n == "full_shard" || n == "zero3") return ShardingStrategy::FULL_SHARD;
+  if (n == "shard_grad_op" || n == "zero2") return ShardingStrategy::SHARD_GRAD_OP;
+  if (n == "zero1") return ShardingStrategy::ZERO1;
+  if (n == "no_shard" || n == "ddp") return ShardingStrategy::NO_SHARD;
+  if (n == "hybrid_shard") return ShardingStrategy::HYBRID_SHARD;
+  if (n == "hybrid_shard_zero2") return ShardingStrategy::HYBRID_SHARD_ZERO2;
+  FSDPP_THROW(ConfigError,
+              "[fsdp] unknown sharding strategy '{}'; expected full_shard, shard_grad_op, zero1, "
+              "no_shard, hybrid_shard or hybrid_shard_zero2",
+              name);
+}
+
+namespace {
+
+// Rank 0's values everywhere: along each mesh dim from its coordinate-0 member, so that on a
+// (R, S) mesh (0, s) first takes (0, 0)'s values and then every (r, s) takes (0, s)'s.
+void broadcast_from_rank0(torch::nn::Module& module, const dist::DeviceMesh& mesh) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> tensors;
+  for (auto& p : module.parameters()) tensors.push_back(p);
+  for (auto& b : module.buffers()) tensors.push_back(b);
+  for (int d = mesh.ndim() - 1; d >= 0; --d) {
+    const auto& group = mesh.group(d);
+    if (group->size() == 1) continue;
+    for (auto& t : tensors) {
+      auto c = t.contiguous();
+      group->broadcast(c, 0, {"sync_module_states"});
+      if (!c.is_same(t)) t.copy_(c);
+    }
+  }
+}
+
+FSDPUnit& root_unit(torch::nn::Module& root, const char* what) {
+  FSDPUnit* unit = find_unit(root);
+  FSDPP_CHECK(unit, "[fsdp] {} needs the root module given to fully_shard; module '{}' is not a "
+              "unit", what, root.name());
+  FSDPP_CHECK(unit->is_root(), "[fsdp] {} needs the root unit; '{}' is inside another unit",
+              what, unit->name());
+  return *unit;
+}
+
+}  // namespace
+
+void fully_shard(torch::nn::Module& module, const FullyShardOptions& options) {
+  FSDPP_CHECK_AS(ConfigError, options.mesh,
+                 "[fsdp] FullyShardOptions::mesh is not set; pass world->mesh() from "
+                 "fsdpp::dist::init_from_env()");
+  FSDPP_CHECK(!find_unit(module), "[fsdp] module '{}' is already a unit; call fully_shard once "
+              "per module", module.name());
+  std::unordered_set<const c10::TensorImpl*> managed;
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
+    if (FSDPUnit* u = find_unit(*item.value())) {
+      for (const auto& p : u->params()) managed.insert(p->param.unsafeGetTensorImpl());
+    }
+  }
+  if (options.sync_module_states) broadcast_from_rank0(module, *options.mesh);
+  std::vector<std::pair<std::string, at::Tensor>> params;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    const auto* impl = item.value().unsafeGetTensorImpl();
+    if (managed.count(impl) || !seen.insert(impl).second) continue;
+    params.emplace_back(item.key(), item.value());
+  }
+  FSDPP_CHECK(!params.empty() || !managed.empty(),
+              "[fsdp] module '{}' has no parameters; fully_shard needs at least one (shard the "
+              "module that owns the parameters instead)",
+              module.name());
+  auto unit = std::make_shared<FSDPUnit>(module, options, std::move(params));
+  unit->adopt_children();
+  module.register_module(FSDPUnit::kChildName, unit);
+}
+
+void set_requires_gradient_sync(torch::nn::Module& root, bool sync) {
+  root_unit(root, "set_requires_gradient_sync").set_requires_gradient_sync(sync);
+}
+
+double clip_grad_norm_(torch::nn::Module& root, double max_norm, double norm_type) {
+  FSDPP_CHECK_AS(ConfigError, norm_type == 2.0 || std::isinf(norm_type),
+                 "[fsdp] clip_grad_norm_ supports norm_type 2 and inf; got {}", norm_type);
+  auto& r = root_unit(root, "clip_grad_norm_");
+  const bool inf = std::isinf(norm_type);
+  at::NoGradGuard no_grad;
+  // Sharded gradients are summed over their shard group; replicated ones (NO_SHARD, the
+  // replicate dim of HYBRID) are identical on every replica and counted once.
+  std::vector<at::Tensor> grads;
+  std::shared_ptr<dist::ProcessGroup> group;
+  double local = 0;
+  for (auto* u : r.all_units()) {
+    if (u->shard_group()) {
+      FSDPP_CHECK(!group || group == u->shard_group(),
+                  "[fsdp] clip_grad_norm_: units shard over different groups");
+      group = u->shard_group();
+    }
+    for (const auto& p : u->params()) {
+      auto g = p->param.grad();
+      if (!g.defined()) continue;
+      grads.push_back(g);
+      auto n = at::linalg_vector_norm(g, inf ? INFINITY : 2.0, {}, false, at::kDouble).item<double>();
+      local = inf ? std::max(local, n) : local + n * n;
+    }
+  }
+  auto total_t = at::full({1}, local, at::TensorOptions().dtype(at::kDouble));
+  if (group) group->all_reduce(total_t, inf ? dist::ReduceOp::MAX : dist::ReduceOp::SUM, {"clip_grad_norm_"});
+  double total = total_t.item<double>();
+  if (!inf) total = std::sqrt(total);
+  const double coef = max_norm / (total + 1e-6);
+  if (coef < 1.0) {
+    for (auto& g : grads) g.mul_(coef);
+  }
+  return total;
+}
+
+std::vector<UnitInfo> inspect_units(torch::nn::Module& root) {
+  std::vector<UnitInfo> out;
+  for (auto* u : root_unit(root, "inspect_units").all_units()) {
+    UnitInfo info;
+    info.name = u->name();
+    info.num_params = static_cast<int64_t>(u->params().size());
+    info.shard_numel = u->shard_numel();
+    info.unsharded_bytes = u->unsharded_bytes();
+    info.shard_world = u->shard_world();
+    for (const auto& p : u->params()) {
+      info.numel += p->numel();
+      info.param_names.push_back(p->fqn);
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> full_parameters(torch::nn::Module& root) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (auto* u : root_unit(root, "full_parameters").all_units()) {
+    for (auto& kv : u->full_parameters()) out.push_back(std::move(kv));
+  }
+  return out;
+}
+
+dist::CommCounters comm_counters(torch::nn::Module& root) {
+  std::set<dist::ProcessGroup*> groups;
+  for (auto* u : root_unit(root, "comm_counters").all_units()) {
+    if (u->shard_group()) groups.insert(u->shard_group().get());
+    if (u->replicate_group()) groups.insert(u->replicate_group().get());
+  }
+  dist::CommCounters sum;
+  for (auto* g : groups) {
+    auto c = g->counters();
+    for (int i = 0; i < dist::kNumCollectives; ++i) {
+      sum.bytes[i] += c.bytes[i];
+      sum.calls[i] += c.calls[i];
+    }
+  }
+  return sum;
+}
+
+namespace detail {
+
+FSDPUnit* unit_of(torch::nn::Module& module) { return find_unit(module); }
+void pre_forward(FSDPUnit& unit) { unit.pre_forward(); }
+std::vector<at::Tensor> post_forward(FSDPUnit& unit, std::vector<at::Tensor> outputs) {
+  return unit.post_forward(std::move(outputs));
+}
+void forward_failed(FSDPUnit& unit) { unit.forward_failed(); }
+
+}  // namespace detail
+}  // namespace fsdpp
