@@ -131,7 +131,7 @@ auto& impl_of(M& m) {
 // reduce-scatters their gradients. `module` may be a ModuleHolder, a std::shared_ptr<Impl> or
 // the Impl itself.
 template <typename M, typename... Args>
-auto forward(M& module, Args&&... args) {
+auto forward(M&& module, Args&&... args) {
   auto& impl = detail::impl_of(module);
   FSDPUnit* unit = detail::unit_of(detail::as_module(module));
   if (!unit) return impl.forward(std::forward<Args>(args)...);
