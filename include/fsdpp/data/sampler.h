@@ -1,0 +1,71 @@
+#pragma once
+// Batches of next-token windows, split across data-parallel ranks like PyTorch's
+// DistributedSampler.
+//
+//   fsdpp::data::DistributedSampler sampler(train, {.seq_len = 256, .rank = r, .world_size = n});
+//   auto [inputs, targets] = sampler.next_batch(8);   // (8,256) int64 each; targets = inputs + 1
+//
+// The dataset is cut into non-overlapping windows of seq_len + 1 tokens at stride seq_len
+// (window i starts at token i * seq_len; a window's last token is the next one's first). Each
+// epoch shuffles the window order with a permutation drawn from (seed, epoch) alone, drops the
+// tail that does not divide by world_size, and gives rank r the windows at positions
+// r, r + world_size, r + 2 * world_size, ...: every kept window is seen by exactly one rank per
+// epoch, and the same on every machine. A batch that runs past the end of an epoch continues
+// into the next one.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "fsdpp/data/token_dataset.h"
+
+namespace fsdpp::data {
+
+struct SamplerOptions {
+  int64_t seq_len = 256;
+  int rank = 0;
+  int world_size = 1;
+  uint64_t seed = 0;
+  bool shuffle = true;  // false: windows in file order (still split across ranks)
+};
+
+// Where a sampler is in its stream: saved with a checkpoint, loaded to resume.
+struct SamplerState {
+  int64_t epoch = 0;
+  int64_t position = 0;  // windows of this epoch already returned by this rank
+  bool operator==(const SamplerState&) const = default;
+};
+
+class DistributedSampler {
+ public:
+  // Throws ConfigError when the options are invalid or the dataset has fewer windows than
+  // world_size.
+  DistributedSampler(TokenDataset data, SamplerOptions options);
+
+  // (inputs, targets), each (batch_size, seq_len) int64; targets are inputs shifted by one.
+  std::pair<at::Tensor, at::Tensor> next_batch(int64_t batch_size);
+
+  int64_t num_windows() const { return num_windows_; }          // in the whole dataset
+  int64_t windows_per_rank() const { return windows_per_rank_; }  // per epoch
+  // The token offsets of the windows this rank gets in `epoch`, in the order it gets them.
+  std::vector<int64_t> window_starts(int64_t epoch) const;
+
+  SamplerState state() const { return state_; }
+  // Throws ConfigError when the position is beyond an epoch.
+  void load_state(const SamplerState& state);
+
+ private:
+  const std::vector<int64_t>& order_of(int64_t epoch);
+
+  TokenDataset data_;
+  SamplerOptions options_;
+  int64_t num_windows_ = 0;
+  int64_t windows_per_rank_ = 0;
+  SamplerState state_;
+  int64_t cached_epoch_ = -1;
+  std::vector<int64_t> cached_order_;  // window_starts(cached_epoch_)
+};
+
+}  // namespace fsdpp::data

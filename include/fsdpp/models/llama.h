@@ -1,0 +1,157 @@
+#pragma once
+// A Llama-style decoder: RMSNorm, rotary position embedding, grouped-query attention, SwiGLU.
+//
+//   fsdpp::models::LlamaConfig cfg{.vocab_size = 256, .dim = 256, .n_layers = 4, .n_heads = 8};
+//   fsdpp::models::Llama model(cfg);                     // weights drawn from cfg.seed
+//   for (auto& block : *model->layers) fsdpp::fully_shard(*block, opts);
+//   fsdpp::fully_shard(model, opts);
+//   auto out = fsdpp::forward(model, inputs, targets);   // out.logits (B,T,V), out.loss ()
+//
+// Parameter names follow Meta's / torchtitan's Llama (tok_embeddings.weight,
+// layers.0.attention.wq.weight, layers.0.feed_forward.w1.weight, norm.weight, output.weight), and
+// so does the rotary embedding: it rotates interleaved pairs (x[2i], x[2i+1]) of each head.
+// Hugging Face checkpoints name the same tensors differently and store wq/wk with rotate-half
+// row order; a converter maps names and permutes those rows.
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include <ATen/core/Generator.h>
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace fsdpp::models {
+
+struct LlamaConfig {
+  int64_t vocab_size = 256;
+  int64_t dim = 256;
+  int64_t n_layers = 4;
+  int64_t n_heads = 8;
+  int64_t n_kv_heads = 0;  // 0 = n_heads (plain multi-head attention); fewer = grouped-query
+  int64_t ffn_hidden = 0;  // 0 = Llama's rule: 2/3 * 4 * dim, rounded up to multiple_of
+  int64_t multiple_of = 32;
+  int64_t max_seq_len = 256;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000;
+  bool tie_embeddings = false;  // output projection reuses tok_embeddings.weight
+  uint64_t seed = 0;            // weights depend on this alone, never on ranks or strategy
+  double init_std = 0.02;
+
+  // Throws ConfigError ("[models] LlamaConfig.<field>=<value> ...; expected ...").
+  void validate() const;
+  int64_t kv_heads() const { return n_kv_heads == 0 ? n_heads : n_kv_heads; }
+  int64_t head_dim() const { return dim / n_heads; }
+  int64_t ffn_hidden_dim() const;  // ffn_hidden, or Llama's rule when it is 0
+};
+
+// x * rsqrt(mean(x^2) + eps) * weight, normalised in at least float32.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  at::Tensor forward(const at::Tensor& x);  // (..., dim) -> (..., dim)
+
+  at::Tensor weight;  // (dim)
+  double eps;
+};
+TORCH_MODULE(RMSNorm);
+
+// Causal self-attention with grouped-query heads and rotary position embedding.
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const LlamaConfig& cfg);
+  at::Tensor forward(const at::Tensor& x);  // (B,T,C) -> (B,T,C)
+
+  torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+  // (max_seq_len, head_dim/2): derived from the config, not learned. Registered as buffers so
+  // that module.to(device) moves them; checkpoints skip them (see is_non_persistent_buffer).
+  at::Tensor rope_cos, rope_sin;
+  int64_t n_heads, n_kv_heads, head_dim;
+};
+TORCH_MODULE(Attention);
+
+// SwiGLU: w2(silu(w1 x) * w3 x).
+class FeedForwardImpl : public torch::nn::Module {
+ public:
+  FeedForwardImpl(int64_t dim, int64_t hidden);
+  at::Tensor forward(const at::Tensor& x);  // (B,T,C) -> (B,T,C)
+
+  torch::nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+};
+TORCH_MODULE(FeedForward);
+
+// Pre-norm residual block: h = x + attention(norm(x)); out = h + feed_forward(norm(h)).
+class TransformerBlockImpl : public torch::nn::Module {
+ public:
+  explicit TransformerBlockImpl(const LlamaConfig& cfg);
+  at::Tensor forward(const at::Tensor& x);  // (B,T,C) -> (B,T,C)
+
+  RMSNorm attention_norm{nullptr};
+  Attention attention{nullptr};
+  RMSNorm ffn_norm{nullptr};
+  FeedForward feed_forward{nullptr};
+};
+TORCH_MODULE(TransformerBlock);
+
+struct LlamaOutput {
+  at::Tensor logits;  // (B,T,V)
+  at::Tensor loss;    // () mean cross entropy over targets != -100; undefined without targets
+};
+// Lets fsdpp::forward hook both tensors of the result (see fully_shard.h).
+template <class F>
+void fsdpp_visit_tensors(LlamaOutput& o, F&& f) {
+  f(o.logits);
+  if (o.loss.defined()) f(o.loss);
+}
+
+class LlamaImpl : public torch::nn::Module {
+ public:
+  explicit LlamaImpl(const LlamaConfig& cfg);  // validates cfg, then init_weights()
+
+  at::Tensor forward(const at::Tensor& tokens);  // (B,T) int64 -> logits (B,T,V)
+  // Logits and the mean cross entropy against targets (B,T) int64; -100 marks ignored positions.
+  LlamaOutput forward(const at::Tensor& tokens, const at::Tensor& targets);
+
+  // Redraws every weight from cfg.seed in a fixed order with a private generator: the same seed
+  // gives the same model on any rank, under any world size or sharding strategy.
+  void init_weights();
+
+  const LlamaConfig& config() const { return cfg_; }
+
+  torch::nn::Embedding tok_embeddings{nullptr};
+  torch::nn::ModuleList layers{nullptr};  // of TransformerBlock
+  RMSNorm norm{nullptr};
+  torch::nn::Linear output{nullptr};  // null when cfg.tie_embeddings
+
+ private:
+  at::Tensor hidden_to_logits(const at::Tensor& tokens);
+
+  LlamaConfig cfg_;
+};
+TORCH_MODULE(Llama);
+
+// Mean cross entropy of logits (..., V) against targets (...), ignoring targets == -100;
+// computed in float32 or wider whatever the logits' dtype.
+at::Tensor token_cross_entropy(const at::Tensor& logits, const at::Tensor& targets);
+
+// True for buffers that are derived from the config (the rotary tables) and so belong in no
+// checkpoint, as PyTorch's register_buffer(persistent=False).
+bool is_non_persistent_buffer(std::string_view name);
+
+// The number of parameter elements the module holds (shared tensors counted once). Under FSDP
+// that is this rank's shards.
+int64_t num_parameters(const torch::nn::Module& module);
+
+// Autoregressive sampling without a KV cache: appends n_new tokens to prompt (T0) or (B,T0) and
+// returns (B, T0 + n_new) (or (T0 + n_new) for a 1-D prompt). The context is cropped to the last
+// max_seq_len tokens. temperature == 0 is greedy; top_k > 0 keeps the k most likely tokens.
+// Runs the model through fsdpp::forward, so a sharded model works when every rank calls this
+// with the same prompt and an identically seeded generator.
+at::Tensor generate(Llama& model, const at::Tensor& prompt, int64_t n_new, double temperature = 1.0,
+                    int64_t top_k = 0, std::optional<at::Generator> generator = std::nullopt);
+
+}  // namespace fsdpp::models

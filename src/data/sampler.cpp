@@ -1,0 +1,101 @@
+#include "fsdpp/data/sampler.h"
+
+#include <ATen/ops/empty.h>
+
+#include <numeric>
+
+#include "fsdpp/common/error.h"
+
+namespace fsdpp::data {
+namespace {
+
+// SplitMix64: a tiny generator whose output is fixed by its definition (std::shuffle and the
+// std distributions differ between standard libraries, and so would the epochs).
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Uniform in [0, n) without modulo bias.
+uint64_t uniform_below(uint64_t n, uint64_t& state) {
+  const uint64_t threshold = (0 - n) % n;  // 2^64 mod n
+  for (;;) {
+    const uint64_t r = splitmix64(state);
+    if (r >= threshold) return r % n;
+  }
+}
+
+}  // namespace
+
+DistributedSampler::DistributedSampler(TokenDataset data, SamplerOptions options)
+    : data_(std::move(data)), options_(options) {
+  FSDPP_CHECK_AS(ConfigError, options_.seq_len >= 1,
+                 "[data] sampler seq_len={} is not positive; expected >= 1", options_.seq_len);
+  FSDPP_CHECK_AS(ConfigError, options_.world_size >= 1,
+                 "[data] sampler world_size={} is not positive; expected >= 1",
+                 options_.world_size);
+  FSDPP_CHECK_AS(ConfigError, options_.rank >= 0 && options_.rank < options_.world_size,
+                 "[data] sampler rank={} is out of range; expected 0 <= rank < world_size={}",
+                 options_.rank, options_.world_size);
+  // Window i covers tokens [i*T, i*T + T + 1), so it needs i*T + T + 1 <= n.
+  num_windows_ = data_.size() > 0 ? (data_.size() - 1) / options_.seq_len : 0;
+  windows_per_rank_ = num_windows_ / options_.world_size;
+  FSDPP_CHECK_AS(ConfigError, windows_per_rank_ >= 1,
+                 "[data] {} tokens make {} windows of seq_len+1={} tokens, fewer than "
+                 "world_size={}; expected at least one window per rank (use more data or a "
+                 "shorter seq_len)",
+                 data_.size(), num_windows_, options_.seq_len + 1, options_.world_size);
+}
+
+std::vector<int64_t> DistributedSampler::window_starts(int64_t epoch) const {
+  std::vector<int64_t> order(static_cast<size_t>(num_windows_));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (options_.shuffle) {
+    uint64_t state = options_.seed ^ (0xd1b54a32d192ed03ULL * static_cast<uint64_t>(epoch + 1));
+    for (size_t i = order.size(); i > 1; --i) {  // Fisher-Yates
+      std::swap(order[i - 1], order[uniform_below(i, state)]);
+    }
+  }
+  std::vector<int64_t> mine(static_cast<size_t>(windows_per_rank_));
+  for (int64_t k = 0; k < windows_per_rank_; ++k) {
+    mine[k] = order[k * options_.world_size + options_.rank] * options_.seq_len;
+  }
+  return mine;
+}
+
+const std::vector<int64_t>& DistributedSampler::order_of(int64_t epoch) {
+  if (epoch != cached_epoch_) {
+    cached_order_ = window_starts(epoch);
+    cached_epoch_ = epoch;
+  }
+  return cached_order_;
+}
+
+std::pair<at::Tensor, at::Tensor> DistributedSampler::next_batch(int64_t batch_size) {
+  FSDPP_CHECK_AS(ConfigError, batch_size >= 1,
+                 "[data] batch_size={} is not positive; expected >= 1", batch_size);
+  const int64_t T = options_.seq_len;
+  auto windows = at::empty({batch_size, T + 1}, at::TensorOptions().dtype(at::kLong));  // (B,T+1)
+  for (int64_t b = 0; b < batch_size; ++b) {
+    if (state_.position == windows_per_rank_) {
+      ++state_.epoch;
+      state_.position = 0;
+    }
+    const int64_t start = order_of(state_.epoch)[state_.position++];
+    windows[b].copy_(data_.slice(start, start + T + 1));
+  }
+  return {windows.narrow(1, 0, T).contiguous(), windows.narrow(1, 1, T).contiguous()};
+}
+
+void DistributedSampler::load_state(const SamplerState& state) {
+  FSDPP_CHECK_AS(ConfigError,
+                 state.epoch >= 0 && state.position >= 0 && state.position <= windows_per_rank_,
+                 "[data] sampler state (epoch={}, position={}) is out of range; expected epoch "
+                 ">= 0 and 0 <= position <= {} windows per rank",
+                 state.epoch, state.position, windows_per_rank_);
+  state_ = state;
+}
+
+}  // namespace fsdpp::data

@@ -1,0 +1,332 @@
+#include "fsdpp/models/llama.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Tensor.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/options/loss.h>
+#include <torch/utils.h>
+
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <unordered_set>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/fully_shard.h"
+
+namespace fsdpp::models {
+namespace {
+
+// Every block runs through here so that a block made an FSDP unit gathers its parameters.
+at::Tensor run_block(TransformerBlockImpl& block, const at::Tensor& x) {
+  return fsdpp::forward(block, x);
+}
+
+// Normalisation and rotary maths in at least float32, as Meta's reference does for bf16.
+at::ScalarType compute_dtype(const at::Tensor& x) {
+  return at::promote_types(x.scalar_type(), at::kFloat);
+}
+
+// Rotates each interleaved pair (x[2i], x[2i+1]) of every head by angle t * theta^(-2i/D).
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  // x: (B,T,H,D); cos, sin: (max_seq_len, D/2)
+  const int64_t T = x.size(1), half = x.size(3) / 2;
+  auto xc = x.to(compute_dtype(x)).unflatten(-1, {half, 2});  // (B,T,H,D/2,2)
+  auto x0 = xc.select(-1, 0), x1 = xc.select(-1, 1);
+  auto c = cos.narrow(0, 0, T).view({1, T, 1, half}).to(xc.scalar_type());
+  auto s = sin.narrow(0, 0, T).view({1, T, 1, half}).to(xc.scalar_type());
+  auto out = at::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1).flatten(-2);  // (B,T,H,D)
+  return out.to(x.scalar_type());
+}
+
+// (B,T,Hkv,D) -> (B,T,Hkv*n_rep,D): kv head j serves query heads j*n_rep .. (j+1)*n_rep-1.
+at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
+  if (n_rep == 1) return x;
+  const auto B = x.size(0), T = x.size(1), Hkv = x.size(2), D = x.size(3);
+  return x.unsqueeze(3).expand({B, T, Hkv, n_rep, D}).reshape({B, T, Hkv * n_rep, D});
+}
+
+// torch::nn::Linear and Embedding draw their default init from the global generator; the
+// model's weights come from its own generator, so put the global one back as it was found.
+// The generator's mutex guards against ranks-as-threads building models at the same time.
+class GlobalRngRestorer {
+ public:
+  GlobalRngRestorer() {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    state_ = gen.get_state();
+  }
+  ~GlobalRngRestorer() {
+    try {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(state_);
+    } catch (...) {  // destructors never throw; losing the restore only costs reproducibility
+    }
+  }
+
+ private:
+  at::Tensor state_;
+};
+
+void check_positive(std::string_view field, int64_t value) {
+  FSDPP_CHECK_AS(ConfigError, value > 0, "[models] LlamaConfig.{}={} is not positive; expected > 0",
+                 field, value);
+}
+
+}  // namespace
+
+void LlamaConfig::validate() const {
+  check_positive("vocab_size", vocab_size);
+  check_positive("dim", dim);
+  check_positive("n_layers", n_layers);
+  check_positive("n_heads", n_heads);
+  check_positive("max_seq_len", max_seq_len);
+  check_positive("multiple_of", multiple_of);
+  FSDPP_CHECK_AS(ConfigError, n_kv_heads >= 0,
+                 "[models] LlamaConfig.n_kv_heads={} is negative; expected 0 (= n_heads) or a "
+                 "divisor of n_heads={}",
+                 n_kv_heads, n_heads);
+  FSDPP_CHECK_AS(ConfigError, ffn_hidden >= 0,
+                 "[models] LlamaConfig.ffn_hidden={} is negative; expected 0 (Llama's rule) or > 0",
+                 ffn_hidden);
+  FSDPP_CHECK_AS(ConfigError, dim % n_heads == 0,
+                 "[models] LlamaConfig.dim={} is not divisible by n_heads={}; expected dim % "
+                 "n_heads == 0",
+                 dim, n_heads);
+  FSDPP_CHECK_AS(ConfigError, head_dim() % 2 == 0,
+                 "[models] LlamaConfig.dim={} / n_heads={} gives head_dim={}, which is odd; "
+                 "rotary embedding needs an even head_dim",
+                 dim, n_heads, head_dim());
+  FSDPP_CHECK_AS(ConfigError, n_heads % kv_heads() == 0,
+                 "[models] LlamaConfig.n_kv_heads={} does not divide n_heads={}; expected n_heads "
+                 "% n_kv_heads == 0",
+                 n_kv_heads, n_heads);
+  FSDPP_CHECK_AS(ConfigError, norm_eps > 0 && std::isfinite(norm_eps),
+                 "[models] LlamaConfig.norm_eps={} is not a positive number; expected > 0",
+                 norm_eps);
+  FSDPP_CHECK_AS(ConfigError, rope_theta > 0 && std::isfinite(rope_theta),
+                 "[models] LlamaConfig.rope_theta={} is not a positive number; expected > 0",
+                 rope_theta);
+  FSDPP_CHECK_AS(ConfigError, init_std >= 0 && std::isfinite(init_std),
+                 "[models] LlamaConfig.init_std={} is not a number >= 0; expected >= 0", init_std);
+}
+
+int64_t LlamaConfig::ffn_hidden_dim() const {
+  if (ffn_hidden > 0) return ffn_hidden;
+  const int64_t hidden = 2 * (4 * dim) / 3;
+  return multiple_of * ((hidden + multiple_of - 1) / multiple_of);
+}
+
+// ---- RMSNorm ----
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
+  auto xc = x.to(compute_dtype(x));
+  auto normed = xc * at::rsqrt(xc.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return normed.to(x.scalar_type()) * weight;
+}
+
+// ---- Attention ----
+
+AttentionImpl::AttentionImpl(const LlamaConfig& cfg)
+    : n_heads(cfg.n_heads), n_kv_heads(cfg.kv_heads()), head_dim(cfg.head_dim()) {
+  auto linear = [](int64_t in, int64_t out) {
+    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+  };
+  wq = register_module("wq", linear(cfg.dim, n_heads * head_dim));
+  wk = register_module("wk", linear(cfg.dim, n_kv_heads * head_dim));
+  wv = register_module("wv", linear(cfg.dim, n_kv_heads * head_dim));
+  wo = register_module("wo", linear(n_heads * head_dim, cfg.dim));
+
+  // Angles in double, stored in float32: position t, pair i -> t * theta^(-2i/D).
+  auto i = torch::arange(0, head_dim, 2, torch::kDouble);                   // (D/2)
+  auto inv_freq = torch::pow(cfg.rope_theta, -i / static_cast<double>(head_dim));
+  auto t = torch::arange(cfg.max_seq_len, torch::kDouble);                  // (T)
+  auto angles = torch::outer(t, inv_freq);                                  // (T, D/2)
+  rope_cos = register_buffer("rope_cos", angles.cos().to(torch::kFloat));
+  rope_sin = register_buffer("rope_sin", angles.sin().to(torch::kFloat));
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1);
+  auto q = wq(x).view({B, T, n_heads, head_dim});
+  auto k = wk(x).view({B, T, n_kv_heads, head_dim});
+  auto v = wv(x).view({B, T, n_kv_heads, head_dim});
+  q = apply_rope(q, rope_cos, rope_sin);
+  k = apply_rope(k, rope_cos, rope_sin);
+  k = repeat_kv(k, n_heads / n_kv_heads);
+  v = repeat_kv(v, n_heads / n_kv_heads);
+  // (B,H,T,D) for attention; is_causal masks position j > i.
+  auto y = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                            v.transpose(1, 2), /*attn_mask=*/{},
+                                            /*dropout_p=*/0.0, /*is_causal=*/true);
+  return wo(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
+}
+
+// ---- FeedForward ----
+
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
+  auto linear = [](int64_t in, int64_t out) {
+    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+  };
+  w1 = register_module("w1", linear(dim, hidden));
+  w2 = register_module("w2", linear(hidden, dim));
+  w3 = register_module("w3", linear(dim, hidden));
+}
+
+at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
+  return w2(at::silu(w1(x)) * w3(x));
+}
+
+// ---- TransformerBlock ----
+
+TransformerBlockImpl::TransformerBlockImpl(const LlamaConfig& cfg) {
+  attention_norm = register_module("attention_norm", RMSNorm(cfg.dim, cfg.norm_eps));
+  attention = register_module("attention", Attention(cfg));
+  ffn_norm = register_module("ffn_norm", RMSNorm(cfg.dim, cfg.norm_eps));
+  feed_forward = register_module("feed_forward", FeedForward(cfg.dim, cfg.ffn_hidden_dim()));
+}
+
+at::Tensor TransformerBlockImpl::forward(const at::Tensor& x) {
+  auto h = x + attention(attention_norm(x));
+  return h + feed_forward(ffn_norm(h));
+}
+
+// ---- Llama ----
+
+LlamaImpl::LlamaImpl(const LlamaConfig& cfg) : cfg_(cfg) {
+  cfg_.validate();
+  GlobalRngRestorer restore_global_rng;
+  tok_embeddings = register_module("tok_embeddings", torch::nn::Embedding(cfg.vocab_size, cfg.dim));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg.n_layers; ++i) layers->push_back(TransformerBlock(cfg_));
+  norm = register_module("norm", RMSNorm(cfg.dim, cfg.norm_eps));
+  if (!cfg.tie_embeddings) {
+    output = register_module(
+        "output", torch::nn::Linear(torch::nn::LinearOptions(cfg.dim, cfg.vocab_size).bias(false)));
+  }
+  init_weights();
+}
+
+void LlamaImpl::init_weights() {
+  torch::NoGradGuard no_grad;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(cfg_.seed);
+  // Drawn in float32 on the CPU whatever the parameter's dtype and device, so the values
+  // depend on the seed alone.
+  auto draw = [&](at::Tensor& w, double std) {
+    auto values = at::empty(w.sizes(), at::TensorOptions().dtype(at::kFloat));
+    values.normal_(0.0, std, gen);
+    w.copy_(values);
+  };
+  // Residual projections are scaled down so the residual stream's variance does not grow
+  // with depth (GPT-2).
+  const double residual_std = cfg_.init_std / std::sqrt(2.0 * static_cast<double>(cfg_.n_layers));
+  draw(tok_embeddings->weight, cfg_.init_std);
+  for (size_t i = 0; i < layers->size(); ++i) {
+    auto& block = *layers->ptr<TransformerBlockImpl>(i);
+    draw(block.attention->wq->weight, cfg_.init_std);
+    draw(block.attention->wk->weight, cfg_.init_std);
+    draw(block.attention->wv->weight, cfg_.init_std);
+    draw(block.attention->wo->weight, residual_std);
+    draw(block.feed_forward->w1->weight, cfg_.init_std);
+    draw(block.feed_forward->w3->weight, cfg_.init_std);
+    draw(block.feed_forward->w2->weight, residual_std);
+    block.attention_norm->weight.fill_(1.0);
+    block.ffn_norm->weight.fill_(1.0);
+  }
+  norm->weight.fill_(1.0);
+  if (output) draw(output->weight, cfg_.init_std);
+}
+
+at::Tensor LlamaImpl::hidden_to_logits(const at::Tensor& tokens) {
+  FSDPP_CHECK_AS(ConfigError, tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
+                 "[models] Llama tokens must be (B,T) int64; got {} dims of {}", tokens.dim(),
+                 c10::toString(tokens.scalar_type()));
+  FSDPP_CHECK_AS(ConfigError, tokens.size(1) >= 1 && tokens.size(1) <= cfg_.max_seq_len,
+                 "[models] Llama sequence length T={} is out of range; expected 1 <= T <= "
+                 "max_seq_len={}",
+                 tokens.size(1), cfg_.max_seq_len);
+  auto h = tok_embeddings(tokens);  // (B,T,C)
+  for (size_t i = 0; i < layers->size(); ++i) {
+    h = run_block(*layers->ptr<TransformerBlockImpl>(i), h);
+  }
+  h = norm(h);
+  if (output) return output(h);                       // (B,T,V)
+  return at::linear(h, tok_embeddings->weight);       // tied: (B,T,C) x (V,C)^T
+}
+
+at::Tensor LlamaImpl::forward(const at::Tensor& tokens) { return hidden_to_logits(tokens); }
+
+LlamaOutput LlamaImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {
+  FSDPP_CHECK_AS(ConfigError, targets.sizes() == tokens.sizes(),
+                 "[models] Llama targets have shape {}; expected the tokens' shape {}",
+                 targets.sizes(), tokens.sizes());
+  LlamaOutput out;
+  out.logits = hidden_to_logits(tokens);
+  out.loss = token_cross_entropy(out.logits, targets);
+  return out;
+}
+
+// ---- free functions ----
+
+at::Tensor token_cross_entropy(const at::Tensor& logits, const at::Tensor& targets) {
+  auto flat = logits.reshape({-1, logits.size(-1)});
+  flat = flat.to(compute_dtype(flat));
+  namespace F = torch::nn::functional;
+  return F::cross_entropy(flat, targets.reshape({-1}),
+                          F::CrossEntropyFuncOptions().ignore_index(-100));
+}
+
+bool is_non_persistent_buffer(std::string_view name) {
+  return name.ends_with("rope_cos") || name.ends_with("rope_sin");
+}
+
+int64_t num_parameters(const torch::nn::Module& module) {
+  std::unordered_set<const void*> seen;
+  int64_t n = 0;
+  for (const auto& p : module.parameters()) {
+    if (seen.insert(p.unsafeGetTensorImpl()).second) n += p.numel();
+  }
+  return n;
+}
+
+at::Tensor generate(Llama& model, const at::Tensor& prompt, int64_t n_new, double temperature,
+                    int64_t top_k, std::optional<at::Generator> generator) {
+  FSDPP_CHECK_AS(ConfigError, (prompt.dim() == 1 || prompt.dim() == 2) && prompt.size(-1) > 0,
+                 "[models] generate: prompt must be (T) or (B,T) with T >= 1; got shape {}",
+                 prompt.sizes());
+  FSDPP_CHECK_AS(ConfigError, n_new >= 0, "[models] generate: n_new={} is negative", n_new);
+  FSDPP_CHECK_AS(ConfigError, temperature >= 0,
+                 "[models] generate: temperature={} is negative; expected 0 (greedy) or > 0",
+                 temperature);
+  torch::NoGradGuard no_grad;
+  const int64_t max_len = model->config().max_seq_len;
+  const int64_t vocab = model->config().vocab_size;
+  auto tokens = (prompt.dim() == 1 ? prompt.unsqueeze(0) : prompt)
+                    .to(model->tok_embeddings->weight.device(), at::kLong);  // (B,T0)
+  for (int64_t step = 0; step < n_new; ++step) {
+    const int64_t len = tokens.size(1);
+    auto context = len > max_len ? tokens.narrow(1, len - max_len, max_len) : tokens;
+    at::Tensor logits = fsdpp::forward(model, context);     // (B,t,V)
+    auto last = logits.select(1, -1).to(at::kFloat);         // (B,V)
+    at::Tensor next;                                         // (B,1)
+    if (temperature == 0) {
+      next = last.argmax(-1, /*keepdim=*/true);
+    } else {
+      last = last / temperature;
+      if (top_k > 0 && top_k < vocab) {
+        auto kth = std::get<0>(last.topk(top_k, -1)).narrow(-1, top_k - 1, 1);  // (B,1)
+        last = last.masked_fill(last < kth, -std::numeric_limits<float>::infinity());
+      }
+      next = at::multinomial(last.softmax(-1), 1, /*replacement=*/false, generator);
+    }
+    tokens = at::cat({tokens, next}, 1);
+  }
+  return prompt.dim() == 1 ? tokens.squeeze(0) : tokens;
+}
+
+}  // namespace fsdpp::models

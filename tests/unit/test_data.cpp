@@ -1,0 +1,327 @@
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/data/sampler.h"
+#include "fsdpp/data/token_dataset.h"
+#include "fsdpp/data/tokenizer.h"
+
+using namespace fsdpp::data;
+using fsdpp::ConfigError;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Not std::filesystem::remove_all: libtorch.so exports its own copy of it, bound to weak
+// libstdc++ internals that Debian 12's libstdc++ lacks, and calling it jumps to address 0.
+void remove_tree(const fs::path& p) {
+  std::error_code ec;
+  if (fs::is_directory(fs::symlink_status(p, ec))) {
+    for (const auto& e : fs::directory_iterator(p)) remove_tree(e.path());
+  }
+  fs::remove(p, ec);
+}
+
+class DataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           fmt::format("fsdpp_test_data_{}_{}", ::getpid(), info->name());
+    remove_tree(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { remove_tree(dir_); }
+
+  fs::path write(const std::string& name, const std::string& content) {
+    auto path = dir_ / name;
+    std::ofstream(path, std::ios::binary) << content;
+    return path;
+  }
+
+  fs::path dir_;
+};
+
+// Sentences over a small word list: enough repetition for a BPE vocabulary to form.
+std::string corpus(int lines) {
+  const char* words[] = {"the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog",
+                         "shard", "gather", "reduce", "scatter", "rank", "tensor", "2024"};
+  std::string text;
+  uint64_t s = 12345;
+  for (int i = 0; i < lines; ++i) {
+    const int n = 3 + static_cast<int>(i % 7);
+    for (int w = 0; w < n; ++w) {
+      s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+      text += words[(s >> 33) % 15];
+      text += w + 1 < n ? " " : ".\n";
+    }
+  }
+  return text;
+}
+
+int64_t mtime_ns(const fs::path& p) {
+  struct stat st {};
+  ::stat(p.c_str(), &st);
+  return int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A byte tokenizer that claims a vocabulary too big for uint16 tokens.
+class WideByteTokenizer : public Tokenizer {
+ public:
+  std::vector<int32_t> encode(std::string_view text) const override {
+    auto ids = ByteTokenizer().encode(text);
+    for (auto& id : ids) id += 65536;
+    return ids;
+  }
+  std::string decode(std::span<const int32_t>) const override { return ""; }
+  int64_t vocab_size() const override { return 70000; }
+  std::string name() const override { return "wide-byte"; }
+};
+
+}  // namespace
+
+TEST(ByteTokenizer, RoundTripsEveryByte) {
+  ByteTokenizer tok;
+  std::string all;
+  for (int b = 0; b < 256; ++b) all.push_back(static_cast<char>(b));
+  all += "héllo wörld ✓";
+  auto ids = tok.encode(all);
+  EXPECT_EQ(ids.size(), all.size());
+  EXPECT_EQ(ids[255], 255);
+  EXPECT_EQ(tok.decode(ids), all);
+  EXPECT_EQ(tok.vocab_size(), 256);
+  std::vector<int32_t> bad = {65, 256};
+  EXPECT_THROW(tok.decode(bad), fsdpp::Error);
+  EXPECT_EQ(make_tokenizer("byte")->name(), "byte");
+}
+
+TEST_F(DataTest, SentencePieceTrainsAndRoundTrips) {
+  auto text = write("corpus.txt", corpus(400));
+  const auto prefix = (dir_ / "spm").string();
+  SentencePieceTokenizer::train(text.string(), prefix, 120);
+  ASSERT_TRUE(fs::exists(prefix + ".model"));
+  auto tok = make_tokenizer(prefix + ".model");
+  EXPECT_EQ(tok->vocab_size(), 120);
+  EXPECT_EQ(tok->name().rfind("sentencepiece:", 0), 0u) << tok->name();
+
+  // Leading, doubled and trailing spaces and newlines come back as written.
+  const std::string sample = " the lazy dog jumps over  the fox.\nshard gather 2024\n\nreduce ";
+  auto ids = tok->encode(sample);
+  EXPECT_LT(ids.size(), sample.size());  // merges happened
+  EXPECT_EQ(tok->decode(ids), sample);
+
+  // A dataset encoded through it decodes to the whole text.
+  auto data = TokenDataset::open(text, *tok);
+  auto all = data.slice(0, data.size());
+  std::vector<int32_t> back(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + all.numel());
+  std::ifstream in(text);
+  std::string original((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(tok->decode(back), original);
+
+  std::vector<int32_t> bad = {1, 120};
+  EXPECT_THROW(tok->decode(bad), fsdpp::Error);
+  auto e = error_of([&] { SentencePieceTokenizer((dir_ / "none.model").string()); });
+  EXPECT_NE(e.find("none.model"), std::string::npos) << e;
+  e = error_of([&] { SentencePieceTokenizer(text.string()); });
+  EXPECT_NE(e.find("is not a SentencePiece model"), std::string::npos) << e;
+  e = error_of([&] { SentencePieceTokenizer::train((dir_ / "missing.txt").string(), prefix, 50); });
+  EXPECT_NE(e.find("missing.txt"), std::string::npos) << e;
+}
+
+TEST_F(DataTest, CacheIsReusedAndRebuiltOnChange) {
+  ByteTokenizer tok;
+  auto text = write("a.txt", "hello world\nsecond line\n");
+  auto first = TokenDataset::open(text, tok);
+  EXPECT_FALSE(first.reused_cache());
+  EXPECT_EQ(first.size(), 24);
+  EXPECT_EQ(first.cache_path().parent_path(), dir_ / ".fsdpp-cache");
+  const auto written = mtime_ns(first.cache_path());
+
+  auto second = TokenDataset::open(text, tok);
+  EXPECT_TRUE(second.reused_cache());
+  EXPECT_EQ(mtime_ns(second.cache_path()), written);
+  EXPECT_TRUE(torch::equal(second.slice(0, 24), first.slice(0, 24)));
+  EXPECT_EQ(second.token(0), 'h');
+
+  // New content of the same size: the hash differs, so it is encoded again.
+  write("a.txt", "HELLO world\nsecond line\n");
+  auto third = TokenDataset::open(text, tok);
+  EXPECT_FALSE(third.reused_cache());
+  EXPECT_EQ(third.token(0), 'H');
+  EXPECT_EQ(first.token(0), 'h');  // the old mapping stays valid after the rename
+
+  // Another tokenizer gets a token file of its own, in a cache directory of the caller's.
+  auto wide = TokenDataset::open(text, WideByteTokenizer(), {.cache_dir = dir_ / "c"});
+  EXPECT_FALSE(wide.reused_cache());
+  EXPECT_EQ(wide.cache_path().parent_path(), dir_ / "c");
+  EXPECT_EQ(wide.token(0), 65536 + 'H');  // stored as uint32
+  EXPECT_EQ(wide.vocab_size(), 70000);
+  EXPECT_GE(fs::file_size(wide.cache_path()), 24u * 4);
+  EXPECT_TRUE(TokenDataset::open(text, tok).reused_cache());
+  // No temporary files are left behind.
+  for (const auto& e : fs::directory_iterator(dir_ / ".fsdpp-cache")) {
+    EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << e.path();
+  }
+}
+
+TEST_F(DataTest, LargeTextIsEncodedInChunks) {
+  std::string big;
+  while (big.size() < 2'500'000) big += corpus(50);
+  auto text = write("big.txt", big);
+  auto data = TokenDataset::open(text, ByteTokenizer());
+  ASSERT_EQ(data.size(), static_cast<int64_t>(big.size()));
+  auto all = data.slice(0, data.size());
+  auto expected = torch::from_blob(big.data(), {static_cast<int64_t>(big.size())}, torch::kUInt8)
+                      .to(torch::kLong);
+  EXPECT_TRUE(torch::equal(all, expected));
+}
+
+TEST_F(DataTest, SplitTakesValidationFromTheTail) {
+  auto data = TokenDataset::open(write("s.txt", std::string(1000, 'x') + "0123456789"),
+                                 ByteTokenizer());
+  auto [train, val] = data.split(0.01);
+  EXPECT_EQ(train.size(), 1000);
+  EXPECT_EQ(val.size(), 10);
+  EXPECT_EQ(val.token(0), '0');
+  EXPECT_EQ(val.token(9), '9');
+  EXPECT_EQ(data.split(0.0).second.size(), 0);
+  EXPECT_THROW(data.split(1.0), ConfigError);
+  EXPECT_THROW(val.token(10), fsdpp::Error);
+}
+
+TEST_F(DataTest, BadInputNamesThePath) {
+  ByteTokenizer tok;
+  auto missing = dir_ / "missing.txt";
+  auto e = error_of([&] { TokenDataset::open(missing, tok); });
+  EXPECT_NE(e.find(fmt::format("[data] text file '{}' does not exist", missing.string())),
+            std::string::npos)
+      << e;
+  auto empty = write("empty.txt", "");
+  e = error_of([&] { TokenDataset::open(empty, tok); });
+  EXPECT_NE(e.find(fmt::format("[data] text file '{}' is empty", empty.string())),
+            std::string::npos)
+      << e;
+  auto binary = write("model.bin", std::string("abc\0def", 7));
+  e = error_of([&] { TokenDataset::open(binary, tok); });
+  EXPECT_NE(e.find(fmt::format("[data] '{}' is not a text file: it has a NUL byte at offset 3",
+                               binary.string())),
+            std::string::npos)
+      << e;
+  e = error_of([&] { TokenDataset::open(dir_, tok); });
+  EXPECT_NE(e.find("is not a regular file"), std::string::npos) << e;
+}
+
+namespace {
+// A dataset whose token i is i % 256 for easy checking of windows: `windows` windows of T.
+TokenDataset counting_dataset(const fs::path& dir, int64_t windows, int64_t T, int64_t extra = 1) {
+  std::string text;
+  for (int64_t i = 0; i < windows * T + extra; ++i) text.push_back(static_cast<char>(1 + i % 200));
+  auto path = dir / fmt::format("count_{}_{}_{}.txt", windows, T, extra);
+  std::ofstream(path, std::ios::binary) << text;
+  return TokenDataset::open(path, ByteTokenizer());
+}
+}  // namespace
+
+TEST_F(DataTest, EachWindowGoesToExactlyOneRankPerEpoch) {
+  const int64_t T = 8;
+  for (int64_t n_windows : {12, 13}) {
+    auto data = counting_dataset(dir_, n_windows, T);
+    for (int world = 1; world <= 4; ++world) {
+      for (int64_t epoch : {0, 1}) {
+        std::multiset<int64_t> seen;
+        for (int rank = 0; rank < world; ++rank) {
+          DistributedSampler s(data, {.seq_len = T, .rank = rank, .world_size = world, .seed = 5});
+          EXPECT_EQ(s.num_windows(), n_windows);
+          EXPECT_EQ(s.windows_per_rank(), n_windows / world);
+          for (int64_t start : s.window_starts(epoch)) seen.insert(start);
+        }
+        const auto kept = static_cast<size_t>(n_windows / world * world);
+        ASSERT_EQ(seen.size(), kept) << "world " << world;
+        EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), kept) << "world " << world;
+        for (int64_t start : seen) {
+          EXPECT_EQ(start % T, 0);
+          EXPECT_LE(start + T + 1, data.size());
+        }
+        // 12 windows divide by 1..4: then every window is seen.
+        if (n_windows == 12) EXPECT_EQ(*seen.rbegin(), 11 * T);
+      }
+    }
+  }
+}
+
+TEST_F(DataTest, BatchesAreShiftedWindowsAndDeterministic) {
+  const int64_t T = 8;
+  auto data = counting_dataset(dir_, 20, T);
+  SamplerOptions opts{.seq_len = T, .rank = 1, .world_size = 2, .seed = 3};
+  DistributedSampler a(data, opts), b(data, opts);
+  auto [x, y] = a.next_batch(4);
+  EXPECT_EQ(x.sizes(), (std::vector<int64_t>{4, T}));
+  EXPECT_EQ(x.scalar_type(), torch::kLong);
+  const auto starts = a.window_starts(0);
+  for (int64_t i = 0; i < 4; ++i) {
+    auto window = data.slice(starts[i], starts[i] + T + 1);
+    EXPECT_TRUE(torch::equal(x[i], window.narrow(0, 0, T)));
+    EXPECT_TRUE(torch::equal(y[i], window.narrow(0, 1, T)));
+  }
+  auto [bx, by] = b.next_batch(4);
+  EXPECT_TRUE(torch::equal(x, bx));
+  // Epochs and seeds reorder; shuffle=false keeps file order.
+  EXPECT_NE(a.window_starts(0), a.window_starts(1));
+  opts.seed = 4;
+  EXPECT_NE(DistributedSampler(data, opts).window_starts(0), starts);
+  opts.shuffle = false;
+  EXPECT_EQ(DistributedSampler(data, opts).window_starts(0),
+            (std::vector<int64_t>{8, 24, 40, 56, 72, 88, 104, 120, 136, 152}));
+
+  // 10 windows per rank: the third batch of 4 crosses into epoch 1.
+  a.next_batch(4);
+  auto [cx, cy] = a.next_batch(4);
+  EXPECT_EQ(a.state(), (SamplerState{.epoch = 1, .position = 2}));
+  EXPECT_TRUE(torch::equal(cx[2], data.slice(a.window_starts(1)[0], a.window_starts(1)[0] + T)));
+}
+
+TEST_F(DataTest, ResumeFromStateGivesTheSameNextBatch) {
+  auto data = counting_dataset(dir_, 30, 4);
+  SamplerOptions opts{.seq_len = 4, .rank = 0, .world_size = 3, .seed = 11};
+  DistributedSampler run(data, opts);
+  for (int i = 0; i < 5; ++i) run.next_batch(3);  // 15 windows: into the second epoch
+  const auto saved = run.state();
+  EXPECT_EQ(saved, (SamplerState{.epoch = 1, .position = 5}));
+  auto [x, y] = run.next_batch(3);
+
+  DistributedSampler resumed(data, opts);
+  resumed.load_state(saved);
+  auto [rx, ry] = resumed.next_batch(3);
+  EXPECT_TRUE(torch::equal(x, rx));
+  EXPECT_TRUE(torch::equal(y, ry));
+  EXPECT_THROW(resumed.load_state({.epoch = 0, .position = 11}), ConfigError);
+}
+
+TEST_F(DataTest, SamplerRejectsTooLittleData) {
+  auto data = counting_dataset(dir_, 3, 8);
+  auto e = error_of([&] { DistributedSampler(data, {.seq_len = 8, .world_size = 4}); });
+  EXPECT_NE(e.find("[data] 25 tokens make 3 windows of seq_len+1=9 tokens, fewer than "
+                   "world_size=4"),
+            std::string::npos)
+      << e;
+  e = error_of([&] { DistributedSampler(data, {.seq_len = 8, .rank = 2, .world_size = 2}); });
+  EXPECT_NE(e.find("rank=2 is out of range"), std::string::npos) << e;
+  EXPECT_THROW(DistributedSampler(data, {.seq_len = 0}), ConfigError);
+}
