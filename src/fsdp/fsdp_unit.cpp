@@ -323,6 +323,10 @@ void FSDPUnit::finish_gradients() {
   auto pending = std::move(*pending_);
   pending_.reset();
   for (auto& w : pending.works) w.wait();
+  // ZERO1 keeps its gathered parameters between steps; the optimizer step that follows
+  // synchronised gradients changes the shards (LibTorch's SGD does it through .data(), which
+  // the version counter does not see), so the next forward gathers again.
+  if (keep_unsharded_between_steps()) gathered_valid_ = false;
   at::NoGradGuard no_grad;
   pending.output.div_(divide_factor_);
   for (auto& p : params_) {

@@ -191,9 +191,11 @@ TransformerBlockImpl::TransformerBlockImpl(const LlamaConfig& cfg) {
   feed_forward = register_module("feed_forward", FeedForward(cfg.dim, cfg.ffn_hidden_dim()));
 }
 
+// attention and feed_forward go through fsdpp::forward too, so that a size-based wrap policy
+// may make them units of their own (a plain call when they are not).
 at::Tensor TransformerBlockImpl::forward(const at::Tensor& x) {
-  auto h = x + attention(attention_norm(x));
-  return h + feed_forward(ffn_norm(h));
+  auto h = x + fsdpp::forward(attention, attention_norm(x));
+  return h + fsdpp::forward(feed_forward, ffn_norm(h));
 }
 
 // ---- Llama ----

@@ -71,8 +71,21 @@ std::vector<ShardingStrategy> strategies() {
 
 // Trains the reference on the whole global batch and the sharded model on this rank's slice,
 // kSteps steps of kMicroBatches micro-batches with AdamW and clipping, and compares.
+enum class Optim { ADAMW, SGD_MOMENTUM };
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(Optim which,
+                                                        std::vector<torch::Tensor> params) {
+  if (which == Optim::SGD_MOMENTUM) {
+    return std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(0.01));
+  }
+  return std::make_unique<torch::optim::AdamW>(
+      params, torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+}
+
 template <typename Case>
-void check_parity(ShardingStrategy strategy, bool accumulate_without_sync) {
+void check_parity(ShardingStrategy strategy, bool accumulate_without_sync,
+                  Optim which = Optim::ADAMW) {
   auto& w = test::world();
   const int n = w.size();
   const int64_t local = kGlobalBatch / n;
@@ -81,9 +94,10 @@ void check_parity(ShardingStrategy strategy, bool accumulate_without_sync) {
   torch::manual_seed(1234);
   auto model = Case::make();
   model->shard(options_for(strategy));
-  auto adamw = torch::optim::AdamWOptions(1e-2).weight_decay(0.1);
-  torch::optim::AdamW ref_opt(ref->parameters(), adamw);
-  torch::optim::AdamW opt(model->parameters(), adamw);
+  auto ref_opt_ptr = make_optimizer(which, ref->parameters());
+  auto opt_ptr = make_optimizer(which, model->parameters());
+  auto& ref_opt = *ref_opt_ptr;
+  auto& opt = *opt_ptr;
   for (int step = 0; step < kSteps; ++step) {
     for (int micro = 0; micro < kMicroBatches; ++micro) {
       auto b = Case::batch(step, micro);
@@ -128,6 +142,12 @@ TEST(FullyShard, MLPParityEveryStrategy) {
 
 TEST(FullyShard, MLPParityAccumulatingWithoutSync) {
   for (auto s : strategies()) check_parity<MLPCase>(s, true);
+}
+
+TEST(FullyShard, MLPParityWithSGDMomentum) {
+  for (auto s : {ShardingStrategy::FULL_SHARD, ShardingStrategy::ZERO1}) {
+    check_parity<MLPCase>(s, false, Optim::SGD_MOMENTUM);
+  }
 }
 
 TEST(FullyShard, TransformerParityEveryStrategy) {

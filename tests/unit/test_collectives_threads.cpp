@@ -6,6 +6,8 @@
 #include <chrono>
 #include <thread>
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 #include "../support/thread_world.h"
 #include "fsdpp/common/error.h"
 
@@ -94,4 +96,28 @@ TEST(ThreadWorld, MissingRankIsNamedAtRendezvous) {
     EXPECT_NE(std::string(e.what()).find("rank(s) 1, 2 never joined"), std::string::npos)
         << e.what();
   }
+}
+
+// Rank 0 of a job whose MASTER_PORT is taken cannot host the store: a clear error, not a hang.
+TEST(InitFromEnv, PortInUseIsAClearError) {
+  c10d::TCPStoreOptions so;
+  so.port = 0;
+  so.isServer = true;
+  so.waitWorkers = false;
+  auto holder = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  const std::string port = std::to_string(holder->getPort());
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", port.c_str(), 1);
+  setenv("FSDPP_TIMEOUT_S", "2", 1);
+  std::string message;
+  try {
+    dist::init_from_env();
+  } catch (const fsdpp::Error& e) {
+    message = e.what();
+  }
+  for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "FSDPP_TIMEOUT_S"}) unsetenv(v);
+  EXPECT_NE(message.find("rank 0 cannot host the rendezvous store on 127.0.0.1:" + port), std::string::npos)
+      << message;
 }

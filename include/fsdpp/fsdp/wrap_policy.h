@@ -1,0 +1,39 @@
+#pragma once
+// Auto-wrap: choose the units of a model by rule instead of by hand, then shard the root.
+//
+// C++ modules have no forward hooks, so a module can be a unit only if its parent calls it
+// through fsdpp::forward. Policies therefore choose among modules the model marks as
+// callable that way (for fsdpp::models::Llama: TransformerBlock, Attention, FeedForward).
+
+#include <torch/nn/module.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fsdpp/fsdp/fully_shard.h"
+
+namespace fsdpp {
+
+// Decides whether `module` (at `path` from the root) becomes a unit; `unwrapped_numel` is the
+// number of its parameter elements not already in a unit chosen below it.
+using WrapPolicy =
+    std::function<bool(const std::string& path, torch::nn::Module& module, int64_t unwrapped_numel)>;
+
+// Every module whose class name (without namespace and without LibTorch's "Impl" suffix) is
+// one of `class_names`, e.g. {"TransformerBlock"}: FSDP's transformer_auto_wrap_policy.
+WrapPolicy transformer_layer_policy(std::vector<std::string> class_names);
+
+// Every module among `candidates` (class names as above) holding at least `min_num_params`
+// parameter elements not already wrapped below it: FSDP's size_based_auto_wrap_policy.
+WrapPolicy size_based_policy(int64_t min_num_params, std::vector<std::string> candidates);
+
+// The class name as the policies see it: "fsdpp::models::TransformerBlockImpl" -> "TransformerBlock".
+std::string module_class_name(const torch::nn::Module& module);
+
+// Walks the tree bottom-up, calls fully_shard on every module the policy chooses, then on the
+// root. Returns the paths of the units made (root last, as "").
+std::vector<std::string> apply_fully_shard(torch::nn::Module& root, const WrapPolicy& policy,
+                                           const FullyShardOptions& options);
+
+}  // namespace fsdpp

@@ -1,0 +1,72 @@
+#include "fsdpp/fsdp/wrap_policy.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "fsdp_unit.h"
+#include "fsdpp/common/error.h"
+
+namespace fsdpp {
+
+std::string module_class_name(const torch::nn::Module& module) {
+  std::string name = module.name();
+  if (auto pos = name.rfind("::"); pos != std::string::npos) name = name.substr(pos + 2);
+  if (name.size() > 4 && name.compare(name.size() - 4, 4, "Impl") == 0) name.resize(name.size() - 4);
+  return name;
+}
+
+WrapPolicy transformer_layer_policy(std::vector<std::string> class_names) {
+  FSDPP_CHECK_AS(ConfigError, !class_names.empty(),
+                 "[fsdp] transformer_layer_policy needs at least one class name");
+  return [names = std::move(class_names)](const std::string&, torch::nn::Module& m, int64_t) {
+    return std::find(names.begin(), names.end(), module_class_name(m)) != names.end();
+  };
+}
+
+WrapPolicy size_based_policy(int64_t min_num_params, std::vector<std::string> candidates) {
+  FSDPP_CHECK_AS(ConfigError, min_num_params >= 1,
+                 "[fsdp] size_based_policy: min_num_params={} must be >= 1", min_num_params);
+  return [min_num_params, names = std::move(candidates)](const std::string&, torch::nn::Module& m,
+                                                         int64_t unwrapped) {
+    return unwrapped >= min_num_params &&
+           std::find(names.begin(), names.end(), module_class_name(m)) != names.end();
+  };
+}
+
+namespace {
+
+// Post-order: children first, so that a parent sees what its children left unwrapped.
+// Returns the number of parameter elements under `module` not in a unit.
+int64_t wrap_below(const std::string& path, torch::nn::Module& module, const WrapPolicy& policy,
+                   const FullyShardOptions& options, std::vector<std::string>& made,
+                   std::unordered_set<const c10::TensorImpl*>& counted) {
+  int64_t unwrapped = 0;
+  for (const auto& child : module.named_children()) {
+    if (child.key() == FSDPUnit::kChildName) continue;
+    const std::string child_path = path.empty() ? child.key() : path + "." + child.key();
+    unwrapped += wrap_below(child_path, *child.value(), policy, options, made, counted);
+  }
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
+    if (counted.insert(p.value().unsafeGetTensorImpl()).second) unwrapped += p.value().numel();
+  }
+  if (!path.empty() && !find_unit(module) && policy(path, module, unwrapped)) {
+    fully_shard(module, options);
+    made.push_back(path);
+    return 0;
+  }
+  return unwrapped;
+}
+
+}  // namespace
+
+std::vector<std::string> apply_fully_shard(torch::nn::Module& root, const WrapPolicy& policy,
+                                           const FullyShardOptions& options) {
+  std::vector<std::string> made;
+  std::unordered_set<const c10::TensorImpl*> counted;
+  if (policy) wrap_below("", root, policy, options, made, counted);
+  fully_shard(root, options);
+  made.emplace_back();
+  return made;
+}
+
+}  // namespace fsdpp
