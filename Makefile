@@ -35,7 +35,7 @@ build: configure
 
 # The default job: a short FULL_SHARD training run over 2 ranks.
 run: build
-	bash scripts/default_job.sh $(BUILD_DIR) $(VENV)
+	bash scripts/default_job.sh $(BUILD_DIR) $(ARGS)
 
 test: build
 	cd $(BUILD_DIR) && FSDPP_VENV=$(VENV) ctest --output-on-failure --timeout 600 -LE slow $(CTEST_ARGS)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The default `make run` job: the quickstart example on 2 ranks with FULL_SHARD.
+# The default `make run` job: fsdpp-train on 2 ranks with FULL_SHARD, training a small
+# Llama-style model on English text from Debian's `fortunes` package (configs/default.yaml).
 set -euo pipefail
 build=${1:-build}
-echo "[run] fsdpp-run --nproc-per-node 2 $build/bin/fsdpp-quickstart"
-exec "$build/bin/fsdpp-run" --nproc-per-node 2 "$build/bin/fsdpp-quickstart" "${STEPS:-300}"
+shift || true
+echo "[run] fsdpp-run --nproc-per-node 2 $build/bin/fsdpp-train configs/default.yaml $*"
+exec "$build/bin/fsdpp-run" --nproc-per-node 2 "$build/bin/fsdpp-train" configs/default.yaml "$@"

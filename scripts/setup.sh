@@ -7,7 +7,8 @@ set -euo pipefail
 
 APT_PACKAGES=(cmake ninja-build g++ clang ccache pkg-config python3-venv
   libgtest-dev libgmock-dev libbenchmark-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
-  libfmt-dev libxxhash-dev libsentencepiece-dev libgloo-dev)
+  libfmt-dev libxxhash-dev libsentencepiece-dev libgloo-dev
+  fortunes)  # English text for the default training job (/usr/share/games/fortunes)
 PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy safetensors)
 
 missing=()

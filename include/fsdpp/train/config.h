@@ -1,0 +1,144 @@
+#pragma once
+// The trainer's configuration: a YAML file in the shape FSDP / Hugging Face Trainer users already
+// write, plus `key.path=value` command-line overrides.
+//
+//   auto cfg = fsdpp::train::TrainConfig::from_file("configs/default.yaml",
+//                                                   {"training.learning_rate=3e-4",
+//                                                    "model.n_layers=8"});
+//   auto llama = cfg.llama_config(tokenizer->vocab_size());
+//   std::cout << cfg.to_yaml();   // the effective config; from_yaml_string reads it back
+//
+// Layout (docs/config.md lists every key):
+//
+//   model:    {vocab_size, dim, n_layers, n_heads, n_kv_heads, ffn_hidden, ...}
+//   data:     {path, tokenizer, tokenizer_model, tokenizer_vocab_size, seq_len, ...}
+//   training: {fsdp: full_shard, fsdp_config: {fsdp_auto_wrap_policy, ...},
+//              per_device_train_batch_size, learning_rate, max_steps, output_dir, ...}
+//
+// Every problem is a fsdpp::ConfigError whose message starts with "[config]" and names the full
+// key path, the value found and what is accepted: unknown keys (with the closest known key),
+// wrong types, out-of-range values, and features this version of fsdpp does not implement yet
+// (rejected by name, never silently ignored; see TrainConfig::reject_unimplemented).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fsdpp/fsdp/fully_shard.h"
+#include "fsdpp/models/llama.h"
+
+namespace fsdpp::train {
+
+// `model:` -> models::LlamaConfig.
+struct ModelSection {
+  int64_t vocab_size = 0;  // 0: the tokenizer's vocabulary size
+  int64_t dim = 128;
+  int64_t n_layers = 4;
+  int64_t n_heads = 4;
+  int64_t n_kv_heads = 0;  // 0: n_heads
+  int64_t ffn_hidden = 0;  // 0: Llama's rule (2/3 * 4 * dim rounded up to multiple_of)
+  int64_t multiple_of = 32;
+  int64_t max_seq_len = 128;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000;
+  double init_std = 0.02;
+  bool tie_embeddings = false;
+};
+
+// `data:`
+struct DataSection {
+  // A text file, or a directory whose regular files (not symlinks, not named *.dat or *.u8)
+  // are concatenated in name order; see resolve_data_files.
+  std::string path;
+  std::string tokenizer = "byte";  // byte | sentencepiece
+  std::string tokenizer_model;     // sentencepiece .model file; empty: train one on the data
+  int64_t tokenizer_vocab_size = 512;  // the vocabulary of a sentencepiece model trained here
+  int64_t seq_len = 128;               // tokens per training window, <= model.max_seq_len
+  double val_fraction = 0.05;          // the last fraction of tokens is the validation split
+  std::string cache_dir;               // empty: <training.output_dir>/cache
+};
+
+// `training.fsdp_config:` (keys spelled with Hugging Face's `fsdp_` prefix, which is optional).
+struct FsdpSection {
+  std::string auto_wrap_policy = "TRANSFORMER_BASED_WRAP";  // | SIZE_BASED_WRAP | NO_WRAP
+  std::vector<std::string> transformer_layer_cls_to_wrap = {"TransformerBlock"};
+  int64_t min_num_params = 100000000;  // SIZE_BASED_WRAP: a unit per subtree of this many params
+  std::string backward_prefetch = "NO_PREFETCH";  // | BACKWARD_PRE | BACKWARD_POST
+  bool forward_prefetch = false;
+  std::string state_dict_type = "SHARDED_STATE_DICT";  // | FULL_STATE_DICT | LOCAL_STATE_DICT
+  bool offload_params = false;
+};
+
+// `training:` (keys named as Hugging Face's TrainingArguments).
+struct TrainingSection {
+  ShardingStrategy fsdp = ShardingStrategy::FULL_SHARD;
+  FsdpSection fsdp_config;
+  bool gradient_checkpointing = false;
+  bool bf16 = false;
+  bool fp16 = false;
+  int64_t per_device_train_batch_size = 8;
+  int64_t per_device_eval_batch_size = 8;
+  int64_t gradient_accumulation_steps = 1;
+  double learning_rate = 3e-4;
+  int64_t warmup_steps = 0;
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.95;
+  double adam_epsilon = 1e-8;
+  double max_grad_norm = 1.0;  // 0: no clipping
+  int64_t max_steps = -1;      // -1: train for num_train_epochs
+  double num_train_epochs = 0;  // used when max_steps < 0
+  int64_t logging_steps = 10;
+  int64_t eval_steps = 0;  // 0: evaluate only at the end
+  int64_t eval_max_batches = 20;
+  int64_t save_steps = 0;
+  int64_t save_total_limit = 0;  // 0: keep every checkpoint
+  uint64_t seed = 42;
+  std::string output_dir = "runs/default";
+  std::string lr_scheduler_type = "cosine";  // cosine | linear | constant
+  double min_lr_ratio = 0.1;                 // the schedule decays to learning_rate * this
+  int64_t sample_tokens = 200;               // text sampled after training; 0: none
+  std::string sample_prompt = "\n";
+  double sample_temperature = 0.8;  // 0: greedy
+  int64_t sample_top_k = 0;         // 0: the whole vocabulary
+};
+
+struct TrainConfig {
+  ModelSection model;
+  DataSection data;
+  TrainingSection training;
+
+  // Parses YAML text (a file's contents), applies `overrides` in order ("training.fsdp=no_shard",
+  // "training.fsdp_config.fsdp_transformer_layer_cls_to_wrap=[A, B]"; the value is read as a
+  // YAML scalar or sequence), then validates. `source_name` names the text in error messages.
+  static TrainConfig from_yaml_string(const std::string& yaml,
+                                      const std::vector<std::string>& overrides = {},
+                                      const std::string& source_name = "<string>");
+  // The same for a file; errors name its path.
+  static TrainConfig from_file(const std::string& path,
+                               const std::vector<std::string>& overrides = {});
+
+  // Ranges and cross-field checks, then reject_unimplemented(). Does not look at the file system.
+  void validate() const;
+  // Throws for settings that name a feature this version of fsdpp does not implement yet
+  // (mixed precision, activation checkpointing, CPU offload, prefetching, checkpoint saving).
+  // Each feature is one check here: remove its line when the feature lands.
+  void reject_unimplemented() const;
+
+  // The effective configuration, every key included; from_yaml_string reads it back to an
+  // equal config.
+  std::string to_yaml() const;
+
+  // The model section as a LlamaConfig with seed = training.seed. `tokenizer_vocab_size` is the
+  // tokenizer's vocabulary: the model uses it when model.vocab_size is 0, else model.vocab_size,
+  // which must then be at least as large. Validated.
+  models::LlamaConfig llama_config(int64_t tokenizer_vocab_size) const;
+};
+
+// The text files data.path names, in the order they are concatenated: the path itself when it is
+// a file, or the regular files directly inside the directory, sorted by name, skipping symlinks
+// and names ending in .dat or .u8 (fortune's index files and links).
+// Throws ConfigError naming data.path when it does not exist or holds no such file.
+std::vector<std::string> resolve_data_files(const std::string& path);
+
+}  // namespace fsdpp::train

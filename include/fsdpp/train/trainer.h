@@ -1,0 +1,33 @@
+#pragma once
+// fsdpp-train's loop: a Llama-style model, sharded by the configured wrap policy and strategy,
+// trained with AdamW, warmup + cosine (or linear, constant) schedule, gradient accumulation and
+// clipping, evaluated every eval_steps, logged to <output_dir>/metrics.jsonl.
+
+#include <memory>
+#include <string>
+
+#include "fsdpp/dist/world.h"
+#include "fsdpp/train/config.h"
+
+namespace fsdpp::train {
+
+struct TrainResult {
+  int64_t steps = 0;
+  double final_loss = 0;      // training loss of the last step (mean over the global batch)
+  double final_val_loss = 0;  // NaN when there is no validation split
+  std::string output_dir;
+  std::string sample;         // text generated at the end (empty when sample_tokens == 0)
+};
+
+class Trainer {
+ public:
+  Trainer(TrainConfig config, std::shared_ptr<dist::World> world);
+  ~Trainer();
+  TrainResult run();
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace fsdpp::train

@@ -1,0 +1,316 @@
+#include "fsdpp/train/trainer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/data/sampler.h"
+#include "fsdpp/data/token_dataset.h"
+#include "fsdpp/data/tokenizer.h"
+#include "fsdpp/fsdp/fully_shard.h"
+#include "fsdpp/fsdp/inspect.h"
+#include "fsdpp/fsdp/wrap_policy.h"
+#include "fsdpp/models/llama.h"
+#include "fsdpp/train/lr_schedule.h"
+#include "progress.h"
+
+namespace fs = std::filesystem;
+
+namespace fsdpp::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double peak_rss_mb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0;
+}
+
+// Writes `text` to `path` through a temporary file and a rename, so a reader never sees half.
+void write_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    FSDPP_CHECK(out.good(), "[train] cannot write '{}'", tmp.string());
+    out << text;
+  }
+  fs::rename(tmp, path);
+}
+
+// data.path is a text file, or a directory whose files (resolve_data_files: regular, not *.dat /
+// *.u8 indexes, not symlinks) are joined in name order into one cached corpus file.
+fs::path corpus_file(const DataSection& data, const fs::path& cache_dir, dist::World& world) {
+  const fs::path path = data.path;
+  FSDPP_CHECK_AS(ConfigError, !data.path.empty(), "[train] data.path is empty; give a text file or a directory of text files");
+  FSDPP_CHECK_AS(ConfigError, fs::exists(path), "[train] data.path '{}' does not exist", data.path);
+  if (!fs::is_directory(path)) return path;
+  std::vector<fs::path> files;
+  for (const auto& f : resolve_data_files(data.path)) files.emplace_back(f);
+  FSDPP_CHECK_AS(ConfigError, !files.empty(), "[train] data.path '{}' is a directory with no text files", data.path);
+  size_t key = std::hash<std::string>{}(fs::absolute(path).string());
+  for (const auto& f : files) {
+    const auto mtime = fs::last_write_time(f).time_since_epoch().count();
+    key ^= std::hash<std::string>{}(fmt::format("{}:{}:{}", f.filename().string(), fs::file_size(f), mtime)) +
+           0x9e3779b97f4a7c15ULL + (key << 6) + (key >> 2);
+  }
+  const fs::path out = cache_dir / fmt::format("corpus-{:016x}.txt", key);
+  if (world.rank() == 0 && !fs::exists(out)) {
+    std::string text;
+    for (const auto& f : files) {
+      std::ifstream in(f, std::ios::binary);
+      text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      if (!text.empty() && text.back() != '\n') text.push_back('\n');
+    }
+    write_atomically(out, text);
+  }
+  world.group()->barrier({"corpus"});
+  return out;
+}
+
+std::unique_ptr<data::Tokenizer> make_tokenizer(const DataSection& data, const fs::path& corpus,
+                                                const fs::path& cache_dir, dist::World& world) {
+  if (data.tokenizer == "byte") return std::make_unique<data::ByteTokenizer>();
+  std::string model = data.tokenizer_model;
+  if (model.empty()) {
+    const fs::path prefix = cache_dir / fmt::format("spm-bpe-{}", data.tokenizer_vocab_size);
+    model = prefix.string() + ".model";
+    if (world.rank() == 0 && !fs::exists(model)) {
+      std::printf("[train] training a sentencepiece BPE tokenizer (vocab %lld) on %s\n",
+                  static_cast<long long>(data.tokenizer_vocab_size), corpus.c_str());
+      data::SentencePieceTokenizer::train(corpus.string(), prefix.string(), data.tokenizer_vocab_size);
+    }
+    world.group()->barrier({"tokenizer"});
+  }
+  FSDPP_CHECK_AS(ConfigError, fs::exists(model), "[train] data.tokenizer_model '{}' does not exist", model);
+  return std::make_unique<data::SentencePieceTokenizer>(model);
+}
+
+}  // namespace
+
+struct Trainer::State {
+  TrainConfig cfg;
+  std::shared_ptr<dist::World> world;
+};
+
+Trainer::Trainer(TrainConfig config, std::shared_ptr<dist::World> world)
+    : s_(std::make_unique<State>(State{std::move(config), std::move(world)})) {
+  s_->cfg.validate();
+}
+
+Trainer::~Trainer() = default;
+
+TrainResult Trainer::run() {
+  const auto& cfg = s_->cfg;
+  const auto& t = cfg.training;
+  auto& world = *s_->world;
+  const bool lead = world.rank() == 0;
+  auto say = [&](const std::string& line) {
+    if (lead) {
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
+  };
+
+  // ---- output and data --------------------------------------------------------------------
+  const fs::path out_dir = t.output_dir;
+  const fs::path cache_dir = cfg.data.cache_dir.empty() ? out_dir / "cache" : fs::path(cfg.data.cache_dir);
+  if (lead) {
+    fs::create_directories(out_dir);
+    fs::create_directories(cache_dir);
+    write_atomically(out_dir / "config.yaml", cfg.to_yaml());
+  }
+  world.group()->barrier({"output_dir"});
+  const fs::path corpus = corpus_file(cfg.data, cache_dir, world);
+  auto tokenizer = make_tokenizer(cfg.data, corpus, cache_dir, world);
+  data::TokenDatasetOptions dopts;
+  dopts.cache_dir = cache_dir;
+  // Rank 0 encodes; the others then map the cached token file.
+  std::optional<data::TokenDataset> dataset;
+  if (lead) dataset = data::TokenDataset::open(corpus, *tokenizer, dopts);
+  world.group()->barrier({"tokens"});
+  if (!lead) dataset = data::TokenDataset::open(corpus, *tokenizer, dopts);
+  auto splits = dataset->split(cfg.data.val_fraction);
+  const data::TokenDataset train_data = splits.first;
+  const data::TokenDataset val_data = splits.second;
+  say(fmt::format("[train] data: {} ({} tokens, tokenizer {}, vocab {}); train {} / validation {} tokens",
+                  cfg.data.path, dataset->size(), tokenizer->name(), tokenizer->vocab_size(),
+                  train_data.size(), val_data.size()));
+
+  data::SamplerOptions sopts;
+  sopts.seq_len = cfg.data.seq_len;
+  sopts.rank = world.rank();
+  sopts.world_size = world.size();
+  sopts.seed = t.seed;
+  data::DistributedSampler sampler(train_data, sopts);
+  FSDPP_CHECK_AS(ConfigError, sampler.windows_per_rank() >= 1,
+                 "[train] the training split has {} tokens: too few for seq_len={} on {} ranks",
+                 train_data.size(), cfg.data.seq_len, world.size());
+
+  // ---- model ------------------------------------------------------------------------------
+  const int64_t vocab = cfg.model.vocab_size > 0 ? cfg.model.vocab_size : tokenizer->vocab_size();
+  FSDPP_CHECK_AS(ConfigError, vocab >= tokenizer->vocab_size(),
+                 "[train] model.vocab_size={} is smaller than the tokenizer's vocabulary ({})",
+                 vocab, tokenizer->vocab_size());
+  models::Llama model(cfg.llama_config(vocab));
+  const int64_t n_params = models::num_parameters(*model);
+  say(fmt::format("[train] model: Llama dim {} x {} layers, {} heads ({} kv), vocab {}: {:.2f} M parameters",
+                  cfg.model.dim, cfg.model.n_layers, cfg.model.n_heads,
+                  cfg.model.n_kv_heads > 0 ? cfg.model.n_kv_heads : cfg.model.n_heads, vocab,
+                  n_params / 1e6));
+
+  FullyShardOptions fopts;
+  fopts.strategy = t.fsdp;
+  if (t.fsdp == ShardingStrategy::HYBRID_SHARD || t.fsdp == ShardingStrategy::HYBRID_SHARD_ZERO2) {
+    const int local = world.env().local_world_size;
+    fopts.mesh = world.init_device_mesh({world.size() / local, local}, {"replicate", "shard"});
+  } else {
+    fopts.mesh = world.mesh();
+  }
+  WrapPolicy policy;
+  const auto& fc = t.fsdp_config;
+  if (fc.auto_wrap_policy == "TRANSFORMER_BASED_WRAP") {
+    policy = transformer_layer_policy(fc.transformer_layer_cls_to_wrap);
+  } else if (fc.auto_wrap_policy == "SIZE_BASED_WRAP") {
+    policy = size_based_policy(fc.min_num_params, {"TransformerBlock", "Attention", "FeedForward"});
+  }
+  auto units = apply_fully_shard(*model, policy, fopts);
+  say(fmt::format("[train] fsdp: {} over {} ranks, {} units ({}), {:.2f} M parameters held per rank",
+                  to_string(t.fsdp), world.size(), units.size(), fc.auto_wrap_policy,
+                  models::num_parameters(*model) / 1e6));
+
+  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(t.learning_rate)
+                                                   .betas({t.adam_beta1, t.adam_beta2})
+                                                   .eps(t.adam_epsilon)
+                                                   .weight_decay(t.weight_decay));
+  const int64_t B = t.per_device_train_batch_size;
+  const int64_t accum = t.gradient_accumulation_steps;
+  int64_t total_steps = t.max_steps;
+  if (total_steps <= 0) {
+    const int64_t per_epoch = std::max<int64_t>(1, sampler.windows_per_rank() / (B * accum));
+    total_steps = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(t.num_train_epochs * per_epoch)));
+  }
+  LrSchedule schedule{t.lr_scheduler_type, t.learning_rate, t.warmup_steps, total_steps, t.min_lr_ratio};
+  const int64_t tokens_per_step = B * accum * cfg.data.seq_len * world.size();
+  say(fmt::format("[train] {} steps of {} sequences x {} tokens ({} tokens per step), AdamW lr {} {} warmup {}",
+                  total_steps, B * accum * world.size(), cfg.data.seq_len, tokens_per_step,
+                  t.learning_rate, t.lr_scheduler_type, t.warmup_steps));
+
+  // ---- evaluation -------------------------------------------------------------------------
+  auto evaluate = [&]() -> double {
+    if (val_data.size() <= cfg.data.seq_len) return std::nan("");
+    data::SamplerOptions vo = sopts;
+    vo.shuffle = false;
+    data::DistributedSampler val(val_data, vo);
+    if (val.windows_per_rank() < 1) return std::nan("");
+    torch::NoGradGuard no_grad;
+    const int64_t eb = std::min<int64_t>(t.per_device_eval_batch_size, val.windows_per_rank());
+    const int64_t batches = std::max<int64_t>(1, std::min<int64_t>(t.eval_max_batches, val.windows_per_rank() / eb));
+    double sum = 0;
+    for (int64_t i = 0; i < batches; ++i) {
+      auto [x, y] = val.next_batch(eb);
+      sum += fsdpp::forward(model, x, y).loss.item<double>();
+    }
+    auto v = torch::tensor({sum / batches}, torch::kDouble);
+    world.group()->all_reduce(v, dist::ReduceOp::AVG, {"eval"});
+    return v.item<double>();
+  };
+
+  // ---- loop -------------------------------------------------------------------------------
+  std::ofstream metrics;
+  if (lead) metrics.open(out_dir / "metrics.jsonl", std::ios::trunc);
+  Progress progress(lead, total_steps);
+  TrainResult result;
+  result.output_dir = out_dir.string();
+  const auto start = Clock::now();
+  double val_loss = std::nan("");
+  for (int64_t step = 1; step <= total_steps; ++step) {
+    const auto t0 = Clock::now();
+    const auto comm_before = comm_counters(*model);
+    const double lr = schedule.at(step);
+    for (auto& group : opt.param_groups()) {
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    }
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      auto [x, y] = sampler.next_batch(B);
+      auto out = fsdpp::forward(model, x, y);
+      (out.loss / static_cast<double>(accum)).backward();
+      loss_sum += out.loss.item<double>();
+    }
+    const double grad_norm = clip_grad_norm_(*model, t.max_grad_norm > 0 ? t.max_grad_norm : INFINITY);
+    opt.step();
+    opt.zero_grad();
+    const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    // Loss over the global batch and memory over the ranks: one small all-reduce each.
+    auto stats = torch::tensor({loss_sum / accum}, torch::kDouble);
+    world.group()->all_reduce(stats, dist::ReduceOp::AVG, {"metrics"});
+    const double loss = stats.item<double>();
+    FSDPP_CHECK(std::isfinite(loss), "[train] the loss became {} at step {}", loss, step);
+    result.final_loss = loss;
+    result.steps = step;
+    const bool eval_now = val_data.size() > 0 &&
+                          ((t.eval_steps > 0 && step % t.eval_steps == 0) || step == total_steps);
+    if (eval_now) val_loss = evaluate();
+    if (step % t.logging_steps == 0 || step == 1 || step == total_steps || eval_now) {
+      auto rss = torch::tensor({peak_rss_mb()}, torch::kDouble);
+      world.group()->all_reduce(rss, dist::ReduceOp::MAX, {"metrics"});
+      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      nlohmann::json j;
+      j["step"] = step;
+      j["loss"] = loss;
+      if (eval_now && std::isfinite(val_loss)) j["val_loss"] = val_loss;
+      j["lr"] = lr;
+      j["grad_norm"] = grad_norm;
+      j["tokens_per_s"] = tokens_per_step / (step_ms / 1000.0);
+      j["step_ms"] = step_ms;
+      j["peak_rss_mb"] = rss.item<double>();
+      j["comm_bytes"] = (comm_counters(*model) - comm_before).total_bytes();
+      j["elapsed_s"] = elapsed;
+      if (lead) {
+        metrics << j.dump() << "\n";
+        metrics.flush();
+      }
+      progress.log(step, loss, eval_now ? val_loss : std::nan(""), lr, grad_norm,
+                   tokens_per_step / (step_ms / 1000.0), step_ms, rss.item<double>(), elapsed);
+    } else {
+      progress.tick(step, loss, lr, std::chrono::duration<double>(Clock::now() - start).count());
+    }
+  }
+  progress.finish();
+  result.final_val_loss = val_loss;
+
+  // ---- sample -----------------------------------------------------------------------------
+  if (t.sample_tokens > 0) {
+    auto prompt_ids = tokenizer->encode(t.sample_prompt);
+    if (prompt_ids.empty()) prompt_ids.push_back(0);
+    auto prompt = torch::tensor(std::vector<int64_t>(prompt_ids.begin(), prompt_ids.end()), torch::kLong);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(t.seed + 1);  // the same on every rank
+    torch::NoGradGuard no_grad;
+    auto ids = models::generate(model, prompt, t.sample_tokens, t.sample_temperature, t.sample_top_k, gen);
+    auto tail = ids.narrow(0, static_cast<int64_t>(prompt_ids.size()), t.sample_tokens).to(torch::kInt);
+    std::vector<int32_t> v(tail.data_ptr<int32_t>(), tail.data_ptr<int32_t>() + tail.numel());
+    result.sample = t.sample_prompt + tokenizer->decode(v);
+    if (lead) write_atomically(out_dir / "sample.txt", result.sample + "\n");
+    say("[train] sample:\n" + result.sample + "\n");
+  }
+  say(fmt::format("[train] done: {} steps, final loss {:.4f}, validation loss {:.4f}", result.steps,
+                  result.final_loss, result.final_val_loss));
+  say(fmt::format("[train] metrics: {}  config: {}  sample: {}", (out_dir / "metrics.jsonl").string(),
+                  (out_dir / "config.yaml").string(), (out_dir / "sample.txt").string()));
+  return result;
+}
+
+}  // namespace fsdpp::train

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The long run (label slow): configs/tinyshakespeare.yaml on 2 ranks with byte tokens; prints
+# the final validation loss.
+set -euo pipefail
+run=$1 train=$2 src=$3
+data="$src/../shared/data/tinyshakespeare.txt"
+[ -f "$data" ] || { echo "missing $data (../shared beside the project)"; exit 1; }
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+"$run" --nproc-per-node 2 "$train" "$src/configs/tinyshakespeare.yaml" data.path="$data" \
+  training.output_dir="$dir/out"
+tail -n 1 "$dir/out/metrics.jsonl"

@@ -1,0 +1,75 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "../support/thread_world.h"
+#include "fsdpp/fsdp/inspect.h"
+#include "fsdpp/fsdp/wrap_policy.h"
+#include "fsdpp/models/llama.h"
+#include "fsdpp/train/lr_schedule.h"
+
+using namespace fsdpp;
+
+namespace {
+models::LlamaConfig tiny() {
+  models::LlamaConfig c;
+  c.vocab_size = 50;
+  c.dim = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.max_seq_len = 16;
+  return c;
+}
+
+std::vector<std::string> names(torch::nn::Module& root) {
+  std::vector<std::string> out;
+  for (const auto& u : inspect_units(root)) out.push_back(u.name);
+  return out;
+}
+}  // namespace
+
+TEST(WrapPolicy, ClassNamesDropNamespaceAndImpl) {
+  models::TransformerBlock block(tiny());
+  EXPECT_EQ(module_class_name(*block), "TransformerBlock");
+}
+
+TEST(WrapPolicy, TransformerLayersBecomeUnitsAndTrainingStillWorks) {
+  test::run_ranks(2, [](dist::World& w) {
+    models::Llama model(tiny());
+    FullyShardOptions o;
+    o.mesh = w.mesh();
+    auto made = apply_fully_shard(*model, transformer_layer_policy({"TransformerBlock"}), o);
+    EXPECT_EQ(made, (std::vector<std::string>{"layers.0", "layers.1", ""}));
+    auto x = torch::randint(0, 50, {2, 8});
+    auto out = fsdpp::forward(model, x, x);
+    out.loss.backward();
+    EXPECT_EQ(names(*model), (std::vector<std::string>{"(root)", "layers.0", "layers.1"}));
+  });
+}
+
+TEST(WrapPolicy, SizeBasedPicksLargeEnoughCandidates) {
+  test::run_ranks(1, [](dist::World& w) {
+    models::Llama model(tiny());
+    FullyShardOptions o;
+    o.mesh = w.mesh();
+    // Attention holds 4*32*32 - 2*32*16 = 3072 parameters, FeedForward 3*32*96 = 9216; a
+    // block has both plus two norms, so with the threshold at 5000 only the feed-forwards go.
+    auto made = apply_fully_shard(
+        *model, size_based_policy(5000, {"TransformerBlock", "Attention", "FeedForward"}), o);
+    EXPECT_EQ(made, (std::vector<std::string>{"layers.0.feed_forward", "layers.1.feed_forward", ""}));
+    auto x = torch::randint(0, 50, {2, 8});
+    fsdpp::forward(model, x, x).loss.backward();
+  });
+}
+
+TEST(LrSchedule, WarmupThenCosineToTheFloor) {
+  train::LrSchedule s{"cosine", 1.0, 10, 110, 0.1};
+  EXPECT_DOUBLE_EQ(s.at(1), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(10), 1.0);
+  EXPECT_NEAR(s.at(60), 0.1 + 0.9 * 0.5, 1e-12);
+  EXPECT_NEAR(s.at(110), 0.1, 1e-12);
+  train::LrSchedule lin{"linear", 2.0, 0, 100, 0.0};
+  EXPECT_NEAR(lin.at(50), 1.0, 1e-12);
+  train::LrSchedule c{"constant", 3.0, 0, 100, 0.0};
+  EXPECT_DOUBLE_EQ(c.at(77), 3.0);
+}
