@@ -1,0 +1,940 @@
+// Model and optimizer state dicts of fully_shard'ed models: FULL, SHARDED and LOCAL layouts,
+// resharding on load. See include/fsdpp/state/state_dict.h and docs/state-dicts.md.
+#include "fsdpp/state/state_dict.h"
+
+#include <ATen/ATen.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/optimizer.h>
+#include <torch/optim/sgd.h>
+
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "../fsdp/fsdp_unit.h"
+#include "fsdpp/common/error.h"
+#include "fsdpp/dist/process_group.h"
+#include "fsdpp/state/atomic_dir.h"
+#include "fsdpp/state/safetensors.h"
+
+namespace fsdpp::state {
+
+const char* to_string(StateDictType type) {
+  switch (type) {
+    case StateDictType::FULL: return "FULL";
+    case StateDictType::SHARDED: return "SHARDED";
+    case StateDictType::LOCAL: return "LOCAL";
+  }
+  return "?";
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+constexpr const char* kIndexFile = "index.json";
+constexpr const char* kFormatSharded = "fsdpp.sharded";
+constexpr const char* kFormatFull = "fsdpp.full";
+constexpr const char* kFormatLocal = "fsdpp.local";
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimFile = "optim.safetensors";
+constexpr const char* kBuffersFile = "buffers.safetensors";
+constexpr int kReportFields = 5;  // present, row_begin, row_end, checksum, step
+
+// ---------------------------------------------------------------------------------------------
+// The group, and agreement on failure
+
+struct Comm {
+  std::shared_ptr<dist::ProcessGroup> group;
+  int rank() const { return group ? group->rank() : 0; }
+  int size() const { return group ? group->size() : 1; }
+  bool multi() const { return size() > 1; }
+  at::Device device() const {
+    return group && group->backend_kind() == dist::BackendKind::NCCL ? at::Device(at::kCUDA)
+                                                                     : at::Device(at::kCPU);
+  }
+};
+
+const dist::CollectiveTag kTag{"state_dict"};
+
+void broadcast_string(const Comm& c, std::string& s, int root) {
+  if (!c.multi()) return;
+  auto len = at::full({1}, static_cast<int64_t>(s.size()), at::TensorOptions(at::kLong))
+                 .to(c.device());
+  c.group->broadcast(len, root, kTag);
+  const int64_t n = len.cpu().item<int64_t>();
+  auto bytes = at::zeros({std::max<int64_t>(n, 1)}, at::TensorOptions(at::kByte));
+  if (c.rank() == root && n > 0) std::memcpy(bytes.data_ptr(), s.data(), n);
+  bytes = bytes.to(c.device());
+  c.group->broadcast(bytes, root, kTag);
+  bytes = bytes.cpu();
+  s.assign(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(n));
+}
+
+// Runs `fn` (which must issue no collective) on this rank, then agrees: when any rank failed,
+// every rank throws CheckpointError with the message of the lowest failing rank.
+template <typename F>
+void agreed(const Comm& c, F&& fn) {
+  std::string err;
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    err = e.what();
+    if (err.empty()) err = "[state] unknown error";
+  }
+  if (!c.multi()) {
+    if (!err.empty()) throw CheckpointError(err);
+    return;
+  }
+  // MAX of (size - rank) over failing ranks picks the lowest failing rank.
+  auto flag = at::full({1}, err.empty() ? int64_t{0} : int64_t{c.size() - c.rank()},
+                       at::TensorOptions(at::kLong)).to(c.device());
+  c.group->all_reduce(flag, dist::ReduceOp::MAX, kTag);
+  const int64_t v = flag.cpu().item<int64_t>();
+  if (v == 0) return;
+  const int root = static_cast<int>(c.size() - v);
+  broadcast_string(c, err, root);
+  if (root != c.rank()) err += fmt::format(" (reported by rank {})", root);
+  throw CheckpointError(err);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The model's parameters and the optimizer's state, by name
+
+FSDPUnit& root_unit(torch::nn::Module& root) {
+  FSDPUnit* unit = find_unit(root);
+  FSDPP_CHECK_AS(CheckpointError, unit,
+                 "[state] state dicts need the root module given to fully_shard; module '{}' is "
+                 "not a unit", root.name());
+  FSDPP_CHECK_AS(CheckpointError, unit->is_root(),
+                 "[state] state dicts need the root unit; '{}' is inside another unit",
+                 unit->name());
+  return *unit;
+}
+
+struct ParamRef {
+  FSDPUnit* unit;
+  FSDPParam* p;
+};
+
+std::vector<ParamRef> all_params(torch::nn::Module& root) {
+  std::vector<ParamRef> out;
+  for (auto* u : root_unit(root).all_units()) {
+    for (const auto& p : u->params()) {
+      FSDPP_CHECK_AS(CheckpointError, p->on_shard(),
+                     "[state] parameter '{}' is unsharded right now; save and load state dicts "
+                     "between steps, not inside forward or backward", p->fqn);
+      out.push_back({u, p.get()});
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> model_buffers(
+    torch::nn::Module& root, const std::function<bool(const std::string&)>& skip) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& b : root.named_buffers(/*recurse=*/true)) {
+    if (skip && skip(b.key())) continue;
+    if (!b.value().defined()) continue;
+    out.emplace_back(b.key(), b.value());
+  }
+  return out;
+}
+
+// What state an optimizer keeps per parameter, as named shard-shaped tensors and a step.
+enum class OptimKind { NONE, ADAMW, ADAM, SGD };
+const std::vector<std::string> kStateNames = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq",
+                                              "momentum_buffer"};
+
+OptimKind optim_kind(torch::optim::Optimizer* opt) {
+  if (!opt) return OptimKind::NONE;
+  if (dynamic_cast<torch::optim::AdamW*>(opt)) return OptimKind::ADAMW;
+  if (dynamic_cast<torch::optim::Adam*>(opt)) return OptimKind::ADAM;
+  if (dynamic_cast<torch::optim::SGD*>(opt)) return OptimKind::SGD;
+  FSDPP_THROW(CheckpointError,
+              "[state] optimizer state dicts support torch::optim::AdamW, Adam and SGD; got "
+              "another optimizer");
+}
+
+const char* optim_name(OptimKind k) {
+  switch (k) {
+    case OptimKind::ADAMW: return "AdamW";
+    case OptimKind::ADAM: return "Adam";
+    case OptimKind::SGD: return "SGD";
+    case OptimKind::NONE: return "none";
+  }
+  return "?";
+}
+
+struct OptimState {
+  bool present = false;
+  int64_t step = 0;
+  std::map<std::string, at::Tensor> tensors;  // by kStateNames entry; only defined, non-empty
+};
+
+template <typename S>
+void read_adam(const S& s, OptimState& out) {
+  out.step = s.step();
+  if (s.exp_avg().defined()) out.tensors["exp_avg"] = s.exp_avg();
+  if (s.exp_avg_sq().defined()) out.tensors["exp_avg_sq"] = s.exp_avg_sq();
+  if (s.max_exp_avg_sq().defined() && s.max_exp_avg_sq().numel() > 0) {
+    out.tensors["max_exp_avg_sq"] = s.max_exp_avg_sq();
+  }
+}
+
+OptimState get_state(torch::optim::Optimizer& opt, OptimKind kind, const at::Tensor& param) {
+  OptimState out;
+  auto it = opt.state().find(param.unsafeGetTensorImpl());
+  if (it == opt.state().end() || !it->second) return out;
+  out.present = true;
+  switch (kind) {
+    case OptimKind::ADAMW:
+      read_adam(static_cast<torch::optim::AdamWParamState&>(*it->second), out);
+      break;
+    case OptimKind::ADAM:
+      read_adam(static_cast<torch::optim::AdamParamState&>(*it->second), out);
+      break;
+    case OptimKind::SGD: {
+      auto& s = static_cast<torch::optim::SGDParamState&>(*it->second);
+      if (s.momentum_buffer().defined()) out.tensors["momentum_buffer"] = s.momentum_buffer();
+      break;
+    }
+    case OptimKind::NONE: break;
+  }
+  return out;
+}
+
+template <typename S>
+std::unique_ptr<torch::optim::OptimizerParamState> make_adam(const OptimState& st) {
+  auto s = std::make_unique<S>();
+  s->step(st.step);
+  if (st.tensors.count("exp_avg")) s->exp_avg(st.tensors.at("exp_avg"));
+  if (st.tensors.count("exp_avg_sq")) s->exp_avg_sq(st.tensors.at("exp_avg_sq"));
+  if (st.tensors.count("max_exp_avg_sq")) s->max_exp_avg_sq(st.tensors.at("max_exp_avg_sq"));
+  return s;
+}
+
+void set_state(torch::optim::Optimizer& opt, OptimKind kind, const at::Tensor& param,
+               const OptimState& st) {
+  void* key = param.unsafeGetTensorImpl();
+  if (!st.present) {
+    opt.state().erase(key);
+    return;
+  }
+  std::unique_ptr<torch::optim::OptimizerParamState> s;
+  switch (kind) {
+    case OptimKind::ADAMW: s = make_adam<torch::optim::AdamWParamState>(st); break;
+    case OptimKind::ADAM: s = make_adam<torch::optim::AdamParamState>(st); break;
+    case OptimKind::SGD: {
+      auto sgd = std::make_unique<torch::optim::SGDParamState>();
+      if (st.tensors.count("momentum_buffer")) sgd->momentum_buffer(st.tensors.at("momentum_buffer"));
+      s = std::move(sgd);
+      break;
+    }
+    case OptimKind::NONE: return;
+  }
+  opt.state()[key] = std::move(s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Records: every tensor a rank contributes, in the same order on every rank
+
+struct Record {
+  ParamRef ref;
+  std::string kind;  // "" for the parameter, else a kStateNames entry
+  at::Tensor shard;  // (chunk_rows, rest...) padded shard; undefined when absent
+  int64_t step = 0;
+  std::string name() const {
+    return kind.empty() ? ref.p->fqn : "optim." + ref.p->fqn + "." + kind;
+  }
+};
+
+std::vector<Record> make_records(const std::vector<ParamRef>& params,
+                                 torch::optim::Optimizer* opt, OptimKind kind) {
+  std::vector<Record> out;
+  for (const auto& r : params) {
+    out.push_back({r, "", r.p->shard, 0});
+    if (kind == OptimKind::NONE) continue;
+    auto st = get_state(*opt, kind, r.p->param);
+    for (const auto& k : kStateNames) {
+      Record rec{r, k, at::Tensor(), st.step};
+      if (st.present && st.tensors.count(k)) {
+        rec.shard = st.tensors.at(k);
+        FSDPP_CHECK_AS(CheckpointError, rec.shard.numel() == r.p->shard_numel(),
+                       "[state] optimizer state '{}' of parameter '{}' has {} elements; expected "
+                       "the shard's {}", k, r.p->fqn, rec.shard.numel(), r.p->shard_numel());
+      }
+      out.push_back(std::move(rec));
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> piece_shape(const FSDPParam& p, int64_t rows) {
+  std::vector<int64_t> s = p.shape;
+  if (s.empty()) return {rows};
+  s[0] = rows;
+  return s;
+}
+
+std::string hex(uint64_t v) { return fmt::format("{:016x}", v); }
+
+json shape_json(const std::vector<int64_t>& s) {
+  json j = json::array();
+  for (auto d : s) j.push_back(d);
+  return j;
+}
+
+void write_json(const fs::path& path, const json& j) {
+  std::ofstream f(path);
+  f << j.dump(1) << "\n";
+  FSDPP_CHECK_AS(CheckpointError, f.good(), "[state] '{}': cannot write", path.string());
+}
+
+json tensor_entry(const FSDPParam& p, at::ScalarType dtype) {
+  json e;
+  e["shape"] = shape_json(p.shape);
+  e["dtype"] = std::string(safetensors_dtype_name(dtype));
+  e["dim0"] = p.dim0;
+  e["row_numel"] = p.row_numel;
+  e["chunk_rows"] = p.chunk_rows;
+  e["pieces"] = json::array();
+  return e;
+}
+
+json buffers_json(const std::vector<std::pair<std::string, at::Tensor>>& buffers,
+                  const std::string& file) {
+  json b;
+  b["file"] = file;
+  b["tensors"] = json::object();
+  for (const auto& [name, t] : buffers) {
+    b["tensors"][name] = {{"shape", shape_json(t.sizes().vec())},
+                          {"dtype", std::string(safetensors_dtype_name(t.scalar_type()))},
+                          {"checksum", hex(checksum(t))}};
+  }
+  return b;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Save
+
+void save_full(const Comm& c, const fs::path& tmp, std::vector<ParamRef>& params,
+               const std::vector<Record>& records, OptimKind okind, torch::nn::Module& root,
+               const SaveOptions& options, json& index) {
+  const bool writer = c.rank() == 0;
+  auto buffers = model_buffers(root, options.skip_buffer);
+  std::unique_ptr<SafetensorsWriter> model_w, optim_w;
+  std::string err;  // rank 0's first error; it keeps joining the gathers after one
+  bool any_optim = false;
+  for (const auto& r : records) any_optim |= !r.kind.empty() && r.shard.defined();
+  std::map<std::string, uint64_t> sums;
+  if (writer) {
+    try {
+      model_w = std::make_unique<SafetensorsWriter>(tmp / kModelFile,
+                                                    std::map<std::string, std::string>{{"format", "pt"}});
+      for (const auto& r : params) model_w->declare(r.p->fqn, r.p->shard.scalar_type(), r.p->shape);
+      for (const auto& [name, t] : buffers) model_w->declare(name, t.scalar_type(), t.sizes());
+      if (any_optim) {
+        optim_w = std::make_unique<SafetensorsWriter>(tmp / kOptimFile,
+                                                      std::map<std::string, std::string>{{"format", "pt"}});
+        for (const auto& r : records) {
+          if (r.kind.empty() || !r.shard.defined()) continue;
+          optim_w->declare(r.name(), r.shard.scalar_type(), r.ref.p->shape);
+        }
+        std::set<std::string> stepped;
+        for (const auto& r : records) {
+          if (!r.kind.empty() && r.shard.defined() && stepped.insert(r.ref.p->fqn).second) {
+            optim_w->declare("optim." + r.ref.p->fqn + ".step", at::kLong, {});
+          }
+        }
+      }
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  }
+  auto write = [&](SafetensorsWriter* w, const std::string& name, const at::Tensor& t) {
+    if (!writer || !err.empty() || !w) return;
+    try {
+      w->write(name, t);
+      sums[name] = checksum(t);
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  };
+  // Unit by unit: its parameters, then each kind of optimizer state, gathered to full size.
+  size_t ri = 0;
+  for (auto* u : root_unit(root).all_units()) {
+    const size_t n = u->params().size();
+    if (n == 0) continue;
+    for (auto& [name, full] : u->full_parameters()) write(model_w.get(), name, full);
+    const size_t per = okind == OptimKind::NONE ? 1 : 1 + kStateNames.size();
+    for (size_t k = 0; okind != OptimKind::NONE && k < kStateNames.size(); ++k) {
+      bool any = false;
+      for (size_t i = 0; i < n; ++i) any |= records[ri + i * per + 1 + k].shard.defined();
+      if (!any) continue;
+      at::NoGradGuard no_grad;
+      const auto& first = *u->params()[0];
+      auto flat = at::zeros({u->shard_numel()}, first.shard.options());
+      for (size_t i = 0; i < n; ++i) {
+        const auto& t = records[ri + i * per + 1 + k].shard;
+        const auto& p = *u->params()[i];
+        if (t.defined()) flat.narrow(0, p.offset, p.shard_numel()).copy_(t.reshape({-1}));
+      }
+      at::Tensor rows;
+      if (u->shard_group()) {
+        auto gathered = at::empty({u->shard_world() * u->shard_numel()}, flat.options());
+        u->shard_group()->all_gather_into_tensor(gathered, flat, {u->name()});
+        rows = gathered.view({u->shard_world(), u->shard_numel()});
+      }
+      for (size_t i = 0; i < n; ++i) {
+        const auto& rec = records[ri + i * per + 1 + k];
+        if (!rec.shard.defined()) continue;
+        const auto& p = *u->params()[i];
+        at::Tensor full;
+        if (rows.defined()) {
+          full = at::empty(p.shape, flat.options());
+          p.copy_out(rows, full);
+        } else {
+          full = flat.narrow(0, p.offset, p.numel()).view(p.shape);
+        }
+        write(optim_w.get(), rec.name(), full);
+      }
+    }
+    ri += n * per;
+  }
+  agreed(c, [&] {
+    if (!writer) return;
+    if (!err.empty()) throw CheckpointError(err);
+    for (const auto& [name, t] : buffers) write(model_w.get(), name, t);
+    if (optim_w) {
+      std::set<std::string> stepped;
+      for (const auto& r : records) {
+        if (!r.kind.empty() && r.shard.defined() && stepped.insert(r.ref.p->fqn).second) {
+          write(optim_w.get(), "optim." + r.ref.p->fqn + ".step", at::scalar_tensor(r.step, at::kLong));
+        }
+      }
+    }
+    if (!err.empty()) throw CheckpointError(err);
+    model_w->commit();
+    if (optim_w) optim_w->commit();
+    // The index: one piece per tensor, the whole of it.
+    json jp = json::object();
+    json jo = json::object();
+    for (const auto& r : records) {
+      if (!r.shard.defined()) continue;
+      const auto& p = *r.ref.p;
+      auto e = tensor_entry(p, r.shard.scalar_type());
+      e["pieces"].push_back({{"file", r.kind.empty() ? kModelFile : kOptimFile},
+                             {"tensor", r.name()},
+                             {"row_begin", 0},
+                             {"row_end", p.dim0},
+                             {"checksum", hex(sums.at(r.name()))}});
+      if (r.kind.empty()) {
+        jp[p.fqn] = e;
+      } else {
+        jo[p.fqn]["step"] = r.step;
+        jo[p.fqn]["states"][r.kind] = e;
+      }
+    }
+    index["params"] = jp;
+    json b;
+    b["file"] = kModelFile;
+    b["tensors"] = json::object();
+    for (const auto& [name, t] : buffers) {
+      b["tensors"][name] = {{"shape", shape_json(t.sizes().vec())},
+                            {"dtype", std::string(safetensors_dtype_name(t.scalar_type()))},
+                            {"checksum", hex(sums.at(name))}};
+    }
+    index["buffers"] = b;
+    if (okind != OptimKind::NONE) index["optim"] = {{"type", optim_name(okind)}, {"params", jo}};
+  });
+}
+
+}  // namespace
+
+void save_state_dict(const fs::path& dir, torch::nn::Module& root,
+                     torch::optim::Optimizer* optimizer,
+                     const std::shared_ptr<dist::ProcessGroup>& group, const SaveOptions& options) {
+  const Comm c{group};
+  at::NoGradGuard no_grad;
+  std::vector<ParamRef> params;
+  std::vector<Record> records;
+  OptimKind okind = OptimKind::NONE;
+  agreed(c, [&] {
+    params = all_params(root);
+    okind = optim_kind(optimizer);
+    records = make_records(params, optimizer, okind);
+  });
+
+  // Rank 0 owns the temporary directory; everyone writes into it.
+  std::unique_ptr<AtomicDir> adir;
+  std::string tmp;
+  agreed(c, [&] {
+    if (c.rank() != 0) return;
+    adir = std::make_unique<AtomicDir>(dir);
+    tmp = adir->path().string();
+  });
+  broadcast_string(c, tmp, 0);
+
+  json index;
+  index["format"] = options.type == StateDictType::SHARDED ? kFormatSharded
+                    : options.type == StateDictType::FULL  ? kFormatFull
+                                                           : kFormatLocal;
+  index["version"] = 1;
+  index["world_size"] = c.size();
+
+  if (options.type == StateDictType::FULL) {
+    save_full(c, tmp, params, records, okind, root, options, index);
+  } else {
+    const bool local = options.type == StateDictType::LOCAL;
+    const std::string file = fmt::format("{}-{}.safetensors", local ? "local" : "shard", c.rank());
+    // (M, kReportFields) what this rank wrote, for rank 0's index.
+    auto report = at::zeros({static_cast<int64_t>(records.size()), kReportFields},
+                            at::TensorOptions(at::kLong));
+    agreed(c, [&] {
+      auto rep = report.accessor<int64_t, 2>();
+      std::vector<std::pair<std::string, at::Tensor>> tensors;
+      for (size_t i = 0; i < records.size(); ++i) {
+        const auto& r = records[i];
+        if (!r.shard.defined()) continue;
+        const auto& p = *r.ref.p;
+        const auto& rg = r.ref.unit->replicate_group();
+        int64_t begin = 0, end = p.chunk_rows;
+        at::Tensor t = r.shard;
+        if (!local) {
+          if (rg && rg->rank() != 0) continue;  // replicas: replica 0 writes
+          const int64_t rows = p.rows_of_rank(p.shard_rank);
+          if (rows == 0) continue;
+          begin = p.shard_rank * p.chunk_rows;
+          end = begin + rows;
+          t = r.shard.reshape({p.chunk_rows, p.row_numel}).narrow(0, 0, rows).view(piece_shape(p, rows));
+        }
+        tensors.emplace_back(r.name(), t);
+        rep[i][0] = 1;
+        rep[i][1] = begin;
+        rep[i][2] = end;
+        const uint64_t sum = checksum(t);
+        int64_t bits;
+        std::memcpy(&bits, &sum, sizeof bits);
+        rep[i][3] = bits;
+        rep[i][4] = r.step;
+      }
+      if (!tensors.empty()) save_safetensors(fs::path(tmp) / file, tensors, {{"format", "pt"}});
+    });
+    at::Tensor all = report.reshape({-1});
+    if (c.multi()) {
+      auto dev = report.reshape({-1}).to(c.device());
+      auto gathered = at::empty({c.size() * dev.numel()}, dev.options());
+      c.group->all_gather_into_tensor(gathered, dev, kTag);
+      all = gathered.cpu();
+    }
+    agreed(c, [&] {
+      if (c.rank() != 0) return;
+      auto rows = all.view({c.size(), static_cast<int64_t>(records.size()), kReportFields});
+      auto rep = rows.accessor<int64_t, 3>();
+      json jp = json::object();
+      json jo = json::object();
+      for (size_t i = 0; i < records.size(); ++i) {
+        const auto& r = records[i];
+        if (!r.shard.defined()) continue;
+        const auto& p = *r.ref.p;
+        auto e = tensor_entry(p, r.shard.scalar_type());
+        for (int q = 0; q < c.size(); ++q) {
+          if (rep[q][i][0] == 0) continue;
+          uint64_t sum;
+          int64_t bits = rep[q][i][3];
+          std::memcpy(&sum, &bits, sizeof sum);
+          e["pieces"].push_back(
+              {{"file", fmt::format("{}-{}.safetensors", local ? "local" : "shard", q)},
+               {"tensor", r.name()},
+               {"row_begin", rep[q][i][1]},
+               {"row_end", rep[q][i][2]},
+               {"checksum", hex(sum)}});
+        }
+        if (r.kind.empty()) {
+          jp[p.fqn] = e;
+        } else {
+          jo[p.fqn]["step"] = r.step;
+          jo[p.fqn]["states"][r.kind] = e;
+        }
+      }
+      index["params"] = jp;
+      auto buffers = model_buffers(root, options.skip_buffer);
+      save_safetensors(fs::path(tmp) / kBuffersFile, buffers, {{"format", "pt"}});
+      index["buffers"] = buffers_json(buffers, kBuffersFile);
+      if (okind != OptimKind::NONE) index["optim"] = {{"type", optim_name(okind)}, {"params", jo}};
+    });
+  }
+
+  agreed(c, [&] {
+    if (c.rank() != 0) return;
+    write_json(fs::path(tmp) / kIndexFile, index);
+    adir->commit();
+  });
+  if (c.multi()) c.group->barrier(kTag);  // nobody returns before the directory is there
+}
+
+// ---------------------------------------------------------------------------------------------
+// Load
+
+namespace {
+
+struct Piece {
+  std::string file, tensor;
+  int64_t row_begin = 0, row_end = 0;
+  std::optional<uint64_t> checksum;
+};
+
+struct Entry {
+  std::vector<int64_t> shape;
+  int64_t dim0 = 1, row_numel = 1, chunk_rows = 0;
+  std::vector<Piece> pieces;
+};
+
+std::optional<uint64_t> parse_hex(const json& j) {
+  if (!j.is_string()) return std::nullopt;
+  return std::stoull(j.get<std::string>(), nullptr, 16);
+}
+
+Entry parse_entry(const json& j) {
+  Entry e;
+  e.shape = j.at("shape").get<std::vector<int64_t>>();
+  e.dim0 = j.at("dim0").get<int64_t>();
+  e.row_numel = j.at("row_numel").get<int64_t>();
+  if (j.contains("chunk_rows")) e.chunk_rows = j.at("chunk_rows").get<int64_t>();
+  for (const auto& p : j.at("pieces")) {
+    Piece pc;
+    pc.file = p.at("file").get<std::string>();
+    pc.tensor = p.at("tensor").get<std::string>();
+    pc.row_begin = p.at("row_begin").get<int64_t>();
+    pc.row_end = p.at("row_end").get<int64_t>();
+    if (p.contains("checksum")) pc.checksum = parse_hex(p.at("checksum"));
+    e.pieces.push_back(std::move(pc));
+  }
+  return e;
+}
+
+Entry whole_entry(const std::string& file, const std::string& tensor, std::vector<int64_t> shape,
+                  std::optional<uint64_t> sum) {
+  Entry e;
+  e.shape = std::move(shape);
+  e.dim0 = e.shape.empty() ? 1 : e.shape[0];
+  int64_t numel = 1;
+  for (auto d : e.shape) numel *= d;
+  e.row_numel = e.dim0 == 0 ? 0 : numel / e.dim0;
+  e.pieces.push_back({file, tensor, 0, e.dim0, sum});
+  return e;
+}
+
+struct Checkpoint {
+  fs::path dir;
+  std::string format;
+  int world_size = 0;
+  std::map<std::string, Entry> params;
+  std::map<std::string, Entry> buffers;  // whole tensors
+  std::string optim_type;                // empty: no optimizer state
+  struct OptimParam {
+    int64_t step = 0;
+    std::map<std::string, Entry> states;
+  };
+  std::map<std::string, OptimParam> optim;
+};
+
+Checkpoint read_checkpoint(const fs::path& dir, torch::nn::Module& root,
+                           const LoadOptions& options) {
+  Checkpoint ck;
+  ck.dir = dir;
+  const fs::path index_path = dir / kIndexFile;
+  std::error_code ec;
+  if (!fs::exists(index_path, ec)) {
+    // A Hugging Face style directory: model.safetensors with full tensors, no index.
+    FSDPP_CHECK_AS(CheckpointError, fs::exists(dir / kModelFile, ec),
+                   "[state] '{}': no {} and no {}; not a checkpoint directory", dir.string(),
+                   kIndexFile, kModelFile);
+    ck.format = kFormatFull;
+    auto f = SafetensorsFile::open(dir / kModelFile);
+    std::set<std::string> buffer_names;
+    for (const auto& b : root.named_buffers(true)) buffer_names.insert(b.key());
+    for (const auto& name : f.names()) {
+      auto e = whole_entry(kModelFile, name, f.info(name).shape, std::nullopt);
+      (buffer_names.count(name) ? ck.buffers : ck.params)[name] = std::move(e);
+    }
+    (void)options;
+    return ck;
+  }
+  json j;
+  try {
+    std::ifstream in(index_path);
+    FSDPP_CHECK_AS(CheckpointError, in.good(), "[state] '{}': cannot open", index_path.string());
+    j = json::parse(in);
+    ck.format = j.at("format").get<std::string>();
+    FSDPP_CHECK_AS(CheckpointError,
+                   ck.format == kFormatSharded || ck.format == kFormatFull || ck.format == kFormatLocal,
+                   "[state] '{}': unknown format '{}'; expected {}, {} or {}",
+                   index_path.string(), ck.format, kFormatSharded, kFormatFull, kFormatLocal);
+    ck.world_size = j.at("world_size").get<int>();
+    for (const auto& [name, e] : j.at("params").items()) ck.params[name] = parse_entry(e);
+    if (j.contains("buffers")) {
+      const auto& b = j.at("buffers");
+      const std::string file = b.at("file").get<std::string>();
+      for (const auto& [name, e] : b.at("tensors").items()) {
+        ck.buffers[name] = whole_entry(file, name, e.at("shape").get<std::vector<int64_t>>(),
+                                       parse_hex(e.at("checksum")));
+      }
+    }
+    if (j.contains("optim")) {
+      ck.optim_type = j.at("optim").at("type").get<std::string>();
+      for (const auto& [name, o] : j.at("optim").at("params").items()) {
+        auto& op = ck.optim[name];
+        op.step = o.at("step").get<int64_t>();
+        for (const auto& [k, e] : o.at("states").items()) op.states[k] = parse_entry(e);
+      }
+    }
+  } catch (const json::exception& e) {
+    FSDPP_THROW(CheckpointError, "[state] '{}': malformed index: {}", index_path.string(), e.what());
+  }
+  return ck;
+}
+
+// Opened files, and the pieces whose checksums were verified.
+struct Reader {
+  fs::path dir;
+  std::map<std::string, SafetensorsFile> files;
+  std::set<std::pair<std::string, std::string>> verified;
+
+  const SafetensorsFile& file(const std::string& name) {
+    auto it = files.find(name);
+    if (it == files.end()) it = files.emplace(name, SafetensorsFile::open(dir / name)).first;
+    return it->second;
+  }
+  at::Tensor data(const Piece& pc, int64_t row_numel) {
+    const auto& f = file(pc.file);
+    FSDPP_CHECK_AS(CheckpointError, f.contains(pc.tensor),
+                   "[state] '{}': tensor '{}' is not in the file though {} lists it",
+                   (dir / pc.file).string(), pc.tensor, kIndexFile);
+    at::Tensor t;
+    try {
+      t = f.view(pc.tensor);
+    } catch (const CheckpointError&) {
+      t = f.get(pc.tensor);
+    }
+    const int64_t rows = pc.row_end - pc.row_begin;
+    FSDPP_CHECK_AS(CheckpointError, t.numel() == rows * row_numel,
+                   "[state] '{}': tensor '{}' has {} elements; the index says rows [{}, {}) of "
+                   "{} elements each",
+                   (dir / pc.file).string(), pc.tensor, t.numel(), pc.row_begin, pc.row_end,
+                   row_numel);
+    if (pc.checksum && verified.insert({pc.file, pc.tensor}).second) {
+      const uint64_t got = checksum(t);
+      if (got != *pc.checksum) {
+        verified.erase({pc.file, pc.tensor});
+        FSDPP_THROW(CheckpointError,
+                    "[state] '{}': checksum mismatch for tensor '{}' (the index says {}, the data "
+                    "gives {}); the file is corrupt",
+                    (dir / pc.file).string(), pc.tensor, hex(*pc.checksum), hex(got));
+      }
+    }
+    return t.reshape({rows, row_numel});
+  }
+  // Rows [begin, begin + rows) of the tensor `e` describes, from whichever pieces hold them,
+  // into dst (rows, row_numel); with dst undefined it only checks (coverage, checksums).
+  // `only_file` restricts the pieces to one file (LOCAL).
+  void fill(const std::string& what, const Entry& e, int64_t begin, int64_t rows,
+            const at::Tensor& dst, const std::string& only_file = "") {
+    int64_t covered = 0;
+    for (const auto& pc : e.pieces) {
+      if (!only_file.empty() && pc.file != only_file) continue;
+      const int64_t lo = std::max(begin, pc.row_begin);
+      const int64_t hi = std::min(begin + rows, pc.row_end);
+      if (lo >= hi) continue;
+      auto src = data(pc, e.row_numel);
+      covered += hi - lo;
+      if (dst.defined()) {
+        dst.narrow(0, lo - begin, hi - lo).copy_(src.narrow(0, lo - pc.row_begin, hi - lo));
+      }
+    }
+    FSDPP_CHECK_AS(CheckpointError, covered == rows,
+                   "[state] '{}': '{}' rows [{}, {}) are needed here but the pieces cover {} of "
+                   "them",
+                   dir.string(), what, begin, begin + rows, covered);
+  }
+};
+
+std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+}  // namespace
+
+void load_state_dict(const fs::path& dir, torch::nn::Module& root,
+                     torch::optim::Optimizer* optimizer,
+                     const std::shared_ptr<dist::ProcessGroup>& group, const LoadOptions& options) {
+  const Comm c{group};
+  at::NoGradGuard no_grad;
+  std::vector<ParamRef> params;
+  OptimKind okind = OptimKind::NONE;
+  Checkpoint ck;
+  Reader reader;
+  reader.dir = dir;
+  const bool local = [&] {
+    bool l = false;
+    agreed(c, [&] {
+      params = all_params(root);
+      okind = optim_kind(optimizer);
+      ck = read_checkpoint(dir, root, options);
+      l = ck.format == kFormatLocal;
+    });
+    return l;
+  }();
+  const std::string own_file = fmt::format("local-{}.safetensors", c.rank());
+  const std::string where = dir.string();
+
+  // Where this rank's rows of a tensor come from: (begin, rows) in the entry's row space.
+  auto own_rows = [&](const FSDPParam& p) -> std::pair<int64_t, int64_t> {
+    if (local) return {0, p.chunk_rows};
+    return {p.shard_rank * p.chunk_rows, p.rows_of_rank(p.shard_rank)};
+  };
+  auto check_entry = [&](const std::string& what, const FSDPParam& p, const Entry& e) {
+    FSDPP_CHECK_AS(CheckpointError, e.shape == p.shape,
+                   "[state] '{}': '{}' has shape {} in the checkpoint but {} in the model", where,
+                   what, shape_str(e.shape), shape_str(p.shape));
+    if (local) {
+      FSDPP_CHECK_AS(CheckpointError, e.chunk_rows == p.chunk_rows,
+                     "[state] '{}': LOCAL checkpoint shards '{}' in chunks of {} rows but this "
+                     "model's shards have {}; the sharding changed (load a SHARDED or FULL "
+                     "checkpoint instead)", where, what, e.chunk_rows, p.chunk_rows);
+    }
+  };
+  // Rows into a (chunk_rows, row_numel) view of `dst` (the padded shard); undefined: check only.
+  auto load_rows = [&](const std::string& what, const FSDPParam& p, const Entry& e,
+                       const at::Tensor& dst) {
+    auto [begin, rows] = own_rows(p);
+    at::Tensor d;
+    if (dst.defined()) d = dst.view({p.chunk_rows, p.row_numel}).narrow(0, 0, rows);
+    if (rows > 0) reader.fill(what, e, begin, rows, d, local ? own_file : "");
+  };
+
+  // Phase 1: check everything, change nothing.
+  agreed(c, [&] {
+    if (local) {
+      FSDPP_CHECK_AS(CheckpointError, ck.world_size == c.size(),
+                     "[state] '{}': a LOCAL checkpoint saved on {} ranks cannot be loaded on {} "
+                     "ranks; save it as SHARDED or FULL to change the world size",
+                     where, ck.world_size, c.size());
+    }
+    std::set<std::string> model_names;
+    for (const auto& r : params) {
+      const auto& p = *r.p;
+      model_names.insert(p.fqn);
+      auto it = ck.params.find(p.fqn);
+      FSDPP_CHECK_AS(CheckpointError, it != ck.params.end(),
+                     "[state] '{}': parameter '{}' of the model is missing from the checkpoint",
+                     where, p.fqn);
+      check_entry(p.fqn, p, it->second);
+      load_rows(p.fqn, p, it->second, at::Tensor());
+    }
+    for (const auto& [name, e] : ck.params) {
+      FSDPP_CHECK_AS(CheckpointError, model_names.count(name),
+                     "[state] '{}': unexpected tensor '{}' in the checkpoint: the model has no "
+                     "parameter or buffer of that name", where, name);
+    }
+    std::set<std::string> buffer_names;
+    for (const auto& b : root.named_buffers(true)) {
+      if (!b.value().defined()) continue;
+      buffer_names.insert(b.key());
+      auto it = ck.buffers.find(b.key());
+      if (it == ck.buffers.end()) {
+        FSDPP_CHECK_AS(CheckpointError, options.skip_buffer && options.skip_buffer(b.key()),
+                       "[state] '{}': buffer '{}' of the model is missing from the checkpoint",
+                       where, b.key());
+        continue;
+      }
+      FSDPP_CHECK_AS(CheckpointError, it->second.shape == b.value().sizes().vec(),
+                     "[state] '{}': buffer '{}' has shape {} in the checkpoint but {} in the "
+                     "model", where, b.key(), shape_str(it->second.shape),
+                     shape_str(b.value().sizes().vec()));
+      reader.fill(b.key(), it->second, 0, it->second.dim0, at::Tensor());
+    }
+    for (const auto& [name, e] : ck.buffers) {
+      FSDPP_CHECK_AS(CheckpointError, buffer_names.count(name),
+                     "[state] '{}': unexpected buffer '{}' in the checkpoint: the model has no "
+                     "buffer of that name", where, name);
+    }
+    if (okind != OptimKind::NONE && !ck.optim_type.empty()) {
+      FSDPP_CHECK_AS(CheckpointError, ck.optim_type == optim_name(okind),
+                     "[state] '{}': the checkpoint holds {} state but the optimizer is {}", where,
+                     ck.optim_type, optim_name(okind));
+      std::set<const void*> held;
+      for (const auto& g : optimizer->param_groups()) {
+        for (const auto& t : g.params()) held.insert(t.unsafeGetTensorImpl());
+      }
+      std::map<std::string, const FSDPParam*> by_name;
+      for (const auto& r : params) by_name[r.p->fqn] = r.p;
+      for (const auto& [name, op] : ck.optim) {
+        auto it = by_name.find(name);
+        FSDPP_CHECK_AS(CheckpointError, it != by_name.end(),
+                       "[state] '{}': optimizer state for '{}', which the model does not have",
+                       where, name);
+        const auto& p = *it->second;
+        FSDPP_CHECK_AS(CheckpointError, held.count(p.param.unsafeGetTensorImpl()),
+                       "[state] '{}': the optimizer does not hold parameter '{}'; make it on "
+                       "model->parameters() after fully_shard", where, name);
+        for (const auto& [k, e] : op.states) {
+          FSDPP_CHECK_AS(CheckpointError,
+                         std::find(kStateNames.begin(), kStateNames.end(), k) != kStateNames.end(),
+                         "[state] '{}': unknown optimizer state '{}' for '{}'", where, k, name);
+          const std::string what = "optim." + name + "." + k;
+          check_entry(what, p, e);
+          load_rows(what, p, e, at::Tensor());
+        }
+      }
+    }
+  });
+
+  // Phase 2: copy.
+  agreed(c, [&] {
+    for (const auto& r : params) {
+      auto& p = *r.p;
+      // Through the registered parameter, so that its version counter moves and a unit that
+      // keeps gathered parameters (ZERO1) gathers again.
+      auto dst = at::empty_like(p.shard);
+      dst.copy_(p.shard);
+      load_rows(p.fqn, p, ck.params.at(p.fqn), dst);
+      p.param.detach().copy_(dst);
+    }
+    std::map<std::string, at::Tensor> buffers;
+    for (const auto& b : root.named_buffers(true)) buffers[b.key()] = b.value();
+    for (const auto& [name, e] : ck.buffers) {
+      auto& t = buffers.at(name);
+      auto tmp = at::empty(e.shape, t.options().device(at::kCPU));
+      reader.fill(name, e, 0, e.dim0, tmp.view({e.dim0, e.row_numel}));
+      t.copy_(tmp);
+    }
+    if (okind != OptimKind::NONE && !ck.optim_type.empty()) {
+      for (const auto& r : params) {
+        auto& p = *r.p;
+        OptimState st;
+        auto it = ck.optim.find(p.fqn);
+        if (it != ck.optim.end()) {
+          st.present = true;
+          st.step = it->second.step;
+          for (const auto& [k, e] : it->second.states) {
+            auto t = at::zeros_like(p.shard);
+            load_rows("optim." + p.fqn + "." + k, p, e, t);
+            st.tensors[k] = t;
+          }
+        }
+        set_state(*optimizer, okind, p.param, st);
+      }
+    }
+  });
+}
+
+}  // namespace fsdpp::state
