@@ -499,6 +499,7 @@ const Key& schema() {
                       FSDPP_KEY(training, eval_max_batches),
                       FSDPP_KEY(training, save_steps),
                       FSDPP_KEY(training, save_total_limit),
+                      FSDPP_KEY(training, resume_from_checkpoint),
                       FSDPP_KEY(training, seed),
                       FSDPP_KEY(training, output_dir),
                       FSDPP_KEY(training, lr_scheduler_type),
@@ -1018,9 +1019,6 @@ void TrainConfig::reject_unimplemented() const {
         "[config] training.fsdp_config.fsdp_forward_prefetch=true: forward prefetch {}; set it to "
         "false",
         kNotYet);
-  check(t.save_steps == 0,
-        "[config] training.save_steps={}: saving checkpoints during training {}; set it to 0",
-        t.save_steps, kNotYet);
 }
 
 std::string TrainConfig::to_yaml() const {

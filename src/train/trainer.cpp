@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -20,6 +21,8 @@
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/models/llama.h"
+#include "fsdpp/state/atomic_dir.h"
+#include "fsdpp/state/state_dict.h"
 #include "fsdpp/train/lr_schedule.h"
 #include "progress.h"
 
@@ -98,6 +101,85 @@ std::unique_ptr<data::Tokenizer> make_tokenizer(const DataSection& data, const f
   return std::make_unique<data::SentencePieceTokenizer>(model);
 }
 
+// training.fsdp_config.fsdp_state_dict_type -> the checkpoint layout.
+state::StateDictType state_dict_type(const FsdpSection& f) {
+  if (f.state_dict_type == "FULL_STATE_DICT") return state::StateDictType::FULL;
+  if (f.state_dict_type == "LOCAL_STATE_DICT") return state::StateDictType::LOCAL;
+  return state::StateDictType::SHARDED;
+}
+
+constexpr const char* kTrainerState = "trainer_state.json";
+
+// The complete checkpoints in `out_dir` (directories "checkpoint-<step>" holding a
+// trainer_state.json), oldest first. A directory without trainer_state.json is a save that
+// did not finish and is not listed.
+std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& out_dir) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  std::error_code ec;
+  if (!fs::is_directory(out_dir, ec)) return found;
+  for (const auto& e : fs::directory_iterator(out_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    constexpr std::string_view kPrefix = "checkpoint-";
+    if (name.rfind(kPrefix, 0) != 0 || name.size() == kPrefix.size()) continue;
+    const std::string digits = name.substr(kPrefix.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 18) continue;
+    if (!e.is_directory(ec) || e.is_symlink(ec)) continue;
+    if (!fs::is_regular_file(e.path() / kTrainerState, ec)) continue;
+    found.emplace_back(std::stoll(digits), e.path());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+// What trainer_state.json holds.
+struct TrainerState {
+  int64_t step = 0;
+  int64_t epoch = 0;
+  int64_t windows_consumed = 0;  // training windows of `epoch` consumed over all ranks
+  int64_t world_size = 0;
+};
+
+TrainerState read_trainer_state(const fs::path& dir) {
+  const fs::path path = dir / kTrainerState;
+  std::ifstream in(path);
+  FSDPP_CHECK_AS(ConfigError, in.good(),
+                 "[train] '{}' is not a complete checkpoint: it has no {} (a save that did not finish?)",
+                 dir.string(), kTrainerState);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+    TrainerState s;
+    s.step = j.at("step").get<int64_t>();
+    s.epoch = j.at("epoch").get<int64_t>();
+    s.windows_consumed = j.at("windows_consumed").get<int64_t>();
+    s.world_size = j.at("world_size").get<int64_t>();
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    FSDPP_CHECK_AS(ConfigError, false, "[train] '{}' is not a valid trainer state: {}", path.string(),
+                   e.what());
+  }
+  return {};
+}
+
+// metrics.jsonl without the lines of steps after `step` (left by a run that went on past the
+// checkpoint it is resumed from), rewritten atomically; then appended to.
+void truncate_metrics(const fs::path& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in.good()) return;
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      if (nlohmann::json::parse(line).at("step").get<int64_t>() > step) continue;
+    } catch (const nlohmann::json::exception&) {
+      continue;  // a half-written last line of a killed run
+    }
+    kept += line + "\n";
+  }
+  in.close();
+  write_atomically(path, kept);
+}
+
 }  // namespace
 
 struct Trainer::State {
@@ -127,10 +209,27 @@ TrainResult Trainer::run() {
   // ---- output and data --------------------------------------------------------------------
   const fs::path out_dir = t.output_dir;
   const fs::path cache_dir = cfg.data.cache_dir.empty() ? out_dir / "cache" : fs::path(cfg.data.cache_dir);
+  // ---- resume: which checkpoint (every rank resolves the same one on the shared file system) --
+  fs::path resume_dir;
+  if (t.resume_from_checkpoint == "latest") {
+    const auto found = list_checkpoints(out_dir);
+    if (!found.empty()) resume_dir = found.back().second;
+  } else if (!t.resume_from_checkpoint.empty()) {
+    resume_dir = t.resume_from_checkpoint;
+    FSDPP_CHECK_AS(ConfigError, fs::is_directory(resume_dir),
+                   "[train] training.resume_from_checkpoint='{}' is not a directory; expected a "
+                   "checkpoint-<step> directory, 'latest' or ''",
+                   t.resume_from_checkpoint);
+  }
+  std::optional<TrainerState> resumed;
+  if (!resume_dir.empty()) resumed = read_trainer_state(resume_dir);
+  world.group()->barrier({"resume"});  // every rank has read before rank 0 touches output_dir
   if (lead) {
     fs::create_directories(out_dir);
     fs::create_directories(cache_dir);
+    state::cleanup_stale_tmp(out_dir);  // what a killed save left
     write_atomically(out_dir / "config.yaml", cfg.to_yaml());
+    if (resumed) truncate_metrics(out_dir / "metrics.jsonl", resumed->step);
   }
   world.group()->barrier({"output_dir"});
   const fs::path corpus = corpus_file(cfg.data, cache_dir, world);
@@ -208,6 +307,60 @@ TrainResult Trainer::run() {
                   total_steps, B * accum * world.size(), cfg.data.seq_len, tokens_per_step,
                   t.learning_rate, t.lr_scheduler_type, t.warmup_steps));
 
+  // ---- checkpoints ------------------------------------------------------------------------
+  const auto skip_buffer = [](const std::string& name) { return models::is_non_persistent_buffer(name); };
+  int64_t first_step = 1;
+  if (resumed) {
+    state::LoadOptions lo;
+    lo.skip_buffer = skip_buffer;
+    state::load_state_dict(resume_dir, *model, &opt, world.group(), lo);
+    // The sampler continues after the windows consumed over all ranks, whatever the world size
+    // was: each rank is at consumed / world_size in the epoch (exact when it divides).
+    data::SamplerState ss{resumed->epoch, resumed->windows_consumed / world.size()};
+    if (ss.position >= sampler.windows_per_rank()) ss = {ss.epoch + 1, 0};
+    sampler.load_state(ss);
+    first_step = resumed->step + 1;
+    say(fmt::format("[train] resumed from {} (step {}, saved on {} ranks): epoch {}, {} windows "
+                    "consumed{}",
+                    resume_dir.string(), resumed->step, resumed->world_size, resumed->epoch,
+                    resumed->windows_consumed,
+                    resumed->windows_consumed % world.size() == 0
+                        ? ""
+                        : fmt::format(" (not a multiple of {} ranks: {} skipped)", world.size(),
+                                      resumed->windows_consumed % world.size())));
+  } else if (!t.resume_from_checkpoint.empty()) {
+    say(fmt::format("[train] no complete checkpoint in {} to resume from: starting at step 1",
+                    out_dir.string()));
+  }
+  auto save_checkpoint = [&](int64_t step) {
+    const fs::path dir = out_dir / fmt::format("checkpoint-{}", step);
+    state::SaveOptions so;
+    so.type = state_dict_type(t.fsdp_config);
+    so.skip_buffer = skip_buffer;
+    state::save_state_dict(dir, *model, &opt, world.group(), so);
+    // save_state_dict commits the directory and holds every rank until it is in place; the
+    // trainer state goes in last, and marks the checkpoint complete.
+    if (lead) {
+      const data::SamplerState ss = sampler.state();
+      nlohmann::json j;
+      j["format"] = "fsdpp.trainer_state";
+      j["version"] = 1;
+      j["step"] = step;
+      j["epoch"] = ss.epoch;
+      j["windows_consumed"] = ss.position * world.size();
+      j["world_size"] = world.size();
+      j["state_dict_type"] = state::to_string(so.type);
+      write_atomically(dir / kTrainerState, j.dump(2) + "\n");
+      if (t.save_total_limit > 0) {
+        auto found = list_checkpoints(out_dir);
+        const int64_t extra = static_cast<int64_t>(found.size()) - t.save_total_limit;
+        for (int64_t i = 0; i < extra; ++i) state::remove_tree(found[i].second);
+      }
+    }
+    world.group()->barrier({"checkpoint"});
+    say(fmt::format("[train] saved {}", dir.string()));
+  };
+
   // ---- evaluation -------------------------------------------------------------------------
   auto evaluate = [&]() -> double {
     if (val_data.size() <= cfg.data.seq_len) return std::nan("");
@@ -230,13 +383,14 @@ TrainResult Trainer::run() {
 
   // ---- loop -------------------------------------------------------------------------------
   std::ofstream metrics;
-  if (lead) metrics.open(out_dir / "metrics.jsonl", std::ios::trunc);
+  if (lead) metrics.open(out_dir / "metrics.jsonl", resumed ? std::ios::app : std::ios::trunc);
   Progress progress(lead, total_steps);
   TrainResult result;
   result.output_dir = out_dir.string();
+  result.steps = first_step - 1;
   const auto start = Clock::now();
   double val_loss = std::nan("");
-  for (int64_t step = 1; step <= total_steps; ++step) {
+  for (int64_t step = first_step; step <= total_steps; ++step) {
     const auto t0 = Clock::now();
     const auto comm_before = comm_counters(*model);
     const double lr = schedule.at(step);
@@ -264,7 +418,7 @@ TrainResult Trainer::run() {
     const bool eval_now = val_data.size() > 0 &&
                           ((t.eval_steps > 0 && step % t.eval_steps == 0) || step == total_steps);
     if (eval_now) val_loss = evaluate();
-    if (step % t.logging_steps == 0 || step == 1 || step == total_steps || eval_now) {
+    if (step % t.logging_steps == 0 || step == first_step || step == total_steps || eval_now) {
       auto rss = torch::tensor({peak_rss_mb()}, torch::kDouble);
       world.group()->all_reduce(rss, dist::ReduceOp::MAX, {"metrics"});
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
@@ -288,6 +442,7 @@ TrainResult Trainer::run() {
     } else {
       progress.tick(step, loss, lr, std::chrono::duration<double>(Clock::now() - start).count());
     }
+    if (t.save_steps > 0 && step % t.save_steps == 0) save_checkpoint(step);
   }
   progress.finish();
   result.final_val_loss = val_loss;

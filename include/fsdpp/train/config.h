@@ -91,8 +91,11 @@ struct TrainingSection {
   int64_t logging_steps = 10;
   int64_t eval_steps = 0;  // 0: evaluate only at the end
   int64_t eval_max_batches = 20;
-  int64_t save_steps = 0;
+  int64_t save_steps = 0;        // 0: no checkpoints; else <output_dir>/checkpoint-<step>
   int64_t save_total_limit = 0;  // 0: keep every checkpoint
+  // "" : start fresh; "latest": the newest complete checkpoint-<step> in output_dir (fresh when
+  // there is none); else a checkpoint directory.
+  std::string resume_from_checkpoint;
   uint64_t seed = 42;
   std::string output_dir = "runs/default";
   std::string lr_scheduler_type = "cosine";  // cosine | linear | constant
@@ -121,7 +124,7 @@ struct TrainConfig {
   // Ranges and cross-field checks, then reject_unimplemented(). Does not look at the file system.
   void validate() const;
   // Throws for settings that name a feature this version of fsdpp does not implement yet
-  // (mixed precision, activation checkpointing, CPU offload, prefetching, checkpoint saving).
+  // (mixed precision, activation checkpointing, CPU offload, prefetching).
   // Each feature is one check here: remove its line when the feature lands.
   void reject_unimplemented() const;
 
