@@ -446,15 +446,7 @@ void save_full(const Comm& c, const fs::path& tmp, std::vector<ParamRef>& params
       }
     }
     index["params"] = jp;
-    json b;
-    b["file"] = kModelFile;
-    b["tensors"] = json::object();
-    for (const auto& [name, t] : buffers) {
-      b["tensors"][name] = {{"shape", shape_json(t.sizes().vec())},
-                            {"dtype", std::string(safetensors_dtype_name(t.scalar_type()))},
-                            {"checksum", hex(sums.at(name))}};
-    }
-    index["buffers"] = b;
+    index["buffers"] = buffers_json(buffers, kModelFile);
     if (okind != OptimKind::NONE) index["optim"] = {{"type", optim_name(okind)}, {"params", jo}};
   });
 }
