@@ -112,7 +112,7 @@ double clip_grad_norm_(torch::nn::Module& root, double max_norm, double norm_typ
   // replicate dim of HYBRID) are identical on every replica and counted once.
   std::vector<at::Tensor> grads;
   std::shared_ptr<dist::ProcessGroup> group;
-  double local = 0;
+  std::vector<at::Tensor> norms;  // one per gradient; read back once, not once per parameter
   for (auto* u : r.all_units()) {
     if (u->shard_group()) {
       FSDPP_CHECK(!group || group == u->shard_group(),
@@ -123,11 +123,16 @@ double clip_grad_norm_(torch::nn::Module& root, double max_norm, double norm_typ
       auto g = p->param.grad();
       if (!g.defined()) continue;
       grads.push_back(g);
-      auto n = at::linalg_vector_norm(g, inf ? INFINITY : 2.0, {}, false, at::kDouble).item<double>();
-      local = inf ? std::max(local, n) : local + n * n;
+      norms.push_back(at::linalg_vector_norm(g, inf ? INFINITY : 2.0, {}, false, at::kDouble));
     }
   }
-  auto total_t = at::full({1}, local, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor total_t;
+  if (norms.empty()) {
+    total_t = at::zeros({1}, at::TensorOptions().dtype(at::kDouble));
+  } else {
+    auto stacked = at::stack(norms).cpu();
+    total_t = (inf ? stacked.max() : stacked.square().sum()).reshape({1});
+  }
   if (group) group->all_reduce(total_t, inf ? dist::ReduceOp::MAX : dist::ReduceOp::SUM, {"clip_grad_norm_"});
   double total = total_t.item<double>();
   if (!inf) total = std::sqrt(total);

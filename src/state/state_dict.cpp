@@ -311,6 +311,34 @@ json tensor_entry(const FSDPParam& p, at::ScalarType dtype) {
   return e;
 }
 
+json piece_json(const std::string& file, const std::string& tensor, int64_t row_begin,
+                int64_t row_end, uint64_t sum) {
+  return {{"file", file},
+          {"tensor", tensor},
+          {"row_begin", row_begin},
+          {"row_end", row_end},
+          {"checksum", hex(sum)}};
+}
+
+// The index's "params" and "optim" sections, filled one record at a time.
+struct IndexSections {
+  json params = json::object();
+  json optim = json::object();
+  void add(const Record& r, json entry) {
+    const auto& fqn = r.ref.p->fqn;
+    if (r.kind.empty()) {
+      params[fqn] = std::move(entry);
+    } else {
+      optim[fqn]["step"] = r.step;
+      optim[fqn]["states"][r.kind] = std::move(entry);
+    }
+  }
+  void store(json& index, OptimKind okind) {
+    index["params"] = std::move(params);
+    if (okind != OptimKind::NONE) index["optim"] = {{"type", optim_name(okind)}, {"params", std::move(optim)}};
+  }
+};
+
 json buffers_json(const std::vector<std::pair<std::string, at::Tensor>>& buffers,
                   const std::string& file) {
   json b;
@@ -427,27 +455,17 @@ void save_full(const Comm& c, const fs::path& tmp, std::vector<ParamRef>& params
     model_w->commit();
     if (optim_w) optim_w->commit();
     // The index: one piece per tensor, the whole of it.
-    json jp = json::object();
-    json jo = json::object();
+    IndexSections sections;
     for (const auto& r : records) {
       if (!r.shard.defined()) continue;
       const auto& p = *r.ref.p;
       auto e = tensor_entry(p, r.shard.scalar_type());
-      e["pieces"].push_back({{"file", r.kind.empty() ? kModelFile : kOptimFile},
-                             {"tensor", r.name()},
-                             {"row_begin", 0},
-                             {"row_end", p.dim0},
-                             {"checksum", hex(sums.at(r.name()))}});
-      if (r.kind.empty()) {
-        jp[p.fqn] = e;
-      } else {
-        jo[p.fqn]["step"] = r.step;
-        jo[p.fqn]["states"][r.kind] = e;
-      }
+      e["pieces"].push_back(piece_json(r.kind.empty() ? kModelFile : kOptimFile, r.name(), 0,
+                                       p.dim0, sums.at(r.name())));
+      sections.add(r, std::move(e));
     }
-    index["params"] = jp;
+    sections.store(index, okind);
     index["buffers"] = buffers_json(buffers, kModelFile);
-    if (okind != OptimKind::NONE) index["optim"] = {{"type", optim_name(okind)}, {"params", jo}};
   });
 }
 
@@ -533,37 +551,26 @@ void save_state_dict(const fs::path& dir, torch::nn::Module& root,
       if (c.rank() != 0) return;
       auto rows = all.view({c.size(), static_cast<int64_t>(records.size()), kReportFields});
       auto rep = rows.accessor<int64_t, 3>();
-      json jp = json::object();
-      json jo = json::object();
+      IndexSections sections;
       for (size_t i = 0; i < records.size(); ++i) {
         const auto& r = records[i];
         if (!r.shard.defined()) continue;
-        const auto& p = *r.ref.p;
-        auto e = tensor_entry(p, r.shard.scalar_type());
+        auto e = tensor_entry(*r.ref.p, r.shard.scalar_type());
         for (int q = 0; q < c.size(); ++q) {
           if (rep[q][i][0] == 0) continue;
           uint64_t sum;
           int64_t bits = rep[q][i][3];
           std::memcpy(&sum, &bits, sizeof sum);
-          e["pieces"].push_back(
-              {{"file", fmt::format("{}-{}.safetensors", local ? "local" : "shard", q)},
-               {"tensor", r.name()},
-               {"row_begin", rep[q][i][1]},
-               {"row_end", rep[q][i][2]},
-               {"checksum", hex(sum)}});
+          e["pieces"].push_back(piece_json(
+              fmt::format("{}-{}.safetensors", local ? "local" : "shard", q), r.name(),
+              rep[q][i][1], rep[q][i][2], sum));
         }
-        if (r.kind.empty()) {
-          jp[p.fqn] = e;
-        } else {
-          jo[p.fqn]["step"] = r.step;
-          jo[p.fqn]["states"][r.kind] = e;
-        }
+        sections.add(r, std::move(e));
       }
-      index["params"] = jp;
+      sections.store(index, okind);
       auto buffers = model_buffers(root, options.skip_buffer);
       save_safetensors(fs::path(tmp) / kBuffersFile, buffers, {{"format", "pt"}});
       index["buffers"] = buffers_json(buffers, kBuffersFile);
-      if (okind != OptimKind::NONE) index["optim"] = {{"type", optim_name(okind)}, {"params", jo}};
     });
   }
 
