@@ -33,7 +33,9 @@ int64_t FSDPParam::rows_of_rank(int k) const {
   return std::clamp<int64_t>(dim0 - k * chunk_rows, 0, chunk_rows);
 }
 
-void FSDPParam::init_shard(const at::Tensor& flat_shard) {
+void FSDPParam::init_shard(const at::Tensor& flat_shard, const at::TensorOptions& unsharded_options,
+                           bool separate_unsharded) {
+  separate_unsharded_ = separate_unsharded;
   std::vector<int64_t> shard_shape = shape;
   if (shard_shape.empty()) shard_shape = {1};
   shard_shape[0] = chunk_rows;
@@ -45,11 +47,10 @@ void FSDPParam::init_shard(const at::Tensor& flat_shard) {
     shard.view({chunk_rows, row_numel}).narrow(0, 0, rows).copy_(
         full.narrow(0, shard_rank * chunk_rows, rows));
   }
-  if (shard_world == 1) {
-    // Nothing to gather: the unsharded parameter is the shard itself.
+  if (!separate_unsharded_) {
     unsharded = shard.view(shape);
   } else {
-    unsharded = at::empty(shape, param.options().requires_grad(false));
+    unsharded = at::empty(shape, unsharded_options.requires_grad(false));
     free_unsharded();
   }
   param.set_data(shard);
@@ -77,7 +78,7 @@ void FSDPParam::copy_in_grad(const at::Tensor& grad, const at::Tensor& reduce_in
 }
 
 void FSDPParam::alloc_unsharded() {
-  if (shard_world == 1) return;
+  if (!separate_unsharded_) return;
   auto* storage = unsharded.storage().unsafeGetStorageImpl();
   const size_t nbytes = static_cast<size_t>(unsharded.numel()) * unsharded.element_size();
   if (storage->nbytes() == nbytes) return;
@@ -86,7 +87,7 @@ void FSDPParam::alloc_unsharded() {
 }
 
 void FSDPParam::free_unsharded() {
-  if (shard_world == 1) return;
+  if (!separate_unsharded_) return;
   auto* storage = unsharded.storage().unsafeGetStorageImpl();
   if (storage->nbytes() == 0) return;
   storage->set_data_ptr_noswap(at::DataPtr(nullptr, unsharded.device()));
@@ -94,11 +95,11 @@ void FSDPParam::free_unsharded() {
 }
 
 bool FSDPParam::unsharded_allocated() const {
-  return shard_world == 1 || unsharded.storage().nbytes() > 0;
+  return !separate_unsharded_ || unsharded.storage().nbytes() > 0;
 }
 
 int64_t FSDPParam::unsharded_bytes() const {
-  return shard_world == 1 ? 0 : static_cast<int64_t>(unsharded.storage().nbytes());
+  return separate_unsharded_ ? static_cast<int64_t>(unsharded.storage().nbytes()) : 0;
 }
 
 void FSDPParam::use_shard() {

@@ -4,9 +4,11 @@
 // The registered parameter tensor (`param`) keeps its identity for the module's code and the
 // optimizer, and its data is switched with set_data(): at rest it is this rank's padded dim-0
 // shard, a view into the unit's flat shard buffer (so the flat buffer is the all-gather input
-// with no copy); around compute it is `unsharded`, a tensor of the original shape whose storage
-// is freed (resized to 0 bytes) when resharded and re-allocated when gathered again. Tensors that
-// autograd saved in forward share that storage, so in backward they see the re-gathered data.
+// with no copy); around compute it is `unsharded`, a tensor of the original shape (in the mixed
+// precision param dtype, on the compute device) whose storage is freed (resized to 0 bytes) when
+// resharded and re-allocated when gathered again. Tensors that autograd saved in forward share
+// that storage, so in backward they see the re-gathered data. With one rank, no dtype change and
+// no offload there is nothing to gather, and `unsharded` is the shard itself.
 
 #include <ATen/Tensor.h>
 
@@ -37,10 +39,14 @@ class FSDPParam {
   // Rows of the unsharded parameter that rank k holds (the rest of its chunk is padding).
   int64_t rows_of_rank(int k) const;
 
-  // Binds the shard view into the unit's flat buffer and fills it from the full parameter.
-  void init_shard(const at::Tensor& flat_shard);
+  // Binds the shard view into the unit's flat buffer and fills it from the full parameter;
+  // `unsharded_options` (dtype, device) are those of the gathered parameter, and
+  // `separate_unsharded` says whether it needs storage of its own.
+  void init_shard(const at::Tensor& flat_shard, const at::TensorOptions& unsharded_options,
+                  bool separate_unsharded);
   // Copies every rank's rows from the gathered (shard_world, total) buffer into `dst` (the
-  // unsharded shape): into `unsharded` when gathering, into a fresh tensor for state dicts.
+  // unsharded shape), converting dtype and device: into `unsharded` when gathering, into a
+  // fresh tensor for state dicts.
   void copy_out(const at::Tensor& gathered_2d, const at::Tensor& dst) const;
   // Copies this parameter's unsharded gradient into the (shard_world, total) reduce input.
   void copy_in_grad(const at::Tensor& grad, const at::Tensor& reduce_input_2d) const;
@@ -64,6 +70,7 @@ class FSDPParam {
 
  private:
   bool on_shard_ = true;
+  bool separate_unsharded_ = false;
 };
 
 }  // namespace fsdpp

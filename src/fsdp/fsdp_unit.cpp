@@ -6,8 +6,11 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
+#include <cmath>
 #include <unordered_set>
 
+#include "checkpoint_region.h"
 #include "fsdpp/common/error.h"
 
 namespace fsdpp {
@@ -106,10 +109,39 @@ FSDPUnit::FSDPUnit(torch::nn::Module& module, const FullyShardOptions& options,
     if (p.requires_grad()) ++num_trainable_;
   }
   if (params_.empty()) return;
+  const auto& mp = options_.mp_policy;
+  for (const auto& d : {mp.param_dtype, mp.reduce_dtype, mp.output_dtype}) {
+    FSDPP_CHECK_AS(ConfigError, !d || at::isFloatingType(*d),
+                   "[fsdp] MixedPrecisionPolicy dtype {} for unit '{}' is not a floating-point "
+                   "type; use float32, bfloat16 or float16",
+                   c10::toString(*d), name_);
+  }
+  const auto master_dtype = flat_options.dtype().toScalarType();
+  param_dtype_ = mp.param_dtype.value_or(master_dtype);
+  reduce_dtype_ = mp.reduce_dtype.value_or(param_dtype_);
+  compute_device_ = flat_options.device();
+  at::TensorOptions shard_options = flat_options;
+  if (options_.offload_policy.offload_params) {
+    shard_options = shard_options.device(at::kCPU);
+    if (options_.offload_policy.pin_memory && !compute_device_.is_cpu()) {
+      shard_options = shard_options.pinned_memory(true);
+    }
+  }
+  separate_unsharded_ = shard_world_ > 1 || param_dtype_ != master_dtype ||
+                        compute_device_ != shard_options.device();
+  if (reduce_dtype_ == at::kHalf && divide_factor_ == std::floor(divide_factor_)) {
+    // As PyTorch FSDP: divide by about sqrt(factor) before the sum and the rest after, so that
+    // neither the sum of many gradients nor tiny quotients leave float16's range.
+    const auto n = static_cast<int64_t>(divide_factor_);
+    int64_t f = 1;
+    while (n % (f * 2) == 0 && n / (f * 2) >= f * 2) f *= 2;
+    predivide_factor_ = static_cast<double>(f);
+  }
   at::NoGradGuard no_grad;
-  flat_shard_ = at::empty({total_shard_numel_}, flat_options);
+  flat_shard_ = at::empty({total_shard_numel_}, shard_options);
+  const auto unsharded_options = flat_options.dtype(param_dtype_);
   for (auto& p : params_) {
-    p->init_shard(flat_shard_);
+    p->init_shard(flat_shard_, unsharded_options, separate_unsharded_);
     if (p->requires_grad) {
       torch::autograd::impl::set_post_acc_grad_hooks(p->param, std::make_unique<GradReadyHook>(this));
     }
@@ -156,8 +188,11 @@ std::vector<std::pair<std::string, at::Tensor>> FSDPUnit::full_parameters() {
   std::vector<std::pair<std::string, at::Tensor>> out;
   at::Tensor rows;
   if (shard_world_ > 1 && !params_.empty()) {
-    auto gathered = at::empty({shard_world_ * total_shard_numel_}, flat_shard_.options());
-    shard_group_->all_gather_into_tensor(gathered, flat_shard_, tag());
+    // The master values, gathered on the compute device (where the collective runs) and
+    // returned next to the master shards.
+    auto input = flat_shard_.to(compute_device_);
+    auto gathered = at::empty({shard_world_ * total_shard_numel_}, input.options());
+    shard_group_->all_gather_into_tensor(gathered, input, tag());
     rows = gathered.view({shard_world_, total_shard_numel_});
   }
   for (auto& p : params_) {
@@ -165,7 +200,7 @@ std::vector<std::pair<std::string, at::Tensor>> FSDPUnit::full_parameters() {
       out.emplace_back(p->fqn, p->shard.view(p->shape).clone());
       continue;
     }
-    auto full = at::empty(p->shape, flat_shard_.options());
+    auto full = at::empty(p->shape, flat_shard_.options().pinned_memory(false));
     p->copy_out(rows, full);
     out.emplace_back(p->fqn, full);
   }
@@ -181,26 +216,93 @@ int64_t FSDPUnit::unsharded_bytes() const {
 // ---------------------------------------------------------------------------------------------
 // Gather and free
 
+bool FSDPUnit::gathered_current() const {
+  if (!gathered_valid_) return false;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i]->param._version() != gathered_versions_[i]) return false;
+  }
+  return true;
+}
+
+at::Tensor FSDPUnit::gather_input() const {
+  if (flat_shard_.device() == compute_device_ && flat_shard_.scalar_type() == param_dtype_) {
+    return flat_shard_;  // the flat shard is the all-gather input, no copy
+  }
+  return flat_shard_.to(compute_device_, param_dtype_, /*non_blocking=*/flat_shard_.is_pinned());
+}
+
+void FSDPUnit::start_unshard() {
+  if (!sharded_ || !separate_unsharded_ || params_.empty() || pending_gather_ ||
+      gathered_current()) {
+    return;
+  }
+  at::NoGradGuard no_grad;
+  PendingGather g;
+  g.input = gather_input();
+  if (shard_world_ > 1) {
+    g.gathered = at::empty({shard_world_ * total_shard_numel_}, g.input.options());
+    g.work = shard_group_->all_gather_into_tensor_async(g.gathered, g.input, tag());
+  } else {
+    g.gathered = g.input;  // one rank: the converted shard is the whole parameter set
+  }
+  pending_gather_ = std::move(g);
+  ++root()->gathers_in_flight_;
+}
+
+void FSDPUnit::finish_unshard() {
+  start_unshard();  // a no-op when prefetched or still gathered
+  if (!pending_gather_) return;
+  auto g = std::move(*pending_gather_);
+  pending_gather_.reset();
+  --root()->gathers_in_flight_;
+  if (g.work.valid()) g.work.wait();
+  for (auto& p : params_) p->alloc_unsharded();
+  auto rows = g.gathered.view({shard_world_, total_shard_numel_});
+  for (auto& p : params_) p->copy_out(rows, p->unsharded);
+  for (size_t i = 0; i < params_.size(); ++i) gathered_versions_[i] = params_[i]->param._version();
+  gathered_valid_ = true;
+}
+
+void FSDPUnit::drop_prefetch() {
+  if (!pending_gather_) return;
+  auto g = std::move(*pending_gather_);
+  pending_gather_.reset();
+  --root()->gathers_in_flight_;
+  if (g.work.valid()) g.work.wait();  // the buffers must outlive the collective
+}
+
+void FSDPUnit::prefetch_after(const std::vector<FSDPUnit*>& order,
+                              const std::vector<FSDPUnit*>& done, int depth) {
+  if (depth <= 0) return;
+  auto it = std::find(order.begin(), order.end(), this);
+  if (it == order.end()) return;
+  FSDPUnit* r = root();
+  const int limit = options_.limit_all_gathers;
+  for (++it; it != order.end() && depth > 0; ++it) {
+    // A unit that already ran in this pass (the root finishes its backward last but begins
+    // it first) would only be gathered to be dropped.
+    if (std::find(done.begin(), done.end(), *it) != done.end()) continue;
+    if (limit > 0 && r->gathers_in_flight_ >= limit) break;
+    (*it)->start_unshard();
+    --depth;
+  }
+}
+
 void FSDPUnit::unshard() {
   if (!sharded_) return;
   at::NoGradGuard no_grad;
-  if (shard_world_ > 1 && !params_.empty()) {
-    bool valid = gathered_valid_;
-    for (size_t i = 0; valid && i < params_.size(); ++i) {
-      valid = params_[i]->param._version() == gathered_versions_[i];
-    }
-    if (!valid) {
-      for (auto& p : params_) p->alloc_unsharded();
-      auto gathered = at::empty({shard_world_ * total_shard_numel_}, flat_shard_.options());
-      shard_group_->all_gather_into_tensor(gathered, flat_shard_, tag());
-      auto rows = gathered.view({shard_world_, total_shard_numel_});
-      for (auto& p : params_) p->copy_out(rows, p->unsharded);
-      for (size_t i = 0; i < params_.size(); ++i) gathered_versions_[i] = params_[i]->param._version();
-      gathered_valid_ = true;
-    }
-  }
+  if (separate_unsharded_ && !params_.empty()) finish_unshard();
   for (auto& p : params_) p->use_unsharded();
   sharded_ = false;
+}
+
+at::Tensor FSDPUnit::cast_forward_input(const at::Tensor& t) const {
+  const auto& mp = options_.mp_policy;
+  if (!mp.param_dtype || !mp.cast_forward_inputs || !t.defined() || !t.is_floating_point() ||
+      t.scalar_type() == *mp.param_dtype) {
+    return t;
+  }
+  return t.to(*mp.param_dtype);
 }
 
 void FSDPUnit::reshard(bool free_unsharded) {
@@ -217,13 +319,17 @@ void FSDPUnit::reshard(bool free_unsharded) {
 // Forward
 
 void FSDPUnit::pre_forward() {
+  const auto phase = detail::checkpoint_phase();
   if (is_root()) {
     lazy_init();
-    FSDPP_CHECK(!forward_active_,
-                "[fsdp] the root unit '{}' was called from inside its own forward", name_);
-    forward_active_ = true;
+    if (phase != detail::CheckpointPhase::RECOMPUTE) {
+      FSDPP_CHECK(!forward_active_,
+                  "[fsdp] the root unit '{}' was called from inside its own forward", name_);
+      forward_active_ = true;
+      recording_forward_.clear();
+    }
   } else {
-    FSDPP_CHECK(root_ && root_->forward_active_,
+    FSDPP_CHECK(root_ && (root_->forward_active_ || phase == detail::CheckpointPhase::RECOMPUTE),
                 "[fsdp] unit '{}' was called outside its root's forward; its parameters are "
                 "sharded at rest. Call the root module through fsdpp::forward(root, ...), and "
                 "this unit from the root's forward",
@@ -231,13 +337,40 @@ void FSDPUnit::pre_forward() {
   }
   unshard();
   state_ = UnitState::FORWARD;
+  if (phase != detail::CheckpointPhase::RECOMPUTE) {
+    FSDPUnit* r = root();
+    auto& rec = r->recording_forward_;
+    if (std::find(rec.begin(), rec.end(), this) == rec.end()) rec.push_back(this);
+    prefetch_after(r->forward_order_, rec, options_.forward_prefetch);
+  }
 }
 
 std::vector<at::Tensor> FSDPUnit::post_forward(std::vector<at::Tensor> outputs) {
   const bool grad = at::GradMode::is_enabled();
-  if (reshard_after_forward() || !grad) reshard(!keep_unsharded_between_steps());
+  const auto phase = detail::checkpoint_phase();
+  bool reshard_now = true;
+  if (phase == detail::CheckpointPhase::RECOMPUTE) {
+    // The backward of the recomputed graph comes next and needs these parameters: keeping
+    // them saves the all-gather that resharding here would cost.
+    reshard_now = false;
+  } else if (grad || phase == detail::CheckpointPhase::FORWARD) {
+    // A checkpointed forward runs without grad, but its backward follows as for a plain one.
+    reshard_now = reshard_after_forward();
+  }
+  if (reshard_now) reshard(!keep_unsharded_between_steps());
   state_ = UnitState::IDLE;
-  if (is_root()) forward_active_ = false;
+  if (is_root() && phase != detail::CheckpointPhase::RECOMPUTE) {
+    forward_active_ = false;
+    forward_order_ = recording_forward_;
+    for (auto* u : all_units_) {
+      if (u->sharded_) u->drop_prefetch();  // prefetched for a unit that did not run
+    }
+  }
+  if (const auto& out_dtype = options_.mp_policy.output_dtype) {
+    for (auto& o : outputs) {
+      if (o.defined() && o.is_floating_point() && o.scalar_type() != *out_dtype) o = o.to(*out_dtype);
+    }
+  }
   if (!grad) return outputs;
   std::vector<size_t> idx;
   variable_list hooked;
@@ -256,7 +389,10 @@ std::vector<at::Tensor> FSDPUnit::post_forward(std::vector<at::Tensor> outputs) 
 void FSDPUnit::forward_failed() {
   reshard(!keep_unsharded_between_steps());
   state_ = UnitState::IDLE;
-  if (is_root()) forward_active_ = false;
+  if (is_root() && detail::checkpoint_phase() != detail::CheckpointPhase::RECOMPUTE) {
+    forward_active_ = false;
+    for (auto* u : all_units_) u->drop_prefetch();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -266,12 +402,18 @@ void FSDPUnit::pre_backward() {
   FSDPUnit* r = root();
   if (!r->callback_queued_) {
     r->callback_queued_ = true;
+    r->recording_backward_.clear();
     torch::autograd::Engine::get_default_engine().queue_callback([r] { r->root_end_backward(); });
   }
   if (state_ == UnitState::PRE_BACKWARD) return;  // a unit called twice in one forward
   unshard();
   state_ = UnitState::PRE_BACKWARD;
   grads_ready_ = 0;
+  auto& rec = r->recording_backward_;
+  if (std::find(rec.begin(), rec.end(), this) == rec.end()) rec.push_back(this);
+  if (options_.backward_prefetch == BackwardPrefetch::BACKWARD_PRE) {
+    prefetch_after(r->backward_order_, rec, options_.backward_prefetch_depth);
+  }
 }
 
 void FSDPUnit::on_grad_accumulated() {
@@ -281,6 +423,12 @@ void FSDPUnit::on_grad_accumulated() {
 
 void FSDPUnit::post_backward() {
   state_ = UnitState::IDLE;
+  FSDPUnit* r = root();
+  // Before this unit's reduce-scatter, so the next gather does not queue behind it; not from
+  // the end-of-backward callback, when no unit's backward is left to run.
+  if (options_.backward_prefetch == BackwardPrefetch::BACKWARD_POST && r->callback_queued_) {
+    prefetch_after(r->backward_order_, r->recording_backward_, options_.backward_prefetch_depth);
+  }
   reduce_gradients();
   reshard(!keep_unsharded_between_steps());
 }
@@ -291,16 +439,19 @@ void FSDPUnit::post_backward() {
 void FSDPUnit::reduce_gradients() {
   if (num_trainable_ == 0 || !root()->requires_grad_sync_) return;
   at::NoGradGuard no_grad;
-  auto input = at::zeros({shard_world_, total_shard_numel_}, flat_shard_.options());
+  auto input = at::zeros({shard_world_, total_shard_numel_},
+                         flat_shard_.options().dtype(reduce_dtype_).device(compute_device_)
+                             .pinned_memory(false));
   for (auto& p : params_) {
     if (!p->requires_grad) continue;
     auto g = p->param.grad();
     if (g.defined()) p->copy_in_grad(g, input);
     p->param.mutable_grad() = at::Tensor();
   }
+  if (predivide_factor_ != 1) input.div_(predivide_factor_);
   PendingReduce pending;
   if (shard_group_) {
-    pending.output = at::empty({total_shard_numel_}, flat_shard_.options());
+    pending.output = at::empty({total_shard_numel_}, input.options());
     auto work = shard_group_->reduce_scatter_tensor_async(pending.output, input.view({-1}),
                                                           dist::ReduceOp::SUM, tag());
     if (replicate_group_) {
@@ -328,14 +479,20 @@ void FSDPUnit::finish_gradients() {
   // the version counter does not see), so the next forward gathers again.
   if (keep_unsharded_between_steps()) gathered_valid_ = false;
   at::NoGradGuard no_grad;
-  pending.output.div_(divide_factor_);
+  // The reduced shard comes back in the master dtype, next to the master shard (host memory
+  // under CPU offload), and is divided there in full precision.
+  auto reduced = pending.output;
+  if (reduced.scalar_type() != flat_shard_.scalar_type() || reduced.device() != flat_shard_.device()) {
+    reduced = reduced.to(flat_shard_.options().pinned_memory(false));
+  }
+  reduced.div_(divide_factor_ / predivide_factor_);
   for (auto& p : params_) {
     if (!p->requires_grad) continue;
     // Shares the reduced buffer's storage without being an autograd view, so that
     // optimizer.zero_grad() may detach it in place.
-    auto g = at::empty({0}, pending.output.options());
-    g.set_(pending.output.storage(), pending.output.storage_offset() + p->offset,
-           p->shard.sizes(), p->shard.strides());
+    auto g = at::empty({0}, reduced.options());
+    g.set_(reduced.storage(), reduced.storage_offset() + p->offset, p->shard.sizes(),
+           p->shard.strides());
     at::Tensor& slot = p->on_shard() ? p->param.mutable_grad() : p->shard_grad_stash;
     if (slot.defined()) {
       slot.add_(g);
@@ -356,7 +513,9 @@ void FSDPUnit::root_end_backward() {
     u->finish_gradients();
     u->reshard(!u->keep_unsharded_between_steps());
     u->state_ = UnitState::IDLE;
+    u->drop_prefetch();  // prefetched for a unit whose backward did not run
   }
+  backward_order_ = recording_backward_;
 }
 
 }  // namespace fsdpp

@@ -8,8 +8,15 @@
 //   PRE_BACKWARD --post_backward (all its gradients accumulated, or the end of backward)--> IDLE
 //
 // The root unit (the outermost one) also owns what is per step: lazy initialisation, the list
-// of units in order, the end-of-backward callback that finishes every unit and waits for the
-// gradient reductions, and the gradient-sync switch.
+// of units in order, the forward and backward orders of the last step (what prefetching
+// follows), the end-of-backward callback that finishes every unit and waits for the gradient
+// reductions, and the gradient-sync switch.
+//
+// Data types and places: the flat shard (the master copy the optimizer steps) keeps the
+// parameters' dtype on the offload device (the CPU under OffloadPolicy, else the parameters'
+// device); the all-gather runs in the mixed precision param dtype on the compute device, the
+// gradient reduction in the reduce dtype there, and the reduced gradient shard comes back in
+// the master dtype next to the master shard.
 
 #include <torch/nn/module.h>
 
@@ -41,7 +48,11 @@ class FSDPUnit : public torch::nn::Module {
   void pre_backward();
   void on_grad_accumulated();
 
+  // Gathers the parameters (waiting for a prefetch if one is in flight) and points them at the
+  // unsharded tensors.
   void unshard();
+  // Issues the all-gather without waiting (a prefetch); unshard() finishes it.
+  void start_unshard();
   void reshard(bool free_unsharded);
 
   const std::string& name() const { return name_; }
@@ -64,6 +75,8 @@ class FSDPUnit : public torch::nn::Module {
   // Bytes of unsharded parameter storage this unit holds right now.
   int64_t unsharded_bytes() const;
   int64_t shard_numel() const { return total_shard_numel_; }
+  bool gather_in_flight() const { return pending_gather_.has_value(); }
+  at::Tensor cast_forward_input(const at::Tensor& t) const;
 
  private:
   void post_backward();
@@ -72,6 +85,14 @@ class FSDPUnit : public torch::nn::Module {
   void root_end_backward();
   bool reshard_after_forward() const;
   bool keep_unsharded_between_steps() const;
+  bool gathered_current() const;
+  void finish_unshard();
+  void drop_prefetch();
+  // Starts the gathers of the `depth` units after this one in `order` (a root's recorded order)
+  // that are not in `done` (those that already ran in this pass).
+  void prefetch_after(const std::vector<FSDPUnit*>& order, const std::vector<FSDPUnit*>& done,
+                      int depth);
+  at::Tensor gather_input() const;
   dist::CollectiveTag tag() const { return {name_}; }
 
   torch::nn::Module* module_;  // owns this unit as its child kChildName
@@ -86,6 +107,11 @@ class FSDPUnit : public torch::nn::Module {
   int shard_world_ = 1;
   int shard_rank_ = 0;
   double divide_factor_ = 1;
+  double predivide_factor_ = 1;  // applied before a float16 reduction, so its sum cannot overflow
+  at::ScalarType param_dtype_ = at::kFloat;   // of the gathered parameters
+  at::ScalarType reduce_dtype_ = at::kFloat;  // of the gradient reduction
+  at::Device compute_device_ = at::kCPU;
+  bool separate_unsharded_ = false;  // the unsharded parameters need storage of their own
 
   UnitState state_ = UnitState::IDLE;
   bool sharded_ = true;           // parameters point at their shards
@@ -98,6 +124,12 @@ class FSDPUnit : public torch::nn::Module {
     at::Tensor output;  // (total_shard_numel) summed gradient shard
   };
   std::optional<PendingReduce> pending_;
+  struct PendingGather {
+    dist::Work work;
+    at::Tensor gathered;  // (shard_world * total_shard_numel) in param dtype
+    at::Tensor input;     // kept alive until the collective is done
+  };
+  std::optional<PendingGather> pending_gather_;
 
   // Tree.
   bool has_parent_ = false;
@@ -108,6 +140,11 @@ class FSDPUnit : public torch::nn::Module {
   bool callback_queued_ = false;
   bool requires_grad_sync_ = true;
   std::vector<FSDPUnit*> all_units_;
+  // Orders of the last complete forward / backward (pre-forward / pre-backward calls), and the
+  // ones being recorded now.
+  std::vector<FSDPUnit*> forward_order_, backward_order_;
+  std::vector<FSDPUnit*> recording_forward_, recording_backward_;
+  int gathers_in_flight_ = 0;  // prefetched all-gathers issued and not yet used
 };
 
 // The unit a module was made into, or nullptr.

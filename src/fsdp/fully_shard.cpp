@@ -38,6 +38,27 @@ ShardingStrategy parse_sharding_strategy(const std::string& name) {
               name);
 }
 
+const char* to_string(BackwardPrefetch p) {
+  switch (p) {
+    case BackwardPrefetch::NONE: return "NONE";
+    case BackwardPrefetch::BACKWARD_PRE: return "BACKWARD_PRE";
+    case BackwardPrefetch::BACKWARD_POST: return "BACKWARD_POST";
+  }
+  return "?";
+}
+
+BackwardPrefetch parse_backward_prefetch(const std::string& name) {
+  std::string n;
+  for (char c : name) n += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (n == "NONE" || n == "NO_PREFETCH") return BackwardPrefetch::NONE;
+  if (n == "BACKWARD_PRE") return BackwardPrefetch::BACKWARD_PRE;
+  if (n == "BACKWARD_POST") return BackwardPrefetch::BACKWARD_POST;
+  FSDPP_THROW(ConfigError,
+              "[fsdp] unknown backward prefetch '{}'; expected backward_pre, backward_post or "
+              "none",
+              name);
+}
+
 namespace {
 
 // Rank 0's values everywhere: along each mesh dim from its coordinate-0 member, so that on a
@@ -75,6 +96,13 @@ void fully_shard(torch::nn::Module& module, const FullyShardOptions& options) {
                  "fsdpp::dist::init_from_env()");
   FSDPP_CHECK(!find_unit(module), "[fsdp] module '{}' is already a unit; call fully_shard once "
               "per module", module.name());
+  FSDPP_CHECK_AS(ConfigError,
+                 options.forward_prefetch >= 0 && options.backward_prefetch_depth >= 0 &&
+                     options.limit_all_gathers >= 0,
+                 "[fsdp] forward_prefetch={}, backward_prefetch_depth={} and "
+                 "limit_all_gathers={} must be >= 0",
+                 options.forward_prefetch, options.backward_prefetch_depth,
+                 options.limit_all_gathers);
   std::unordered_set<const c10::TensorImpl*> managed;
   for (const auto& item : module.named_modules("", /*include_self=*/false)) {
     if (FSDPUnit* u = find_unit(*item.value())) {
@@ -151,6 +179,7 @@ std::vector<UnitInfo> inspect_units(torch::nn::Module& root) {
     info.num_params = static_cast<int64_t>(u->params().size());
     info.shard_numel = u->shard_numel();
     info.unsharded_bytes = u->unsharded_bytes();
+    info.gather_in_flight = u->gather_in_flight();
     info.shard_world = u->shard_world();
     for (const auto& p : u->params()) {
       info.numel += p->numel();
@@ -194,6 +223,9 @@ std::vector<at::Tensor> post_forward(FSDPUnit& unit, std::vector<at::Tensor> out
   return unit.post_forward(std::move(outputs));
 }
 void forward_failed(FSDPUnit& unit) { unit.forward_failed(); }
+at::Tensor cast_forward_input(FSDPUnit& unit, const at::Tensor& t) {
+  return unit.cast_forward_input(t);
+}
 
 }  // namespace detail
 }  // namespace fsdpp

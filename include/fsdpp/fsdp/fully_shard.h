@@ -19,13 +19,16 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "fsdpp/dist/device_mesh.h"
+#include "fsdpp/fsdp/mixed_precision.h"
 
 namespace fsdpp {
 
@@ -42,6 +45,13 @@ enum class ShardingStrategy {
 const char* to_string(ShardingStrategy s);
 ShardingStrategy parse_sharding_strategy(const std::string& name);  // "full_shard", ...
 
+// When backward gathers the next unit's parameters (in the backward order of the last step):
+// BACKWARD_PRE as the current unit's backward begins (most overlap, one more unit gathered at
+// a time), BACKWARD_POST once its gradients are computed, NONE only when it is needed.
+enum class BackwardPrefetch { NONE, BACKWARD_PRE, BACKWARD_POST };
+const char* to_string(BackwardPrefetch p);
+BackwardPrefetch parse_backward_prefetch(const std::string& name);  // "backward_pre", ...
+
 struct FullyShardOptions {
   // The ranks to shard over (required): world->mesh() for 1-D strategies, a 2-D mesh with dims
   // "replicate" and "shard" for the HYBRID ones.
@@ -53,6 +63,17 @@ struct FullyShardOptions {
   // Broadcast rank 0's parameters and buffers before sharding, for models not initialised
   // identically on every rank.
   bool sync_module_states = false;
+  MixedPrecisionPolicy mp_policy;
+  OffloadPolicy offload_policy;
+  // Prefetch: gather the next units' parameters asynchronously while this one computes. The
+  // order is the one recorded in the previous step (the first step runs without prefetch), so
+  // it must be the same on every rank, as the collectives themselves must be.
+  int forward_prefetch = 0;  // units gathered ahead in forward (0: none)
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::BACKWARD_PRE;
+  int backward_prefetch_depth = 1;  // units gathered ahead in backward when prefetching
+  // Most prefetched all-gathers in flight at once (issued, not yet used); bounds the memory
+  // that prefetching adds to about this many units. 0: no limit beyond the depths above.
+  int limit_all_gathers = 2;
 };
 
 // Makes `module` a unit: its parameters (except those of units already made inside it) become
@@ -126,28 +147,95 @@ auto& impl_of(M& m) {
 }
 }  // namespace detail
 
+namespace detail {
+class CheckpointMarker;
+CheckpointMarker* checkpoint_marker_of(torch::nn::Module& module);
+at::Tensor cast_forward_input(FSDPUnit& unit, const at::Tensor& t);
+using RecomputeFn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+// Runs fn(inputs) without keeping its activations; backward runs it again (see checkpoint.h).
+std::vector<at::Tensor> run_checkpointed(CheckpointMarker& marker, RecomputeFn fn,
+                                         const std::vector<at::Tensor>& inputs);
+bool grad_mode_enabled();
+
+template <typename A>
+decltype(auto) cast_arg(FSDPUnit& unit, A&& a) {
+  if constexpr (std::is_same_v<std::decay_t<A>, at::Tensor>) {
+    return at::Tensor(cast_forward_input(unit, a));
+  } else {
+    return std::forward<A>(a);
+  }
+}
+
+template <typename Impl, typename... Args>
+auto forward_unit(FSDPUnit* unit, Impl& impl, Args&&... args) {
+  if (!unit) return impl.forward(std::forward<Args>(args)...);
+  pre_forward(*unit);
+  try {
+    auto out = impl.forward(cast_arg(*unit, std::forward<Args>(args))...);
+    std::vector<at::Tensor> flat;
+    visit_tensors(out, [&](at::Tensor& t) { flat.push_back(t); });
+    flat = post_forward(*unit, std::move(flat));
+    size_t i = 0;
+    visit_tensors(out, [&](at::Tensor& t) { t = flat[i++]; });
+    return out;
+  } catch (...) {
+    forward_failed(*unit);
+    throw;
+  }
+}
+
+// Activation checkpointing of one call: the tensor arguments become the checkpoint's inputs,
+// the other arguments are kept by value for the recomputation, and the result keeps its type.
+template <typename Impl, typename... Args>
+auto forward_checkpointed(CheckpointMarker& marker, FSDPUnit* unit, Impl& impl, Args&&... args) {
+  using Out = decltype(impl.forward(std::forward<Args>(args)...));
+  auto saved = std::make_shared<std::tuple<std::decay_t<Args>...>>(args...);
+  std::vector<at::Tensor> inputs;
+  std::apply([&](auto&... a) {
+    ((void)[&](auto& x) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(x)>, at::Tensor>) inputs.push_back(x);
+    }(a), ...);
+  }, *saved);
+  auto first = std::make_shared<std::optional<Out>>();  // the first run's result, for its shape
+  auto calls = std::make_shared<int>(0);
+  Impl* self = &impl;
+  RecomputeFn fn = [saved, first, calls, unit, self](const std::vector<at::Tensor>& in) {
+    auto args_copy = *saved;
+    size_t i = 0;
+    std::apply([&](auto&... a) {
+      ((void)[&](auto& x) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(x)>, at::Tensor>) x = in[i++];
+      }(a), ...);
+    }, args_copy);
+    Out out = std::apply([&](auto&... a) { return forward_unit(unit, *self, a...); }, args_copy);
+    std::vector<at::Tensor> flat;
+    visit_tensors(out, [&](at::Tensor& t) { flat.push_back(t); });
+    if ((*calls)++ == 0) first->emplace(std::move(out));
+    return flat;
+  };
+  auto flat = run_checkpointed(marker, std::move(fn), inputs);
+  Out out = std::move(**first);
+  first->reset();  // the recomputation must not keep the first result alive
+  size_t i = 0;
+  visit_tensors(out, [&](at::Tensor& t) { t = flat[i++]; });
+  return out;
+}
+}  // namespace detail
+
 // Runs module.forward(args...) as an FSDP unit: gathers its parameters first, frees them after
 // (as the strategy says), and hooks the result so backward gathers them again and
-// reduce-scatters their gradients. `module` may be a ModuleHolder, a std::shared_ptr<Impl> or
-// the Impl itself.
+// reduce-scatters their gradients. A module marked by apply_activation_checkpointing keeps no
+// activations and recomputes its forward in backward. `module` may be a ModuleHolder, a
+// std::shared_ptr<Impl> or the Impl itself.
 template <typename M, typename... Args>
 auto forward(M&& module, Args&&... args) {
   auto& impl = detail::impl_of(module);
-  FSDPUnit* unit = detail::unit_of(detail::as_module(module));
-  if (!unit) return impl.forward(std::forward<Args>(args)...);
-  detail::pre_forward(*unit);
-  try {
-    auto out = impl.forward(std::forward<Args>(args)...);
-    std::vector<at::Tensor> flat;
-    detail::visit_tensors(out, [&](at::Tensor& t) { flat.push_back(t); });
-    flat = detail::post_forward(*unit, std::move(flat));
-    size_t i = 0;
-    detail::visit_tensors(out, [&](at::Tensor& t) { t = flat[i++]; });
-    return out;
-  } catch (...) {
-    detail::forward_failed(*unit);
-    throw;
+  auto& mod = detail::as_module(module);
+  FSDPUnit* unit = detail::unit_of(mod);
+  if (auto* marker = detail::checkpoint_marker_of(mod); marker && detail::grad_mode_enabled()) {
+    return detail::forward_checkpointed(*marker, unit, impl, std::forward<Args>(args)...);
   }
+  return detail::forward_unit(unit, impl, std::forward<Args>(args)...);
 }
 
 }  // namespace fsdpp

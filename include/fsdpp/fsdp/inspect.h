@@ -17,6 +17,7 @@ struct UnitInfo {
   int64_t numel = 0;                  // unsharded elements
   int64_t shard_numel = 0;            // this rank's elements, padding included
   int64_t unsharded_bytes = 0;        // unsharded parameter storage allocated now
+  bool gather_in_flight = false;      // a (prefetched) all-gather issued and not yet used
   int shard_world = 1;
   std::vector<std::string> param_names;
 };
