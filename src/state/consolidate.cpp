@@ -1,23 +1,29 @@
+// Offline tools on checkpoint directories: inspect, verify, consolidate, read the full model,
+// write a FULL checkpoint from plain tensors. See include/fsdpp/state/consolidate.h.
 #include "fsdpp/state/consolidate.h"
 
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include <ATen/ATen.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint_reader.h"
 #include "fsdpp/common/error.h"
+#include "fsdpp/state/atomic_dir.h"
 #include "fsdpp/state/safetensors.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace fsdpp::state {
-namespace {
+namespace detail {
 
-json read_json(const fs::path& path) {
+json read_json_file(const fs::path& path) {
   std::ifstream in(path);
   FSDPP_CHECK_AS(CheckpointError, in.good(), "[state] cannot read '{}'", path.string());
   try {
@@ -27,75 +33,74 @@ json read_json(const fs::path& path) {
   }
 }
 
-json read_index(const fs::path& dir) {
-  FSDPP_CHECK_AS(CheckpointError, fs::is_directory(dir), "[state] '{}' is not a checkpoint directory",
-                 dir.string());
-  const fs::path index = dir / "index.json";
-  FSDPP_CHECK_AS(CheckpointError, fs::exists(index),
-                 "[state] '{}' has no index.json; is it an fsdpp checkpoint?", dir.string());
-  return read_json(index);
-}
+std::vector<int64_t> entry_shape(const json& e) { return e.at("shape").get<std::vector<int64_t>>(); }
 
-std::vector<int64_t> shape_of(const json& e) { return e.at("shape").get<std::vector<int64_t>>(); }
-
-at::ScalarType dtype_of(const json& e, const std::string& name) {
+at::ScalarType entry_dtype(const json& e, const std::string& name) {
   const auto s = e.at("dtype").get<std::string>();
   auto t = safetensors_dtype_from_name(s);
   FSDPP_CHECK_AS(CheckpointError, t.has_value(), "[state] tensor '{}' has unknown dtype '{}'", name, s);
   return *t;
 }
 
+namespace {
 uint64_t parse_checksum(const json& piece) {
   return std::stoull(piece.at("checksum").get<std::string>(), nullptr, 16);
 }
+}  // namespace
 
-// Opens each safetensors file of the checkpoint once.
-class Files {
- public:
-  explicit Files(fs::path dir) : dir_(std::move(dir)) {}
-  SafetensorsFile& at(const std::string& name) {
-    auto it = files_.find(name);
-    if (it == files_.end()) {
-      const fs::path p = dir_ / name;
-      FSDPP_CHECK_AS(CheckpointError, fs::exists(p), "[state] checkpoint file '{}' is missing",
-                     p.string());
-      it = files_.emplace(name, std::make_unique<SafetensorsFile>(SafetensorsFile::open(p))).first;
-    }
-    return *it->second;
+CheckpointReader::CheckpointReader(fs::path dir) : dir_(std::move(dir)) {
+  FSDPP_CHECK_AS(CheckpointError, fs::is_directory(dir_), "[state] '{}' is not a checkpoint directory",
+                 dir_.string());
+  const fs::path index = dir_ / "index.json";
+  FSDPP_CHECK_AS(CheckpointError, fs::exists(index),
+                 "[state] '{}' has no index.json; is it an fsdpp checkpoint?", dir_.string());
+  index_ = read_json_file(index);
+  FSDPP_CHECK_AS(CheckpointError, index_.is_object() && index_.contains("params"),
+                 "[state] '{}' is not an fsdpp checkpoint index (no \"params\")", index.string());
+}
+
+std::string CheckpointReader::format() const { return index_.value("format", std::string()); }
+
+SafetensorsFile& CheckpointReader::file(const std::string& name) {
+  auto it = files_.find(name);
+  if (it == files_.end()) {
+    const fs::path p = dir_ / name;
+    FSDPP_CHECK_AS(CheckpointError, fs::exists(p), "[state] checkpoint file '{}' is missing",
+                   p.string());
+    it = files_.emplace(name, std::make_unique<SafetensorsFile>(SafetensorsFile::open(p))).first;
   }
+  return *it->second;
+}
 
- private:
-  fs::path dir_;
-  std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;
-};
-
-at::Tensor verified(Files& files, const json& piece, const std::string& tensor_name) {
-  const auto file = piece.at("file").get<std::string>();
+at::Tensor CheckpointReader::piece(const json& piece, const std::string& tensor_name) {
+  const auto file_name = piece.at("file").get<std::string>();
   const auto stored = piece.value("tensor", tensor_name);
-  auto& f = files.at(file);
-  FSDPP_CHECK_AS(CheckpointError, f.contains(stored), "[state] '{}' has no tensor '{}'", file, stored);
+  auto& f = file(file_name);
+  FSDPP_CHECK_AS(CheckpointError, f.contains(stored), "[state] '{}' has no tensor '{}'", file_name, stored);
   auto t = f.get(stored);
   FSDPP_CHECK_AS(CheckpointError, checksum(t) == parse_checksum(piece),
-                 "[state] checksum mismatch in '{}' for tensor '{}': the file is corrupted", file,
-                 stored);
+                 "[state] checksum mismatch in '{}' for tensor '{}': the file is corrupted",
+                 file_name, stored);
   return t;
 }
 
-// One parameter at full size from its row pieces.
-at::Tensor assemble(Files& files, const std::string& name, const json& e) {
-  const auto shape = shape_of(e);
-  const auto dtype = dtype_of(e, name);
+at::Tensor CheckpointReader::assemble(const std::string& name, const json& e) {
+  const auto shape = entry_shape(e);
+  const auto dtype = entry_dtype(e, name);
   const int64_t dim0 = e.at("dim0").get<int64_t>();
   const int64_t row_numel = e.at("row_numel").get<int64_t>();
   auto full = at::empty(shape, at::TensorOptions().dtype(dtype));
+  FSDPP_CHECK_AS(CheckpointError, full.numel() == dim0 * row_numel,
+                 "[state] tensor '{}': dim0 {} x row_numel {} does not match its shape", name, dim0,
+                 row_numel);
   auto rows = full.view({dim0, row_numel});
   std::vector<bool> covered(static_cast<size_t>(dim0), false);
-  for (const auto& piece : e.at("pieces")) {
-    const int64_t b = piece.at("row_begin").get<int64_t>();
-    const int64_t end = piece.at("row_end").get<int64_t>();
+  for (const auto& p : e.at("pieces")) {
+    const int64_t b = p.at("row_begin").get<int64_t>();
+    const int64_t end = p.at("row_end").get<int64_t>();
     FSDPP_CHECK_AS(CheckpointError, 0 <= b && b < end && end <= dim0,
                    "[state] tensor '{}': piece rows [{}, {}) are outside [0, {})", name, b, end, dim0);
-    auto t = verified(files, piece, name);
+    auto t = piece(p, name);
     FSDPP_CHECK_AS(CheckpointError, t.numel() == (end - b) * row_numel && t.scalar_type() == dtype,
                    "[state] tensor '{}': piece rows [{}, {}) hold {} {} elements; expected {} {}",
                    name, b, end, t.numel(), c10::toString(t.scalar_type()), (end - b) * row_numel,
@@ -112,10 +117,65 @@ at::Tensor assemble(Files& files, const std::string& name, const json& e) {
   return full;
 }
 
+at::Tensor CheckpointReader::buffer(const std::string& name) {
+  const auto& b = index_.at("buffers");
+  json piece = b.at("tensors").at(name);
+  piece["file"] = b.at("file");
+  auto t = this->piece(piece, name);
+  FSDPP_CHECK_AS(CheckpointError, t.sizes().vec() == entry_shape(piece),
+                 "[state] buffer '{}' has shape {} in its file but {} in the index", name,
+                 t.sizes().vec(), entry_shape(piece));
+  return t;
+}
+
+}  // namespace detail
+
+using detail::CheckpointReader;
+using detail::entry_dtype;
+using detail::entry_shape;
+
+namespace {
+
+bool has_buffers(const json& index) {
+  return index.contains("buffers") && index["buffers"].contains("tensors");
+}
+
 }  // namespace
 
-std::string describe_checkpoint(const fs::path& dir) {
-  const json index = read_index(dir);
+int64_t verify_checkpoint(const fs::path& dir) {
+  CheckpointReader r(dir);
+  const bool local = r.format() == "fsdpp.local";
+  int64_t pieces = 0;
+  auto check_entry = [&](const std::string& name, const json& e) {
+    if (local) {
+      for (const auto& p : e.at("pieces")) {
+        r.piece(p, name);
+        ++pieces;
+      }
+    } else {
+      r.assemble(name, e);
+      pieces += static_cast<int64_t>(e.at("pieces").size());
+    }
+  };
+  for (const auto& [name, e] : r.index().at("params").items()) check_entry(name, e);
+  if (r.index().contains("optim")) {
+    for (const auto& [fqn, o] : r.index()["optim"].at("params").items()) {
+      for (const auto& [k, e] : o.at("states").items()) check_entry("optim." + fqn + "." + k, e);
+    }
+  }
+  if (has_buffers(r.index())) {
+    for (const auto& [name, e] : r.index()["buffers"]["tensors"].items()) {
+      r.buffer(name);
+      ++pieces;
+    }
+  }
+  return pieces;
+}
+
+std::string describe_checkpoint(const fs::path& dir, bool verify) {
+  const int64_t verified = verify ? verify_checkpoint(dir) : -1;
+  CheckpointReader r(dir);
+  const json& index = r.index();
   std::ostringstream out;
   const auto format = index.value("format", std::string("?"));
   out << "checkpoint " << dir.string() << "\n"
@@ -123,7 +183,7 @@ std::string describe_checkpoint(const fs::path& dir) {
   int64_t numel = 0;
   out << "  parameters:\n";
   for (const auto& [name, e] : index.at("params").items()) {
-    const auto shape = shape_of(e);
+    const auto shape = entry_shape(e);
     int64_t n = 1;
     for (auto d : shape) n *= d;
     numel += n;
@@ -144,45 +204,118 @@ std::string describe_checkpoint(const fs::path& dir) {
     out << fmt::format("  optimizer {} with state for {} parameters\n",
                        index["optim"].value("type", std::string("?")), index["optim"].at("params").size());
   }
+  if (verified >= 0) out << fmt::format("  checksums: {} pieces verified, all rows covered\n", verified);
   if (fs::exists(dir / "trainer_state.json")) {
-    out << "  trainer_state.json: " << read_json(dir / "trainer_state.json").dump() << "\n";
+    json ts = detail::read_json_file(dir / "trainer_state.json");
+    // The generator states are long and opaque: say how many there are instead.
+    if (ts.contains("rng") && ts["rng"].is_object()) {
+      json summary = json::object();
+      for (const auto& [k, v] : ts["rng"].items()) {
+        summary[k] = fmt::format("<{} rank(s)>", v.is_array() ? v.size() : 0);
+      }
+      ts["rng"] = summary;
+    }
+    out << "  trainer_state.json: " << ts.dump() << "\n";
   }
   return out.str();
 }
 
 int64_t consolidate_checkpoint(const fs::path& dir, const fs::path& out) {
-  const json index = read_index(dir);
-  const auto format = index.value("format", std::string());
+  CheckpointReader r(dir);
+  const auto format = r.format();
   FSDPP_CHECK_AS(CheckpointError, format == "fsdpp.sharded" || format == "fsdpp.full",
                  "[state] '{}' is a {} checkpoint; consolidate reads fsdpp.sharded and fsdpp.full "
                  "(LOCAL checkpoints hold padded shards: load one on its world size and save it "
                  "SHARDED)",
                  dir.string(), format.empty() ? "?" : format);
-  Files files(dir);
   // Declare everything first so the writer knows the header; then stream one tensor at a time.
   SafetensorsWriter writer(out, {{"format", "pt"}});
-  const auto& params = index.at("params");
-  json buffers = index.contains("buffers") ? index["buffers"] : json::object();
-  for (const auto& [name, e] : params.items()) writer.declare(name, dtype_of(e, name), shape_of(e));
-  if (buffers.contains("tensors")) {
-    for (const auto& [name, e] : buffers["tensors"].items()) writer.declare(name, dtype_of(e, name), shape_of(e));
+  const auto& params = r.index().at("params");
+  for (const auto& [name, e] : params.items()) writer.declare(name, entry_dtype(e, name), entry_shape(e));
+  if (has_buffers(r.index())) {
+    for (const auto& [name, e] : r.index()["buffers"]["tensors"].items()) {
+      writer.declare(name, entry_dtype(e, name), entry_shape(e));
+    }
   }
   int64_t written = 0;
   for (const auto& [name, e] : params.items()) {
-    writer.write(name, assemble(files, name, e));
+    writer.write(name, r.assemble(name, e));
     ++written;
   }
-  if (buffers.contains("tensors")) {
-    const auto file = buffers.at("file").get<std::string>();
-    for (const auto& [name, e] : buffers["tensors"].items()) {
-      json piece = e;
-      piece["file"] = file;
-      writer.write(name, verified(files, piece, name));
+  if (has_buffers(r.index())) {
+    for (const auto& [name, e] : r.index()["buffers"]["tensors"].items()) {
+      writer.write(name, r.buffer(name));
       ++written;
     }
   }
   writer.commit();
   return written;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> read_full_model(const fs::path& dir) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  if (!fs::exists(dir / "index.json") && fs::exists(dir / "model.safetensors")) {
+    auto f = SafetensorsFile::open(dir / "model.safetensors");
+    for (const auto& name : f.names()) out.emplace_back(name, f.get(name));
+    return out;
+  }
+  CheckpointReader r(dir);
+  const auto format = r.format();
+  FSDPP_CHECK_AS(CheckpointError, format == "fsdpp.sharded" || format == "fsdpp.full",
+                 "[state] '{}' is a {} checkpoint; only fsdpp.sharded and fsdpp.full hold whole "
+                 "tensors (load a LOCAL one on its world size and save it SHARDED)",
+                 dir.string(), format.empty() ? "?" : format);
+  for (const auto& [name, e] : r.index().at("params").items()) out.emplace_back(name, r.assemble(name, e));
+  if (has_buffers(r.index())) {
+    for (const auto& [name, e] : r.index()["buffers"]["tensors"].items()) out.emplace_back(name, r.buffer(name));
+  }
+  return out;
+}
+
+void write_full_checkpoint(const fs::path& dir,
+                           const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                           const std::vector<std::string>& buffer_names,
+                           const std::map<std::string, std::string>& extra_files) {
+  const std::set<std::string> buffers(buffer_names.begin(), buffer_names.end());
+  AtomicDir adir(dir);
+  save_safetensors(adir.path() / "model.safetensors", tensors, {{"format", "pt"}});
+  json index;
+  index["format"] = "fsdpp.full";
+  index["version"] = 1;
+  index["world_size"] = 1;
+  index["params"] = json::object();
+  json bufs = {{"file", "model.safetensors"}, {"tensors", json::object()}};
+  for (const auto& [name, t] : tensors) {
+    const std::string sum = fmt::format("{:016x}", checksum(t));
+    const std::string dtype(safetensors_dtype_name(t.scalar_type()));
+    if (buffers.count(name)) {
+      bufs["tensors"][name] = {{"shape", t.sizes().vec()}, {"dtype", dtype}, {"checksum", sum}};
+      continue;
+    }
+    const int64_t dim0 = t.dim() == 0 ? 1 : t.size(0);
+    const int64_t row_numel = dim0 == 0 ? 0 : t.numel() / dim0;
+    index["params"][name] = {
+        {"shape", t.sizes().vec()}, {"dtype", dtype}, {"dim0", dim0}, {"row_numel", row_numel},
+        {"chunk_rows", dim0},
+        {"pieces", json::array()}};
+    if (dim0 > 0) {  // an empty tensor has no rows, so no piece
+      index["params"][name]["pieces"].push_back({{"file", "model.safetensors"}, {"tensor", name},
+                                                 {"row_begin", 0}, {"row_end", dim0}, {"checksum", sum}});
+    }
+  }
+  index["buffers"] = bufs;
+  for (const auto& [name, text] : extra_files) {
+    std::ofstream f(adir.path() / name, std::ios::binary);
+    f << text;
+    FSDPP_CHECK_AS(CheckpointError, f.good(), "[state] '{}': cannot write", (adir.path() / name).string());
+  }
+  {
+    std::ofstream f(adir.path() / "index.json");
+    f << index.dump(1) << "\n";
+    FSDPP_CHECK_AS(CheckpointError, f.good(), "[state] '{}': cannot write",
+                   (adir.path() / "index.json").string());
+  }
+  adir.commit();
 }
 
 }  // namespace fsdpp::state

@@ -11,6 +11,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -20,6 +23,8 @@
 #include <sstream>
 
 #include "../fsdp/fsdp_unit.h"
+#include "agree.h"
+#include "pending_save.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/dist/process_group.h"
 #include "fsdpp/state/atomic_dir.h"
@@ -50,62 +55,10 @@ constexpr const char* kOptimFile = "optim.safetensors";
 constexpr const char* kBuffersFile = "buffers.safetensors";
 constexpr int kReportFields = 5;  // present, row_begin, row_end, checksum, step
 
-// ---------------------------------------------------------------------------------------------
-// The group, and agreement on failure
-
-struct Comm {
-  std::shared_ptr<dist::ProcessGroup> group;
-  int rank() const { return group ? group->rank() : 0; }
-  int size() const { return group ? group->size() : 1; }
-  bool multi() const { return size() > 1; }
-  at::Device device() const {
-    return group && group->backend_kind() == dist::BackendKind::NCCL ? at::Device(at::kCUDA)
-                                                                     : at::Device(at::kCPU);
-  }
-};
-
-const dist::CollectiveTag kTag{"state_dict"};
-
-void broadcast_string(const Comm& c, std::string& s, int root) {
-  if (!c.multi()) return;
-  auto len = at::full({1}, static_cast<int64_t>(s.size()), at::TensorOptions(at::kLong))
-                 .to(c.device());
-  c.group->broadcast(len, root, kTag);
-  const int64_t n = len.cpu().item<int64_t>();
-  auto bytes = at::zeros({std::max<int64_t>(n, 1)}, at::TensorOptions(at::kByte));
-  if (c.rank() == root && n > 0) std::memcpy(bytes.data_ptr(), s.data(), n);
-  bytes = bytes.to(c.device());
-  c.group->broadcast(bytes, root, kTag);
-  bytes = bytes.cpu();
-  s.assign(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(n));
-}
-
-// Runs `fn` (which must issue no collective) on this rank, then agrees: when any rank failed,
-// every rank throws CheckpointError with the message of the lowest failing rank.
-template <typename F>
-void agreed(const Comm& c, F&& fn) {
-  std::string err;
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    err = e.what();
-    if (err.empty()) err = "[state] unknown error";
-  }
-  if (!c.multi()) {
-    if (!err.empty()) throw CheckpointError(err);
-    return;
-  }
-  // MAX of (size - rank) over failing ranks picks the lowest failing rank.
-  auto flag = at::full({1}, err.empty() ? int64_t{0} : int64_t{c.size() - c.rank()},
-                       at::TensorOptions(at::kLong)).to(c.device());
-  c.group->all_reduce(flag, dist::ReduceOp::MAX, kTag);
-  const int64_t v = flag.cpu().item<int64_t>();
-  if (v == 0) return;
-  const int root = static_cast<int>(c.size() - v);
-  broadcast_string(c, err, root);
-  if (root != c.rank()) err += fmt::format(" (reported by rank {})", root);
-  throw CheckpointError(err);
-}
+using detail::agreed;
+using detail::broadcast_string;
+using detail::Comm;
+const dist::CollectiveTag& kTag = detail::kStateTag;
 
 // ---------------------------------------------------------------------------------------------
 // The model's parameters and the optimizer's state, by name
@@ -300,13 +253,32 @@ void write_json(const fs::path& path, const json& j) {
   FSDPP_CHECK_AS(CheckpointError, f.good(), "[state] '{}': cannot write", path.string());
 }
 
-json tensor_entry(const FSDPParam& p, at::ScalarType dtype) {
+// What the index says about one record, copied out of the model so that an asynchronous save
+// can build the index after the model has moved on.
+struct RecordMeta {
+  std::string fqn, kind, name;
+  std::vector<int64_t> shape;
+  int64_t dim0 = 1, row_numel = 1, chunk_rows = 1;
+  at::ScalarType dtype = at::kFloat;
+  int64_t step = 0;
+  bool defined = false;
+};
+
+RecordMeta meta_of(const Record& r) {
+  const auto& p = *r.ref.p;
+  RecordMeta m{p.fqn, r.kind, r.name(), p.shape, p.dim0, p.row_numel, p.chunk_rows,
+               r.shard.defined() ? r.shard.scalar_type() : p.shard.scalar_type(), r.step,
+               r.shard.defined()};
+  return m;
+}
+
+json tensor_entry(const RecordMeta& m) {
   json e;
-  e["shape"] = shape_json(p.shape);
-  e["dtype"] = std::string(safetensors_dtype_name(dtype));
-  e["dim0"] = p.dim0;
-  e["row_numel"] = p.row_numel;
-  e["chunk_rows"] = p.chunk_rows;
+  e["shape"] = shape_json(m.shape);
+  e["dtype"] = std::string(safetensors_dtype_name(m.dtype));
+  e["dim0"] = m.dim0;
+  e["row_numel"] = m.row_numel;
+  e["chunk_rows"] = m.chunk_rows;
   e["pieces"] = json::array();
   return e;
 }
@@ -324,13 +296,12 @@ json piece_json(const std::string& file, const std::string& tensor, int64_t row_
 struct IndexSections {
   json params = json::object();
   json optim = json::object();
-  void add(const Record& r, json entry) {
-    const auto& fqn = r.ref.p->fqn;
+  void add(const RecordMeta& r, json entry) {
     if (r.kind.empty()) {
-      params[fqn] = std::move(entry);
+      params[r.fqn] = std::move(entry);
     } else {
-      optim[fqn]["step"] = r.step;
-      optim[fqn]["states"][r.kind] = std::move(entry);
+      optim[r.fqn]["step"] = r.step;
+      optim[r.fqn]["states"][r.kind] = std::move(entry);
     }
   }
   void store(json& index, OptimKind okind) {
@@ -355,55 +326,35 @@ json buffers_json(const std::vector<std::pair<std::string, at::Tensor>>& buffers
 // ---------------------------------------------------------------------------------------------
 // Save
 
-void save_full(const Comm& c, const fs::path& tmp, std::vector<ParamRef>& params,
-               const std::vector<Record>& records, OptimKind okind, torch::nn::Module& root,
-               const SaveOptions& options, json& index) {
-  const bool writer = c.rank() == 0;
-  auto buffers = model_buffers(root, options.skip_buffer);
-  std::unique_ptr<SafetensorsWriter> model_w, optim_w;
-  std::string err;  // rank 0's first error; it keeps joining the gathers after one
-  bool any_optim = false;
-  for (const auto& r : records) any_optim |= !r.kind.empty() && r.shard.defined();
-  std::map<std::string, uint64_t> sums;
-  if (writer) {
-    try {
-      model_w = std::make_unique<SafetensorsWriter>(tmp / kModelFile,
-                                                    std::map<std::string, std::string>{{"format", "pt"}});
-      for (const auto& r : params) model_w->declare(r.p->fqn, r.p->shard.scalar_type(), r.p->shape);
-      for (const auto& [name, t] : buffers) model_w->declare(name, t.scalar_type(), t.sizes());
-      if (any_optim) {
-        optim_w = std::make_unique<SafetensorsWriter>(tmp / kOptimFile,
-                                                      std::map<std::string, std::string>{{"format", "pt"}});
-        for (const auto& r : records) {
-          if (r.kind.empty() || !r.shard.defined()) continue;
-          optim_w->declare(r.name(), r.shard.scalar_type(), r.ref.p->shape);
-        }
-        std::set<std::string> stepped;
-        for (const auto& r : records) {
-          if (!r.kind.empty() && r.shard.defined() && stepped.insert(r.ref.p->fqn).second) {
-            optim_w->declare("optim." + r.ref.p->fqn + ".step", at::kLong, {});
-          }
-        }
-      }
-    } catch (const std::exception& e) {
-      err = e.what();
-    }
-  }
-  auto write = [&](SafetensorsWriter* w, const std::string& name, const at::Tensor& t) {
-    if (!writer || !err.empty() || !w) return;
-    try {
-      w->write(name, t);
-      sums[name] = checksum(t);
-    } catch (const std::exception& e) {
-      err = e.what();
-    }
-  };
-  // Unit by unit: its parameters, then each kind of optimizer state, gathered to full size.
+const char* format_name(StateDictType t) {
+  return t == StateDictType::SHARDED ? kFormatSharded
+         : t == StateDictType::FULL  ? kFormatFull
+                                     : kFormatLocal;
+}
+
+std::string rank_file(bool local, int rank) {
+  return fmt::format("{}-{}.safetensors", local ? "local" : "shard", rank);
+}
+
+json new_index(StateDictType type, int world_size) {
+  json index;
+  index["format"] = format_name(type);
+  index["version"] = 1;
+  index["world_size"] = world_size;
+  return index;
+}
+
+// Gathers every unit's parameters, then each kind of its optimizer state, to full size, one
+// unit at a time, and hands each full tensor to sink(is_optim, name, tensor) on every rank (the
+// tensor is only valid during the call). Collective over the units' shard groups.
+template <typename Sink>
+void gather_full(torch::nn::Module& root, const std::vector<Record>& records, OptimKind okind,
+                 Sink&& sink) {
   size_t ri = 0;
   for (auto* u : root_unit(root).all_units()) {
     const size_t n = u->params().size();
     if (n == 0) continue;
-    for (auto& [name, full] : u->full_parameters()) write(model_w.get(), name, full);
+    for (auto& [name, full] : u->full_parameters()) sink(false, name, full);
     const size_t per = okind == OptimKind::NONE ? 1 : 1 + kStateNames.size();
     for (size_t k = 0; okind != OptimKind::NONE && k < kStateNames.size(); ++k) {
       bool any = false;
@@ -434,38 +385,159 @@ void save_full(const Comm& c, const fs::path& tmp, std::vector<ParamRef>& params
         } else {
           full = flat.narrow(0, p.offset, p.numel()).view(p.shape);
         }
-        write(optim_w.get(), rec.name(), full);
+        sink(true, rec.name(), full);
       }
     }
     ri += n * per;
   }
+}
+
+// The optimizer steps of a FULL save: one 0-dim I64 tensor "optim.<fqn>.step" per parameter
+// with state, in record order.
+std::vector<std::pair<std::string, at::Tensor>> full_steps(const std::vector<RecordMeta>& metas) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  std::set<std::string> stepped;
+  for (const auto& r : metas) {
+    if (!r.kind.empty() && r.defined && stepped.insert(r.fqn).second) {
+      out.emplace_back("optim." + r.fqn + ".step", at::scalar_tensor(r.step, at::kLong));
+    }
+  }
+  return out;
+}
+
+// A FULL index: one piece per tensor, the whole of it, with the checksums the writer computed.
+void store_full_index(const std::vector<RecordMeta>& metas, OptimKind okind,
+                      const std::map<std::string, uint64_t>& sums,
+                      const std::vector<std::pair<std::string, at::Tensor>>& buffers, json& index) {
+  IndexSections sections;
+  for (const auto& r : metas) {
+    if (!r.defined) continue;
+    auto e = tensor_entry(r);
+    e["pieces"].push_back(piece_json(r.kind.empty() ? kModelFile : kOptimFile, r.name, 0, r.dim0,
+                                     sums.at(r.name)));
+    sections.add(r, std::move(e));
+  }
+  sections.store(index, okind);
+  index["buffers"] = buffers_json(buffers, kModelFile);
+}
+
+// The rows of a record that this rank writes in a SHARDED or LOCAL save (t undefined: none):
+// SHARDED writes the rows the shard owns without padding (replica 0 only), LOCAL the padded
+// shard as it is.
+struct OwnPiece {
+  at::Tensor t;
+  int64_t begin = 0, end = 0;
+};
+
+OwnPiece own_piece(const Record& r, bool local) {
+  if (!r.shard.defined()) return {};
+  const auto& p = *r.ref.p;
+  if (local) return {r.shard, 0, p.chunk_rows};
+  const auto& rg = r.ref.unit->replicate_group();
+  if (rg && rg->rank() != 0) return {};  // replicas: replica 0 writes
+  const int64_t rows = p.rows_of_rank(p.shard_rank);
+  if (rows == 0) return {};
+  const int64_t begin = p.shard_rank * p.chunk_rows;
+  return {r.shard.reshape({p.chunk_rows, p.row_numel}).narrow(0, 0, rows).view(piece_shape(p, rows)),
+          begin, begin + rows};
+}
+
+void set_report(at::TensorAccessor<int64_t, 1> rep, const OwnPiece& piece, uint64_t sum, int64_t step) {
+  rep[0] = 1;
+  rep[1] = piece.begin;
+  rep[2] = piece.end;
+  int64_t bits;
+  std::memcpy(&bits, &sum, sizeof bits);
+  rep[3] = bits;
+  rep[4] = step;
+}
+
+// A SHARDED or LOCAL index from every rank's report, (world, records, kReportFields).
+void store_sharded_index(const std::vector<RecordMeta>& metas, OptimKind okind, bool local,
+                         const at::Tensor& reports, json& index) {
+  auto rep = reports.accessor<int64_t, 3>();
+  IndexSections sections;
+  for (size_t i = 0; i < metas.size(); ++i) {
+    const auto& r = metas[i];
+    if (!r.defined) continue;
+    auto e = tensor_entry(r);
+    for (int q = 0; q < reports.size(0); ++q) {
+      if (rep[q][i][0] == 0) continue;
+      uint64_t sum;
+      int64_t bits = rep[q][i][3];
+      std::memcpy(&sum, &bits, sizeof sum);
+      e["pieces"].push_back(piece_json(rank_file(local, q), r.name, rep[q][i][1], rep[q][i][2], sum));
+    }
+    sections.add(r, std::move(e));
+  }
+  sections.store(index, okind);
+}
+
+void write_extra_files(const fs::path& dir, const std::map<std::string, std::string>& files) {
+  for (const auto& [name, text] : files) {
+    FSDPP_CHECK_AS(CheckpointError,
+                   !name.empty() && name.find('/') == std::string::npos && name != kIndexFile,
+                   "[state] extra checkpoint file name '{}' is not a plain file name (or is {})",
+                   name, kIndexFile);
+    std::ofstream f(dir / name, std::ios::binary | std::ios::trunc);
+    f << text;
+    f.flush();
+    FSDPP_CHECK_AS(CheckpointError, f.good(), "[state] '{}': cannot write", (dir / name).string());
+  }
+}
+
+void save_full(const Comm& c, const fs::path& tmp, std::vector<ParamRef>& params,
+               const std::vector<Record>& records, OptimKind okind, torch::nn::Module& root,
+               const SaveOptions& options, json& index) {
+  const bool writer = c.rank() == 0;
+  auto buffers = model_buffers(root, options.skip_buffer);
+  std::vector<RecordMeta> metas;
+  for (const auto& r : records) metas.push_back(meta_of(r));
+  const auto steps = full_steps(metas);
+  std::unique_ptr<SafetensorsWriter> model_w, optim_w;
+  std::string err;  // rank 0's first error; it keeps joining the gathers after one
+  std::map<std::string, uint64_t> sums;
+  if (writer) {
+    try {
+      detail::fault_before_write(c.rank(), (tmp / kModelFile).string());
+      model_w = std::make_unique<SafetensorsWriter>(tmp / kModelFile,
+                                                    std::map<std::string, std::string>{{"format", "pt"}});
+      for (const auto& r : params) model_w->declare(r.p->fqn, r.p->shard.scalar_type(), r.p->shape);
+      for (const auto& [name, t] : buffers) model_w->declare(name, t.scalar_type(), t.sizes());
+      if (!steps.empty()) {
+        optim_w = std::make_unique<SafetensorsWriter>(tmp / kOptimFile,
+                                                      std::map<std::string, std::string>{{"format", "pt"}});
+        for (const auto& r : metas) {
+          if (r.kind.empty() || !r.defined) continue;
+          optim_w->declare(r.name, r.dtype, r.shape);
+        }
+        for (const auto& [name, t] : steps) optim_w->declare(name, at::kLong, {});
+      }
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  }
+  auto write = [&](SafetensorsWriter* w, const std::string& name, const at::Tensor& t) {
+    if (!writer || !err.empty() || !w) return;
+    try {
+      w->write(name, t);
+      sums[name] = checksum(t);
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  };
+  gather_full(root, records, okind, [&](bool is_optim, const std::string& name, const at::Tensor& full) {
+    write(is_optim ? optim_w.get() : model_w.get(), name, full);
+  });
   agreed(c, [&] {
     if (!writer) return;
     if (!err.empty()) throw CheckpointError(err);
     for (const auto& [name, t] : buffers) write(model_w.get(), name, t);
-    if (optim_w) {
-      std::set<std::string> stepped;
-      for (const auto& r : records) {
-        if (!r.kind.empty() && r.shard.defined() && stepped.insert(r.ref.p->fqn).second) {
-          write(optim_w.get(), "optim." + r.ref.p->fqn + ".step", at::scalar_tensor(r.step, at::kLong));
-        }
-      }
-    }
+    for (const auto& [name, t] : steps) write(optim_w.get(), name, t);
     if (!err.empty()) throw CheckpointError(err);
     model_w->commit();
     if (optim_w) optim_w->commit();
-    // The index: one piece per tensor, the whole of it.
-    IndexSections sections;
-    for (const auto& r : records) {
-      if (!r.shard.defined()) continue;
-      const auto& p = *r.ref.p;
-      auto e = tensor_entry(p, r.shard.scalar_type());
-      e["pieces"].push_back(piece_json(r.kind.empty() ? kModelFile : kOptimFile, r.name(), 0,
-                                       p.dim0, sums.at(r.name())));
-      sections.add(r, std::move(e));
-    }
-    sections.store(index, okind);
-    index["buffers"] = buffers_json(buffers, kModelFile);
+    store_full_index(metas, okind, sums, buffers, index);
   });
 }
 
@@ -495,18 +567,11 @@ void save_state_dict(const fs::path& dir, torch::nn::Module& root,
   });
   broadcast_string(c, tmp, 0);
 
-  json index;
-  index["format"] = options.type == StateDictType::SHARDED ? kFormatSharded
-                    : options.type == StateDictType::FULL  ? kFormatFull
-                                                           : kFormatLocal;
-  index["version"] = 1;
-  index["world_size"] = c.size();
-
+  json index = new_index(options.type, c.size());
   if (options.type == StateDictType::FULL) {
     save_full(c, tmp, params, records, okind, root, options, index);
   } else {
     const bool local = options.type == StateDictType::LOCAL;
-    const std::string file = fmt::format("{}-{}.safetensors", local ? "local" : "shard", c.rank());
     // (M, kReportFields) what this rank wrote, for rank 0's index.
     auto report = at::zeros({static_cast<int64_t>(records.size()), kReportFields},
                             at::TensorOptions(at::kLong));
@@ -514,31 +579,15 @@ void save_state_dict(const fs::path& dir, torch::nn::Module& root,
       auto rep = report.accessor<int64_t, 2>();
       std::vector<std::pair<std::string, at::Tensor>> tensors;
       for (size_t i = 0; i < records.size(); ++i) {
-        const auto& r = records[i];
-        if (!r.shard.defined()) continue;
-        const auto& p = *r.ref.p;
-        const auto& rg = r.ref.unit->replicate_group();
-        int64_t begin = 0, end = p.chunk_rows;
-        at::Tensor t = r.shard;
-        if (!local) {
-          if (rg && rg->rank() != 0) continue;  // replicas: replica 0 writes
-          const int64_t rows = p.rows_of_rank(p.shard_rank);
-          if (rows == 0) continue;
-          begin = p.shard_rank * p.chunk_rows;
-          end = begin + rows;
-          t = r.shard.reshape({p.chunk_rows, p.row_numel}).narrow(0, 0, rows).view(piece_shape(p, rows));
-        }
-        tensors.emplace_back(r.name(), t);
-        rep[i][0] = 1;
-        rep[i][1] = begin;
-        rep[i][2] = end;
-        const uint64_t sum = checksum(t);
-        int64_t bits;
-        std::memcpy(&bits, &sum, sizeof bits);
-        rep[i][3] = bits;
-        rep[i][4] = r.step;
+        const auto piece = own_piece(records[i], local);
+        if (!piece.t.defined()) continue;
+        tensors.emplace_back(records[i].name(), piece.t);
+        set_report(rep[i], piece, checksum(piece.t), records[i].step);
       }
-      if (!tensors.empty()) save_safetensors(fs::path(tmp) / file, tensors, {{"format", "pt"}});
+      if (!tensors.empty()) {
+        detail::fault_before_write(c.rank(), (fs::path(tmp) / rank_file(local, c.rank())).string());
+        save_safetensors(fs::path(tmp) / rank_file(local, c.rank()), tensors, {{"format", "pt"}});
+      }
     });
     at::Tensor all = report.reshape({-1});
     if (c.multi()) {
@@ -549,25 +598,11 @@ void save_state_dict(const fs::path& dir, torch::nn::Module& root,
     }
     agreed(c, [&] {
       if (c.rank() != 0) return;
-      auto rows = all.view({c.size(), static_cast<int64_t>(records.size()), kReportFields});
-      auto rep = rows.accessor<int64_t, 3>();
-      IndexSections sections;
-      for (size_t i = 0; i < records.size(); ++i) {
-        const auto& r = records[i];
-        if (!r.shard.defined()) continue;
-        auto e = tensor_entry(*r.ref.p, r.shard.scalar_type());
-        for (int q = 0; q < c.size(); ++q) {
-          if (rep[q][i][0] == 0) continue;
-          uint64_t sum;
-          int64_t bits = rep[q][i][3];
-          std::memcpy(&sum, &bits, sizeof sum);
-          e["pieces"].push_back(piece_json(
-              fmt::format("{}-{}.safetensors", local ? "local" : "shard", q), r.name(),
-              rep[q][i][1], rep[q][i][2], sum));
-        }
-        sections.add(r, std::move(e));
-      }
-      sections.store(index, okind);
+      std::vector<RecordMeta> metas;
+      for (const auto& r : records) metas.push_back(meta_of(r));
+      store_sharded_index(metas, okind, local,
+                          all.view({c.size(), static_cast<int64_t>(records.size()), kReportFields}),
+                          index);
       auto buffers = model_buffers(root, options.skip_buffer);
       save_safetensors(fs::path(tmp) / kBuffersFile, buffers, {{"format", "pt"}});
       index["buffers"] = buffers_json(buffers, kBuffersFile);
@@ -576,11 +611,170 @@ void save_state_dict(const fs::path& dir, torch::nn::Module& root,
 
   agreed(c, [&] {
     if (c.rank() != 0) return;
+    write_extra_files(tmp, options.extra_files);
     write_json(fs::path(tmp) / kIndexFile, index);
     adir->commit();
   });
   if (c.multi()) c.group->barrier(kTag);  // nobody returns before the directory is there
 }
+
+// ---------------------------------------------------------------------------------------------
+// An asynchronous save: the state copied now, the files written later (see pending_save.h)
+
+namespace detail {
+
+struct PendingSave::Impl {
+  fs::path dir;
+  std::string tmp;
+  std::unique_ptr<AtomicDir> adir;  // rank 0
+  int rank = 0, world = 1;
+  StateDictType type = StateDictType::SHARDED;
+  OptimKind okind = OptimKind::NONE;
+  std::vector<RecordMeta> metas;
+  std::map<std::string, std::string> extra_files;
+  // SHARDED / LOCAL: this rank's pieces (record index, rows, CPU copy).
+  std::vector<std::pair<size_t, OwnPiece>> own;
+  // FULL, rank 0: full CPU copies of the parameters and of the optimizer state.
+  std::vector<std::pair<std::string, at::Tensor>> full_model, full_optim;
+  std::map<std::string, uint64_t> sums;  // FULL: filled by write_files
+  std::vector<std::pair<std::string, at::Tensor>> buffers;  // rank 0, CPU copies
+  bool written = false;
+};
+
+namespace {
+at::Tensor cpu_copy(const at::Tensor& t) {
+  return t.detach().to(t.options().device(at::kCPU), /*non_blocking=*/false, /*copy=*/true)
+      .contiguous();
+}
+}  // namespace
+
+PendingSave::PendingSave() : impl_(std::make_unique<Impl>()) {}
+PendingSave::~PendingSave() = default;
+const fs::path& PendingSave::dir() const { return impl_->dir; }
+const std::string& PendingSave::tmp() const { return impl_->tmp; }
+int PendingSave::rank() const { return impl_->rank; }
+int PendingSave::world_size() const { return impl_->world; }
+
+std::unique_ptr<PendingSave> PendingSave::begin(const fs::path& dir, torch::nn::Module& root,
+                                                torch::optim::Optimizer* optimizer,
+                                                const std::shared_ptr<dist::ProcessGroup>& group,
+                                                const SaveOptions& options) {
+  const Comm c{group};
+  at::NoGradGuard no_grad;
+  std::unique_ptr<PendingSave> ps(new PendingSave());
+  auto& s = *ps->impl_;
+  s.dir = dir;
+  s.rank = c.rank();
+  s.world = c.size();
+  s.type = options.type;
+  s.extra_files = options.extra_files;
+  std::vector<ParamRef> params;
+  std::vector<Record> records;
+  agreed(c, [&] {
+    params = all_params(root);
+    s.okind = optim_kind(optimizer);
+    records = make_records(params, optimizer, s.okind);
+    for (const auto& r : records) s.metas.push_back(meta_of(r));
+    if (c.rank() != 0) return;
+    s.adir = std::make_unique<AtomicDir>(dir);
+    s.tmp = s.adir->path().string();
+  });
+  broadcast_string(c, s.tmp, 0);
+  if (options.type == StateDictType::FULL) {
+    std::string err;  // rank 0 keeps joining the gathers after an error
+    gather_full(root, records, s.okind, [&](bool is_optim, const std::string& name, const at::Tensor& full) {
+      if (c.rank() != 0 || !err.empty()) return;
+      try {
+        (is_optim ? s.full_optim : s.full_model).emplace_back(name, cpu_copy(full));
+      } catch (const std::exception& e) {
+        err = e.what();
+      }
+    });
+    agreed(c, [&] {
+      if (!err.empty()) throw CheckpointError(err);
+      if (c.rank() != 0) return;
+      for (auto& st : full_steps(s.metas)) s.full_optim.push_back(std::move(st));
+      for (const auto& [name, t] : model_buffers(root, options.skip_buffer)) s.buffers.emplace_back(name, cpu_copy(t));
+    });
+  } else {
+    const bool local = options.type == StateDictType::LOCAL;
+    agreed(c, [&] {
+      for (size_t i = 0; i < records.size(); ++i) {
+        auto piece = own_piece(records[i], local);
+        if (!piece.t.defined()) continue;
+        piece.t = cpu_copy(piece.t);
+        s.own.emplace_back(i, std::move(piece));
+      }
+      if (c.rank() != 0) return;
+      for (const auto& [name, t] : model_buffers(root, options.skip_buffer)) s.buffers.emplace_back(name, cpu_copy(t));
+    });
+  }
+  return ps;
+}
+
+std::string PendingSave::write_files() {
+  auto& s = *impl_;
+  FSDPP_CHECK_AS(CheckpointError, !s.written, "[state] '{}': write_files() called twice", s.dir.string());
+  s.written = true;
+  const fs::path tmp = s.tmp;
+  if (s.type == StateDictType::FULL) {
+    if (s.rank != 0) return {};
+    std::vector<std::pair<std::string, at::Tensor>> model = s.full_model;
+    for (const auto& b : s.buffers) model.push_back(b);
+    detail::fault_before_write(s.rank, (tmp / kModelFile).string());
+    save_safetensors(tmp / kModelFile, model, {{"format", "pt"}});
+    for (const auto& [name, t] : s.full_model) s.sums[name] = checksum(t);
+    if (!s.full_optim.empty()) {
+      detail::fault_before_write(s.rank, (tmp / kOptimFile).string());
+      save_safetensors(tmp / kOptimFile, s.full_optim, {{"format", "pt"}});
+      for (const auto& [name, t] : s.full_optim) s.sums[name] = checksum(t);
+    }
+    return {};
+  }
+  const bool local = s.type == StateDictType::LOCAL;
+  auto report = at::zeros({static_cast<int64_t>(s.metas.size()), kReportFields},
+                          at::TensorOptions(at::kLong));
+  auto rep = report.accessor<int64_t, 2>();
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& [i, piece] : s.own) {
+    tensors.emplace_back(s.metas[i].name, piece.t);
+    set_report(rep[i], piece, checksum(piece.t), s.metas[i].step);
+  }
+  if (!tensors.empty()) {
+    detail::fault_before_write(s.rank, (tmp / rank_file(local, s.rank)).string());
+    save_safetensors(tmp / rank_file(local, s.rank), tensors, {{"format", "pt"}});
+  }
+  if (s.rank == 0) save_safetensors(tmp / kBuffersFile, s.buffers, {{"format", "pt"}});
+  return std::string(static_cast<const char*>(report.data_ptr()), report.nbytes());
+}
+
+void PendingSave::commit(const std::vector<std::string>& reports) {
+  auto& s = *impl_;
+  FSDPP_CHECK_AS(CheckpointError, s.rank == 0 && s.adir && s.written,
+                 "[state] '{}': commit() is rank 0's, after write_files()", s.dir.string());
+  json index = new_index(s.type, s.world);
+  if (s.type == StateDictType::FULL) {
+    store_full_index(s.metas, s.okind, s.sums, s.buffers, index);
+  } else {
+    const int64_t m = static_cast<int64_t>(s.metas.size());
+    FSDPP_CHECK_AS(CheckpointError, static_cast<int>(reports.size()) == s.world,
+                   "[state] '{}': {} ranks reported; expected {}", s.dir.string(), reports.size(), s.world);
+    auto all = at::empty({s.world, m, kReportFields}, at::TensorOptions(at::kLong));
+    for (int q = 0; q < s.world; ++q) {
+      FSDPP_CHECK_AS(CheckpointError, reports[q].size() == static_cast<size_t>(m * kReportFields * 8),
+                     "[state] '{}': rank {} reported {} bytes; expected {}", s.dir.string(), q,
+                     reports[q].size(), m * kReportFields * 8);
+      std::memcpy(all[q].data_ptr(), reports[q].data(), reports[q].size());
+    }
+    store_sharded_index(s.metas, s.okind, s.type == StateDictType::LOCAL, all, index);
+    index["buffers"] = buffers_json(s.buffers, kBuffersFile);
+  }
+  write_extra_files(s.tmp, s.extra_files);
+  write_json(fs::path(s.tmp) / kIndexFile, index);
+  s.adir->commit();
+}
+
+}  // namespace detail
 
 // ---------------------------------------------------------------------------------------------
 // Load
@@ -937,3 +1131,19 @@ void load_state_dict(const fs::path& dir, torch::nn::Module& root,
 }
 
 }  // namespace fsdpp::state
+
+namespace fsdpp::state::detail {
+
+void fault_before_write(int rank, const std::string& file) {
+  if (const char* v = std::getenv("FSDPP_FAULT_SAVE_DELAY_MS"); v && *v) {
+    char* end = nullptr;
+    const long ms = std::strtol(v, &end, 10);
+    if (end != v && *end == '\0' && ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  }
+  if (const char* v = std::getenv("FSDPP_FAULT_SAVE_FAIL"); v && *v && std::to_string(rank) == v) {
+    FSDPP_THROW(CheckpointError, "[state] '{}': write failed (FSDPP_FAULT_SAVE_FAIL={} injected it)",
+                file, v);
+  }
+}
+
+}  // namespace fsdpp::state::detail

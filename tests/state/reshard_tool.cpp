@@ -3,10 +3,16 @@
 //   fsdpp_reshard_tool save DIR    trains 3 steps on the global batch split by rank, saves
 //                                  DIR/ckpt (SHARDED), DIR/full (FULL: the expected values)
 //                                  and DIR/local (LOCAL)
-//   fsdpp_reshard_tool check DIR   on another number of ranks: loads DIR/ckpt, checks the
-//                                  parameters and the AdamW state against DIR/full bit for bit,
-//                                  checks that DIR/local is refused, trains one more step and
-//                                  compares with a single-process model started from DIR/full
+//   fsdpp_reshard_tool check DIR [NAME]
+//                                  on another number of ranks: loads DIR/NAME (default ckpt),
+//                                  checks the parameters and the AdamW state against DIR/full
+//                                  bit for bit, checks that DIR/local is refused, trains one more
+//                                  step and compares with a single-process model started from
+//                                  DIR/full
+//   fsdpp_reshard_tool compare DIR A B
+//                                  loads DIR/A, then DIR/B, into the same sharded model and
+//                                  AdamW: every rank's parameter shards and optimizer state must
+//                                  be equal bit for bit (an offline reshard against reshard-on-load)
 //
 // Exit status 0 when every check holds; each failure is printed with the rank.
 #include <torch/torch.h>
@@ -51,12 +57,14 @@ void fail(int rank, const std::string& msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3 || (std::string(argv[1]) != "save" && std::string(argv[1]) != "check")) {
-    std::fprintf(stderr, "usage: %s save|check DIR\n", argv[0]);
+  const std::string mode = argc >= 2 ? argv[1] : "";
+  if (!((mode == "save" && argc == 3) || (mode == "check" && (argc == 3 || argc == 4)) ||
+        (mode == "compare" && argc == 5))) {
+    std::fprintf(stderr, "usage: %s save DIR | check DIR [NAME] | compare DIR A B\n", argv[0]);
     return 2;
   }
-  const std::string mode = argv[1];
   const fs::path dir = argv[2];
+  const std::string ckpt_name = mode == "check" && argc == 4 ? argv[3] : "ckpt";
   try {
     auto world = dist::init_from_env();
     const int rank = world->rank(), n = world->size();
@@ -87,8 +95,42 @@ int main(int argc, char** argv) {
       return 0;
     }
 
+    if (mode == "compare") {
+      // Parameter shards and AdamW state (step, exp_avg, exp_avg_sq) of this rank, copied.
+      auto snapshot = [&] {
+        std::vector<std::pair<std::string, torch::Tensor>> out;
+        for (auto& item : model->named_parameters()) {
+          out.emplace_back(item.key(), item.value().detach().clone());
+          auto it = opt.state().find(item.value().unsafeGetTensorImpl());
+          if (it == opt.state().end()) continue;
+          auto& st = static_cast<torch::optim::AdamWParamState&>(*it->second);
+          out.emplace_back(item.key() + ".step", torch::tensor(st.step()));
+          out.emplace_back(item.key() + ".exp_avg", st.exp_avg().clone());
+          out.emplace_back(item.key() + ".exp_avg_sq", st.exp_avg_sq().clone());
+        }
+        return out;
+      };
+      state::load_state_dict(dir / argv[3], *model, &opt, world->group());
+      const auto a = snapshot();
+      state::load_state_dict(dir / argv[4], *model, &opt, world->group());
+      const auto b = snapshot();
+      if (a.size() != b.size()) fail(rank, "different numbers of tensors");
+      for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+        if (a[i].first != b[i].first || !torch::equal(a[i].second, b[i].second)) {
+          fail(rank, a[i].first + " differs between " + argv[3] + " and " + argv[4]);
+        }
+      }
+      auto flag = torch::full({1}, failures ? 1.0f : 0.0f);
+      world->group()->all_reduce(flag, dist::ReduceOp::MAX);
+      if (rank == 0) {
+        std::printf("[reshard_tool] %s and %s loaded on %d ranks: %zu tensors per rank %s\n",
+                    argv[3], argv[4], n, a.size(), flag.item<float>() > 0 ? "DIFFER" : "equal bit for bit");
+      }
+      return flag.item<float>() > 0 ? 1 : 0;
+    }
+
     // check
-    state::load_state_dict(dir / "ckpt", *model, &opt, world->group());
+    state::load_state_dict(dir / ckpt_name, *model, &opt, world->group());
     std::map<std::string, torch::Tensor> got;
     for (auto& [name, t] : full_parameters(*model)) got[name] = t;
     auto expected = state::SafetensorsFile::open(dir / "full" / "model.safetensors");

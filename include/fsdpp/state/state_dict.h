@@ -35,6 +35,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -55,6 +56,9 @@ struct SaveOptions {
   StateDictType type = StateDictType::SHARDED;
   // Buffers for which this returns true are not saved (derived ones, such as RoPE tables).
   std::function<bool(const std::string&)> skip_buffer;
+  // Small files (name -> contents) that rank 0 writes into the directory before it is
+  // committed, so they appear with it or not at all (fsdpp-train's trainer_state.json).
+  std::map<std::string, std::string> extra_files;
 };
 
 struct LoadOptions {

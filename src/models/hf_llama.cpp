@@ -1,0 +1,377 @@
+// Hugging Face Llama <-> fsdpp Llama: config, names, RoPE row order. See
+// include/fsdpp/models/hf_llama.h.
+#include "fsdpp/models/hf_llama.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/state/atomic_dir.h"
+#include "fsdpp/state/consolidate.h"
+#include "fsdpp/state/safetensors.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace fsdpp::models {
+namespace {
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  FSDPP_CHECK_AS(ConfigError, in.good(), "[models] cannot read '{}'", path.string());
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+json parse(const std::string& text, const std::string& source) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    FSDPP_THROW(ConfigError, "[models] '{}' is not valid JSON: {}", source, e.what());
+  }
+}
+
+// A required or defaulted field of an HF config, with its type checked.
+template <typename T>
+T field(const json& j, const std::string& key, const std::string& source, std::optional<T> fallback = std::nullopt) {
+  if (!j.contains(key) || j.at(key).is_null()) {
+    FSDPP_CHECK_AS(ConfigError, fallback.has_value(), "[models] '{}': config field '{}' is missing",
+                   source, key);
+    return *fallback;
+  }
+  try {
+    return j.at(key).get<T>();
+  } catch (const json::exception&) {
+    FSDPP_THROW(ConfigError, "[models] '{}': config field '{}' is {}, of the wrong type", source, key,
+                j.at(key).dump());
+  }
+}
+
+struct Shapes {
+  std::map<std::string, std::vector<int64_t>> by_name;  // fsdpp name -> shape
+  std::vector<std::string> order;
+  void add(const std::string& n, std::vector<int64_t> s) {
+    by_name[n] = std::move(s);
+    order.push_back(n);
+  }
+};
+
+// Every parameter a Llama of this config has, with its shape.
+Shapes expected_shapes(const LlamaConfig& c) {
+  Shapes s;
+  const int64_t D = c.dim, hd = c.head_dim(), H = c.n_heads, Hkv = c.kv_heads(), F = c.ffn_hidden_dim();
+  s.add("tok_embeddings.weight", {c.vocab_size, D});
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string p = fmt::format("layers.{}.", i);
+    s.add(p + "attention.wq.weight", {H * hd, D});
+    s.add(p + "attention.wk.weight", {Hkv * hd, D});
+    s.add(p + "attention.wv.weight", {Hkv * hd, D});
+    s.add(p + "attention.wo.weight", {D, H * hd});
+    s.add(p + "feed_forward.w1.weight", {F, D});
+    s.add(p + "feed_forward.w2.weight", {D, F});
+    s.add(p + "feed_forward.w3.weight", {F, D});
+    s.add(p + "attention_norm.weight", {D});
+    s.add(p + "ffn_norm.weight", {D});
+  }
+  s.add("norm.weight", {D});
+  if (!c.tie_embeddings) s.add("output.weight", {c.vocab_size, D});
+  return s;
+}
+
+// fsdpp name -> HF name.
+std::string hf_name(const std::string& name) {
+  static const std::vector<std::pair<std::string, std::string>> kLayer = {
+      {"attention.wq.weight", "self_attn.q_proj.weight"},
+      {"attention.wk.weight", "self_attn.k_proj.weight"},
+      {"attention.wv.weight", "self_attn.v_proj.weight"},
+      {"attention.wo.weight", "self_attn.o_proj.weight"},
+      {"feed_forward.w1.weight", "mlp.gate_proj.weight"},
+      {"feed_forward.w3.weight", "mlp.up_proj.weight"},
+      {"feed_forward.w2.weight", "mlp.down_proj.weight"},
+      {"attention_norm.weight", "input_layernorm.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"},
+  };
+  if (name == "tok_embeddings.weight") return "model.embed_tokens.weight";
+  if (name == "norm.weight") return "model.norm.weight";
+  if (name == "output.weight") return "lm_head.weight";
+  if (name.rfind("layers.", 0) == 0) {
+    const auto dot = name.find('.', 7);
+    const std::string rest = name.substr(dot + 1);
+    for (const auto& [ours, theirs] : kLayer) {
+      if (rest == ours) return "model." + name.substr(0, dot + 1) + theirs;
+    }
+  }
+  FSDPP_THROW(ConfigError, "[models] no Hugging Face name for '{}'", name);
+}
+
+// (heads*hd, in): fsdpp (interleaved pairs) -> HF (halves), and back.
+at::Tensor to_hf_rows(const at::Tensor& w, int64_t heads, int64_t hd) {
+  const int64_t in = w.size(1);
+  return w.reshape({heads, hd / 2, 2, in}).transpose(1, 2).reshape({heads * hd, in}).contiguous();
+}
+at::Tensor from_hf_rows(const at::Tensor& w, int64_t heads, int64_t hd) {
+  const int64_t in = w.size(1);
+  return w.reshape({heads, 2, hd / 2, in}).transpose(1, 2).reshape({heads * hd, in}).contiguous();
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+std::string llama_config_to_json(const LlamaConfig& c) {
+  json j;
+  j["format"] = "fsdpp.llama_config";
+  j["vocab_size"] = c.vocab_size;
+  j["dim"] = c.dim;
+  j["n_layers"] = c.n_layers;
+  j["n_heads"] = c.n_heads;
+  j["n_kv_heads"] = c.kv_heads();
+  j["ffn_hidden"] = c.ffn_hidden_dim();
+  j["multiple_of"] = c.multiple_of;
+  j["max_seq_len"] = c.max_seq_len;
+  j["norm_eps"] = c.norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["tie_embeddings"] = c.tie_embeddings;
+  j["seed"] = c.seed;
+  j["init_std"] = c.init_std;
+  return j.dump(2) + "\n";
+}
+
+LlamaConfig llama_config_from_json(const std::string& text, const std::string& source) {
+  const json j = parse(text, source);
+  FSDPP_CHECK_AS(ConfigError, j.is_object() && j.value("format", std::string()) == "fsdpp.llama_config",
+                 "[models] '{}' is not an fsdpp model config (expected \"format\": "
+                 "\"fsdpp.llama_config\")", source);
+  LlamaConfig c;
+  c.vocab_size = field<int64_t>(j, "vocab_size", source);
+  c.dim = field<int64_t>(j, "dim", source);
+  c.n_layers = field<int64_t>(j, "n_layers", source);
+  c.n_heads = field<int64_t>(j, "n_heads", source);
+  c.n_kv_heads = field<int64_t>(j, "n_kv_heads", source, c.n_kv_heads);
+  c.ffn_hidden = field<int64_t>(j, "ffn_hidden", source, c.ffn_hidden);
+  c.multiple_of = field<int64_t>(j, "multiple_of", source, c.multiple_of);
+  c.max_seq_len = field<int64_t>(j, "max_seq_len", source, c.max_seq_len);
+  c.norm_eps = field<double>(j, "norm_eps", source, c.norm_eps);
+  c.rope_theta = field<double>(j, "rope_theta", source, c.rope_theta);
+  c.tie_embeddings = field<bool>(j, "tie_embeddings", source, c.tie_embeddings);
+  c.seed = field<uint64_t>(j, "seed", source, c.seed);
+  c.init_std = field<double>(j, "init_std", source, c.init_std);
+  c.validate();
+  return c;
+}
+
+LlamaConfig llama_config_from_hf(const std::string& config_json, const std::string& source) {
+  const json j = parse(config_json, source);
+  FSDPP_CHECK_AS(ConfigError, j.is_object(), "[models] '{}' is not a JSON object", source);
+  const std::string type = field<std::string>(j, "model_type", source, std::string("llama"));
+  FSDPP_CHECK_AS(ConfigError, type == "llama",
+                 "[models] '{}': model_type '{}' is not supported; expected 'llama'", source, type);
+  const std::string act = field<std::string>(j, "hidden_act", source, std::string("silu"));
+  FSDPP_CHECK_AS(ConfigError, act == "silu", "[models] '{}': hidden_act '{}' is not supported; expected 'silu'",
+                 source, act);
+  for (const char* bias : {"attention_bias", "mlp_bias"}) {
+    FSDPP_CHECK_AS(ConfigError, !field<bool>(j, bias, source, false),
+                   "[models] '{}': {}=true is not supported (fsdpp's Llama has no biases)", source, bias);
+  }
+  LlamaConfig c;
+  c.vocab_size = field<int64_t>(j, "vocab_size", source);
+  c.dim = field<int64_t>(j, "hidden_size", source);
+  c.n_layers = field<int64_t>(j, "num_hidden_layers", source);
+  c.n_heads = field<int64_t>(j, "num_attention_heads", source);
+  c.n_kv_heads = field<int64_t>(j, "num_key_value_heads", source, c.n_heads);
+  c.ffn_hidden = field<int64_t>(j, "intermediate_size", source);
+  c.max_seq_len = field<int64_t>(j, "max_position_embeddings", source, int64_t{2048});
+  c.norm_eps = field<double>(j, "rms_norm_eps", source, 1e-6);
+  c.tie_embeddings = field<bool>(j, "tie_word_embeddings", source, false);
+  c.init_std = field<double>(j, "initializer_range", source, 0.02);
+  // transformers 4 writes rope_theta (and rope_scaling); 5 writes rope_parameters.
+  c.rope_theta = field<double>(j, "rope_theta", source, 10000.0);
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+    const auto& rp = j["rope_parameters"];
+    c.rope_theta = field<double>(rp, "rope_theta", source + " rope_parameters", c.rope_theta);
+    const std::string rt = field<std::string>(rp, "rope_type", source + " rope_parameters", std::string("default"));
+    FSDPP_CHECK_AS(ConfigError, rt == "default",
+                   "[models] '{}': rope_parameters.rope_type '{}' (RoPE scaling) is not supported; "
+                   "expected 'default'", source, rt);
+  }
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    FSDPP_THROW(ConfigError, "[models] '{}': rope_scaling {} is not supported; expected null",
+                source, j["rope_scaling"].dump());
+  }
+  if (j.contains("head_dim") && !j["head_dim"].is_null()) {
+    const int64_t hd = field<int64_t>(j, "head_dim", source);
+    FSDPP_CHECK_AS(ConfigError, c.n_heads > 0 && hd * c.n_heads == c.dim,
+                   "[models] '{}': head_dim {} is not hidden_size / num_attention_heads = {} / {}; "
+                   "fsdpp's Llama needs head_dim * heads == hidden_size", source, hd, c.dim, c.n_heads);
+  }
+  c.validate();
+  return c;
+}
+
+std::string llama_config_to_hf(const LlamaConfig& c) {
+  json j;
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  j["vocab_size"] = c.vocab_size;
+  j["hidden_size"] = c.dim;
+  j["intermediate_size"] = c.ffn_hidden_dim();
+  j["num_hidden_layers"] = c.n_layers;
+  j["num_attention_heads"] = c.n_heads;
+  j["num_key_value_heads"] = c.kv_heads();
+  j["head_dim"] = c.head_dim();
+  j["max_position_embeddings"] = c.max_seq_len;
+  j["rms_norm_eps"] = c.norm_eps;
+  j["rope_theta"] = c.rope_theta;  // transformers 4
+  j["rope_parameters"] = {{"rope_theta", c.rope_theta}, {"rope_type", "default"}};  // 5
+  j["rope_scaling"] = nullptr;
+  j["tie_word_embeddings"] = c.tie_embeddings;
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["mlp_bias"] = false;
+  j["initializer_range"] = c.init_std;
+  j["torch_dtype"] = "float32";
+  j["use_cache"] = true;
+  return j.dump(2) + "\n";
+}
+
+NamedTensors llama_tensors_from_hf(const LlamaConfig& cfg, const NamedTensors& hf) {
+  const Shapes want = expected_shapes(cfg);
+  std::map<std::string, std::string> ours_of;  // HF name -> fsdpp name
+  for (const auto& n : want.order) ours_of[hf_name(n)] = n;
+  std::map<std::string, at::Tensor> got;
+  for (const auto& [name, t] : hf) {
+    if (ends_with(name, "rotary_emb.inv_freq")) continue;  // derived, as fsdpp's rope tables
+    if (name == "lm_head.weight" && cfg.tie_embeddings) continue;  // tied: the embedding is it
+    auto it = ours_of.find(name);
+    FSDPP_CHECK_AS(ConfigError, it != ours_of.end(),
+                   "[models] unexpected tensor '{}' in the Hugging Face checkpoint: fsdpp's Llama "
+                   "has no counterpart", name);
+    got[it->second] = t;
+  }
+  NamedTensors out;
+  for (const auto& n : want.order) {
+    auto it = got.find(n);
+    FSDPP_CHECK_AS(ConfigError, it != got.end(),
+                   "[models] tensor '{}' (fsdpp '{}') is missing from the Hugging Face checkpoint",
+                   hf_name(n), n);
+    FSDPP_CHECK_AS(ConfigError, it->second.sizes().vec() == want.by_name.at(n),
+                   "[models] '{}' has shape {} but the config gives {}", hf_name(n),
+                   it->second.sizes().vec(), want.by_name.at(n));
+    at::Tensor t = it->second;
+    if (ends_with(n, "attention.wq.weight")) t = from_hf_rows(t, cfg.n_heads, cfg.head_dim());
+    if (ends_with(n, "attention.wk.weight")) t = from_hf_rows(t, cfg.kv_heads(), cfg.head_dim());
+    out.emplace_back(n, t);
+  }
+  return out;
+}
+
+NamedTensors llama_tensors_to_hf(const LlamaConfig& cfg, const NamedTensors& fsdpp) {
+  const Shapes want = expected_shapes(cfg);
+  std::map<std::string, at::Tensor> got;
+  for (const auto& [name, t] : fsdpp) {
+    if (is_non_persistent_buffer(name)) continue;
+    FSDPP_CHECK_AS(ConfigError, want.by_name.count(name),
+                   "[models] unexpected tensor '{}': a Llama of this config has no such parameter",
+                   name);
+    got[name] = t;
+  }
+  NamedTensors out;
+  for (const auto& n : want.order) {
+    auto it = got.find(n);
+    FSDPP_CHECK_AS(ConfigError, it != got.end(), "[models] parameter '{}' is missing", n);
+    FSDPP_CHECK_AS(ConfigError, it->second.sizes().vec() == want.by_name.at(n),
+                   "[models] '{}' has shape {} but the config gives {}", n, it->second.sizes().vec(),
+                   want.by_name.at(n));
+    at::Tensor t = it->second;
+    if (ends_with(n, "attention.wq.weight")) t = to_hf_rows(t, cfg.n_heads, cfg.head_dim());
+    if (ends_with(n, "attention.wk.weight")) t = to_hf_rows(t, cfg.kv_heads(), cfg.head_dim());
+    out.emplace_back(hf_name(n), t);
+  }
+  return out;
+}
+
+HfLlama load_hf_llama(const fs::path& dir) {
+  const fs::path config = dir / "config.json";
+  FSDPP_CHECK_AS(ConfigError, fs::exists(config),
+                 "[models] '{}' has no config.json; expected a save_pretrained directory", dir.string());
+  HfLlama out;
+  out.config = llama_config_from_hf(read_text(config), config.string());
+  NamedTensors hf;
+  std::vector<fs::path> files;
+  if (fs::exists(dir / "model.safetensors")) {
+    files.push_back(dir / "model.safetensors");
+  } else {
+    const fs::path index = dir / "model.safetensors.index.json";
+    FSDPP_CHECK_AS(ConfigError, fs::exists(index),
+                   "[models] '{}' has neither model.safetensors nor model.safetensors.index.json "
+                   "(only safetensors weights are read)", dir.string());
+    const json j = parse(read_text(index), index.string());
+    std::set<std::string> names;
+    for (const auto& [tensor, file] : j.at("weight_map").items()) names.insert(file.get<std::string>());
+    for (const auto& n : names) files.push_back(dir / n);
+  }
+  for (const auto& f : files) {
+    auto st = state::SafetensorsFile::open(f);
+    for (const auto& name : st.names()) hf.emplace_back(name, st.get(name));
+  }
+  out.tensors = llama_tensors_from_hf(out.config, hf);
+  return out;
+}
+
+void save_hf_llama(const fs::path& dir, const LlamaConfig& cfg, const NamedTensors& fsdpp) {
+  const auto hf = llama_tensors_to_hf(cfg, fsdpp);
+  state::AtomicDir adir(dir);
+  state::save_safetensors(adir.path() / "model.safetensors", hf, {{"format", "pt"}});
+  std::ofstream f(adir.path() / "config.json");
+  f << llama_config_to_hf(cfg);
+  f.close();
+  FSDPP_CHECK_AS(CheckpointError, f.good(), "[models] cannot write '{}'", (adir.path() / "config.json").string());
+  adir.commit();
+}
+
+void load_named_tensors(torch::nn::Module& model, const NamedTensors& tensors) {
+  auto params = model.named_parameters(/*recurse=*/true);
+  std::set<std::string> seen;
+  at::NoGradGuard no_grad;
+  for (const auto& [name, t] : tensors) {
+    auto* p = params.find(name);
+    FSDPP_CHECK_AS(ConfigError, p != nullptr, "[models] the model has no parameter '{}'", name);
+    FSDPP_CHECK_AS(ConfigError, p->sizes() == t.sizes(), "[models] '{}' has shape {} in the model but {} given",
+                   name, p->sizes().vec(), t.sizes().vec());
+    p->copy_(t);
+    seen.insert(name);
+  }
+  for (const auto& item : params) {
+    FSDPP_CHECK_AS(ConfigError, seen.count(item.key()), "[models] no tensor given for parameter '{}'",
+                   item.key());
+  }
+}
+
+void import_hf_checkpoint(const fs::path& hf_dir, const fs::path& out) {
+  const auto hf = load_hf_llama(hf_dir);
+  state::write_full_checkpoint(out, hf.tensors, {}, {{"model_config.json", llama_config_to_json(hf.config)}});
+}
+
+void export_hf_checkpoint(const fs::path& ckpt, const fs::path& out, const fs::path& model_config) {
+  const fs::path cfg_path = model_config.empty() ? ckpt / "model_config.json" : model_config;
+  FSDPP_CHECK_AS(ConfigError, fs::exists(cfg_path),
+                 "[models] '{}' has no model_config.json (fsdpp-train writes one into every "
+                 "checkpoint); give the model's config with --model-config FILE", ckpt.string());
+  const LlamaConfig cfg = llama_config_from_json(read_text(cfg_path), cfg_path.string());
+  save_hf_llama(out, cfg, state::read_full_model(ckpt));
+}
+
+}  // namespace fsdpp::models

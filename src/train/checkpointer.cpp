@@ -1,0 +1,413 @@
+// fsdpp-train's checkpoints. See checkpointer.h and docs/training.md.
+#include "checkpointer.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/models/hf_llama.h"
+#include "fsdpp/state/async_save.h"
+#include "fsdpp/state/atomic_dir.h"
+#include "fsdpp/state/state_dict.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace fsdpp::train::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string base64(const std::string& in) {
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    for (int k = 3; k >= 0; --k) out.push_back(kB64[(v >> (6 * k)) & 63]);
+  }
+  if (i < in.size()) {
+    uint32_t v = uint8_t(in[i]) << 16;
+    if (i + 1 < in.size()) v |= uint8_t(in[i + 1]) << 8;
+    out.push_back(kB64[(v >> 18) & 63]);
+    out.push_back(kB64[(v >> 12) & 63]);
+    out.push_back(i + 1 < in.size() ? kB64[(v >> 6) & 63] : '=');
+    out.push_back('=');
+  }
+  return out;
+}
+
+std::string unbase64(const std::string& in, const std::string& what) {
+  auto val = [&](char c) -> int {
+    const char* p = std::strchr(kB64, c);
+    FSDPP_CHECK_AS(ConfigError, c != '\0' && p != nullptr, "[train] {}: not base64 (character '{}')", what, c);
+    return static_cast<int>(p - kB64);
+  };
+  FSDPP_CHECK_AS(ConfigError, in.size() % 4 == 0, "[train] {}: not base64 (length {})", what, in.size());
+  std::string out;
+  for (size_t i = 0; i < in.size(); i += 4) {
+    uint32_t v = 0;
+    int pad = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = in[i + k];
+      if (c == '=') {
+        ++pad;
+        v <<= 6;
+      } else {
+        v = (v << 6) | static_cast<uint32_t>(val(c));
+      }
+    }
+    out.push_back(static_cast<char>((v >> 16) & 255));
+    if (pad < 2) out.push_back(static_cast<char>((v >> 8) & 255));
+    if (pad < 1) out.push_back(static_cast<char>(v & 255));
+  }
+  return out;
+}
+
+std::string state_bytes(at::Generator gen) {
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  at::Tensor t = gen.get_state();
+  return std::string(static_cast<const char*>(t.data_ptr()), t.nbytes());
+}
+
+void set_state_bytes(at::Generator gen, const std::string& bytes) {
+  auto t = at::empty({static_cast<int64_t>(bytes.size())}, at::TensorOptions(at::kByte));
+  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(t);
+}
+
+// Every rank's string, in rank order: two all-gathers (lengths, then padded bytes).
+std::vector<std::string> all_gather_strings(dist::World& world, const std::string& s) {
+  if (world.size() == 1) return {s};
+  const dist::CollectiveTag tag{"trainer_state"};
+  const auto dev = world.device();
+  auto len = torch::full({1}, static_cast<int64_t>(s.size()), torch::kLong).to(dev);
+  auto lens = torch::empty({world.size()}, len.options());
+  world.group()->all_gather_into_tensor(lens, len, tag);
+  lens = lens.cpu();
+  const int64_t max_len = std::max<int64_t>(1, lens.max().item<int64_t>());
+  auto bytes = torch::zeros({max_len}, torch::kByte);
+  if (!s.empty()) std::memcpy(bytes.data_ptr(), s.data(), s.size());
+  bytes = bytes.to(dev);
+  auto all = torch::empty({world.size() * max_len}, bytes.options());
+  world.group()->all_gather_into_tensor(all, bytes, tag);
+  all = all.cpu();
+  std::vector<std::string> out;
+  for (int q = 0; q < world.size(); ++q) {
+    out.emplace_back(static_cast<const char*>(all.data_ptr()) + q * max_len,
+                     static_cast<size_t>(lens[q].item<int64_t>()));
+  }
+  return out;
+}
+
+json rng_json(const RngState& r) {
+  json cuda = json::array();
+  for (const auto& c : r.cuda) cuda.push_back(base64(c));
+  return {{"cpu", base64(r.cpu)}, {"cuda", cuda}};
+}
+
+RngState rng_from_json(const json& j, const std::string& what) {
+  RngState r;
+  r.cpu = unbase64(j.at("cpu").get<std::string>(), what + " rng.cpu");
+  if (j.contains("cuda")) {
+    for (const auto& c : j.at("cuda")) r.cuda.push_back(unbase64(c.get<std::string>(), what + " rng.cuda"));
+  }
+  return r;
+}
+
+bool same_schedule(const LrSchedule& a, const LrSchedule& b) {
+  return a.type == b.type && a.base_lr == b.base_lr && a.warmup_steps == b.warmup_steps &&
+         a.total_steps == b.total_steps && a.min_lr_ratio == b.min_lr_ratio;
+}
+
+state::StateDictType state_dict_type(const FsdpSection& f) {
+  if (f.state_dict_type == "FULL_STATE_DICT") return state::StateDictType::FULL;
+  if (f.state_dict_type == "LOCAL_STATE_DICT") return state::StateDictType::LOCAL;
+  return state::StateDictType::SHARDED;
+}
+
+bool skip_buffer(const std::string& name) { return models::is_non_persistent_buffer(name); }
+
+}  // namespace
+
+std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& out_dir) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  std::error_code ec;
+  if (!fs::is_directory(out_dir, ec)) return found;
+  for (const auto& e : fs::directory_iterator(out_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    constexpr std::string_view kPrefix = "checkpoint-";
+    if (name.rfind(kPrefix, 0) != 0 || name.size() == kPrefix.size()) continue;
+    const std::string digits = name.substr(kPrefix.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 18) continue;
+    if (!e.is_directory(ec) || e.is_symlink(ec)) continue;
+    if (!fs::is_regular_file(e.path() / kTrainerStateFile, ec)) continue;
+    found.emplace_back(std::stoll(digits), e.path());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+RngState capture_rng() {
+  RngState r;
+  r.cpu = state_bytes(at::detail::getDefaultCPUGenerator());
+  if (at::hasCUDA()) {
+    for (size_t i = 0; i < at::getNumGPUs(); ++i) {
+      r.cuda.push_back(state_bytes(
+          at::globalContext().defaultGenerator(at::Device(at::kCUDA, static_cast<int8_t>(i)))));
+    }
+  }
+  return r;
+}
+
+void restore_rng(const RngState& r) {
+  set_state_bytes(at::detail::getDefaultCPUGenerator(), r.cpu);
+  if (!r.cuda.empty() && at::hasCUDA()) {
+    const size_t n = std::min(r.cuda.size(), at::getNumGPUs());
+    for (size_t i = 0; i < n; ++i) {
+      set_state_bytes(at::globalContext().defaultGenerator(at::Device(at::kCUDA, static_cast<int8_t>(i))),
+                      r.cuda[i]);
+    }
+  }
+}
+
+std::string trainer_state_to_json(const TrainerState& s) {
+  json j;
+  j["format"] = "fsdpp.trainer_state";
+  j["version"] = 2;
+  j["step"] = s.step;
+  j["epoch"] = s.epoch;
+  j["windows_consumed"] = s.windows_consumed;
+  j["world_size"] = s.world_size;
+  j["state_dict_type"] = s.state_dict_type;
+  if (s.schedule) {
+    j["lr_schedule"] = {{"type", s.schedule->type},
+                        {"base_lr", s.schedule->base_lr},
+                        {"warmup_steps", s.schedule->warmup_steps},
+                        {"total_steps", s.schedule->total_steps},
+                        {"min_lr_ratio", s.schedule->min_lr_ratio},
+                        {"lr", s.lr}};
+  }
+  json cpu = json::array(), cuda = json::array();
+  for (const auto& r : s.rng) {
+    const json one = rng_json(r);
+    cpu.push_back(one["cpu"]);
+    cuda.push_back(one["cuda"]);
+  }
+  j["rng"] = {{"cpu", cpu}, {"cuda", cuda}};
+  if (s.grad_scaler) {
+    j["grad_scaler"] = {{"scale", s.grad_scaler->scale},
+                        {"growth_tracker", s.grad_scaler->growth_tracker}};
+  }
+  return j.dump(2) + "\n";
+}
+
+TrainerState trainer_state_from_json(const std::string& text, const std::string& path) {
+  try {
+    const json j = json::parse(text);
+    TrainerState s;
+    s.step = j.at("step").get<int64_t>();
+    s.epoch = j.at("epoch").get<int64_t>();
+    s.windows_consumed = j.at("windows_consumed").get<int64_t>();
+    s.world_size = j.at("world_size").get<int64_t>();
+    s.state_dict_type = j.value("state_dict_type", std::string());
+    if (j.contains("lr_schedule")) {
+      const auto& l = j.at("lr_schedule");
+      LrSchedule sch;
+      sch.type = l.at("type").get<std::string>();
+      sch.base_lr = l.at("base_lr").get<double>();
+      sch.warmup_steps = l.at("warmup_steps").get<int64_t>();
+      sch.total_steps = l.at("total_steps").get<int64_t>();
+      sch.min_lr_ratio = l.at("min_lr_ratio").get<double>();
+      s.schedule = sch;
+      s.lr = l.at("lr").get<double>();
+    }
+    if (j.contains("rng")) {
+      const auto& cpu = j.at("rng").at("cpu");
+      const json cuda = j.at("rng").value("cuda", json::array());
+      for (size_t q = 0; q < cpu.size(); ++q) {
+        json one = {{"cpu", cpu[q]}, {"cuda", q < cuda.size() ? cuda[q] : json::array()}};
+        s.rng.push_back(rng_from_json(one, path));
+      }
+    }
+    if (j.contains("grad_scaler")) {
+      const auto& g = j.at("grad_scaler");
+      s.grad_scaler = GradScalerState{g.at("scale").get<double>(),
+                                      g.at("growth_tracker").get<int64_t>()};
+    }
+    return s;
+  } catch (const json::exception& e) {
+    FSDPP_THROW(ConfigError, "[train] '{}' is not a valid trainer state: {}", path, e.what());
+  }
+}
+
+TrainerState read_trainer_state(const fs::path& dir) {
+  const fs::path path = dir / kTrainerStateFile;
+  std::ifstream in(path);
+  FSDPP_CHECK_AS(ConfigError, in.good(),
+                 "[train] '{}' is not a complete checkpoint: it has no {} (a save that did not finish?)",
+                 dir.string(), kTrainerStateFile);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return trainer_state_from_json(text.str(), path.string());
+}
+
+struct Checkpointer::State {
+  TrainConfig cfg;
+  std::shared_ptr<dist::World> world;
+  models::LlamaConfig model_config;
+  std::unique_ptr<state::AsyncSaver> saver;  // training.async_save
+  fs::path pending_dir;                       // the background save in flight
+  const ShardedGradScaler* scaler = nullptr;  // fp16
+
+  bool lead() const { return world->rank() == 0; }
+  void say(const std::string& line) const {
+    if (!lead()) return;
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  }
+  // Waits for the background save in flight and says how it went (throws its error).
+  void wait_async() {
+    if (!saver || !saver->in_flight()) return;
+    const auto t0 = Clock::now();
+    saver->wait();
+    say(fmt::format("[train] saved {} in the background ({:.1f} ms of writing; training waited "
+                    "{:.1f} ms for it here)",
+                    pending_dir.string(), saver->last_write_ms(), ms_since(t0)));
+  }
+};
+
+Checkpointer::Checkpointer(const TrainConfig& cfg, std::shared_ptr<dist::World> world,
+                           models::LlamaConfig model_config)
+    : s_(std::make_unique<State>()) {
+  s_->cfg = cfg;
+  s_->world = std::move(world);
+  s_->model_config = std::move(model_config);
+  torch::manual_seed(cfg.training.seed);
+  if (cfg.training.async_save) {
+    s_->saver = std::make_unique<state::AsyncSaver>(s_->world->group(), s_->world->store());
+  }
+}
+
+Checkpointer::~Checkpointer() = default;
+
+void Checkpointer::restore(const fs::path& dir, const TrainerState& ts, torch::nn::Module& model,
+                           torch::optim::Optimizer& opt, const LrSchedule& schedule) {
+  auto& world = *s_->world;
+  state::LoadOptions lo;
+  lo.skip_buffer = skip_buffer;
+  state::load_state_dict(dir, model, &opt, world.group(), lo);
+  const auto rank = static_cast<size_t>(world.rank());
+  if (rank < ts.rng.size()) restore_rng(ts.rng[rank]);
+  if (ts.rng.empty()) {
+    s_->say("[train] the checkpoint holds no generator states (an older version saved it): the "
+            "generators stay seeded from training.seed");
+  } else if (static_cast<int64_t>(ts.rng.size()) > world.size()) {
+    s_->say(fmt::format("[train] generator states: ranks 0..{} restored; the checkpoint's states "
+                        "of ranks {}..{} are not used on {} rank(s)",
+                        world.size() - 1, world.size(), ts.rng.size() - 1, world.size()));
+  } else if (static_cast<int64_t>(ts.rng.size()) < world.size()) {
+    s_->say(fmt::format("[train] generator states: ranks 0..{} restored; ranks {}..{} have none "
+                        "saved and stay seeded from training.seed",
+                        ts.rng.size() - 1, ts.rng.size(), world.size() - 1));
+  }
+  if (ts.schedule && !same_schedule(*ts.schedule, schedule)) {
+    // Say so only when a learning rate still to come changes.
+    for (int64_t k = ts.step + 1; k <= schedule.total_steps; ++k) {
+      if (schedule.at(k) == ts.schedule->at(k)) continue;
+      s_->say(fmt::format("[train] note: the learning-rate schedule differs from the checkpoint's "
+                          "({} lr {} warmup {} over {} steps then; {} lr {} warmup {} over {} "
+                          "steps now): from step {} the learning rate follows the new one ({:.6g} "
+                          "instead of {:.6g})",
+                          ts.schedule->type, ts.schedule->base_lr, ts.schedule->warmup_steps,
+                          ts.schedule->total_steps, schedule.type, schedule.base_lr,
+                          schedule.warmup_steps, schedule.total_steps, k, schedule.at(k),
+                          ts.schedule->at(k)));
+      break;
+    }
+  }
+}
+
+void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Optimizer& opt,
+                        const data::SamplerState& sampler, const LrSchedule& schedule) {
+  auto& s = *s_;
+  auto& world = *s.world;
+  const auto& t = s.cfg.training;
+  const fs::path out_dir = t.output_dir;
+  const fs::path dir = out_dir / fmt::format("checkpoint-{}", step);
+  const auto t0 = Clock::now();
+  s.wait_async();  // a new save waits for the previous one (and reports its error)
+  const double waited_ms = ms_since(t0);
+  TrainerState ts;
+  ts.step = step;
+  ts.epoch = sampler.epoch;
+  ts.windows_consumed = sampler.position * world.size();
+  ts.world_size = world.size();
+  ts.schedule = schedule;
+  if (s_->scaler && s_->scaler->is_enabled()) ts.grad_scaler = s_->scaler->state();
+  ts.lr = schedule.at(step);
+  state::SaveOptions so;
+  so.type = state_dict_type(t.fsdp_config);
+  so.skip_buffer = skip_buffer;
+  ts.state_dict_type = state::to_string(so.type);
+  // Every rank's generators: the ones of later ranks may differ (per-rank draws).
+  const RngState mine = capture_rng();
+  std::string packed = base64(mine.cpu);
+  for (const auto& c : mine.cuda) packed += "|" + base64(c);
+  for (const auto& p : all_gather_strings(world, packed)) {
+    RngState r;
+    std::stringstream in(p);
+    std::string part;
+    bool first = true;
+    while (std::getline(in, part, '|')) {
+      (first ? r.cpu : r.cuda.emplace_back()) = unbase64(part, "generator state");
+      first = false;
+    }
+    ts.rng.push_back(std::move(r));
+  }
+  so.extra_files[kTrainerStateFile] = trainer_state_to_json(ts);
+  so.extra_files[kModelConfigFile] = models::llama_config_to_json(s.model_config);
+
+  // Rank 0, after the directory is in place: the oldest complete checkpoints beyond the limit go.
+  auto prune = [out_dir, limit = t.save_total_limit] {
+    if (limit <= 0) return;
+    auto found = list_checkpoints(out_dir);
+    const int64_t extra = static_cast<int64_t>(found.size()) - limit;
+    for (int64_t i = 0; i < extra; ++i) state::remove_tree(found[i].second);
+  };
+  if (s.saver) {
+    s.saver->save(dir, model, &opt, so, prune);
+    s.pending_dir = dir;
+    s.say(fmt::format("[train] checkpoint-{} (async): training blocked {:.1f} ms (waited {:.1f} ms "
+                      "for the previous save, state copied in {:.1f} ms); writing {} in the "
+                      "background",
+                      step, ms_since(t0), waited_ms, s.saver->last_snapshot_ms(), dir.string()));
+    return;
+  }
+  state::save_state_dict(dir, model, &opt, world.group(), so);
+  if (s.lead()) prune();
+  s.say(fmt::format("[train] checkpoint-{} (sync): training blocked {:.1f} ms; saved {}", step,
+                    ms_since(t0), dir.string()));
+}
+
+void Checkpointer::finish() { s_->wait_async(); }
+
+void Checkpointer::track_grad_scaler(const ShardedGradScaler* scaler) { s_->scaler = scaler; }
+
+}  // namespace fsdpp::train::detail

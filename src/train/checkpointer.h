@@ -1,0 +1,102 @@
+#pragma once
+// fsdpp-train's checkpoints: checkpoint-<step> directories holding the model and optimizer
+// state (fsdpp::state), trainer_state.json (step, LR schedule, data position, every rank's
+// generator states) and model_config.json; saved synchronously or by a background writer
+// (training.async_save), pruned to save_total_limit, and read back on resume.
+// Private to src/train: the trainer is its only user.
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fsdpp/data/sampler.h"
+#include "fsdpp/dist/world.h"
+#include "fsdpp/fsdp/grad_scaler.h"
+#include "fsdpp/models/llama.h"
+#include "fsdpp/train/config.h"
+#include "fsdpp/train/lr_schedule.h"
+
+namespace fsdpp::train::detail {
+
+inline constexpr const char* kTrainerStateFile = "trainer_state.json";
+inline constexpr const char* kModelConfigFile = "model_config.json";
+
+// The complete checkpoints in `out_dir` (directories "checkpoint-<step>" holding a
+// trainer_state.json), oldest first. Temporary directories of saves that did not finish
+// ("checkpoint-<step>.tmp-<pid>-<hex>") do not match and are not listed.
+std::vector<std::pair<int64_t, std::filesystem::path>> list_checkpoints(
+    const std::filesystem::path& out_dir);
+
+// The state of this process's default random generators: the CPU generator (what torch::rand*
+// and dropout draw from) and, when CUDA is there, each device's.
+struct RngState {
+  std::string cpu;                // the generator's state bytes
+  std::vector<std::string> cuda;  // per device
+};
+RngState capture_rng();
+// Puts the generators back; CUDA devices beyond those present (or saved) are left alone.
+void restore_rng(const RngState& rng);
+
+// What trainer_state.json holds.
+struct TrainerState {
+  int64_t step = 0;
+  int64_t epoch = 0;
+  int64_t windows_consumed = 0;  // training windows of `epoch` consumed over all ranks
+  int64_t world_size = 0;
+  std::string state_dict_type;
+  std::optional<LrSchedule> schedule;  // absent in checkpoints of older versions
+  double lr = 0;                       // the learning rate of `step`
+  std::vector<RngState> rng;           // one per rank that saved; empty in older checkpoints
+  std::optional<GradScalerState> grad_scaler;  // fp16 runs: the loss scale to continue with
+};
+
+std::string trainer_state_to_json(const TrainerState& s);
+// Throws ConfigError naming `path` when the text is not a trainer state.
+TrainerState trainer_state_from_json(const std::string& text, const std::string& path);
+// DIR/trainer_state.json; ConfigError when it is missing ("not a complete checkpoint").
+TrainerState read_trainer_state(const std::filesystem::path& dir);
+
+class Checkpointer {
+ public:
+  // Collective: seeds the default generators with training.seed (on every rank, as Hugging
+  // Face's set_seed) so that a fresh run's random draws are reproducible, and, with
+  // training.async_save, sets up the background writer.
+  Checkpointer(const TrainConfig& cfg, std::shared_ptr<dist::World> world,
+               models::LlamaConfig model_config);
+  // Joins a background save still running (its outcome is only reported by finish()).
+  ~Checkpointer();
+
+  // Collective. Loads the model and optimizer state of `dir` (saved on any world size for
+  // SHARDED and FULL), then this rank's generator states (when the checkpoint has them for
+  // this rank). Returns what is needed to position the sampler and the schedule, and says
+  // (rank 0) what was restored and what changed (world size, schedule).
+  void restore(const std::filesystem::path& dir, const TrainerState& state,
+               torch::nn::Module& model, torch::optim::Optimizer& opt, const LrSchedule& schedule);
+
+  // Collective. Saves <output_dir>/checkpoint-<step> (after optimizer step `step`) in the
+  // configured layout, with trainer_state.json and model_config.json inside the atomic commit;
+  // then deletes the oldest complete checkpoints beyond save_total_limit. With async_save, waits
+  // for the previous save (throwing its error), copies the state and returns while a
+  // background thread writes it.
+  void save(int64_t step, torch::nn::Module& model, torch::optim::Optimizer& opt,
+            const data::SamplerState& sampler, const LrSchedule& schedule);
+  // fp16: the loss scaler whose state save() records (nullptr: none).
+  void track_grad_scaler(const ShardedGradScaler* scaler);
+
+  // Collective. Waits for a background save still in flight; throws its error (naming the
+  // checkpoint) on every rank. Call it at the end of training.
+  void finish();
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace fsdpp::train::detail
