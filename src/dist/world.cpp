@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/dist/gloo_address.h"
 #include "nccl_backend.h"
 
 namespace fsdpp::dist {
@@ -49,11 +50,18 @@ void set_threads(const DistEnv& env, const InitOptions& options) {
 
 World::World(DistEnv env, c10::intrusive_ptr<c10d::Store> store, BackendKind backend)
     : env_(std::move(env)), store_(std::move(store)), backend_(backend) {
+  if (backend_ == BackendKind::GLOO && env_.world_size > 1) {
+    gloo_address_ = gloo_bind_address(env_.master_addr, [](std::string_view name) {
+      const char* v = std::getenv(std::string(name).c_str());
+      return v ? std::optional<std::string>(v) : std::nullopt;
+    });
+  }
   ProcessGroup::Options o;
   o.backend = backend_;
   o.timeout = env_.timeout;
   o.name = "default";
   o.master_addr = env_.master_addr;
+  o.gloo_hostname = gloo_address_;
   o.device_index = backend_ == BackendKind::NCCL ? env_.local_rank : -1;
   group_ = ProcessGroup::create(store_, env_.rank, env_.world_size, o);
   mesh_ = std::make_shared<DeviceMesh>(*this, std::vector<int>{env_.world_size},
@@ -79,6 +87,7 @@ std::shared_ptr<ProcessGroup> World::new_group(const std::vector<int>& ranks,
   o.name = name;
   o.global_ranks = ranks;
   o.master_addr = env_.master_addr;
+  o.gloo_hostname = gloo_address_;
   o.device_index = group_->global_rank() >= 0 && backend_ == BackendKind::NCCL ? env_.local_rank : -1;
   return ProcessGroup::create(store_, static_cast<int>(it - ranks.begin()),
                               static_cast<int>(ranks.size()), o);

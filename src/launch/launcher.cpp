@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "multi_node.h"
 #include "signal_watch.h"
 #include "unique_fd.h"
 #include "worker_group.h"
@@ -69,9 +70,19 @@ void validate(const LaunchConfig& config) {
   if (config.nnodes > 1 && config.max_restarts > 0) {
     throw UsageError(
         "[fsdpp-run] --max-restarts > 0 needs --nnodes 1 for now: restarting the workers of "
-        "several nodes together needs a rendezvous between their launchers");
+        "several nodes together is not implemented");
   }
   check_range("--timeout-s", config.timeout_s, 1, 7 * 24 * 3600);
+  if (!(config.rdzv_timeout_s > 0 && config.rdzv_timeout_s <= 7 * 24 * 3600)) {
+    throw UsageError(fmt::format(
+        "[fsdpp-run] --rdzv-timeout-s must be more than 0 and at most {} seconds, got {}",
+        7 * 24 * 3600, config.rdzv_timeout_s));
+  }
+  if (!(config.heartbeat_timeout_s >= 1 && config.heartbeat_timeout_s <= 3600)) {
+    throw UsageError(fmt::format(
+        "[fsdpp-run] --heartbeat-timeout-s must be between 1 and 3600 seconds, got {}",
+        config.heartbeat_timeout_s));
+  }
   if (!(config.grace_s >= 0 && config.grace_s <= kMaxGraceS)) {  // also catches NaN
     throw UsageError(fmt::format("[fsdpp-run] --grace-s must be between 0 and {} seconds, got {}",
                                  kMaxGraceS, config.grace_s));
@@ -90,11 +101,15 @@ EnvVars worker_env(const LaunchConfig& config, int master_port, int local_rank,
       {"LOCAL_RANK", std::to_string(local_rank)},
       {"LOCAL_WORLD_SIZE", std::to_string(config.nproc_per_node)},
       {"GROUP_RANK", std::to_string(config.node_rank)},
+      {"NODE_RANK", std::to_string(config.node_rank)},
+      {"GROUP_WORLD_SIZE", std::to_string(config.nnodes)},
       {"MASTER_ADDR", config.master_addr},
       {"MASTER_PORT", std::to_string(master_port)},
       {"FSDPP_TIMEOUT_S", std::to_string(config.timeout_s)},
       {"FSDPP_RESTART_COUNT", std::to_string(restart_count)},
   };
+  // Node 0's launcher hosts the store on MASTER_ADDR:MASTER_PORT; the workers use it too.
+  if (config.nnodes > 1) env.emplace_back("FSDPP_AGENT_STORE", "1");
   // As torchrun does: N workers each starting one OpenMP thread per core oversubscribe the node.
   if (std::getenv("OMP_NUM_THREADS") == nullptr) env.emplace_back("OMP_NUM_THREADS", "1");
   return env;
@@ -130,6 +145,7 @@ int run(const LaunchConfig& config) {
   const auto grace = std::chrono::milliseconds(std::llround(config.grace_s * 1000));
 
   SignalWatch signals;
+  if (config.nnodes > 1) return run_multi_node(config, signals, grace);
   WorkerGroup group(signals, {config.prefix_output, config.log_dir});
   for (int attempt = 0;; ++attempt) {
     if (attempt > 0) {

@@ -1,5 +1,6 @@
 #include "signal_watch.h"
 
+#include <poll.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -43,6 +44,20 @@ std::vector<int> SignalWatch::take() {
     signals.push_back(static_cast<int>(info.ssi_signo));
   }
   return signals;
+}
+
+int SignalWatch::wait_for_signal(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    for (int s : take()) {
+      if (s != SIGCHLD) return s;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return 0;
+    pollfd p{fd_.get(), POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(left.count()));
+  }
 }
 
 std::string signal_name(int signal) {

@@ -4,6 +4,7 @@
 
 #include <signal.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,11 @@ class SignalWatch {
 
   // Every signal pending now, in arrival order, SIGCHLD included; never blocks.
   std::vector<int> take();
+
+  // Waits up to `timeout` for a signal other than SIGCHLD and returns it (0: none came). The
+  // SIGCHLDs it takes are dropped: for callers with no worker left to reap, or that reap by
+  // polling waitpid() anyway.
+  int wait_for_signal(std::chrono::milliseconds timeout);
 
  private:
   UniqueFd fd_;

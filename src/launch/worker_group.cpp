@@ -199,6 +199,7 @@ WorkerGroup::WaitResult WorkerGroup::wait() {
       drain(kDrainLimit);
       return {Outcome::kSucceeded, std::nullopt, 0};
     }
+    if (external_ready_) return {Outcome::kExternal, std::nullopt, 0};
     pump(kPollInterval);
   }
 }
@@ -240,6 +241,10 @@ void WorkerGroup::signal_groups(int signal) {
 
 void WorkerGroup::pump(milliseconds timeout) {
   std::vector<pollfd> fds{{signals_.fd(), POLLIN, 0}};
+  // Level-triggered and never read here: once seen, polling it again would spin.
+  const bool watch_external = external_fd_ >= 0 && !external_ready_;
+  if (watch_external) fds.push_back({external_fd_, POLLIN, 0});
+  const size_t first_relay = fds.size();
   std::vector<OutputRelay*> relays;
   for (Worker& w : workers_) {
     for (OutputRelay* relay : {&w.out, &w.err}) {
@@ -254,14 +259,16 @@ void WorkerGroup::pump(milliseconds timeout) {
         if (s != SIGCHLD && pending_signal_ == 0) pending_signal_ = s;
       }
     }
+    if (watch_external && fds[1].revents != 0) external_ready_ = true;
     for (size_t i = 0; i < relays.size(); ++i) {
-      if (fds[i + 1].revents != 0) relays[i]->read_some();
+      if (fds[first_relay + i].revents != 0) relays[i]->read_some();
     }
   }
   reap();
 }
 
 void WorkerGroup::reap() {
+  bool set_in_this_pass = false;
   for (Worker& w : workers_) {
     if (!w.running) continue;
     int status = 0;
@@ -271,7 +278,14 @@ void WorkerGroup::reap() {
     w.running = false;
     w.status = status;
     const WorkerExit exit{w.spec.rank, w.spec.local_rank, w.pid, status};
-    if (!stopping_ && !first_failure_ && !exit.ok()) first_failure_ = exit;
+    if (stopping_ || exit.ok()) continue;
+    // Of failures seen in the same pass, one killed by a signal is the likelier cause: a rank
+    // killed mid-collective makes its peers exit with an error a moment later.
+    if (!first_failure_ ||
+        (set_in_this_pass && !WIFSIGNALED(first_failure_->status) && WIFSIGNALED(status))) {
+      first_failure_ = exit;
+      set_in_this_pass = true;
+    }
   }
 }
 

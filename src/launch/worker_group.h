@@ -45,7 +45,8 @@ struct OutputOptions {
 
 class WorkerGroup {
  public:
-  enum class Outcome { kSucceeded, kWorkerFailed, kInterrupted };
+  // kExternal: the fd given to watch() became readable (another node of the job failed).
+  enum class Outcome { kSucceeded, kWorkerFailed, kInterrupted, kExternal };
   struct WaitResult {
     Outcome outcome = Outcome::kSucceeded;
     std::optional<WorkerExit> failure;  // kWorkerFailed: the first worker seen to fail
@@ -81,6 +82,10 @@ class WorkerGroup {
 
   int running() const;
 
+  // Makes wait() also return kExternal once `fd` is readable (-1: nothing to watch). The fd is
+  // borrowed and must outlive the group.
+  void watch(int fd) { external_fd_ = fd; }
+
  private:
   struct Worker {
     WorkerSpec spec;
@@ -107,6 +112,8 @@ class WorkerGroup {
   std::optional<WorkerExit> first_failure_;
   int pending_signal_ = 0;  // first signal received and not yet acted on
   bool stopping_ = false;   // exits during stop() are expected, not failures
+  int external_fd_ = -1;
+  bool external_ready_ = false;  // external_fd_ was readable; it is not polled again
 };
 
 }  // namespace fsdpp::launch

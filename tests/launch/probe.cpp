@@ -110,8 +110,9 @@ int main(int argc, char** argv) {
 
   if (mode == "env") {
     for (const char* key : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                            "MASTER_ADDR", "MASTER_PORT", "FSDPP_TIMEOUT_S",
-                            "FSDPP_RESTART_COUNT", "OMP_NUM_THREADS"}) {
+                            "NODE_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                            "FSDPP_TIMEOUT_S", "FSDPP_RESTART_COUNT", "FSDPP_AGENT_STORE",
+                            "OMP_NUM_THREADS"}) {
       std::printf("%s=%s\n", key, env_or(key, "<unset>").c_str());
     }
     return 0;

@@ -1,7 +1,10 @@
 // fsdpp-run end to end: the built launcher runs the `probe` worker as real subprocesses.
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -156,6 +160,21 @@ class Process {
   bool exited_ = false;
 };
 
+// A TCP port free on 127.0.0.1 a moment ago.
+int free_port() {
+  const int sock = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (sock < 0 || ::bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    throw std::runtime_error("cannot find a free port");
+  }
+  ::close(sock);
+  return ntohs(addr.sin_port);
+}
+
 std::vector<std::string> with_run(std::vector<std::string> args) {
   args.insert(args.begin(), kRun);
   return args;
@@ -268,23 +287,51 @@ TEST(LauncherEnv, SingleNodeSetsRankVariables) {
   }
 }
 
+// Two launchers on this host form one job of 2 nodes x 2 ranks (tests/multinode/ does the same
+// across network namespaces with real training).
 TEST(LauncherEnv, MultiNodeOffsetsRanks) {
-  const Result r =
-      launch({"--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-addr",
-              "10.1.2.3", "--master-port", "29517", "--timeout-s", "42", kProbe, "env"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (int local = 0; local < 2; ++local) {
-    auto env = env_of_rank(r.out, 2 + local);
-    EXPECT_EQ(env["RANK"], std::to_string(2 + local));
-    EXPECT_EQ(env["WORLD_SIZE"], "4");
-    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(local));
-    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
-    EXPECT_EQ(env["GROUP_RANK"], "1");
-    EXPECT_EQ(env["MASTER_ADDR"], "10.1.2.3");
-    EXPECT_EQ(env["MASTER_PORT"], "29517");
-    EXPECT_EQ(env["FSDPP_TIMEOUT_S"], "42");
+  const std::string port = std::to_string(free_port());
+  std::vector<std::unique_ptr<Process>> nodes;
+  for (int node : {1, 0}) {  // node 1 first: it waits for node 0's store
+    nodes.push_back(std::make_unique<Process>(
+        with_run({"--nnodes", "2", "--node-rank", std::to_string(node), "--nproc-per-node", "2",
+                  "--master-addr", "127.0.0.1", "--master-port", port, "--timeout-s", "42",
+                  "--rdzv-timeout-s", "30", kProbe, "env"}),
+        Env{}));
   }
-  EXPECT_TRUE(env_of_rank(r.out, 0).empty()) << r.out;
+  const Result node1 = nodes[0]->wait(30s);
+  const Result node0 = nodes[1]->wait(30s);
+  ASSERT_EQ(node0.exit_code, 0) << node0.err;
+  ASSERT_EQ(node1.exit_code, 0) << node1.err;
+  for (int rank = 0; rank < 4; ++rank) {
+    const Result& r = rank < 2 ? node0 : node1;
+    auto env = env_of_rank(r.out, rank);
+    EXPECT_EQ(env["RANK"], std::to_string(rank));
+    EXPECT_EQ(env["WORLD_SIZE"], "4");
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(rank % 2));
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
+    EXPECT_EQ(env["GROUP_RANK"], std::to_string(rank / 2));
+    EXPECT_EQ(env["NODE_RANK"], std::to_string(rank / 2));
+    EXPECT_EQ(env["GROUP_WORLD_SIZE"], "2");
+    EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
+    EXPECT_EQ(env["MASTER_PORT"], port);
+    EXPECT_EQ(env["FSDPP_TIMEOUT_S"], "42");
+    EXPECT_EQ(env["FSDPP_AGENT_STORE"], "1") << "node 0's launcher hosts the workers' store";
+  }
+  EXPECT_TRUE(env_of_rank(node0.out, 2).empty()) << node0.out;
+  EXPECT_TRUE(env_of_rank(node1.out, 0).empty()) << node1.out;
+  EXPECT_NE(node1.err.find("[fsdpp-run] node 1: 2 nodes joined at 127.0.0.1:" + port),
+            std::string::npos)
+      << node1.err;
+}
+
+TEST(LauncherEnv, SingleNodeHasNoAgentStore) {
+  const Result r = launch({kProbe, "env"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto env = env_of_rank(r.out, 0);
+  EXPECT_EQ(env["FSDPP_AGENT_STORE"], "<unset>");
+  EXPECT_EQ(env["NODE_RANK"], "0");
+  EXPECT_EQ(env["GROUP_WORLD_SIZE"], "1");
 }
 
 TEST(LauncherEnv, KeepsUserOmpNumThreads) {
@@ -486,6 +533,9 @@ INSTANTIATE_TEST_SUITE_P(
                  true,
                  "--max-restarts"},
         BadInput{"TimeoutZero", {"--timeout-s", "0"}, true, "--timeout-s"},
+        BadInput{"RdzvTimeoutZero", {"--rdzv-timeout-s", "0"}, true, "--rdzv-timeout-s"},
+        BadInput{"HeartbeatTimeoutTiny", {"--heartbeat-timeout-s", "0.1"}, true,
+                 "--heartbeat-timeout-s"},
         BadInput{"GraceNotANumber", {"--grace-s", "soon"}, true, "--grace-s"},
         BadInput{"GraceNegative", {"--grace-s", "-1"}, true, "--grace-s"},
         BadInput{"UnknownFlag", {"--bogus-flag"}, true, "--bogus-flag"},
@@ -504,6 +554,185 @@ TEST(LauncherUsage, ExecFailureIsReported) {
 TEST(LauncherUsage, DoubleDashStartsTheCommand) {
   const Result r = launch({"--nproc-per-node", "1", "--", kProbe, "exit", "0"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Several nodes: launchers on this host, each playing one node, meeting on 127.0.0.1.
+
+// The flags of node `node` of a job of `nnodes` x `nproc` on `port`.
+std::vector<std::string> node_flags(int node, int nnodes, int nproc, int port,
+                                    const std::string& rdzv_timeout = "30",
+                                    const std::string& heartbeat_timeout = "2") {
+  return with_run({"--nnodes", std::to_string(nnodes), "--node-rank", std::to_string(node),
+                   "--nproc-per-node", std::to_string(nproc), "--master-addr", "127.0.0.1",
+                   "--master-port", std::to_string(port), "--rdzv-timeout-s", rdzv_timeout,
+                   "--heartbeat-timeout-s", heartbeat_timeout, "--grace-s", "2"});
+}
+
+std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(LauncherMultiNode, MissingNodeIsNamedWithinTheRendezvousTimeout) {
+  const int port = free_port();
+  // Nodes 0 and 2 of 3 come; node 1 never does. (Loading the store module takes a second or
+  // two on a busy machine: the timeout leaves room for node 0's to be up in time for node 2.)
+  Process n0(plus(node_flags(0, 3, 1, port, "6"), {kProbe, "exit", "0"}), {});
+  Process n2(plus(node_flags(2, 3, 1, port, "6"), {kProbe, "exit", "0"}), {});
+  const Result r0 = n0.wait(30s);
+  const Result r2 = n2.wait(30s);
+  for (const Result* r : {&r0, &r2}) {
+    EXPECT_EQ(r->exit_code, 1) << r->err;
+    EXPECT_NE(r->err.find("timed out after 6 s: node rank(s) 1 of 3 did not arrive (arrived: 0, 2)"),
+              std::string::npos)
+        << r->err;
+    EXPECT_EQ(r->out, "") << "no worker may start";
+    EXPECT_LT(r->seconds, 15);
+  }
+  const std::string where = "rendezvous at 127.0.0.1:" + std::to_string(port) + " failed: ";
+  EXPECT_NE(r0.err.find("[fsdpp-run] node 0: " + where), std::string::npos) << r0.err;
+  EXPECT_NE(r2.err.find("[fsdpp-run] node 2: " + where), std::string::npos) << r2.err;
+}
+
+TEST(LauncherMultiNode, MissingNodeZeroIsNamed) {
+  const int port = free_port();
+  const Result r = Process(plus(node_flags(1, 2, 1, port, "1.5"), {kProbe, "exit", "0"}), {}).wait(20s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("[fsdpp-run] node 1: rendezvous timed out after 1.5 s: node rank 0 did not "
+                       "arrive (its store at 127.0.0.1:" + std::to_string(port) +
+                       " cannot be reached: Connection refused)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_LT(r.seconds, 6);
+}
+
+TEST(LauncherMultiNode, DisagreeingNodesAreRejected) {
+  const int port = free_port();
+  Process n0(plus(node_flags(0, 2, 2, port), {kProbe, "exit", "0"}), {});
+  Process n1(plus(node_flags(1, 2, 1, port), {kProbe, "exit", "0"}), {});
+  for (Process* p : {&n0, &n1}) {
+    const Result r = p->wait(20s);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("the nodes disagree: node 0 has --nnodes 2 --nproc-per-node 2, node 1"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+TEST(LauncherMultiNode, NodeZeroWaitsForTheOthersToFinish) {
+  const int port = free_port();
+  Process n0(plus(node_flags(0, 2, 1, port), {kProbe, "exit", "0"}), {});
+  Process n1(plus(node_flags(1, 2, 1, port), {kProbe, "exit", "0", "2000"}), {});
+  const Result r0 = n0.wait(20s);
+  const Result r1 = n1.wait(20s);
+  EXPECT_EQ(r0.exit_code, 0) << r0.err;
+  EXPECT_EQ(r1.exit_code, 0) << r1.err;
+  // Node 0 hosts the store node 1 still uses: it exits after node 1's worker, not before.
+  EXPECT_GE(r0.seconds, 1.9) << r0.err;
+}
+
+// A worker that fails on node 1 stops node 0's workers, and node 0's message names node 1.
+TEST(LauncherMultiNode, WorkerFailureOnOneNodeStopsEveryNode) {
+  TempDir dir;
+  const int port = free_port();
+  const Env env{{"PROBE_DIR", dir.str()}};
+  Process n0(plus(node_flags(0, 2, 2, port), {kProbe, "fail-rank", "3", "7", "1500"}), env);
+  Process n1(plus(node_flags(1, 2, 2, port), {kProbe, "fail-rank", "3", "7", "1500"}), env);
+  const Result r1 = n1.wait(30s);
+  const Result r0 = n0.wait(30s);
+  EXPECT_EQ(r1.exit_code, 1) << r1.err;
+  EXPECT_EQ(r0.exit_code, 1) << r0.err;
+  EXPECT_NE(r1.err.find("[fsdpp-run] node 1: rank 3 (local 1, pid "), std::string::npos) << r1.err;
+  EXPECT_NE(r0.err.find("[fsdpp-run] node 0: the job failed on another node: node 1: rank 3 "
+                        "(local 1, pid "),
+            std::string::npos)
+      << r0.err;
+  EXPECT_NE(r0.err.find("exited with code 7; stopped this node's 2 worker(s)"), std::string::npos)
+      << r0.err;
+  for (int rank : {0, 1, 2}) {
+    EXPECT_TRUE(has_marker(dir, "term", rank)) << "rank " << rank << " got no SIGTERM";
+  }
+}
+
+// Node `victim`'s launcher is SIGKILLed while every worker sleeps: the other launcher stops its
+// workers and exits 1 within seconds, naming the node.
+void expect_killed_node_stops_the_other(int victim, const std::string& expected) {
+  TempDir dir;
+  const int port = free_port();
+  const Env env{{"PROBE_DIR", dir.str()}};
+  Process n0(plus(node_flags(0, 2, 2, port), {kProbe, "sleep"}), env);
+  Process n1(plus(node_flags(1, 2, 2, port), {kProbe, "sleep"}), env);
+  ASSERT_TRUE(wait_for_files(dir, "pid", 4, 30s)) << "the probes did not start";
+  Process& killed = victim == 0 ? n0 : n1;
+  Process& other = victim == 0 ? n1 : n0;
+  const auto t0 = Clock::now();
+  ASSERT_EQ(::kill(killed.pid(), SIGKILL), 0);
+  const Result r = other.wait(30s);
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+  EXPECT_LT(seconds, 10) << r.err;
+  const int first = victim == 0 ? 2 : 0;
+  for (int rank = first; rank < first + 2; ++rank) {
+    EXPECT_TRUE(has_marker(dir, "term", rank)) << "rank " << rank << " got no SIGTERM";
+    EXPECT_TRUE(reaped(read_pid(dir, "pid", rank))) << "rank " << rank << " survived";
+  }
+  // The killed launcher's own workers die with it (parent-death signal).
+  for (int rank = 2 - first; rank < 4 - first; ++rank) {
+    EXPECT_TRUE(dead_soon(read_pid(dir, "pid", rank), 5s)) << "rank " << rank << " survived";
+  }
+  killed.wait(5s);
+  std::printf("[multi-node] node %d's launcher killed: the other exited %d after %.1f s\n", victim,
+              r.exit_code, seconds);
+}
+
+TEST(LauncherMultiNode, KilledLauncherOfNodeOneStopsNodeZero) {
+  expect_killed_node_stops_the_other(
+      1, "[fsdpp-run] node 0: the job failed on another node: node 1's launcher stopped "
+         "responding: no heartbeat for ");
+}
+
+TEST(LauncherMultiNode, KilledLauncherOfNodeZeroStopsNodeOne) {
+  expect_killed_node_stops_the_other(
+      0, "[fsdpp-run] node 1: the job failed on another node: lost node 0's launcher, which "
+         "hosts the job's store at 127.0.0.1:");
+}
+
+TEST(LauncherMultiNode, SigtermToOneLauncherStopsEveryNode) {
+  TempDir dir;
+  const int port = free_port();
+  const Env env{{"PROBE_DIR", dir.str()}};
+  Process n0(plus(node_flags(0, 2, 1, port), {kProbe, "sleep"}), env);
+  Process n1(plus(node_flags(1, 2, 1, port), {kProbe, "sleep"}), env);
+  ASSERT_TRUE(wait_for_files(dir, "pid", 2, 30s)) << "the probes did not start";
+  ASSERT_EQ(::kill(n1.pid(), SIGTERM), 0);
+  const Result r1 = n1.wait(20s);
+  const Result r0 = n0.wait(20s);
+  EXPECT_EQ(r1.exit_code, 143) << r1.err;
+  EXPECT_EQ(r0.exit_code, 1) << r0.err;
+  EXPECT_NE(r0.err.find("the job failed on another node: node 1's launcher received SIGTERM"),
+            std::string::npos)
+      << r0.err;
+  EXPECT_LT(r0.seconds, 10);
+  EXPECT_TRUE(has_marker(dir, "term", 0));
+  EXPECT_TRUE(has_marker(dir, "term", 1));
+}
+
+TEST(LauncherMultiNode, SignalDuringTheRendezvousStartsNothing) {
+  const int port = free_port();
+  Process n0(plus(node_flags(0, 2, 1, port), {kProbe, "exit", "0"}), {});
+  std::this_thread::sleep_for(1500ms);  // loading the store module takes a moment
+  ASSERT_EQ(::kill(n0.pid(), SIGINT), 0);
+  const Result r = n0.wait(20s);
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_NE(r.err.find("[fsdpp-run] node 0: received SIGINT during the rendezvous; no worker was "
+                       "started"),
+            std::string::npos)
+      << r.err;
+  EXPECT_LT(r.seconds, 5);
 }
 
 }  // namespace

@@ -53,7 +53,9 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Starts --nproc-per-node copies of PROGRAM on this node with RANK, WORLD_SIZE, LOCAL_RANK, "
       "LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, FSDPP_TIMEOUT_S and "
-      "FSDPP_RESTART_COUNT set, relays their output and stops all of them when one fails.\n",
+      "FSDPP_RESTART_COUNT set, relays their output and stops all of them when one fails. With "
+      "--nnodes > 1, run it on every node: the launchers meet at --master-addr:--master-port "
+      "first, and a failure on any node stops them all (docs/multi-node.md).\n",
       "fsdpp-run"};
   // CLI11 knows no trailing command: show it in the usage line.
   app.get_formatter()->label("OPTIONS", "OPTIONS] PROGRAM [ARGS...");
@@ -90,6 +92,16 @@ int main(int argc, char** argv) {
                  "Rendezvous/collective timeout for workers (FSDPP_TIMEOUT_S)")
       ->type_name("S")
       ->check(kInteger)
+      ->capture_default_str();
+  app.add_option("--rdzv-timeout-s,--rdzv-timeout", config.rdzv_timeout_s,
+                 "With --nnodes > 1: seconds to wait for every node's launcher to arrive")
+      ->type_name("S")
+      ->check(kSeconds)
+      ->capture_default_str();
+  app.add_option("--heartbeat-timeout-s", config.heartbeat_timeout_s,
+                 "With --nnodes > 1: a node silent this long is taken for dead, and the job stops")
+      ->type_name("S")
+      ->check(kSeconds)
       ->capture_default_str();
   app.add_option("--grace-s", config.grace_s, "Seconds between SIGTERM and SIGKILL")
       ->type_name("S")

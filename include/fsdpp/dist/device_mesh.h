@@ -36,6 +36,10 @@ class DeviceMesh {
   }
   // The global ranks of that group, in group-rank order (computed, so tests can check layouts).
   std::vector<int> group_ranks(int dim) const;
+  // What this rank sent over the group along `dim`: on a ("replicate", "shard") mesh,
+  // counters("shard") is the traffic inside a shard group (a node, under HYBRID_SHARD) and
+  // counters("replicate") the traffic across them. Subtract two readings for one step.
+  CommCounters counters(const std::string& dim) const { return group(dim)->counters(); }
 
  private:
   std::vector<int> shape_;

@@ -42,6 +42,10 @@ class World {
   const std::shared_ptr<ProcessGroup>& group() const { return group_; }
   // The 1-D mesh over all ranks (dim name "shard").
   const std::shared_ptr<DeviceMesh>& mesh() const { return mesh_; }
+  // The local address this rank's Gloo groups bind and advertise: FSDPP_SOCKET_IFNAME's address,
+  // else the one that routes to MASTER_ADDR; empty where ProcessGroup decides (loopback
+  // MASTER_ADDR, GLOO_SOCKET_IFNAME, NCCL). docs/multi-node.md.
+  const std::string& gloo_address() const { return gloo_address_; }
 
   // A new group over `ranks` (global ranks, in group order). Collective over its members only;
   // every member passes the same name. Returns nullptr on ranks that are not members.
@@ -57,6 +61,7 @@ class World {
   DistEnv env_;
   c10::intrusive_ptr<c10d::Store> store_;
   BackendKind backend_;
+  std::string gloo_address_;
   std::shared_ptr<ProcessGroup> group_;
   std::shared_ptr<DeviceMesh> mesh_;
   int mesh_count_ = 0;

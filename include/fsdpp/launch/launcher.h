@@ -39,6 +39,10 @@ struct LaunchConfig {
   int max_restarts = 0;
   std::optional<std::filesystem::path> log_dir;  // also write rank<R>.log there
   int timeout_s = 300;                           // exported as FSDPP_TIMEOUT_S
+  // --nnodes > 1 (docs/multi-node.md): how long the launchers wait for every node to arrive, and
+  // how long one may stay silent before the others take it for dead.
+  double rdzv_timeout_s = 300;
+  double heartbeat_timeout_s = 5;
   double grace_s = 3.0;                          // SIGTERM -> SIGKILL delay when stopping workers
   bool prefix_output = true;                     // "[rank R] " before each relayed line
   std::vector<std::string> command;              // PROGRAM ARGS...; PROGRAM is looked up in PATH
@@ -50,9 +54,10 @@ void validate(const LaunchConfig& config);
 using EnvVars = std::vector<std::pair<std::string, std::string>>;
 
 // The variables set for local worker `local_rank` on top of the launcher's own environment:
-// RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
-// FSDPP_TIMEOUT_S, FSDPP_RESTART_COUNT, and OMP_NUM_THREADS=1 unless the launcher's environment
-// already sets it.
+// RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK and NODE_RANK (both the node rank),
+// GROUP_WORLD_SIZE (nnodes), MASTER_ADDR, MASTER_PORT, FSDPP_TIMEOUT_S, FSDPP_RESTART_COUNT,
+// FSDPP_AGENT_STORE=1 when --nnodes > 1 (node 0's launcher hosts the store), and
+// OMP_NUM_THREADS=1 unless the launcher's environment already sets it.
 EnvVars worker_env(const LaunchConfig& config, int master_port, int local_rank, int restart_count);
 
 // A TCP port that was free on `host` a moment ago (bind to port 0, read it back, close).
@@ -61,6 +66,9 @@ int find_free_port(const std::string& host = "127.0.0.1");
 // Validates `config`, starts the local workers and supervises them until all exit 0 (returns
 // kExitSuccess), one fails and no restart is left (stops the others, returns kExitWorkerFailed),
 // or the launcher receives SIGINT/SIGTERM/SIGHUP/SIGQUIT (forwards it, returns 128 + signal).
+// With --nnodes > 1 it first meets the other nodes' launchers (a LaunchError names the nodes
+// that did not arrive within rdzv_timeout_s), and a failure on any node stops every node
+// (kExitWorkerFailed, naming the node).
 // While it runs it blocks those signals and SIGCHLD in the calling thread and reads them from a
 // signalfd, so the process must have no other thread that leaves them unblocked.
 // Throws UsageError for a bad config and LaunchError when a worker cannot be started.
