@@ -16,7 +16,7 @@ export CCACHE_DIR ?= $(FSDPP_CACHE)/ccache
 export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_file_ctime
 export CCACHE_MAXSIZE ?= 5G
 
-.PHONY: all setup configure build run test test-unit test-dist test-slow bench clean distclean
+.PHONY: all setup configure build run test test-unit test-dist test-slow test-asan bench bench-memory clean distclean
 
 all: build
 
@@ -48,6 +48,37 @@ test-dist: build
 
 test-slow: build
 	cd $(BUILD_DIR) && FSDPP_VENV=$(VENV) ctest --output-on-failure -L slow $(CTEST_ARGS)
+
+# fsdpp against PyTorch's own FSDP2, side by side (docs/benchmarks.md): bench/results/latest.md.
+# BENCH_QUICK=1 for a tiny model; BENCH_STEPS, BENCH_WARMUP, BENCH_REPEATS and BENCH_CONFIGS
+# ("full_shard:1,2,4 shard_grad_op:2 no_shard:2") to change what runs.
+bench: build
+	$(VENV)/bin/python bench/run_bench.py --build-dir $(BUILD_DIR) $(BENCH_ARGS)
+
+# Measured memory and step time per memory/speed option (docs/fully-shard.md):
+# bench/results/memory_table.{md,json,png}.
+bench-memory: build
+	$(VENV)/bin/python bench/memory_table.py --build $(BUILD_DIR) $(BENCH_ARGS)
+
+# The unit and dist tests under AddressSanitizer + UndefinedBehaviorSanitizer, in their own build
+# directory (docs/faults.md, "Sanitizers"). ASAN_LABELS picks the tests (CI: unit). Left out:
+# package.find_package (its consumer project is not built with the sanitizers) and the tests that
+# tune or measure malloc (mallopt and RSS mean nothing under ASan's allocator).
+ASAN_BUILD_DIR ?= build-asan
+ASAN_LABELS ?= unit|dist
+ASAN_EXCLUDE ?= ^package\.|ResidentMemory
+ASAN_OPTIONS_FSDPP ?= ASAN_OPTIONS_PLACEHOLDER
+UBSAN_OPTIONS_FSDPP ?= print_stacktrace=1:halt_on_error=1
+
+test-asan: setup
+	cmake -S . -B $(ASAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DFSDPP_PYTHON=$(VENV)/bin/python -DCMAKE_CXX_COMPILER=$(CXX_COMPILER) \
+	  -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DFSDPP_SANITIZE=address,undefined \
+	  -DFSDPP_BUILD_BENCH=OFF -DFSDPP_BUILD_FUZZERS=OFF $(CMAKE_ARGS)
+	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
+	cd $(ASAN_BUILD_DIR) && ASAN_OPTIONS=$(ASAN_OPTIONS_FSDPP) UBSAN_OPTIONS=$(UBSAN_OPTIONS_FSDPP) \
+	  FSDPP_VENV=$(VENV) ctest --output-on-failure --timeout 900 -L '$(ASAN_LABELS)' \
+	  -LE 'slow|fuzz' -E '$(ASAN_EXCLUDE)' $(CTEST_ARGS)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -8,8 +8,11 @@ set -euo pipefail
 APT_PACKAGES=(cmake ninja-build g++ clang ccache pkg-config python3-venv
   libgtest-dev libgmock-dev libbenchmark-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libfmt-dev libxxhash-dev libsentencepiece-dev libgloo-dev
+  iproute2  # `ip netns`: the multi-node test's two hosts (tests/multinode/)
+  libclang-rt-dev  # clang's ASan/UBSan and libFuzzer runtimes: make test-asan, tests/fuzz/
   fortunes)  # English text for the default training job (/usr/share/games/fortunes)
-PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy safetensors)
+# matplotlib: make bench charts; transformers: the Hugging Face Llama round trip test.
+PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy safetensors matplotlib "transformers==5.23.0")
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -2,50 +2,101 @@
 
 #include <ATen/core/grad_mode.h>
 
-namespace fsdpp::dist {
+#include "fsdpp/common/error.h"
 
-CommQueue::CommQueue() : thread_([this] { loop(); }) {}
+namespace fsdpp::dist {
+namespace {
+
+std::string first_line_of(const std::exception_ptr& e) {
+  std::string why;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    why = ex.what();
+  } catch (...) {
+    why = "unknown error";
+  }
+  if (auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
+  return why;
+}
+
+}  // namespace
+
+CommQueue::CommQueue() : shared_(std::make_shared<Shared>()), thread_(&CommQueue::loop, shared_) {}
 
 CommQueue::~CommQueue() {
+  bool leave = false;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    shared_->stop = true;
+    leave = shared_->running && shared_->abandoned;
   }
-  cv_.notify_all();
-  // A collective stuck in Gloo ends at Gloo's own timeout, so this join is bounded.
-  if (thread_.joinable()) thread_.join();
+  shared_->cv.notify_all();
+  if (!thread_.joinable()) return;
+  // A collective stuck in Gloo ends at Gloo's own timeout, so the join is bounded; an abandoned
+  // one would only hold this process for that long after its error is known.
+  if (leave) {
+    thread_.detach();
+  } else {
+    thread_.join();
+  }
 }
 
 void CommQueue::push(std::shared_ptr<detail::WorkState> state, std::function<void()> body) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    tasks_.push_back(Task{std::move(state), std::move(body)});
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    shared_->tasks.push_back(Task{std::move(state), std::move(body)});
   }
-  cv_.notify_one();
+  shared_->cv.notify_one();
 }
 
-void CommQueue::loop() {
+std::function<void(const std::string&)> CommQueue::abandoner() const {
+  std::weak_ptr<Shared> weak = shared_;
+  return [weak](const std::string& why) {
+    if (auto s = weak.lock()) {
+      std::lock_guard<std::mutex> lock(s->mutex);
+      s->abandoned = s->running;
+      if (!s->failure) s->failure = why;
+    }
+  };
+}
+
+void CommQueue::loop(std::shared_ptr<Shared> s) {
   // Communication buffers never need autograd.
   at::NoGradGuard no_grad;
   for (;;) {
     Task task;
+    std::optional<std::string> failure;
     {
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
-      if (tasks_.empty()) return;  // stop_ and drained
-      task = std::move(tasks_.front());
-      tasks_.pop_front();
+      std::unique_lock<std::mutex> lock(s->mutex);
+      s->cv.wait(lock, [&] { return s->stop || !s->tasks.empty(); });
+      if (s->tasks.empty()) return;  // stop and drained
+      task = std::move(s->tasks.front());
+      s->tasks.pop_front();
+      failure = s->failure;
+      s->running = !failure;
     }
     std::exception_ptr error;
-    try {
-      task.body();
-    } catch (...) {
-      error = std::current_exception();
+    if (failure) {
+      error = std::make_exception_ptr(CommError(fmt::format(
+          "[dist] {}: not run, because an earlier collective of this group failed: {}",
+          task.state->description, *failure)));
+    } else {
+      try {
+        task.body();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(s->mutex);
+      s->running = false;
+      s->abandoned = false;
+      if (error && !s->failure) s->failure = first_line_of(error);
     }
     {
       std::lock_guard<std::mutex> lock(task.state->mutex);
       task.state->done = true;
       task.state->error = error;
+      task.state->not_run = failure.has_value();
     }
     task.state->cv.notify_all();
   }

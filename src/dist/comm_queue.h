@@ -4,28 +4,41 @@
 // c10d's Gloo backend matches collectives across ranks by issue order, and the composite ones
 // (ring reduce-scatter over send/recv) are several calls in a row; running them all on one
 // queue keeps that order while the caller goes on computing (the async forms).
+//
+// After one collective fails the group is out of step with its peers, so the queue runs nothing
+// more: every later task fails at once ("not run: an earlier collective of this group failed").
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 namespace fsdpp::dist {
 namespace detail {
 
+class CollectiveMonitor;
+
 struct WorkState {
   std::mutex mutex;
   std::condition_variable cv;
   bool done = false;
   std::exception_ptr error;
-  // For messages: "rank 1 (group 'default', 1 of 2): reduce_scatter of 4096 B float32 for
-  // module 'layers.3'".
+  bool not_run = false;  // failed without running because an earlier collective failed
+  // For messages: "rank 1 (group 'default', 1 of 2): collective #7, reduce_scatter of 4096 B
+  // Float for module 'layers.3'".
   std::string description;
   std::chrono::milliseconds timeout{0};
+  uint64_t seq = 0;  // the collective's index in its group
+  // Null only for work made outside a ProcessGroup.
+  std::shared_ptr<CollectiveMonitor> monitor;
+  // Gives up on this collective while it still runs; see CommQueue::abandon.
+  std::function<void(const std::string&)> abandon;
 };
 
 }  // namespace detail
@@ -33,23 +46,37 @@ struct WorkState {
 class CommQueue {
  public:
   CommQueue();
+  // Joins the thread after it ran (or failed) what is queued; when a caller abandoned the task
+  // that is still running, leaves that thread behind instead (it holds everything it uses, and
+  // ends when the backend's own timeout ends the task).
   ~CommQueue();
   CommQueue(const CommQueue&) = delete;
   CommQueue& operator=(const CommQueue&) = delete;
 
   void push(std::shared_ptr<detail::WorkState> state, std::function<void()> body);
 
- private:
-  void loop();
+  // For a caller that stops waiting on a running task (its ranks have diverged, so it would
+  // only end at the timeout): the tasks behind it fail without running, with `why`.
+  // Safe to call after the queue is gone.
+  std::function<void(const std::string&)> abandoner() const;
 
+ private:
   struct Task {
     std::shared_ptr<detail::WorkState> state;
     std::function<void()> body;
   };
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<Task> tasks_;
-  bool stop_ = false;
+  struct Shared {
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::deque<Task> tasks;
+    bool stop = false;
+    bool running = false;    // a task's body is executing
+    bool abandoned = false;  // ... and its caller gave up on it
+    std::optional<std::string> failure;  // the first task's error: nothing runs after it
+  };
+  static void loop(std::shared_ptr<Shared> shared);
+
+  std::shared_ptr<Shared> shared_;
   std::thread thread_;
 };
 

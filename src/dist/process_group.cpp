@@ -7,7 +7,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <numeric>
+#include <thread>
 
+#include <fmt/ranges.h>
+
+#include "collective_monitor.h"
 #include "comm_queue.h"
 #include "fsdpp/common/error.h"
 #include "nccl_backend.h"
@@ -43,39 +47,140 @@ CommCounters CommCounters::operator-(const CommCounters& earlier) const {
 // ---------------------------------------------------------------------------------------------
 // Work
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How often a stalled wait looks at the traces the other ranks published.
+constexpr std::chrono::milliseconds kStallPoll{250};
+// How long a rank whose peer's connection closed looks for that peer's last trace.
+constexpr std::chrono::milliseconds kPeerTraceWait{1500};
+
+std::string message_of(const std::exception_ptr& e) {
+  std::string why;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    why = ex.what();
+  } catch (...) {
+    why = "unknown error";
+  }
+  // c10d's messages carry a C++ backtrace after the first line; keep the sentence.
+  if (auto nl = why.find("\nException raised from"); nl != std::string::npos) why.resize(nl);
+  return why;
+}
+
+bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+// A peer that exited or died closes its connections: not a sequence problem to diagnose.
+bool peer_gone(const std::string& why) {
+  return contains(why, "closed by peer") || contains(why, "reset by peer") ||
+         contains(why, "Connection closed") || contains(why, "Broken pipe");
+}
+
+}  // namespace
+
 void Work::wait() {
   FSDPP_CHECK(state_, "[dist] wait() on an empty Work handle");
   auto& s = *state_;
-  std::unique_lock<std::mutex> lock(s.mutex);
+  const auto started = Clock::now();
   // Gloo gives up at the group's timeout; the margin lets its own, more precise error win.
   const auto limit = s.timeout + std::chrono::seconds(5);
-  if (!s.cv.wait_for(lock, limit, [&] { return s.done; })) {
+  const auto deadline = started + limit;
+  auto done_by = [&](Clock::time_point until) {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    return s.cv.wait_until(lock, std::min(until, deadline), [&] { return s.done; });
+  };
+  auto waited_s = [&] { return std::chrono::duration<double>(Clock::now() - started).count(); };
+  bool done = false;
+  if (s.monitor) {
+    // Until the wait counts as stalled, it still compares at once when another rank has a
+    // trace out (it stalled or died first): one store read per kStallPoll, and only for waits
+    // longer than that.
+    const auto stall_at = started + s.monitor->stall_after();
+    while (!(done = done_by(std::min(stall_at, Clock::now() + kStallPoll))) &&
+           Clock::now() < stall_at && !s.monitor->others_published()) {
+    }
+  } else {
+    done = done_by(deadline);
+  }
+  std::optional<detail::CollectiveMonitor::Stall> stall;  // withdrawn when the wait succeeds
+  if (!done && s.monitor) {
+    // Stalled: publish this rank's sequence and compare it with the other stalled ranks'.
+    stall.emplace(*s.monitor, s.seq);
+    while (!(done = done_by(Clock::now() + kStallPoll)) && Clock::now() < deadline) {
+      if (auto d = s.monitor->divergence()) {
+        const std::string msg =
+            fmt::format("{}. Seen by {} after waiting {:.1f} s", *d, s.description, waited_s());
+        stall->keep();
+        if (s.abandon) s.abandon(msg);
+        FSDPP_THROW(CommError, "{}", msg);
+      }
+    }
+    if (!done) {
+      auto d = s.monitor->divergence(/*force=*/true);
+      const std::string msg =
+          d ? fmt::format("{}. Seen by {} when it timed out after {} ms", *d, s.description,
+                          limit.count())
+            : fmt::format("[dist] {} did not complete within {} ms: another rank has not reached "
+                          "this collective (it is behind, took another branch, or died). {}",
+                          s.description, limit.count(), s.monitor->progress(s.seq));
+      stall->keep();
+      if (s.abandon) s.abandon(msg);
+      FSDPP_THROW(TimeoutError, "{}", msg);
+    }
+  }
+  if (!done) {
     FSDPP_THROW(TimeoutError,
                 "[dist] {} did not complete within {} ms: another rank has not reached this "
                 "collective (it is behind, took another branch, or died)",
                 s.description, limit.count());
   }
-  if (s.error) {
-    std::string why;
-    try {
-      std::rethrow_exception(s.error);
-    } catch (const std::exception& e) {
-      why = e.what();
-    } catch (...) {
-      why = "unknown error";
+  if (!s.error) return;
+  const std::string why = message_of(s.error);
+  if (s.not_run) FSDPP_THROW(CommError, "{}", why);
+  if (contains(why, "FSDPP_COLLECTIVE_CHECK")) std::rethrow_exception(s.error);
+  const bool timed_out = contains(why, "imed out") || contains(why, "imeout");
+  if (s.monitor && !peer_gone(why)) {
+    // The backend failed or timed out: if the ranks' sequences differ, that is the story. This
+    // rank's trace stays published for the others.
+    if (!stall) stall.emplace(*s.monitor, s.seq);
+    stall->keep();
+    std::optional<std::string> d = s.monitor->divergence(/*force=*/true);
+    if (!timed_out) {
+      // An error, not a timeout: the peers may be failing at this moment too; give them the
+      // time a stalled wait takes to publish.
+      const auto until = Clock::now() + s.monitor->stall_after() + std::chrono::seconds(1);
+      while (!d && Clock::now() < until) {
+        std::this_thread::sleep_for(kStallPoll);
+        d = s.monitor->divergence();
+      }
     }
-    // c10d's messages carry a C++ backtrace after the first line; keep the sentence.
-    if (auto nl = why.find("\nException raised from"); nl != std::string::npos) why.resize(nl);
-    const bool timed_out = why.find("imed out") != std::string::npos ||
-                           why.find("imeout") != std::string::npos;
+    if (d) FSDPP_THROW(CommError, "{}. Seen by {}, whose backend reported: {}", *d, s.description, why);
     if (timed_out) {
       FSDPP_THROW(TimeoutError,
                   "[dist] {} timed out after {} ms (another rank did not take part: it is "
-                  "behind, took another branch, or died): {}",
-                  s.description, s.timeout.count(), why);
+                  "behind, took another branch, or died): {}. {}",
+                  s.description, s.timeout.count(), why, s.monitor->progress(s.seq));
     }
-    FSDPP_THROW(CommError, "[dist] {} failed: {}", s.description, why);
+  } else if (s.monitor) {
+    // A peer closed its connection: it exited or died. If it died in its backend on a
+    // collective mismatch, it published its trace on the way out (watch_abort).
+    if (stall) stall->keep();
+    std::optional<std::string> d;
+    for (auto until = Clock::now() + kPeerTraceWait; !d && Clock::now() < until;) {
+      d = s.monitor->divergence(/*force=*/true);
+      if (!d) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (d) FSDPP_THROW(CommError, "{}. Seen by {}, whose backend reported: {}", *d, s.description, why);
   }
+  if (timed_out) {
+    FSDPP_THROW(TimeoutError,
+                "[dist] {} timed out after {} ms (another rank did not take part: it is "
+                "behind, took another branch, or died): {}",
+                s.description, s.timeout.count(), why);
+  }
+  FSDPP_THROW(CommError, "[dist] {} failed: {}", s.description, why);
 }
 
 bool Work::is_completed() const {
@@ -86,6 +191,21 @@ bool Work::is_completed() const {
 
 // ---------------------------------------------------------------------------------------------
 // Creation
+
+namespace detail {
+
+// What a collective's body needs, held by value so that a body the caller abandoned (it stalls
+// in the backend after its ranks diverged) may outlive its ProcessGroup.
+struct BackendCore {
+  c10::intrusive_ptr<c10d::Backend> backend;
+  BackendKind kind;
+  int rank;
+  int size;
+  std::chrono::milliseconds timeout;
+  int device_index;
+};
+
+}  // namespace detail
 
 namespace {
 
@@ -170,6 +290,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const c10::intrusive_ptr<c10d
     FSDPP_THROW(CommError, "[dist] rank {}: cannot create the {} group '{}' ({} ranks): {}",
                 pg->global_rank(), to_string(options.backend), options.name, size, why);
   }
+  pg->core_ = std::make_shared<detail::BackendCore>(detail::BackendCore{
+      pg->backend_, options.backend, rank, size, options.timeout, options.device_index});
+  pg->monitor_ = std::make_shared<detail::CollectiveMonitor>(
+      prefixed, options.name, rank, size, pg->global_ranks_, options.timeout,
+      options.collective_check ? *options.collective_check : detail::collective_check_from_env());
+  detail::watch_abort(pg->monitor_);
   pg->queue_ = std::make_unique<CommQueue>();
   return pg;
 }
@@ -200,59 +326,47 @@ void wait_c10d(const c10::intrusive_ptr<c10d::Work>& work) {
 }  // namespace
 
 Work ProcessGroup::submit(Collective kind, uint64_t bytes_sent, std::string what,
-                          const CollectiveTag& tag, std::function<void()> body) {
+                          std::string op, const at::Tensor* input, const CollectiveTag& tag,
+                          std::function<void()> body) {
   const int k = static_cast<int>(kind);
   bytes_[k].fetch_add(bytes_sent, std::memory_order_relaxed);
   calls_[k].fetch_add(1, std::memory_order_relaxed);
   auto state = std::make_shared<detail::WorkState>();
   state->timeout = options_.timeout;
+  state->monitor = monitor_;
+  state->abandon = queue_->abandoner();
+  std::string shape, dtype;
+  if (input != nullptr) {
+    shape = fmt::format("[{}]", fmt::join(input->sizes(), ", "));
+    dtype = c10::toString(input->scalar_type());
+  }
+  std::lock_guard<std::mutex> lock(submit_mutex_);  // records are numbered in queue order
+  const detail::CollectiveRecord rec =
+      monitor_->trace().record(std::move(op), std::move(shape), std::move(dtype), tag.module);
+  state->seq = rec.seq;
   state->description =
-      fmt::format("rank {} (group '{}', {} of {}): {} of {}{}", global_rank(), options_.name,
-                  rank_, size_, to_string(kind), what,
+      fmt::format("rank {} (group '{}', {} of {}): collective #{}, {} of {}{}", global_rank(),
+                  options_.name, rank_, size_, rec.seq, to_string(kind), what,
                   tag.module.empty() ? "" : fmt::format(" for module '{}'", tag.module));
+  if (monitor_->check_each()) {
+    body = [monitor = monitor_, rec, body = std::move(body)] {
+      monitor->verify(rec);
+      body();
+    };
+  }
   queue_->push(state, std::move(body));
   return Work(std::move(state));
 }
 
-Work ProcessGroup::all_gather_into_tensor_async(const at::Tensor& output, const at::Tensor& input,
-                                                const CollectiveTag& tag) {
-  FSDPP_CHECK(output.numel() == input.numel() * size_ && output.scalar_type() == input.scalar_type(),
-              "[dist] all_gather_into_tensor: output has {} {} elements; expected size {} x "
-              "input's {} {} elements",
-              output.numel(), c10::toString(output.scalar_type()), size_, input.numel(),
-              c10::toString(input.scalar_type()));
-  FSDPP_CHECK(output.is_contiguous() && input.is_contiguous(),
-              "[dist] all_gather_into_tensor needs contiguous tensors");
-  const uint64_t sent = static_cast<uint64_t>(input.nbytes()) * (size_ - 1);
-  return submit(Collective::ALL_GATHER, sent, describe_tensor(output), tag, [this, output, input] {
-    auto out = output;
-    auto in = input;
-    wait_c10d(backend_->_allgather_base(out, in));
-  });
-}
+namespace {
 
-Work ProcessGroup::reduce_scatter_tensor_async(const at::Tensor& output, const at::Tensor& input,
-                                               ReduceOp op, const CollectiveTag& tag) {
-  FSDPP_CHECK(input.numel() == output.numel() * size_ && output.scalar_type() == input.scalar_type(),
-              "[dist] reduce_scatter_tensor: input has {} {} elements; expected size {} x "
-              "output's {} {} elements",
-              input.numel(), c10::toString(input.scalar_type()), size_, output.numel(),
-              c10::toString(output.scalar_type()));
-  FSDPP_CHECK(output.is_contiguous() && input.is_contiguous(),
-              "[dist] reduce_scatter_tensor needs contiguous tensors");
-  const uint64_t sent = static_cast<uint64_t>(output.nbytes()) * (size_ - 1);
-  return submit(Collective::REDUCE_SCATTER, sent, describe_tensor(input), tag,
-                [this, output, input, op] {
-                  if (options_.backend == BackendKind::GLOO) {
-                    ring_reduce_scatter(output, input, op);
-                  } else {
-                    auto out = output;
-                    auto in = input;
-                    c10d::ReduceScatterOptions o;
-                    o.reduceOp = to_c10d(op);
-                    wait_c10d(backend_->_reduce_scatter_base(out, in, o));
-                  }
-                });
+const char* reduce_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::SUM: return "SUM";
+    case ReduceOp::AVG: return "AVG";
+    case ReduceOp::MAX: return "MAX";
+  }
+  return "?";
 }
 
 // Ring reduce-scatter: at step s rank r sends its running sum of chunk (r-s-1) to the right and
@@ -260,10 +374,10 @@ Work ProcessGroup::reduce_scatter_tensor_async(const at::Tensor& output, const a
 // the full sum of chunk r. Each rank sends (size-1) chunks: (size-1)/size of the input, half of
 // what c10d's Gloo reduce_scatter_tensor (an all-reduce of the whole input) moves, and it needs
 // two chunk-sized buffers instead of a full-size clone.
-void ProcessGroup::ring_reduce_scatter(const at::Tensor& output, const at::Tensor& input,
-                                       ReduceOp op) {
-  const int n = size_;
-  const int r = rank_;
+void ring_reduce_scatter(const detail::BackendCore& core, const at::Tensor& output,
+                         const at::Tensor& input, ReduceOp op) {
+  const int n = core.size;
+  const int r = core.rank;
   const int64_t c = output.numel();
   auto flat = input.view({-1});
   auto out = output.view({-1});
@@ -287,10 +401,10 @@ void ProcessGroup::ring_reduce_scatter(const at::Tensor& output, const at::Tenso
   for (int s = 0; s < n - 1; ++s) {
     std::vector<at::Tensor> rv{recv_buf};
     std::vector<at::Tensor> sv{to_send};
-    auto recv_work = backend_->recv(rv, left, s);
-    auto send_work = backend_->send(sv, right, s);
-    recv_work->wait(options_.timeout);
-    send_work->wait(options_.timeout);
+    auto recv_work = core.backend->recv(rv, left, s);
+    auto send_work = core.backend->send(sv, right, s);
+    recv_work->wait(core.timeout);
+    send_work->wait(core.timeout);
     const int k = ((r - s - 2) % n + n) % n;
     if (s == n - 2) {
       combine(out, recv_buf, chunk(k));  // k == r
@@ -302,40 +416,90 @@ void ProcessGroup::ring_reduce_scatter(const at::Tensor& output, const at::Tenso
   if (op == ReduceOp::AVG) out.div_(n);
 }
 
+}  // namespace
+
+Work ProcessGroup::all_gather_into_tensor_async(const at::Tensor& output, const at::Tensor& input,
+                                                const CollectiveTag& tag) {
+  FSDPP_CHECK(output.numel() == input.numel() * size_ && output.scalar_type() == input.scalar_type(),
+              "[dist] all_gather_into_tensor: output has {} {} elements; expected size {} x "
+              "input's {} {} elements",
+              output.numel(), c10::toString(output.scalar_type()), size_, input.numel(),
+              c10::toString(input.scalar_type()));
+  FSDPP_CHECK(output.is_contiguous() && input.is_contiguous(),
+              "[dist] all_gather_into_tensor needs contiguous tensors");
+  const uint64_t sent = static_cast<uint64_t>(input.nbytes()) * (size_ - 1);
+  return submit(Collective::ALL_GATHER, sent, describe_tensor(output), "all_gather", &input, tag,
+                [core = core_, output, input] {
+                  auto out = output;
+                  auto in = input;
+                  wait_c10d(core->backend->_allgather_base(out, in));
+                });
+}
+
+Work ProcessGroup::reduce_scatter_tensor_async(const at::Tensor& output, const at::Tensor& input,
+                                               ReduceOp op, const CollectiveTag& tag) {
+  FSDPP_CHECK(input.numel() == output.numel() * size_ && output.scalar_type() == input.scalar_type(),
+              "[dist] reduce_scatter_tensor: input has {} {} elements; expected size {} x "
+              "output's {} {} elements",
+              input.numel(), c10::toString(input.scalar_type()), size_, output.numel(),
+              c10::toString(output.scalar_type()));
+  FSDPP_CHECK(output.is_contiguous() && input.is_contiguous(),
+              "[dist] reduce_scatter_tensor needs contiguous tensors");
+  const uint64_t sent = static_cast<uint64_t>(output.nbytes()) * (size_ - 1);
+  return submit(Collective::REDUCE_SCATTER, sent, describe_tensor(input),
+                fmt::format("reduce_scatter({})", reduce_name(op)), &input, tag,
+                [core = core_, output, input, op] {
+                  if (core->kind == BackendKind::GLOO) {
+                    ring_reduce_scatter(*core, output, input, op);
+                  } else {
+                    auto out = output;
+                    auto in = input;
+                    c10d::ReduceScatterOptions o;
+                    o.reduceOp = to_c10d(op);
+                    wait_c10d(core->backend->_reduce_scatter_base(out, in, o));
+                  }
+                });
+}
+
 Work ProcessGroup::all_reduce_async(const at::Tensor& tensor, ReduceOp op,
                                     const CollectiveTag& tag) {
   FSDPP_CHECK(tensor.is_contiguous(), "[dist] all_reduce needs a contiguous tensor");
   const uint64_t sent = 2 * static_cast<uint64_t>(tensor.nbytes()) * (size_ - 1) / size_;
-  return submit(Collective::ALL_REDUCE, sent, describe_tensor(tensor), tag, [this, tensor, op] {
-    std::vector<at::Tensor> ts{tensor};
-    c10d::AllreduceOptions o;
-    const bool emulate_avg = op == ReduceOp::AVG && options_.backend == BackendKind::GLOO;
-    o.reduceOp = emulate_avg ? c10d::ReduceOp(c10d::ReduceOp::SUM) : to_c10d(op);
-    wait_c10d(backend_->allreduce(ts, o));
-    if (emulate_avg) tensor.div_(size_);
-  });
+  return submit(Collective::ALL_REDUCE, sent, describe_tensor(tensor),
+                fmt::format("all_reduce({})", reduce_name(op)), &tensor, tag,
+                [core = core_, tensor, op] {
+                  std::vector<at::Tensor> ts{tensor};
+                  c10d::AllreduceOptions o;
+                  const bool emulate_avg = op == ReduceOp::AVG && core->kind == BackendKind::GLOO;
+                  o.reduceOp = emulate_avg ? c10d::ReduceOp(c10d::ReduceOp::SUM) : to_c10d(op);
+                  wait_c10d(core->backend->allreduce(ts, o));
+                  if (emulate_avg) tensor.div_(core->size);
+                });
 }
 
 Work ProcessGroup::broadcast_async(const at::Tensor& tensor, int root, const CollectiveTag& tag) {
   FSDPP_CHECK(root >= 0 && root < size_, "[dist] broadcast root {} is not in [0, {})", root, size_);
   FSDPP_CHECK(tensor.is_contiguous(), "[dist] broadcast needs a contiguous tensor");
   const uint64_t sent = rank_ == root ? static_cast<uint64_t>(tensor.nbytes()) * (size_ - 1) : 0;
-  return submit(Collective::BROADCAST, sent, describe_tensor(tensor), tag, [this, tensor, root] {
-    std::vector<at::Tensor> ts{tensor};
-    c10d::BroadcastOptions o;
-    o.rootRank = root;
-    wait_c10d(backend_->broadcast(ts, o));
-  });
+  return submit(Collective::BROADCAST, sent, describe_tensor(tensor),
+                fmt::format("broadcast(root {})", root), &tensor, tag,
+                [core = core_, tensor, root] {
+                  std::vector<at::Tensor> ts{tensor};
+                  c10d::BroadcastOptions o;
+                  o.rootRank = root;
+                  wait_c10d(core->backend->broadcast(ts, o));
+                });
 }
 
 Work ProcessGroup::barrier_async(const CollectiveTag& tag) {
-  return submit(Collective::BARRIER, 0, "0 B", tag, [this] {
-    if (options_.backend == BackendKind::GLOO) {
-      wait_c10d(backend_->barrier());
+  return submit(Collective::BARRIER, 0, "0 B", "barrier", nullptr, tag, [core = core_] {
+    if (core->kind == BackendKind::GLOO) {
+      wait_c10d(core->backend->barrier());
     } else {
       // NCCL's barrier needs a device guess; a one-element all-reduce is the same thing.
-      std::vector<at::Tensor> ts{at::zeros({1}, at::TensorOptions().device(at::kCUDA, options_.device_index))};
-      wait_c10d(backend_->allreduce(ts));
+      std::vector<at::Tensor> ts{
+          at::zeros({1}, at::TensorOptions().device(at::kCUDA, core->device_index))};
+      wait_c10d(core->backend->allreduce(ts));
     }
   });
 }
@@ -348,6 +512,8 @@ CommCounters ProcessGroup::counters() const {
   }
   return c;
 }
+
+uint64_t ProcessGroup::collectives_issued() const { return monitor_->trace().issued(); }
 
 void ProcessGroup::reset_counters() {
   for (int i = 0; i < kNumCollectives; ++i) {

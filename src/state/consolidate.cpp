@@ -2,6 +2,8 @@
 // write a FULL checkpoint from plain tensors. See include/fsdpp/state/consolidate.h.
 #include "fsdpp/state/consolidate.h"
 
+#include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -43,8 +45,14 @@ at::ScalarType entry_dtype(const json& e, const std::string& name) {
 }
 
 namespace {
-uint64_t parse_checksum(const json& piece) {
-  return std::stoull(piece.at("checksum").get<std::string>(), nullptr, 16);
+uint64_t parse_checksum(const json& piece, const std::string& tensor_name) {
+  const auto text = piece.at("checksum").get<std::string>();
+  uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v, 16);
+  FSDPP_CHECK_AS(CheckpointError, ec == std::errc() && end == text.data() + text.size() && !text.empty(),
+                 "[state] a piece of tensor '{}' has checksum '{}'; expected hexadecimal digits",
+                 tensor_name, text);
+  return v;
 }
 }  // namespace
 
@@ -78,7 +86,7 @@ at::Tensor CheckpointReader::piece(const json& piece, const std::string& tensor_
   auto& f = file(file_name);
   FSDPP_CHECK_AS(CheckpointError, f.contains(stored), "[state] '{}' has no tensor '{}'", file_name, stored);
   auto t = f.get(stored);
-  FSDPP_CHECK_AS(CheckpointError, checksum(t) == parse_checksum(piece),
+  FSDPP_CHECK_AS(CheckpointError, checksum(t) == parse_checksum(piece, tensor_name),
                  "[state] checksum mismatch in '{}' for tensor '{}': the file is corrupted",
                  file_name, stored);
   return t;
@@ -89,30 +97,56 @@ at::Tensor CheckpointReader::assemble(const std::string& name, const json& e) {
   const auto dtype = entry_dtype(e, name);
   const int64_t dim0 = e.at("dim0").get<int64_t>();
   const int64_t row_numel = e.at("row_numel").get<int64_t>();
-  auto full = at::empty(shape, at::TensorOptions().dtype(dtype));
-  FSDPP_CHECK_AS(CheckpointError, full.numel() == dim0 * row_numel,
-                 "[state] tensor '{}': dim0 {} x row_numel {} does not match its shape", name, dim0,
-                 row_numel);
-  auto rows = full.view({dim0, row_numel});
-  std::vector<bool> covered(static_cast<size_t>(dim0), false);
+  // Everything the index claims is checked against itself and the files before anything is
+  // allocated: a corrupt index must give an error, not an allocation of its made-up size.
+  int64_t numel = 1;
+  for (const int64_t d : shape) {
+    FSDPP_CHECK_AS(CheckpointError, d >= 0 && !__builtin_mul_overflow(numel, d, &numel),
+                   "[state] tensor '{}' has shape {} in the index; expected sizes >= 0 whose "
+                   "product fits in 64 bits",
+                   name, shape);
+  }
+  int64_t rows_numel = 0;
+  FSDPP_CHECK_AS(CheckpointError,
+                 dim0 >= 0 && row_numel >= 0 && !__builtin_mul_overflow(dim0, row_numel, &rows_numel) &&
+                     rows_numel == numel && (shape.empty() ? dim0 == 1 : dim0 == shape[0]),
+                 "[state] tensor '{}': dim0 {} x row_numel {} does not match its shape {}", name, dim0,
+                 row_numel, shape);
+  // The pieces must tile rows [0, dim0) and hold (end - begin) * row_numel elements each.
+  std::vector<std::pair<int64_t, int64_t>> spans;
   for (const auto& p : e.at("pieces")) {
     const int64_t b = p.at("row_begin").get<int64_t>();
     const int64_t end = p.at("row_end").get<int64_t>();
     FSDPP_CHECK_AS(CheckpointError, 0 <= b && b < end && end <= dim0,
                    "[state] tensor '{}': piece rows [{}, {}) are outside [0, {})", name, b, end, dim0);
-    auto t = piece(p, name);
-    FSDPP_CHECK_AS(CheckpointError, t.numel() == (end - b) * row_numel && t.scalar_type() == dtype,
+    auto& f = file(p.at("file").get<std::string>());
+    const auto stored = p.value("tensor", name);
+    FSDPP_CHECK_AS(CheckpointError, f.contains(stored), "[state] '{}' has no tensor '{}'",
+                   p.at("file").get<std::string>(), stored);
+    const auto& info = f.info(stored);
+    int64_t piece_numel = 1;
+    for (const int64_t d : info.shape) piece_numel *= d;  // open() checked it against the file
+    FSDPP_CHECK_AS(CheckpointError, piece_numel == (end - b) * row_numel && info.dtype == dtype,
                    "[state] tensor '{}': piece rows [{}, {}) hold {} {} elements; expected {} {}",
-                   name, b, end, t.numel(), c10::toString(t.scalar_type()), (end - b) * row_numel,
+                   name, b, end, piece_numel, c10::toString(info.dtype), (end - b) * row_numel,
                    c10::toString(dtype));
-    for (int64_t r = b; r < end; ++r) {
-      FSDPP_CHECK_AS(CheckpointError, !covered[r], "[state] tensor '{}': row {} is in two pieces", name, r);
-      covered[r] = true;
-    }
-    rows.narrow(0, b, end - b).copy_(t.reshape({end - b, row_numel}));
+    spans.emplace_back(b, end);
   }
-  for (int64_t r = 0; r < dim0; ++r) {
-    FSDPP_CHECK_AS(CheckpointError, covered[r], "[state] tensor '{}': row {} is in no piece", name, r);
+  std::sort(spans.begin(), spans.end());
+  int64_t next = 0;
+  for (const auto& [b, end] : spans) {
+    FSDPP_CHECK_AS(CheckpointError, b >= next, "[state] tensor '{}': row {} is in two pieces", name, b);
+    FSDPP_CHECK_AS(CheckpointError, b == next, "[state] tensor '{}': row {} is in no piece", name, next);
+    next = end;
+  }
+  FSDPP_CHECK_AS(CheckpointError, next == dim0, "[state] tensor '{}': row {} is in no piece", name, next);
+  auto full = at::empty(shape, at::TensorOptions().dtype(dtype));
+  auto rows = full.view({dim0, row_numel});
+  for (const auto& p : e.at("pieces")) {
+    const int64_t b = p.at("row_begin").get<int64_t>();
+    const int64_t end = p.at("row_end").get<int64_t>();
+    auto t = piece(p, name);
+    rows.narrow(0, b, end - b).copy_(t.reshape({end - b, row_numel}));
   }
   return full;
 }
@@ -140,9 +174,20 @@ bool has_buffers(const json& index) {
   return index.contains("buffers") && index["buffers"].contains("tensors");
 }
 
-}  // namespace
+// The public functions below run their *_impl through this: a field of the index that is missing
+// or of the wrong type (nlohmann throws json::exception) becomes a CheckpointError naming the
+// index file, as every other problem with a checkpoint does. (Found by fuzz_checkpoint_index.)
+template <typename F>
+auto index_errors_named(const fs::path& dir, F&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const json::exception& e) {
+    FSDPP_THROW(CheckpointError, "[state] '{}' is malformed: {}", (dir / "index.json").string(),
+                e.what());
+  }
+}
 
-int64_t verify_checkpoint(const fs::path& dir) {
+int64_t verify_checkpoint_impl(const fs::path& dir) {
   CheckpointReader r(dir);
   const bool local = r.format() == "fsdpp.local";
   int64_t pieces = 0;
@@ -172,7 +217,7 @@ int64_t verify_checkpoint(const fs::path& dir) {
   return pieces;
 }
 
-std::string describe_checkpoint(const fs::path& dir, bool verify) {
+std::string describe_checkpoint_impl(const fs::path& dir, bool verify) {
   const int64_t verified = verify ? verify_checkpoint(dir) : -1;
   CheckpointReader r(dir);
   const json& index = r.index();
@@ -220,7 +265,7 @@ std::string describe_checkpoint(const fs::path& dir, bool verify) {
   return out.str();
 }
 
-int64_t consolidate_checkpoint(const fs::path& dir, const fs::path& out) {
+int64_t consolidate_checkpoint_impl(const fs::path& dir, const fs::path& out) {
   CheckpointReader r(dir);
   const auto format = r.format();
   FSDPP_CHECK_AS(CheckpointError, format == "fsdpp.sharded" || format == "fsdpp.full",
@@ -252,7 +297,7 @@ int64_t consolidate_checkpoint(const fs::path& dir, const fs::path& out) {
   return written;
 }
 
-std::vector<std::pair<std::string, at::Tensor>> read_full_model(const fs::path& dir) {
+std::vector<std::pair<std::string, at::Tensor>> read_full_model_impl(const fs::path& dir) {
   std::vector<std::pair<std::string, at::Tensor>> out;
   if (!fs::exists(dir / "index.json") && fs::exists(dir / "model.safetensors")) {
     auto f = SafetensorsFile::open(dir / "model.safetensors");
@@ -270,6 +315,24 @@ std::vector<std::pair<std::string, at::Tensor>> read_full_model(const fs::path& 
     for (const auto& [name, e] : r.index()["buffers"]["tensors"].items()) out.emplace_back(name, r.buffer(name));
   }
   return out;
+}
+
+}  // namespace
+
+int64_t verify_checkpoint(const fs::path& dir) {
+  return index_errors_named(dir, [&] { return verify_checkpoint_impl(dir); });
+}
+
+std::string describe_checkpoint(const fs::path& dir, bool verify) {
+  return index_errors_named(dir, [&] { return describe_checkpoint_impl(dir, verify); });
+}
+
+int64_t consolidate_checkpoint(const fs::path& dir, const fs::path& out) {
+  return index_errors_named(dir, [&] { return consolidate_checkpoint_impl(dir, out); });
+}
+
+std::vector<std::pair<std::string, at::Tensor>> read_full_model(const fs::path& dir) {
+  return index_errors_named(dir, [&] { return read_full_model_impl(dir); });
 }
 
 void write_full_checkpoint(const fs::path& dir,

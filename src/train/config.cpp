@@ -1,5 +1,6 @@
 #include "fsdpp/train/config.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -199,11 +200,23 @@ const YAML::Node& scalar(const Loc& loc, const YAML::Node& value, std::string_vi
 template <class T>
 T read_value(const YAML::Node& value, const Loc& loc);
 
+// A number too large for its type: "expected an integer" would send the user looking for a typo.
+template <class T>
+bool out_of_range(std::string_view s) {
+  s = strip_plus(s);
+  T v{};
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc::result_out_of_range && ptr == s.data() + s.size();
+}
+
 template <>
 int64_t read_value<int64_t>(const YAML::Node& value, const Loc& loc) {
   int64_t v = 0;
   constexpr std::string_view kExpected = "an integer";
-  if (!parse_int(scalar(loc, value, kExpected).Scalar(), v)) type_error(loc, value, kExpected);
+  if (!parse_int(scalar(loc, value, kExpected).Scalar(), v)) {
+    type_error(loc, value, out_of_range<int64_t>(value.Scalar())
+                               ? "an integer that fits in 64 bits" : kExpected);
+  }
   return v;
 }
 
@@ -222,7 +235,10 @@ uint64_t read_value<uint64_t>(const YAML::Node& value, const Loc& loc) {
 template <>
 double read_value<double>(const YAML::Node& value, const Loc& loc) {
   double v = 0;
-  if (!parse_double(scalar(loc, value, "a number").Scalar(), v)) type_error(loc, value, "a number");
+  if (!parse_double(scalar(loc, value, "a number").Scalar(), v)) {
+    type_error(loc, value, out_of_range<double>(value.Scalar())
+                               ? "a number within a double's range (|x| < 1.8e308)" : "a number");
+  }
   return v;
 }
 
@@ -411,7 +427,7 @@ Key fsdp_key() {
       const std::string l = lower(t);
       if (l == "auto_wrap") continue;  // wrapping follows fsdp_config.fsdp_auto_wrap_policy
       if (l == "offload") {
-        c.training.fsdp_config.offload_params = true;  // rejected in reject_unimplemented
+        c.training.fsdp_config.offload_params = true;
         continue;
       }
       try {
@@ -476,10 +492,14 @@ const Key& schema() {
                                   FSDPP_FSDP_KEY(min_num_params),
                                   FSDPP_FSDP_ENUM_KEY(backward_prefetch),
                                   FSDPP_FSDP_KEY(forward_prefetch),
+                                  FSDPP_FSDP_KEY(limit_all_gathers),
                                   FSDPP_FSDP_ENUM_KEY(state_dict_type),
                                   FSDPP_FSDP_KEY(offload_params),
+                                  FSDPP_FSDP_KEY(offload_optimizer_state_dir),
+                                  FSDPP_FSDP_KEY(hybrid_shard_group_size),
                               }),
                       FSDPP_KEY(training, gradient_checkpointing),
+                      FSDPP_KEY(training, gradient_checkpointing_every),
                       FSDPP_KEY(training, bf16),
                       FSDPP_KEY(training, fp16),
                       FSDPP_KEY(training, per_device_train_batch_size),
@@ -499,6 +519,7 @@ const Key& schema() {
                       FSDPP_KEY(training, eval_max_batches),
                       FSDPP_KEY(training, save_steps),
                       FSDPP_KEY(training, save_total_limit),
+                      FSDPP_KEY(training, async_save),
                       FSDPP_KEY(training, resume_from_checkpoint),
                       FSDPP_KEY(training, seed),
                       FSDPP_KEY(training, output_dir),
@@ -647,6 +668,26 @@ void emit_section(const Key& sec, const TrainConfig& c, YAML::Emitter& out) {
 
 constexpr std::string_view kTopLevel = "a YAML map with the sections model:, data: and training:";
 
+// Where each document of a YAML stream starts; the rest of the events are not needed.
+struct DocumentStarts : YAML::EventHandler {
+  std::vector<size_t> pos;
+  std::vector<YAML::Mark> marks;
+  void OnDocumentStart(const YAML::Mark& m) override {
+    pos.push_back(static_cast<size_t>(m.pos));
+    marks.push_back(m);
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
 YAML::Node load_document(const std::string& text, const std::string& source) {
   if (const size_t bad = first_non_text_byte(text); bad != std::string_view::npos) {
     FSDPP_THROW(ConfigError,
@@ -656,7 +697,23 @@ YAML::Node load_document(const std::string& text, const std::string& source) {
   }
   std::vector<YAML::Node> docs;
   try {
-    docs = YAML::LoadAll(text);
+    // yaml-cpp 0.7's LoadAll loops forever on some malformed text (a line starting with ',' at
+    // the top level: each "next document" starts where the last one did). Count the documents
+    // ourselves, stopping when the parser makes no progress; the fuzzer found this.
+    DocumentStarts starts;
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    while (parser.HandleNextDocument(starts)) {
+      const size_t n = starts.pos.size();
+      if (n >= 2 && starts.pos[n - 1] <= starts.pos[n - 2]) {
+        FSDPP_THROW(ConfigError,
+                    "[config] {} is not valid YAML: the parser cannot go on at line {}, column {}; "
+                    "expected {}",
+                    source, starts.marks.back().line + 1, starts.marks.back().column + 1, kTopLevel);
+      }
+    }
+    if (!starts.pos.empty()) docs.push_back(YAML::Load(text));
+    for (size_t i = 1; i < starts.pos.size(); ++i) docs.emplace_back();
   } catch (const YAML::Exception& e) {
     FSDPP_THROW(ConfigError, "[config] {} is not valid YAML: {} (line {}, column {}); expected {}",
                 source, e.msg, e.mark.line + 1, e.mark.column + 1, kTopLevel);
@@ -927,11 +984,19 @@ void TrainConfig::validate() const {
                {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"});
   check_one_of("training.fsdp_config.fsdp_state_dict_type", f.state_dict_type,
                {"FULL_STATE_DICT", "SHARDED_STATE_DICT", "LOCAL_STATE_DICT"});
+  check(f.hybrid_shard_group_size >= 0,
+        "[config] training.fsdp_config.fsdp_hybrid_shard_group_size={}: expected 0 "
+        "(LOCAL_WORLD_SIZE, one shard group per node) or a number of ranks >= 1",
+        f.hybrid_shard_group_size);
 
   // training:
   const auto& t = training;
   check(!(t.bf16 && t.fp16),
         "[config] training.bf16=true and training.fp16=true; expected at most one of them true");
+  check(t.gradient_checkpointing_every >= 1,
+        "[config] training.gradient_checkpointing_every={}: expected >= 1 (1: every block, k: "
+        "every k-th)",
+        t.gradient_checkpointing_every);
   check(t.per_device_train_batch_size >= 1,
         "[config] training.per_device_train_batch_size={}: expected >= 1",
         t.per_device_train_batch_size);
@@ -992,33 +1057,6 @@ void TrainConfig::validate() const {
   check(t.sample_top_k >= 0, "[config] training.sample_top_k={}: expected >= 0 (0: no top-k)",
         t.sample_top_k);
 
-  reject_unimplemented();
-}
-
-// Features named by the config that this version of fsdpp does not have yet. Remove a check here
-// when its feature lands (and the matching line in docs/config.md).
-void TrainConfig::reject_unimplemented() const {
-  constexpr std::string_view kNotYet = "is not implemented yet in this version of fsdpp";
-  const auto& t = training;
-  const auto& f = training.fsdp_config;
-  check(!t.bf16, "[config] training.bf16=true: mixed precision {}; set it to false", kNotYet);
-  check(!t.fp16, "[config] training.fp16=true: mixed precision {}; set it to false", kNotYet);
-  check(!t.gradient_checkpointing,
-        "[config] training.gradient_checkpointing=true: activation checkpointing {}; set it to "
-        "false",
-        kNotYet);
-  check(!f.offload_params,
-        "[config] training.fsdp_config.fsdp_offload_params=true (or 'offload' in training.fsdp): "
-        "CPU offload {}; set it to false",
-        kNotYet);
-  check(f.backward_prefetch == "NO_PREFETCH",
-        "[config] training.fsdp_config.fsdp_backward_prefetch={}: backward prefetch {}; set it to "
-        "NO_PREFETCH",
-        f.backward_prefetch, kNotYet);
-  check(!f.forward_prefetch,
-        "[config] training.fsdp_config.fsdp_forward_prefetch=true: forward prefetch {}; set it to "
-        "false",
-        kNotYet);
 }
 
 std::string TrainConfig::to_yaml() const {

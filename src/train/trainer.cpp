@@ -1,6 +1,7 @@
 #include "fsdpp/train/trainer.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,13 +18,19 @@
 #include "fsdpp/data/sampler.h"
 #include "fsdpp/data/token_dataset.h"
 #include "fsdpp/data/tokenizer.h"
+#include "fsdpp/fsdp/checkpoint.h"
+#include "fsdpp/fsdp/disk_offload.h"
 #include "fsdpp/fsdp/fully_shard.h"
+#include "fsdpp/fsdp/grad_scaler.h"
 #include "fsdpp/fsdp/inspect.h"
+#include "fsdpp/fsdp/nonfinite_grad.h"
 #include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/models/llama.h"
 #include "fsdpp/state/atomic_dir.h"
 #include "fsdpp/state/state_dict.h"
 #include "fsdpp/train/lr_schedule.h"
+#include "checkpointer.h"
+#include "faults.h"
 #include "progress.h"
 
 namespace fs = std::filesystem;
@@ -101,65 +108,10 @@ std::unique_ptr<data::Tokenizer> make_tokenizer(const DataSection& data, const f
   return std::make_unique<data::SentencePieceTokenizer>(model);
 }
 
-// training.fsdp_config.fsdp_state_dict_type -> the checkpoint layout.
-state::StateDictType state_dict_type(const FsdpSection& f) {
-  if (f.state_dict_type == "FULL_STATE_DICT") return state::StateDictType::FULL;
-  if (f.state_dict_type == "LOCAL_STATE_DICT") return state::StateDictType::LOCAL;
-  return state::StateDictType::SHARDED;
-}
-
-constexpr const char* kTrainerState = "trainer_state.json";
-
-// The complete checkpoints in `out_dir` (directories "checkpoint-<step>" holding a
-// trainer_state.json), oldest first. A directory without trainer_state.json is a save that
-// did not finish and is not listed.
-std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& out_dir) {
-  std::vector<std::pair<int64_t, fs::path>> found;
-  std::error_code ec;
-  if (!fs::is_directory(out_dir, ec)) return found;
-  for (const auto& e : fs::directory_iterator(out_dir, ec)) {
-    const std::string name = e.path().filename().string();
-    constexpr std::string_view kPrefix = "checkpoint-";
-    if (name.rfind(kPrefix, 0) != 0 || name.size() == kPrefix.size()) continue;
-    const std::string digits = name.substr(kPrefix.size());
-    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 18) continue;
-    if (!e.is_directory(ec) || e.is_symlink(ec)) continue;
-    if (!fs::is_regular_file(e.path() / kTrainerState, ec)) continue;
-    found.emplace_back(std::stoll(digits), e.path());
-  }
-  std::sort(found.begin(), found.end());
-  return found;
-}
-
-// What trainer_state.json holds.
-struct TrainerState {
-  int64_t step = 0;
-  int64_t epoch = 0;
-  int64_t windows_consumed = 0;  // training windows of `epoch` consumed over all ranks
-  int64_t world_size = 0;
-};
-
-TrainerState read_trainer_state(const fs::path& dir) {
-  const fs::path path = dir / kTrainerState;
-  std::ifstream in(path);
-  FSDPP_CHECK_AS(ConfigError, in.good(),
-                 "[train] '{}' is not a complete checkpoint: it has no {} (a save that did not finish?)",
-                 dir.string(), kTrainerState);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-    TrainerState s;
-    s.step = j.at("step").get<int64_t>();
-    s.epoch = j.at("epoch").get<int64_t>();
-    s.windows_consumed = j.at("windows_consumed").get<int64_t>();
-    s.world_size = j.at("world_size").get<int64_t>();
-    return s;
-  } catch (const nlohmann::json::exception& e) {
-    FSDPP_CHECK_AS(ConfigError, false, "[train] '{}' is not a valid trainer state: {}", path.string(),
-                   e.what());
-  }
-  return {};
-}
+// Checkpoint directories and trainer_state.json: checkpointer.h.
+using detail::list_checkpoints;
+using detail::read_trainer_state;
+using detail::TrainerState;
 
 // metrics.jsonl without the lines of steps after `step` (left by a run that went on past the
 // checkpoint it is resumed from), rewritten atomically; then appended to.
@@ -178,6 +130,40 @@ void truncate_metrics(const fs::path& path, int64_t step) {
   }
   in.close();
   write_atomically(path, kept);
+}
+
+// FSDPP_FAULT_NAN=STEP:PARAM: this rank's part of PARAM's gradient becomes NaN.
+void inject_nan_grad(torch::nn::Module& model, const std::string& name) {
+  torch::NoGradGuard no_grad;
+  auto* p = model.named_parameters().find(name);
+  FSDPP_CHECK_AS(ConfigError, p != nullptr,
+                 "[train] FSDPP_FAULT_NAN names parameter '{}', which the model does not have", name);
+  if (p->grad().defined()) p->mutable_grad().fill_(std::nan(""));
+}
+
+// Throws naming the step and where the non-finite values came from: the loss when some rank's
+// loss is non-finite (then every gradient is too), else the first parameter whose gradient is.
+// Collective: every rank gets here together, after the all-reduce inside clip_grad_norm_.
+[[noreturn]] void stop_on_nonfinite(torch::nn::Module& model, dist::World& world, int64_t step,
+                                    double loss_sum) {
+  auto flag = torch::tensor({std::isfinite(loss_sum) ? int64_t{0} : int64_t{world.size() - world.rank()}});
+  world.group()->all_reduce(flag, dist::ReduceOp::MAX, {"nonfinite_check"});
+  const int64_t v = flag.item<int64_t>();
+  const auto grad = first_nonfinite_grad(model, world.group().get());
+  if (v > 0) {
+    FSDPP_THROW(Error,
+                "[train] step {}: the loss is not finite on rank {}: non-finite values first "
+                "appeared in 'loss' (every gradient follows from it); stopped before the "
+                "optimizer step, so the parameters are those of step {}. Lower "
+                "training.learning_rate, or check the data",
+                step, world.size() - v, step - 1);
+  }
+  FSDPP_THROW(Error,
+              "[train] step {}: the gradient of parameter '{}' is {} on rank {} while the loss is "
+              "finite: non-finite values first appeared there; stopped before the optimizer "
+              "step, so the parameters are those of step {}",
+              step, grad ? grad->name : std::string("?"), grad ? grad->kind : "not finite",
+              grad ? grad->rank : 0, step - 1);
 }
 
 }  // namespace
@@ -211,7 +197,18 @@ TrainResult Trainer::run() {
   const fs::path cache_dir = cfg.data.cache_dir.empty() ? out_dir / "cache" : fs::path(cfg.data.cache_dir);
   // ---- resume: which checkpoint (every rank resolves the same one on the shared file system) --
   fs::path resume_dir;
-  if (t.resume_from_checkpoint == "latest") {
+  // A job that fsdpp-run restarted after a failure (FSDPP_RESTART_COUNT >= 1) goes on from the
+  // newest complete checkpoint of output_dir, whatever resume_from_checkpoint says: restarting
+  // from an older one (or from scratch) would throw away the steps the failed attempt saved.
+  const int restart_count = detail::restart_count_from_env();
+  const auto faults = detail::FaultPlan::from_env(world.rank(), restart_count);
+  if (restart_count > 0) {
+    const auto found = list_checkpoints(out_dir);
+    if (!found.empty()) resume_dir = found.back().second;
+  }
+  if (!resume_dir.empty()) {
+    say(fmt::format("[train] restart {}: resuming from the newest checkpoint", restart_count));
+  } else if (t.resume_from_checkpoint == "latest") {
     const auto found = list_checkpoints(out_dir);
     if (!found.empty()) resume_dir = found.back().second;
   } else if (!t.resume_from_checkpoint.empty()) {
@@ -229,7 +226,6 @@ TrainResult Trainer::run() {
     fs::create_directories(cache_dir);
     state::cleanup_stale_tmp(out_dir);  // what a killed save left
     write_atomically(out_dir / "config.yaml", cfg.to_yaml());
-    if (resumed) truncate_metrics(out_dir / "metrics.jsonl", resumed->step);
   }
   world.group()->barrier({"output_dir"});
   const fs::path corpus = corpus_file(cfg.data, cache_dir, world);
@@ -270,11 +266,31 @@ TrainResult Trainer::run() {
                   cfg.model.n_kv_heads > 0 ? cfg.model.n_kv_heads : cfg.model.n_heads, vocab,
                   n_params / 1e6));
 
+  // FSDP frees and re-allocates unit-sized buffers every step (gathered parameters, reduce
+  // inputs), and glibc's dynamic mmap threshold then keeps them in its heap: measured, a 2-rank
+  // FULL_SHARD run peaked 35% above its working set, above NO_SHARD. A fixed 1 MiB threshold
+  // hands large blocks back to the system at once. Process-wide, which the trainer's process
+  // may decide (docs/fully-shard.md#memory).
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   FullyShardOptions fopts;
   fopts.strategy = t.fsdp;
-  if (t.fsdp == ShardingStrategy::HYBRID_SHARD || t.fsdp == ShardingStrategy::HYBRID_SHARD_ZERO2) {
-    const int local = world.env().local_world_size;
-    fopts.mesh = world.init_device_mesh({world.size() / local, local}, {"replicate", "shard"});
+  const bool hybrid =
+      t.fsdp == ShardingStrategy::HYBRID_SHARD || t.fsdp == ShardingStrategy::HYBRID_SHARD_ZERO2;
+  if (hybrid) {
+    // Shard inside a node (fast links), replicate across nodes: fsdp-run lays ranks out node by
+    // node, so the mesh's rows of LOCAL_WORLD_SIZE ranks are the nodes.
+    const int shard = t.fsdp_config.hybrid_shard_group_size > 0
+                          ? static_cast<int>(t.fsdp_config.hybrid_shard_group_size)
+                          : world.env().local_world_size;
+    FSDPP_CHECK_AS(ConfigError, shard <= world.size() && world.size() % shard == 0,
+                   "[train] training.fsdp={} shards over groups of {} ranks ({}), which must "
+                   "divide the world size {}",
+                   to_string(t.fsdp), shard,
+                   t.fsdp_config.hybrid_shard_group_size > 0
+                       ? "training.fsdp_config.fsdp_hybrid_shard_group_size"
+                       : "LOCAL_WORLD_SIZE",
+                   world.size());
+    fopts.mesh = world.init_device_mesh({world.size() / shard, shard}, {"replicate", "shard"});
   } else {
     fopts.mesh = world.mesh();
   }
@@ -285,15 +301,62 @@ TrainResult Trainer::run() {
   } else if (fc.auto_wrap_policy == "SIZE_BASED_WRAP") {
     policy = size_based_policy(fc.min_num_params, {"TransformerBlock", "Attention", "FeedForward"});
   }
+  // Mixed precision: bf16/fp16 compute and gathers; gradients reduced in float32 (as exact as
+  // full precision for twice the reduce bytes of bf16) into float32 master shards.
+  if (t.bf16 || t.fp16) {
+    fopts.mp_policy.param_dtype = t.bf16 ? torch::kBFloat16 : torch::kHalf;
+    fopts.mp_policy.reduce_dtype = torch::kFloat;
+  }
+  fopts.offload_policy.offload_params = fc.offload_params;
+  fopts.backward_prefetch = parse_backward_prefetch(fc.backward_prefetch);
+  fopts.forward_prefetch = fc.forward_prefetch ? 1 : 0;
+  fopts.limit_all_gathers = fc.limit_all_gathers ? 2 : 0;
+  if (t.gradient_checkpointing) {
+    const auto marked = apply_activation_checkpointing(
+        *model, fc.transformer_layer_cls_to_wrap, static_cast<int>(t.gradient_checkpointing_every));
+    say(fmt::format("[train] activation checkpointing: {} of {} blocks", marked.size(),
+                    cfg.model.n_layers));
+  }
   auto units = apply_fully_shard(*model, policy, fopts);
-  say(fmt::format("[train] fsdp: {} over {} ranks, {} units ({}), {:.2f} M parameters held per rank",
-                  to_string(t.fsdp), world.size(), units.size(), fc.auto_wrap_policy,
-                  models::num_parameters(*model) / 1e6));
+  say(fmt::format("[train] fsdp: {} over {} ranks{}, {} units ({}), {:.2f} M parameters held per rank",
+                  to_string(t.fsdp), world.size(),
+                  hybrid ? fmt::format(" ({} replicas x {} shards)", fopts.mesh->size(0),
+                                       fopts.mesh->size(1))
+                         : "",
+                  units.size(), fc.auto_wrap_policy, models::num_parameters(*model) / 1e6));
+  // Bytes over the shard groups (inside a node under hybrid_shard) and over the replicate
+  // groups (across nodes) for metrics.jsonl: the units communicate over the mesh's groups only.
+  const auto comm_split = [&] {
+    std::pair<uint64_t, uint64_t> intra_inter{0, 0};
+    if (hybrid) {
+      intra_inter = {fopts.mesh->counters("shard").total_bytes(),
+                     fopts.mesh->counters("replicate").total_bytes()};
+    } else if (t.fsdp == ShardingStrategy::NO_SHARD) {
+      intra_inter.second = comm_counters(*model).total_bytes();
+    } else {
+      intra_inter.first = comm_counters(*model).total_bytes();
+    }
+    return intra_inter;
+  };
 
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(t.learning_rate)
                                                    .betas({t.adam_beta1, t.adam_beta2})
                                                    .eps(t.adam_epsilon)
                                                    .weight_decay(t.weight_decay));
+  // fsdp_offload_optimizer_state_dir: the AdamW state lives in a per-rank memory-mapped file.
+  // fp16: the sharded dynamic loss scaler (disabled, it is a pass-through for other dtypes).
+  GradScalerOptions scaler_options;
+  scaler_options.enabled = t.fp16;
+  ShardedGradScaler scaler(*model, scaler_options);
+  std::unique_ptr<DiskOffloadedOptimizer> offload;
+  if (!t.fsdp_config.offload_optimizer_state_dir.empty()) {
+    DiskOffloadOptions oo;
+    oo.dir = t.fsdp_config.offload_optimizer_state_dir;
+    oo.rank = world.rank();
+    offload = std::make_unique<DiskOffloadedOptimizer>(opt, oo);
+    say(fmt::format("[train] optimizer state offloaded to memory-mapped files in {}",
+                    oo.dir.string()));
+  }
   const int64_t B = t.per_device_train_batch_size;
   const int64_t accum = t.gradient_accumulation_steps;
   int64_t total_steps = t.max_steps;
@@ -308,12 +371,17 @@ TrainResult Trainer::run() {
                   t.learning_rate, t.lr_scheduler_type, t.warmup_steps));
 
   // ---- checkpoints ------------------------------------------------------------------------
-  const auto skip_buffer = [](const std::string& name) { return models::is_non_persistent_buffer(name); };
+  // Seeds the generators, and holds the background writer of training.async_save.
+  detail::Checkpointer checkpointer(cfg, s_->world, model->config());
+  checkpointer.track_grad_scaler(&scaler);
   int64_t first_step = 1;
   if (resumed) {
-    state::LoadOptions lo;
-    lo.skip_buffer = skip_buffer;
-    state::load_state_dict(resume_dir, *model, &opt, world.group(), lo);
+    checkpointer.restore(resume_dir, *resumed, *model, opt, schedule);  // + generator states
+    if (resumed->grad_scaler) scaler.load_state(*resumed->grad_scaler);
+    // Only once the checkpoint loaded: a corrupt one must not cost the metrics of the steps
+    // after it.
+    if (lead) truncate_metrics(out_dir / "metrics.jsonl", resumed->step);
+    if (offload) offload->offload_state();  // the loaded state out of memory before step 1
     // The sampler continues after the windows consumed over all ranks, whatever the world size
     // was: each rank is at consumed / world_size in the epoch (exact when it divides).
     data::SamplerState ss{resumed->epoch, resumed->windows_consumed / world.size()};
@@ -333,32 +401,8 @@ TrainResult Trainer::run() {
                     out_dir.string()));
   }
   auto save_checkpoint = [&](int64_t step) {
-    const fs::path dir = out_dir / fmt::format("checkpoint-{}", step);
-    state::SaveOptions so;
-    so.type = state_dict_type(t.fsdp_config);
-    so.skip_buffer = skip_buffer;
-    state::save_state_dict(dir, *model, &opt, world.group(), so);
-    // save_state_dict commits the directory and holds every rank until it is in place; the
-    // trainer state goes in last, and marks the checkpoint complete.
-    if (lead) {
-      const data::SamplerState ss = sampler.state();
-      nlohmann::json j;
-      j["format"] = "fsdpp.trainer_state";
-      j["version"] = 1;
-      j["step"] = step;
-      j["epoch"] = ss.epoch;
-      j["windows_consumed"] = ss.position * world.size();
-      j["world_size"] = world.size();
-      j["state_dict_type"] = state::to_string(so.type);
-      write_atomically(dir / kTrainerState, j.dump(2) + "\n");
-      if (t.save_total_limit > 0) {
-        auto found = list_checkpoints(out_dir);
-        const int64_t extra = static_cast<int64_t>(found.size()) - t.save_total_limit;
-        for (int64_t i = 0; i < extra; ++i) state::remove_tree(found[i].second);
-      }
-    }
-    world.group()->barrier({"checkpoint"});
-    say(fmt::format("[train] saved {}", dir.string()));
+    checkpointer.save(step, *model, opt, sampler.state(), schedule);
+    if (offload) offload->release();  // the save read every state page into the process
   };
 
   // ---- evaluation -------------------------------------------------------------------------
@@ -393,19 +437,36 @@ TrainResult Trainer::run() {
   for (int64_t step = first_step; step <= total_steps; ++step) {
     const auto t0 = Clock::now();
     const auto comm_before = comm_counters(*model);
+    const auto split_before = comm_split();
     const double lr = schedule.at(step);
     for (auto& group : opt.param_groups()) {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     }
     double loss_sum = 0;
+    const bool inject_nan = faults.nan_step == step;
     for (int64_t micro = 0; micro < accum; ++micro) {
       auto [x, y] = sampler.next_batch(B);
       auto out = fsdpp::forward(model, x, y);
-      (out.loss / static_cast<double>(accum)).backward();
-      loss_sum += out.loss.item<double>();
+      auto loss = out.loss;
+      if (inject_nan && faults.nan_param.empty() && lead) loss = loss * std::nan("");
+      scaler.scale(loss / static_cast<double>(accum)).backward();
+      loss_sum += loss.item<double>();
     }
+    if (inject_nan && !faults.nan_param.empty()) inject_nan_grad(*model, faults.nan_param);
+    if (faults.kill_step == step) detail::kill_self(world.rank(), step);
+    scaler.unscale_();  // fp16: the gradients divided back, and inf/nan agreed over the ranks
     const double grad_norm = clip_grad_norm_(*model, t.max_grad_norm > 0 ? t.max_grad_norm : INFINITY);
-    opt.step();
+    // The norm is non-finite exactly when a gradient element is: one check per step, and the
+    // search for the culprit only then. Under fp16 the loss scaler skips such steps instead.
+    if (!t.fp16 && !std::isfinite(grad_norm)) stop_on_nonfinite(*model, world, step, loss_sum);
+    const bool stepped = !scaler.found_inf();  // an overflow skips the step on every rank
+    if (stepped && offload) {
+      offload->step();
+    } else if (stepped) {
+      opt.step();
+    }
+    const double loss_scale = scaler.get_scale();
+    scaler.update();
     opt.zero_grad();
     const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     // Loss over the global batch and memory over the ranks: one small all-reduce each.
@@ -428,10 +489,18 @@ TrainResult Trainer::run() {
       if (eval_now && std::isfinite(val_loss)) j["val_loss"] = val_loss;
       j["lr"] = lr;
       j["grad_norm"] = grad_norm;
+      if (t.fp16) {
+        j["loss_scale"] = loss_scale;
+        j["skipped_steps"] = scaler.skipped_steps();
+        j["step_skipped"] = !stepped;
+      }
       j["tokens_per_s"] = tokens_per_step / (step_ms / 1000.0);
       j["step_ms"] = step_ms;
       j["peak_rss_mb"] = rss.item<double>();
       j["comm_bytes"] = (comm_counters(*model) - comm_before).total_bytes();
+      const auto split_after = comm_split();
+      j["comm_bytes_intra"] = split_after.first - split_before.first;
+      j["comm_bytes_inter"] = split_after.second - split_before.second;
       j["elapsed_s"] = elapsed;
       if (lead) {
         metrics << j.dump() << "\n";
@@ -445,6 +514,7 @@ TrainResult Trainer::run() {
     if (t.save_steps > 0 && step % t.save_steps == 0) save_checkpoint(step);
   }
   progress.finish();
+  checkpointer.finish();  // an asynchronous save still being written: wait, report its error
   result.final_val_loss = val_loss;
 
   // ---- sample -----------------------------------------------------------------------------

@@ -493,27 +493,22 @@ TEST(Config, ErrorOutOfRange) {
   EXPECT_NO_THROW(parse(kMinimal, {"training.max_steps=-1", "training.num_train_epochs=1"}));
 }
 
-TEST(Config, ErrorUnimplementedFeaturesByName) {
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"training.bf16=true", "training.bf16=true: mixed precision is not implemented yet"},
-      {"training.fp16=true", "training.fp16=true: mixed precision is not implemented yet"},
-      {"training.gradient_checkpointing=true",
-       "training.gradient_checkpointing=true: activation checkpointing is not implemented yet"},
-      {"training.fsdp_config.fsdp_offload_params=true",
-       "training.fsdp_config.fsdp_offload_params=true"},
-      {"training.fsdp=full_shard offload", "CPU offload is not implemented yet"},
-      {"training.fsdp_config.fsdp_backward_prefetch=BACKWARD_PRE",
-       "training.fsdp_config.fsdp_backward_prefetch=BACKWARD_PRE: backward prefetch is not "
-       "implemented yet"},
-      {"training.fsdp_config.fsdp_backward_prefetch=backward_post",
-       "fsdp_backward_prefetch=BACKWARD_POST"},
-      {"training.fsdp_config.fsdp_forward_prefetch=true",
-       "training.fsdp_config.fsdp_forward_prefetch=true: forward prefetch is not implemented yet"},
-  };
-  for (const auto& [o, part] : cases) {
-    SCOPED_TRACE(o);
-    expect_message(yaml_error(kMinimal, {o}), {part, "in this version of fsdpp", "set it to"});
-  }
+TEST(Config, MemoryAndSpeedOptions) {
+  auto c = parse(kMinimal, {"training.bf16=true", "training.gradient_checkpointing=true",
+                            "training.gradient_checkpointing_every=2",
+                            "training.fsdp_config.fsdp_backward_prefetch=backward_post",
+                            "training.fsdp_config.fsdp_forward_prefetch=true",
+                            "training.fsdp_config.fsdp_limit_all_gathers=false"});
+  EXPECT_TRUE(c.training.bf16);
+  EXPECT_TRUE(c.training.gradient_checkpointing);
+  EXPECT_EQ(c.training.gradient_checkpointing_every, 2);
+  EXPECT_EQ(c.training.fsdp_config.backward_prefetch, "BACKWARD_POST");
+  EXPECT_TRUE(c.training.fsdp_config.forward_prefetch);
+  EXPECT_FALSE(c.training.fsdp_config.limit_all_gathers);
+  EXPECT_TRUE(parse(kMinimal, {"training.fsdp=full_shard offload"}).training.fsdp_config.offload_params);
+  EXPECT_TRUE(parse(kMinimal, {"training.fp16=true"}).training.fp16);
+  expect_message(yaml_error(kMinimal, {"training.gradient_checkpointing_every=0"}),
+                 {"training.gradient_checkpointing_every=0", ">= 1"});
 }
 
 TEST(Config, ErrorBadDocument) {

@@ -2,12 +2,22 @@
 // A small facade over c10d with the collectives FSDP needs. Every collective has an async form
 // (returns a Work to wait on) and a blocking form; every wait has a timeout, and every failure
 // names the rank, the collective, its size and the module it was issued for.
+//
+// Ranks must issue the same collectives in the same order. When they do not (a rank skipped a
+// unit, took another branch), the error says where they diverge: "the ranks disagree at
+// collective #12: rank 0 issued all_gather of [512] Float for module 'layers.1'; rank 1 issued
+// all_gather of [512] Float for module 'layers.2'". By default that is found once a wait stalls
+// (a fifth of the timeout, at most 5 s); with FSDPP_COLLECTIVE_CHECK=1 before every collective.
+// docs/faults.md has the details.
 
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,14 +59,18 @@ struct CollectiveTag {
 
 namespace detail {
 struct WorkState;
-}
+struct BackendCore;
+class CollectiveMonitor;
+}  // namespace detail
 
 // A handle on an issued collective.
 class Work {
  public:
   Work() = default;
   explicit Work(std::shared_ptr<detail::WorkState> state) : state_(std::move(state)) {}
-  // Blocks until done; throws CommError (or TimeoutError after the group's timeout).
+  // Blocks until done; throws CommError (or TimeoutError after the group's timeout). A wait
+  // that stalls compares this rank's collective sequence with the other stalled ranks' and
+  // throws CommError naming the first difference as soon as it sees one.
   void wait();
   bool is_completed() const;
   bool valid() const { return state_ != nullptr; }
@@ -80,6 +94,9 @@ class ProcessGroup {
     std::string gloo_hostname;
     std::string master_addr = "127.0.0.1";
     int device_index = -1;  // NCCL: the CUDA device of this rank
+    // Check every collective's (operation, shape, dtype, module) against the other ranks'
+    // before it runs, through the store. Empty: FSDPP_COLLECTIVE_CHECK=1 turns it on.
+    std::optional<bool> collective_check;
   };
 
   // Collective over the members: each member calls it with its own rank in the group. The
@@ -129,21 +146,28 @@ class ProcessGroup {
 
   CommCounters counters() const;
   void reset_counters();
+  // Collectives issued on this group so far (the index of the last one).
+  uint64_t collectives_issued() const;
 
   // The c10d backend, for what the facade does not cover.
   const c10::intrusive_ptr<c10d::Backend>& backend() const { return backend_; }
 
  private:
   ProcessGroup(int rank, int size, Options options);
-  Work submit(Collective kind, uint64_t bytes_sent, std::string what, const CollectiveTag& tag,
-              std::function<void()> body);
-  void ring_reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op);
+  // `op` and `input` make the collective's record ("all_reduce(SUM)", its shape and dtype);
+  // `what` describes it in messages. `body` runs on the queue thread and must hold (by value)
+  // everything it uses: an abandoned one may outlive the group.
+  Work submit(Collective kind, uint64_t bytes_sent, std::string what, std::string op,
+              const at::Tensor* input, const CollectiveTag& tag, std::function<void()> body);
 
   int rank_;
   int size_;
   Options options_;
   std::vector<int> global_ranks_;
   c10::intrusive_ptr<c10d::Backend> backend_;
+  std::shared_ptr<detail::BackendCore> core_;  // what collective bodies use
+  std::shared_ptr<detail::CollectiveMonitor> monitor_;
+  std::mutex submit_mutex_;  // records are numbered in queue order
   std::unique_ptr<CommQueue> queue_;
   std::array<std::atomic<uint64_t>, kNumCollectives> bytes_{};
   std::array<std::atomic<uint64_t>, kNumCollectives> calls_{};

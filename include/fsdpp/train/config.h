@@ -17,8 +17,7 @@
 //
 // Every problem is a fsdpp::ConfigError whose message starts with "[config]" and names the full
 // key path, the value found and what is accepted: unknown keys (with the closest known key),
-// wrong types, out-of-range values, and features this version of fsdpp does not implement yet
-// (rejected by name, never silently ignored; see TrainConfig::reject_unimplemented).
+// wrong types and out-of-range values.
 
 #include <cstdint>
 #include <string>
@@ -65,17 +64,26 @@ struct FsdpSection {
   int64_t min_num_params = 100000000;  // SIZE_BASED_WRAP: a unit per subtree of this many params
   std::string backward_prefetch = "NO_PREFETCH";  // | BACKWARD_PRE | BACKWARD_POST
   bool forward_prefetch = false;
+  // At most two prefetched all-gathers in flight (false: as many as the prefetch asks for).
+  bool limit_all_gathers = true;
   std::string state_dict_type = "SHARDED_STATE_DICT";  // | FULL_STATE_DICT | LOCAL_STATE_DICT
   bool offload_params = false;
+  // Disk offload of the optimizer state (DiskOffloadedOptimizer): a directory for the per-rank
+  // memory-mapped state files; empty: the state stays in memory.
+  std::string offload_optimizer_state_dir;
+  // hybrid_shard*: ranks per shard group (the mesh is world/this x this); 0: LOCAL_WORLD_SIZE,
+  // i.e. shard inside a node and replicate across nodes.
+  int64_t hybrid_shard_group_size = 0;
 };
 
 // `training:` (keys named as Hugging Face's TrainingArguments).
 struct TrainingSection {
   ShardingStrategy fsdp = ShardingStrategy::FULL_SHARD;
   FsdpSection fsdp_config;
-  bool gradient_checkpointing = false;
-  bool bf16 = false;
-  bool fp16 = false;
+  bool gradient_checkpointing = false;  // of the transformer blocks
+  int64_t gradient_checkpointing_every = 1;  // every k-th block (1: all of them)
+  bool bf16 = false;  // bf16 compute and all-gathers, float32 master weights and reductions
+  bool fp16 = false;  // the same in float16, with the sharded dynamic loss scaler
   int64_t per_device_train_batch_size = 8;
   int64_t per_device_eval_batch_size = 8;
   int64_t gradient_accumulation_steps = 1;
@@ -93,6 +101,9 @@ struct TrainingSection {
   int64_t eval_max_batches = 20;
   int64_t save_steps = 0;        // 0: no checkpoints; else <output_dir>/checkpoint-<step>
   int64_t save_total_limit = 0;  // 0: keep every checkpoint
+  // Checkpoints written by a background thread from a copy of the state while training goes on
+  // (docs/training.md#asynchronous-saves).
+  bool async_save = false;
   // "" : start fresh; "latest": the newest complete checkpoint-<step> in output_dir (fresh when
   // there is none); else a checkpoint directory.
   std::string resume_from_checkpoint;
@@ -121,12 +132,8 @@ struct TrainConfig {
   static TrainConfig from_file(const std::string& path,
                                const std::vector<std::string>& overrides = {});
 
-  // Ranges and cross-field checks, then reject_unimplemented(). Does not look at the file system.
+  // Ranges and cross-field checks. Does not look at the file system.
   void validate() const;
-  // Throws for settings that name a feature this version of fsdpp does not implement yet
-  // (mixed precision, activation checkpointing, CPU offload, prefetching).
-  // Each feature is one check here: remove its line when the feature lands.
-  void reject_unimplemented() const;
 
   // The effective configuration, every key included; from_yaml_string reads it back to an
   // equal config.

@@ -1,0 +1,559 @@
+"""`make bench`: fsdpp against PyTorch's own FSDP2, side by side (docs/benchmarks.md).
+
+  python bench/run_bench.py --build-dir build            # the headline model (>= 10M parameters)
+  BENCH_QUICK=1 python bench/run_bench.py ...             # a tiny model, for a smoke test
+
+Knobs (flag or environment variable): --steps/BENCH_STEPS timed steps per run,
+--warmup/BENCH_WARMUP untimed steps before them, --repeats/BENCH_REPEATS runs of each side per
+configuration (alternated fsdpp, pytorch, fsdpp, pytorch, ...), --configs/BENCH_CONFIGS which
+strategies at which world sizes ("full_shard:1,2,4 shard_grad_op:2 no_shard:2"), --out-dir
+(bench/results), --quick/BENCH_QUICK.
+
+Writes <out-dir>/<timestamp>.json, .md and .png, and copies them to latest.*.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# The headline model: 11.2 M parameters (byte vocabulary, GQA 6 query / 2 kv heads, SwiGLU 1024).
+HEADLINE = {
+    "model": {"vocab_size": 256, "dim": 384, "n_layers": 7, "n_heads": 6, "n_kv_heads": 2,
+              "ffn_hidden": 0, "multiple_of": 32, "max_seq_len": 128, "tie_embeddings": False,
+              "seed": 0},
+    "local_batch": 4, "seq_len": 128,
+}
+QUICK = {
+    "model": {"vocab_size": 256, "dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
+              "ffn_hidden": 0, "multiple_of": 32, "max_seq_len": 32, "tie_embeddings": True,
+              "seed": 0},
+    "local_batch": 2, "seq_len": 32,
+}
+OPTIM = {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}
+# On one rank every strategy is the same computation: FULL_SHARD alone runs there.
+DEFAULT_CONFIGS = "full_shard:1,2,4 shard_grad_op:2 no_shard:2"
+LOSS_TOLERANCE = 1e-4   # |fsdpp - pytorch| of the loss after the last step
+ESTIMATE_TOLERANCE = 0.15
+
+
+def env_default(name, default):
+    return os.environ.get(name, default)
+
+
+def log(msg):
+    print(f"[bench] {msg}", flush=True)
+
+
+def parse_configs(text):
+    plan = []
+    for item in text.replace(";", " ").split():
+        strategy, _, sizes = item.partition(":")
+        if strategy not in ("full_shard", "shard_grad_op", "no_shard") or not sizes:
+            raise SystemExit(f"[bench] config '{item}': expected STRATEGY:N[,N...] with STRATEGY one of "
+                             "full_shard, shard_grad_op, no_shard")
+        plan += [(strategy, int(n)) for n in sizes.split(",") if n]
+    return plan
+
+
+def run(cmd, env=None, timeout=900, attempts=1):
+    """Runs cmd; a failed attempt is reported and retried up to `attempts` times in all."""
+    for attempt in range(1, attempts + 1):
+        t0 = time.time()
+        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=timeout)
+        if p.returncode == 0:
+            return p.stdout, time.time() - t0
+        sys.stderr.write(p.stdout[-4000:])
+        log(f"command failed ({p.returncode}, attempt {attempt} of {attempts}): {' '.join(cmd)}")
+    raise SystemExit(f"[bench] giving up on: {' '.join(cmd)}")
+
+
+def corpus_bytes():
+    """Real text makes the loss fall; any will do, and none is required."""
+    for path in (os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt"),
+                 "/work/shared/data/tinyshakespeare.txt"):
+        if os.path.isfile(path):
+            return open(path, "rb").read(), os.path.normpath(path)
+    fortunes = "/usr/share/games/fortunes"
+    if os.path.isdir(fortunes):
+        data = b""
+        for name in sorted(os.listdir(fortunes)):
+            p = os.path.join(fortunes, name)
+            if os.path.isfile(p) and not os.path.islink(p) and not name.endswith((".dat", ".u8")):
+                data += open(p, "rb").read()
+        if data:
+            return data, fortunes
+    return None, "random tokens"
+
+
+def make_batches(work, cfg, max_world, n_batches):
+    import torch
+    from safetensors.torch import save_file
+    B, T, V = cfg["local_batch"], cfg["seq_len"], cfg["model"]["vocab_size"]
+    g = torch.Generator().manual_seed(1234)
+    text, source = corpus_bytes()
+    rows = n_batches * max_world * B
+    if text is not None and len(text) > T + 2:
+        data = torch.frombuffer(bytearray(text), dtype=torch.uint8).to(torch.int64) % V
+        starts = torch.randint(0, data.numel() - T - 1, (rows,), generator=g)
+        tokens = torch.stack([data[s:s + T + 1] for s in starts.tolist()])
+    else:
+        tokens = torch.randint(0, V, (rows, T + 1), generator=g)
+    tokens = tokens.view(n_batches, max_world * B, T + 1).contiguous()
+    save_file({"tokens": tokens}, os.path.join(work, "batches.safetensors"))
+    return source
+
+
+def param_count(m):
+    from llama_torch import ffn_hidden_dim
+    C, V, L = m["dim"], m["vocab_size"], m["n_layers"]
+    kv = (m.get("n_kv_heads") or m["n_heads"]) * (C // m["n_heads"])
+    F = ffn_hidden_dim(C, m.get("ffn_hidden", 0), m.get("multiple_of", 32))
+    block = 2 * C * C + 2 * C * kv + 3 * C * F + 2 * C
+    return V * C * (1 if m.get("tie_embeddings") else 2) + C + L * block
+
+
+def theory_bytes(strategy, n, param_bytes):
+    """Bytes each rank sends per step with ring collectives (ZeRO paper, section 7)."""
+    if n == 1:
+        return 0.0
+    f = (n - 1) / n
+    return {"full_shard": 3, "shard_grad_op": 2, "no_shard": 2}[strategy] * param_bytes * f
+
+
+def median(v):
+    return statistics.median(v) if v else float("nan")
+
+
+def merge(runs):
+    """One result from the repeats of one side: every timed step, the worst peak per rank."""
+    out = dict(runs[0])
+    out["step_ms"] = [t for r in runs for t in r["step_ms"]]
+    out["median_step_ms"] = median(out["step_ms"])
+    out["peak_rss_mb"] = [max(r["peak_rss_mb"][i] for r in runs) for i in range(len(runs[0]["peak_rss_mb"]))]
+    out["baseline_rss_mb"] = [max(r["baseline_rss_mb"][i] for r in runs)
+                              for i in range(len(runs[0]["baseline_rss_mb"]))]
+    for k in ("forward", "backward", "optimizer"):
+        out["phase_ms"][k] = median([r["phase_ms"][k] for r in runs])
+    out["wire_bytes_per_step"] = median([r.get("wire_bytes_per_step", float("nan")) for r in runs])
+    out["final_losses"] = [r["final_loss"] for r in runs]
+    return out
+
+
+def estimate(build, cfg, strategy, n, baseline_mb, mmap_threshold):
+    m = cfg["model"]
+    cmd = [os.path.join(build, "bin", "fsdpp-estimate"), "--json",
+           "--vocab-size", str(m["vocab_size"]), "--dim", str(m["dim"]), "--n-layers", str(m["n_layers"]),
+           "--n-heads", str(m["n_heads"]), "--n-kv-heads", str(m.get("n_kv_heads", 0)),
+           "--ffn-hidden", str(m.get("ffn_hidden", 0)), "--multiple-of", str(m.get("multiple_of", 32)),
+           "--max-seq-len", str(m["max_seq_len"]),
+           "--batch", str(cfg["local_batch"]), "--seq-len", str(cfg["seq_len"]),
+           "--strategy", strategy, "--world-size", str(n), "--runtime-baseline-mb", f"{baseline_mb:.1f}",
+           "--mmap-threshold", str(mmap_threshold)]
+    if m.get("tie_embeddings"):
+        cmd.append("--tie-embeddings")
+    out, _ = run(cmd)
+    return json.loads(out)["estimates"][0]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    ap.add_argument("--steps", type=int, default=int(env_default("BENCH_STEPS", "3")))
+    ap.add_argument("--warmup", type=int, default=int(env_default("BENCH_WARMUP", "1")))
+    ap.add_argument("--repeats", type=int, default=int(env_default("BENCH_REPEATS", "2")))
+    ap.add_argument("--configs", default=env_default("BENCH_CONFIGS", DEFAULT_CONFIGS),
+                    help="strategy:world,sizes ... (default %(default)s)")
+    ap.add_argument("--quick", action="store_true", default=env_default("BENCH_QUICK", "0") not in ("", "0"))
+    ap.add_argument("--mmap-threshold", type=int, default=int(env_default("BENCH_MALLOC_MMAP_THRESHOLD", "0") or 0),
+                    help="MALLOC_MMAP_THRESHOLD_ for both sides' timed runs; 0: glibc's default malloc")
+    ap.add_argument("--memory-check-threshold", type=int,
+                    default=int(env_default("BENCH_MEMORY_CHECK_THRESHOLD", "65536") or 0),
+                    help="one more fsdpp run per configuration with this MALLOC_MMAP_THRESHOLD_, where RSS "
+                         "follows the live tensors, to check fsdpp-estimate against (0: check the timed runs)")
+    ap.add_argument("--note", default=env_default("BENCH_NOTE", ""),
+                    help="a line for the report (e.g. what else ran on the machine)")
+    a = ap.parse_args()
+
+    sys.path.insert(0, HERE)
+    build = os.path.abspath(a.build_dir)
+    bench_bin = os.path.join(build, "bin", "fsdpp-bench")
+    run_bin = os.path.join(build, "bin", "fsdpp-run")
+    for b in (bench_bin, run_bin, os.path.join(build, "bin", "fsdpp-estimate")):
+        if not os.path.exists(b):
+            raise SystemExit(f"[bench] {b} is missing: build the targets fsdpp-bench fsdpp-run fsdpp-estimate")
+    plan = parse_configs(a.configs)
+    world_sizes = sorted({n for _, n in plan})
+    cfg = dict(QUICK if a.quick else HEADLINE)
+    cfg.update(OPTIM)
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    # glibc's malloc with a fixed mmap threshold, for both sides: every tensor of 64 KiB or more
+    # gets its own mapping and is returned when freed, so peak RSS measures what the programs
+    # hold rather than what glibc's heap happened to keep (docs/benchmarks.md).
+    env.pop("MALLOC_MMAP_THRESHOLD_", None)
+    if a.mmap_threshold:
+        env["MALLOC_MMAP_THRESHOLD_"] = str(a.mmap_threshold)
+    check_env = dict(env)
+    check_threshold = a.memory_check_threshold or a.mmap_threshold
+    if a.memory_check_threshold:
+        check_env["MALLOC_MMAP_THRESHOLD_"] = str(a.memory_check_threshold)
+    python = sys.executable
+    started = datetime.datetime.now()
+    load_before = os.getloadavg()
+
+    work = tempfile.mkdtemp(prefix="fsdpp-bench-")
+    try:
+        with open(os.path.join(work, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        run([bench_bin, "init", "--dir", work], env=env)
+        source = make_batches(work, cfg, max(world_sizes), a.warmup + a.steps)
+        n_params = param_count(cfg["model"])
+        log(f"model: {n_params / 1e6:.2f} M parameters, {cfg['local_batch']} x {cfg['seq_len']} tokens "
+            f"per rank, data: {source}; {a.warmup} warm-up + {a.steps} timed steps, {a.repeats} repeats")
+
+        def launch_fsdpp(n, args, out, run_env=None):
+            run([run_bin, "--nproc-per-node", str(n), "--timeout-s", "600", bench_bin] + args + ["--out", out],
+                env=run_env or env)
+            return json.load(open(out))
+
+        def launch_torch(n, args, out):
+            # Gloo's teardown in PyTorch now and then aborts a rank after the work is done: retry.
+            run([python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n),
+                 os.path.join(HERE, "torch_bench.py")] + args + ["--out", out], env=env, attempts=2)
+            return json.load(open(out))
+
+        # The runtime's own memory, per world size (fsdpp-estimate's runtime term).
+        baseline = {}
+        for n in world_sizes:
+            r = launch_fsdpp(n, ["baseline"], os.path.join(work, f"baseline-{n}.json"))
+            baseline[n] = max(r["peak_rss_mb"])
+        log("runtime baseline (peak RSS of a bare LibTorch + Gloo training process): " +
+            ", ".join(f"{n} ranks {baseline[n]:.0f} MiB" for n in world_sizes))
+
+        # Compute alone: every rank trains its own unsharded copy, no communication, the same
+        # number of processes sharing the cores as in the sharded run; run after each pair of the
+        # first configuration at that world size, so that it sees the same load.
+        compute = {n: [] for n in world_sizes}
+
+        def launch_compute(n, rep):
+            r = launch_fsdpp(n, ["train", "--dir", work, "--no-fsdp", "--steps", str(a.steps),
+                                 "--warmup", str(a.warmup)], os.path.join(work, f"compute-{n}-{rep}.json"))
+            compute[n].append(r)
+
+        configs = []
+        for strategy, n in plan:
+            runs = {"fsdpp": [], "pytorch": []}
+            common = ["--dir", work, "--strategy", strategy, "--steps", str(a.steps), "--warmup", str(a.warmup)]
+            for rep in range(a.repeats):
+                # Alternate (fsdpp, pytorch, fsdpp, pytorch, ...), so that a noisy minute hits both.
+                for side in ("fsdpp", "pytorch"):
+                    out = os.path.join(work, f"{side}-{strategy}-{n}-{rep}.json")
+                    if side == "fsdpp":
+                        runs[side].append(launch_fsdpp(n, ["train"] + common, out))
+                    else:
+                        runs[side].append(launch_torch(n, common, out))
+                if len(compute[n]) < a.repeats:
+                    launch_compute(n, rep)
+            fs, pt = merge(runs["fsdpp"]), merge(runs["pytorch"])
+            coll = None
+            if n > 1:
+                coll = launch_fsdpp(n, ["collectives", "--dir", work, "--strategy", strategy,
+                                        "--repeats", str(max(2, a.steps))],
+                                    os.path.join(work, f"coll-{strategy}-{n}.json"))
+            est = estimate(build, cfg, strategy, n, baseline[n], a.mmap_threshold)
+            memory_check = None
+            if a.memory_check_threshold:
+                memory_check = launch_fsdpp(n, ["train"] + common[:-4] + ["--steps", "2", "--warmup", "1"],
+                                            os.path.join(work, f"memory-{strategy}-{n}.json"), check_env)
+            check_est = estimate(build, cfg, strategy, n, baseline[n], check_threshold)
+            c = {"strategy": strategy, "world_size": n, "fsdpp": fs, "pytorch": pt,
+                 "compute": merge(compute[n]), "collectives": coll, "estimate": est,
+                 "memory_check": memory_check, "memory_check_estimate": check_est}
+            derive(c, cfg, n_params)
+            configs.append(c)
+            log(f"{strategy} x{n}: fsdpp {fs['median_step_ms']:.0f} ms, pytorch {pt['median_step_ms']:.0f} ms "
+                f"(ratio {c['ratio']:.2f}); peak RSS {max(fs['peak_rss_mb']):.0f} vs {max(pt['peak_rss_mb']):.0f} MiB; "
+                f"final loss {fs['final_loss']:.6f} vs {pt['final_loss']:.6f}")
+
+        scaling(configs, cfg)
+        finished = datetime.datetime.now()
+        result = {
+            "started": started.isoformat(timespec="seconds"), "finished": finished.isoformat(timespec="seconds"),
+            "machine": {"host": platform.node(), "cpus": os.cpu_count(), "load_before": load_before,
+                        "load_after": os.getloadavg(), "platform": platform.platform()},
+            "quick": a.quick, "note": a.note, "config": cfg, "num_params": n_params, "data": source,
+            "steps": a.steps, "warmup": a.warmup, "repeats": a.repeats,
+            "environment": {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": env.get("MALLOC_MMAP_THRESHOLD_", ""),
+                            "memory_check_MALLOC_MMAP_THRESHOLD_": check_env.get("MALLOC_MMAP_THRESHOLD_", "")},
+            "runtime_baseline_mb": baseline, "configs": configs,
+        }
+        problems = check(result)
+        result["problems"] = problems
+        os.makedirs(a.out_dir, exist_ok=True)
+        stamp = started.strftime("%Y%m%d-%H%M%S") + ("-quick" if a.quick else "")
+        base = os.path.join(a.out_dir, stamp)
+        with open(base + ".json", "w") as f:
+            json.dump(result, f, indent=1)
+        chart(result, base + ".png")
+        with open(base + ".md", "w") as f:
+            f.write(report(result, os.path.basename(base) + ".png"))
+        if not a.quick:
+            for ext in ("json", "png"):
+                shutil.copyfile(f"{base}.{ext}", os.path.join(a.out_dir, f"latest.{ext}"))
+            with open(os.path.join(a.out_dir, "latest.md"), "w") as f:
+                f.write(report(result, "latest.png"))
+        log(f"wrote {base}.md / .json / .png" + ("" if a.quick else " and latest.*"))
+        for p in problems:
+            log("PROBLEM: " + p)
+        return 1 if any(p.startswith("loss") for p in problems) else 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def derive(c, cfg, n_params):
+    fs, pt, n = c["fsdpp"], c["pytorch"], c["world_size"]
+    tokens = cfg["local_batch"] * cfg["seq_len"] * n
+    c["ratio"] = fs["median_step_ms"] / pt["median_step_ms"]
+    c["fsdpp_tokens_per_s"] = tokens / (fs["median_step_ms"] / 1e3)
+    c["pytorch_tokens_per_s"] = tokens / (pt["median_step_ms"] / 1e3)
+    c["loss_diff"] = abs(fs["final_loss"] - pt["final_loss"])
+    c["max_step_loss_diff"] = max(abs(a - b) for a, b in zip(fs["losses"], pt["losses"]))
+    c["theory_bytes_per_step"] = theory_bytes(c["strategy"], n, 4 * n_params)
+    t_step = fs["median_step_ms"]
+    t_compute = c["compute"]["median_step_ms"]
+    coll = c["collectives"]
+    t_comm = coll["t_comm_ms"] if coll else 0.0
+    t_copy = coll["t_copy_ms"] if coll else 0.0
+    c["profile_ms"] = {"step": t_step, "compute": t_compute, "communication": t_comm, "copies": t_copy,
+                       "waiting_other": t_step - t_compute - t_comm - t_copy}
+    c["overlap_efficiency"] = max(t_compute, t_comm) / t_step if t_step > 0 else float("nan")
+    # In-step communication time is not timed inside fsdpp: take what is not compute and not the
+    # copies. Collective efficiency = busbw in the step / standalone busbw at the same sizes.
+    in_step = t_step - t_compute - t_copy
+    if coll and t_comm > 0 and in_step > 0:
+        c["collective_efficiency"] = t_comm / in_step
+        c["busbw_standalone_gbps"] = coll["comm_bytes_per_step"] / (t_comm / 1e3) / 1e9
+        c["busbw_in_step_gbps"] = fs["comm_bytes_per_step"] / (in_step / 1e3) / 1e9
+    else:
+        c["collective_efficiency"] = None
+    est = c["estimate"]["total_bytes"] / 2**20
+    meas = max(fs["peak_rss_mb"])
+    c["estimate_mb"] = est
+    c["estimate_error_timed_runs"] = (est - meas) / meas
+    # The checked pair: the memory-check run (fixed mmap threshold) and its estimate.
+    chk = c["memory_check"] or fs
+    c["checked_peak_mb"] = max(chk["peak_rss_mb"])
+    c["checked_estimate_mb"] = c["memory_check_estimate"]["total_bytes"] / 2**20
+    c["estimate_error"] = (c["checked_estimate_mb"] - c["checked_peak_mb"]) / c["checked_peak_mb"]
+
+
+def scaling(configs, cfg):
+    one = {c["strategy"]: c for c in configs if c["world_size"] == 1}
+    ref = one.get("full_shard")
+    for c in configs:
+        if ref:
+            per_rank = c["fsdpp_tokens_per_s"] / c["world_size"]
+            c["weak_scaling_efficiency"] = per_rank / ref["fsdpp_tokens_per_s"]
+            c["pytorch_weak_scaling_efficiency"] = (c["pytorch_tokens_per_s"] / c["world_size"]) / ref["pytorch_tokens_per_s"]
+
+
+def check(result):
+    problems = []
+    for c in result["configs"]:
+        name = f"{c['strategy']} x{c['world_size']}"
+        if c["loss_diff"] > LOSS_TOLERANCE:
+            problems.append(f"loss: {name}: fsdpp {c['fsdpp']['final_loss']:.6f} vs pytorch "
+                            f"{c['pytorch']['final_loss']:.6f} differ by {c['loss_diff']:.2e} > {LOSS_TOLERANCE}")
+        if abs(c["estimate_error"]) > ESTIMATE_TOLERANCE:
+            problems.append(f"estimate: {name}: fsdpp-estimate {c['checked_estimate_mb']:.0f} MiB vs measured "
+                            f"{c['checked_peak_mb']:.0f} MiB ({100 * c['estimate_error']:+.1f}%)")
+    return problems
+
+
+def mb(x):
+    return f"{x / 1e6:.1f}"
+
+
+def report(r, png):
+    m = r["config"]["model"]
+    L = []
+    w = L.append
+    title = "fsdpp vs PyTorch FSDP2 (fully_shard), Gloo on CPU"
+    w(f"# {title}\n")
+    w(f"Run {r['started']} to {r['finished']} on `{r['machine']['host']}` ({r['machine']['cpus']} CPUs, "
+      f"load average {r['machine']['load_before'][0]:.1f} before, {r['machine']['load_after'][0]:.1f} after). "
+      f"`make bench` re-runs it; [docs/benchmarks.md](../../docs/benchmarks.md) explains every column.\n")
+    if r["machine"]["load_before"][0] > 1.5 or r["machine"]["load_after"][0] > 1.5 or r.get("note"):
+        w(f"> **Load caveat:** the machine was shared while this ran (load average "
+          f"{r['machine']['load_before'][0]:.1f} / {r['machine']['load_after'][0]:.1f} on {r['machine']['cpus']} CPUs)"
+          f"{': ' + r['note'] if r.get('note') else ''}. Step times are noisy; ratios from alternated runs are "
+          f"less so. Re-run `make bench` on a quiet machine for numbers to quote.\n")
+    if r["quick"]:
+        w("> **Quick run** (BENCH_QUICK): a tiny model, for checking the harness, not for quoting.\n")
+    w(f"Model: Llama-style, {r['num_params'] / 1e6:.2f} M parameters (dim {m['dim']}, {m['n_layers']} layers, "
+      f"{m['n_heads']} heads / {m.get('n_kv_heads') or m['n_heads']} kv heads, vocab {m['vocab_size']}, "
+      f"{'tied' if m.get('tie_embeddings') else 'untied'} head), fp32, AdamW; "
+      f"{r['config']['local_batch']} x {r['config']['seq_len']} tokens per rank per step (fixed local batch); "
+      f"units: each TransformerBlock, then the root. Same initial weights (fsdpp wrote them to safetensors, "
+      f"PyTorch loaded them) and the same batches ({r['data']}). One intra-op thread per rank. "
+      f"{r['warmup']} warm-up + {r['steps']} timed steps per run, {r['repeats']} runs of each side alternated; "
+      f"medians over all timed steps. Both sides ran with OMP_NUM_THREADS=1"
+      + (f" and MALLOC_MMAP_THRESHOLD_={r['environment']['MALLOC_MMAP_THRESHOLD_']} (tensors of that size or more "
+         f"get their own mapping, returned when freed: RSS follows what the programs hold)"
+         if r["environment"]["MALLOC_MMAP_THRESHOLD_"] else " and glibc's default malloc") + ".\n")
+    w(f"![chart]({png})\n")
+
+    w("## Speed\n")
+    w("| strategy | ranks | fsdpp ms/step | PyTorch ms/step | fsdpp / PyTorch | fsdpp tokens/s | PyTorch tokens/s | target (<= 0.8) |")
+    w("|---|---:|---:|---:|---:|---:|---:|---|")
+    for c in r["configs"]:
+        target = "—" if c["world_size"] == 1 else ("met" if c["ratio"] <= 0.8 else f"gap: {c['ratio'] - 0.8:+.2f}")
+        w(f"| {c['strategy']} | {c['world_size']} | {c['fsdpp']['median_step_ms']:.0f} | "
+          f"{c['pytorch']['median_step_ms']:.0f} | **{c['ratio']:.2f}** | {c['fsdpp_tokens_per_s']:.0f} | "
+          f"{c['pytorch_tokens_per_s']:.0f} | {target} |")
+    w("")
+    w("## Memory (peak RSS per rank, MiB)\n")
+    chk_env = r["environment"].get("memory_check_MALLOC_MMAP_THRESHOLD_", "")
+    w("Peak resident set (VmHWM) of each rank in the timed runs, worst rank shown; 'model' is the peak minus "
+      "the process's own RSS just before the model was built (interpreter, libraries, Gloo). fsdpp-estimate "
+      "([docs/estimate.md](../../docs/estimate.md)) for the same configuration: beside the timed runs (with "
+      "glibc's default malloc its heap fragmentation is a lower bound, so the estimate reads low), and the "
+      "checked pair" + (f": one more fsdpp run with MALLOC_MMAP_THRESHOLD_={chk_env}, where RSS follows the "
+                         "live tensors, and the estimate for it" if chk_env else "") +
+      ", which must agree within 15%.\n")
+    w("| strategy | ranks | fsdpp peak | PyTorch peak | fsdpp model | PyTorch model | fsdpp <= PyTorch | estimate (error) | checked: fsdpp peak | estimate | error |")
+    w("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+    for c in r["configs"]:
+        fp, pp = max(c["fsdpp"]["peak_rss_mb"]), max(c["pytorch"]["peak_rss_mb"])
+        fm = max(p - b for p, b in zip(c["fsdpp"]["peak_rss_mb"], c["fsdpp"]["baseline_rss_mb"]))
+        pm = max(p - b for p, b in zip(c["pytorch"]["peak_rss_mb"], c["pytorch"]["baseline_rss_mb"]))
+        ok = "yes" if fp <= pp else f"no: +{fp - pp:.0f}"
+        w(f"| {c['strategy']} | {c['world_size']} | {fp:.0f} | {pp:.0f} | {fm:.0f} | {pm:.0f} | {ok} | "
+          f"{c['estimate_mb']:.0f} ({100 * c['estimate_error_timed_runs']:+.1f}%) | {c['checked_peak_mb']:.0f} | "
+          f"{c['checked_estimate_mb']:.0f} | **{100 * c['estimate_error']:+.1f}%** |")
+    w("")
+    w("## Loss after the last step\n")
+    w(f"Global mean training loss; the two must agree within {LOSS_TOLERANCE:g} (the bench fails otherwise).\n")
+    w("| strategy | ranks | fsdpp | PyTorch | abs diff (last step) | max abs diff (any step) |")
+    w("|---|---:|---:|---:|---:|---:|")
+    for c in r["configs"]:
+        w(f"| {c['strategy']} | {c['world_size']} | {c['fsdpp']['final_loss']:.6f} | {c['pytorch']['final_loss']:.6f} | "
+          f"{c['loss_diff']:.1e} | {c['max_step_loss_diff']:.1e} |")
+    w("")
+    w("## Communication per step per rank (MB, 10^6 bytes)\n")
+    w("Theory: ring collectives over the fp32 parameter bytes S, FULL_SHARD 3·S·(N-1)/N, SHARD_GRAD_OP and "
+      "NO_SHARD 2·S·(N-1)/N. fsdpp counted: its process group's counters (bytes sent as the algorithm moves "
+      "them; shards padded to a multiple of N rows). PyTorch issued: the collectives FSDP2 called "
+      "(torch.distributed wrapped), at the same algorithm model, Gloo's reduce_scatter_tensor being an "
+      "all-reduce of the whole input in c10d. Wire: bytes each process wrote to its sockets during the step "
+      "(/proc/self/io), measured the same way on both sides.\n")
+    w("| strategy | ranks | theory | fsdpp counted | fsdpp wire | PyTorch issued | PyTorch wire |")
+    w("|---|---:|---:|---:|---:|---:|---:|")
+    for c in r["configs"]:
+        w(f"| {c['strategy']} | {c['world_size']} | {mb(c['theory_bytes_per_step'])} | "
+          f"{mb(c['fsdpp']['comm_bytes_per_step'])} | {mb(c['fsdpp'].get('wire_bytes_per_step', 0))} | "
+          f"{mb(c['pytorch']['comm_bytes_per_step'])} | {mb(c['pytorch'].get('wire_bytes_per_step', 0))} |")
+    w("")
+    w("## Scaling and overlap (fsdpp)\n")
+    w("Weak scaling: tokens/s per rank at N over tokens/s at 1 rank (FULL_SHARD), local batch fixed "
+      "(on a machine with fewer cores than ranks this is bounded by cores/ranks). T_compute: the same step "
+      "with no sharding and no communication, the same number of processes running at once. T_comm: the "
+      "step's collectives, same sizes and order, run standalone. Overlap efficiency = max(T_compute, T_comm) "
+      "/ T_step. Collective efficiency = busbw inside the step / standalone busbw, where the time inside the "
+      "step is T_step - T_compute - T_copies (fsdpp has no timers inside its FSDP core; this is measured "
+      "from outside: a value above 1 means part of the communication was hidden behind compute).\n")
+    w("| strategy | ranks | weak scaling fsdpp | weak scaling PyTorch | T_step | T_compute | T_comm | overlap eff. | busbw standalone GB/s | busbw in step GB/s (apparent) | collective eff. (apparent) |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for c in r["configs"]:
+        p = c["profile_ms"]
+        ce = c.get("collective_efficiency")
+        w(f"| {c['strategy']} | {c['world_size']} | {c.get('weak_scaling_efficiency', float('nan')):.2f} | "
+          f"{c.get('pytorch_weak_scaling_efficiency', float('nan')):.2f} | {p['step']:.0f} | {p['compute']:.0f} | "
+          f"{p['communication']:.0f} | {c['overlap_efficiency']:.2f} | "
+          f"{c.get('busbw_standalone_gbps', float('nan')):.2f} | {c.get('busbw_in_step_gbps', float('nan')):.2f} | "
+          f"{'n/a' if ce is None else f'{ce:.2f}'} |")
+    w("")
+    gaps = [c for c in r["configs"] if c["world_size"] > 1 and c["ratio"] > 0.8]
+    mem_gaps = [c for c in r["configs"] if max(c["fsdpp"]["peak_rss_mb"]) > max(c["pytorch"]["peak_rss_mb"])]
+    w("## Where fsdpp's time goes\n")
+    if gaps or mem_gaps:
+        w("Configurations short of the target (step time above 0.8x PyTorch's, or more memory): the step split "
+          "into compute (T_compute), communication (standalone T_comm), copies (gather copy-out, reduce-scatter "
+          "copy-in and the gradient division, timed standalone with the same tensor ops) and the rest (waiting, "
+          "hooks, allocation; negative when communication overlaps compute). Forward / backward / optimizer are "
+          "the phases as timed inside the step.\n")
+    else:
+        w("Every configuration meets the target; the split is shown for reference.\n")
+    w("| strategy | ranks | T_step | compute | communication | copies | waiting / other | forward | backward | optimizer | PyTorch fwd / bwd / opt |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for c in (gaps or r["configs"]):
+        p, ph, pph = c["profile_ms"], c["fsdpp"]["phase_ms"], c["pytorch"]["phase_ms"]
+        w(f"| {c['strategy']} | {c['world_size']} | {p['step']:.0f} | {p['compute']:.0f} | {p['communication']:.0f} | "
+          f"{p['copies']:.0f} | {p['waiting_other']:.0f} | {ph['forward']:.0f} | {ph['backward']:.0f} | "
+          f"{ph['optimizer']:.0f} | {pph['forward']:.0f} / {pph['backward']:.0f} / {pph['optimizer']:.0f} |")
+    w("")
+    if r["problems"]:
+        w("## Problems found by this run\n")
+        for p in r["problems"]:
+            w(f"- {p}")
+        w("")
+    w(f"Raw numbers: the JSON beside this file. Runtime baseline (fsdpp-bench baseline, peak RSS of a bare "
+      f"LibTorch + Gloo process that trained a tiny model): " +
+      ", ".join(f"{n} ranks {v:.0f} MiB" for n, v in r["runtime_baseline_mb"].items()) + ".\n")
+    return "\n".join(L)
+
+
+def chart(r, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cs = r["configs"]
+    labels = [f"{c['strategy'].replace('_', ' ')}\nx{c['world_size']}" for c in cs]
+    x = range(len(cs))
+    fig, ax = plt.subplots(1, 3, figsize=(16, 4.8))
+    wd = 0.38
+    ax[0].bar([i - wd / 2 for i in x], [c["fsdpp"]["median_step_ms"] for c in cs], wd, label="fsdpp")
+    ax[0].bar([i + wd / 2 for i in x], [c["pytorch"]["median_step_ms"] for c in cs], wd, label="PyTorch FSDP2")
+    for i, c in enumerate(cs):
+        ax[0].annotate(f"{c['ratio']:.2f}x", (i, max(c["fsdpp"]["median_step_ms"], c["pytorch"]["median_step_ms"])),
+                       ha="center", va="bottom", fontsize=8)
+    ax[0].set_title("median step time (ms), ratio fsdpp/PyTorch")
+    ax[1].bar([i - wd / 2 for i in x], [max(c["fsdpp"]["peak_rss_mb"]) for c in cs], wd, label="fsdpp")
+    ax[1].bar([i + wd / 2 for i in x], [max(c["pytorch"]["peak_rss_mb"]) for c in cs], wd, label="PyTorch FSDP2")
+    ax[1].plot(list(x), [c["estimate_mb"] for c in cs], "k_", markersize=18, mew=2, label="fsdpp-estimate")
+    ax[1].plot(list(x), [c["checked_peak_mb"] for c in cs], "r.", markersize=10,
+               label="fsdpp, fixed mmap threshold")
+    ax[1].set_title("peak RSS per rank (MiB)")
+    parts = ["compute", "communication", "copies", "waiting_other"]
+    bottom = [0.0] * len(cs)
+    for part in parts:
+        vals = [max(0.0, c["profile_ms"][part]) for c in cs]
+        ax[2].bar(list(x), vals, 0.6, bottom=bottom, label=part.replace("_", " / "))
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax[2].plot(list(x), [c["profile_ms"]["step"] for c in cs], "k_", markersize=18, mew=2, label="T_step")
+    ax[2].set_title("fsdpp step profile (ms)")
+    for a_ in ax:
+        a_.set_xticks(list(x))
+        a_.set_xticklabels(labels, fontsize=8)
+        a_.legend(fontsize=7)
+    load = r["machine"]["load_before"][0]
+    fig.suptitle(f"fsdpp vs PyTorch FSDP2, Llama {r['num_params'] / 1e6:.1f}M, Gloo/CPU, {r['started']}"
+                 f" (load {load:.1f} on {r['machine']['cpus']} CPUs)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

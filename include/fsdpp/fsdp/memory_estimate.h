@@ -1,0 +1,178 @@
+#pragma once
+// How much memory one rank needs for a training step, before running it.
+//
+//   fsdpp::DecoderShape shape{.vocab_size = 256, .dim = 384, .n_layers = 7, .n_heads = 6,
+//                             .n_kv_heads = 2, .ffn_hidden = 1024};
+//   fsdpp::EstimateOptions o;
+//   o.strategy = fsdpp::ShardingStrategy::FULL_SHARD;
+//   o.world_size = 4;
+//   o.batch = 4;  o.seq_len = 128;                     // per rank
+//   auto e = fsdpp::estimate_memory(fsdpp::describe_decoder(shape), o);
+//   // e.total: bytes per rank at the step's peak; e.parameters, e.gradients, ... at that moment
+//
+// The estimate walks through one steady-state training step (forward, backward, optimizer step)
+// in the order fsdpp executes it and keeps a ledger of every tensor the step allocates and frees:
+// parameter shards, gathered (unsharded) units and their all-gather buffers, unsharded gradients
+// and reduce-scatter buffers, the tensors autograd saves in each layer (derived from the model's
+// shape, op by op; docs/estimate.md lists them) and the gradients flowing back, the optimizer's
+// state and temporaries. The peak of the ledger, plus the runtime's own memory (LibTorch, Gloo,
+// the process), is the estimate. It is checked against measured peak RSS (tests/bench/) and
+// against the ZeRO paper's model-state formulas (zero_model_states).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fsdpp/fsdp/fully_shard.h"
+
+namespace fsdpp {
+
+// Element types the estimate knows; FP32 is LibTorch's default.
+enum class EstimateDType { FP32, BF16, FP16 };
+int64_t dtype_bytes(EstimateDType t);
+const char* to_string(EstimateDType t);
+EstimateDType parse_estimate_dtype(const std::string& name);  // "fp32"/"float32", "bf16", "fp16"
+
+// The shape of a Llama-style decoder (fsdpp::models::LlamaConfig's shape fields, resolved:
+// n_kv_heads and ffn_hidden are the actual sizes, never 0).
+struct DecoderShape {
+  int64_t vocab_size = 0;
+  int64_t dim = 0;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t ffn_hidden = 0;
+  bool tie_embeddings = false;
+  int64_t max_seq_len = 0;  // rows of the rotary tables (buffers); 0: the run's seq_len
+  int64_t head_dim() const { return dim / n_heads; }
+  void validate() const;  // ConfigError "[estimate] ..." for sizes that make no model
+};
+
+// A model as FSDP sees it: its units in forward order (the root first), each a list of
+// parameters given as (rows along dim 0, elements per row), since every parameter is padded to a
+// multiple of the shard world along dim 0. `shape` is what activations are derived from; a
+// model described by its parameter count alone has none, and its activations are not estimated.
+struct ModelDescription {
+  struct Param {
+    int64_t rows = 1;
+    int64_t row_numel = 1;
+    int64_t numel() const { return rows * row_numel; }
+  };
+  struct Unit {
+    std::string name;
+    std::vector<Param> params;
+    int64_t numel() const;
+  };
+  std::vector<Unit> units;  // units[0] is the root
+  std::optional<DecoderShape> shape;
+  int64_t num_params() const;
+};
+
+// The root holds tok_embeddings, norm and output (unless tied); every TransformerBlock is a unit
+// (the trainer's default TRANSFORMER_BASED_WRAP).
+ModelDescription describe_decoder(const DecoderShape& shape);
+// `num_params` split into `n_units` equal units (the root holding the remainder), each one flat
+// parameter: model states and units in flight, no activations.
+ModelDescription describe_parameter_count(int64_t num_params, int64_t n_units);
+
+enum class EstimateOptimizer { ADAMW, ADAM, SGD, SGD_MOMENTUM };
+EstimateOptimizer parse_estimate_optimizer(const std::string& name);  // adamw, adam, sgd, sgd_momentum
+
+// What `fsdpp-bench baseline` measured on the development machine (2 CPUs, torch 2.11 wheel,
+// Gloo, 1 to 4 ranks): the peak RSS of a process that loaded LibTorch, joined a Gloo group and
+// ran two training steps of a tiny model. Override it with what your machine measures.
+inline constexpr int64_t kDefaultRuntimeBaselineBytes = 362ll << 20;
+
+struct EstimateOptions {
+  ShardingStrategy strategy = ShardingStrategy::FULL_SHARD;
+  int world_size = 1;
+  // HYBRID_SHARD / HYBRID_SHARD_ZERO2: ranks per shard group (0: min(world_size, 8), one node).
+  int shard_group_size = 0;
+  // Mixed precision: parameters gathered and computed in param_dtype, gradients reduced in
+  // reduce_dtype, an fp32 master copy in the shards the optimizer updates.
+  EstimateDType param_dtype = EstimateDType::FP32;
+  EstimateDType reduce_dtype = EstimateDType::FP32;
+  bool activation_checkpointing = false;  // every TransformerBlock re-computed in backward
+  // Parameter shards, gradient shards and optimizer state on the host; on a CPU device this
+  // moves nothing (see EstimateOptions::device_is_gpu).
+  bool cpu_offload = false;
+  bool device_is_gpu = false;
+  int64_t batch = 1;    // sequences per rank per micro-step
+  int64_t seq_len = 1;
+  // Prefetch, as fully_shard's options say (FullyShardOptions' defaults): all-gathers issued for
+  // the next units while this one computes; each holds its (shard_world x shard) buffer until
+  // the unit runs and copies its parameters out. Bounded by limit_all_gathers (0: no bound).
+  int forward_prefetch = 0;
+  int backward_prefetch = 1;            // 0: NO_PREFETCH; else BACKWARD_PRE/POST with this depth
+  bool backward_prefetch_post = false;  // BACKWARD_POST: issued after the unit's backward
+  int limit_all_gathers = 2;
+  EstimateOptimizer optimizer = EstimateOptimizer::ADAMW;
+  // The logits stay referenced until the optimizer step (fsdpp-train and the bench keep the
+  // forward's output while they call backward and step).
+  bool keep_logits = true;
+  int64_t runtime_baseline_bytes = kDefaultRuntimeBaselineBytes;
+  // CPU runs: glibc malloc's mmap threshold. 0: glibc's default, which starts at 128 KiB and
+  // rises to the size of each mapping freed (heap fragmentation then adds to RSS, and the
+  // estimate of it is a lower bound). > 0: fixed, as MALLOC_MMAP_THRESHOLD_=<bytes> (or
+  // GLIBC_TUNABLES=glibc.malloc.mmap_threshold=<bytes>) sets it: every tensor at least that big
+  // gets its own mapping, returned when freed, and RSS follows the live tensors.
+  int64_t mmap_threshold = 0;
+};
+
+// Bytes per rank at the step's peak (the moment the ledger is highest), by what holds them.
+struct MemoryEstimate {
+  int64_t parameters = 0;        // parameter shards (or replicas under NO_SHARD), master copy
+                                 // included, and the model's buffers (rotary tables)
+  int64_t gradients = 0;         // unsharded gradients, reduce-scatter buffers, gradient shards
+  int64_t optimizer_state = 0;   // e.g. AdamW's exp_avg and exp_avg_sq, plus step temporaries
+  int64_t unsharded = 0;         // gathered units in flight and their all-gather buffers
+  int64_t activations = 0;       // saved tensors, gradients flowing back, logits, inputs
+  int64_t tensors = 0;           // the sum of the five above: live tensor bytes at the peak
+  // CPU only: what glibc's heap keeps resident beyond the live tensors at its own high water
+  // (freed chunks that the next step's allocations cannot reuse); see docs/estimate.md.
+  int64_t allocator = 0;
+  int64_t runtime = 0;           // LibTorch, Gloo, the process (runtime_baseline_bytes)
+  int64_t total = 0;             // tensors + allocator + runtime, on the device (all of it on a CPU)
+  int64_t host = 0;              // with cpu_offload on a GPU: shards and optimizer state on the host
+  std::string peak_at;           // where in the step the peak is, e.g. "backward of layers.6 (feed_forward)"
+  // Persistent model state per rank (ZeRO's accounting, no padding, no temporaries).
+  int64_t model_states = 0;
+  int shard_world = 1;
+  std::vector<std::string> notes;  // assumptions the numbers rest on
+};
+
+// Throws ConfigError ("[estimate] ...") for options that make no run (world size that does not
+// split into shard groups, batch < 1, ...).
+MemoryEstimate estimate_memory(const ModelDescription& model, const EstimateOptions& options);
+
+// The ZeRO paper's model-state memory per rank for Adam in mixed precision (Rajbhandari et al.
+// 2020, section 5.1 and Figure 1): 2 bytes of fp16 parameters, 2 of fp16 gradients and K = 12 of
+// optimizer state (fp32 master parameters, momentum, variance) per parameter Psi:
+//   DDP (NO_SHARD)               (2 + 2 + K) Psi
+//   ZeRO-1 (ZERO1)               (2 + 2 + K/N) Psi
+//   ZeRO-2 (SHARD_GRAD_OP)       (2 + (2 + K)/N) Psi
+//   ZeRO-3 (FULL_SHARD)          (2 + 2 + K) Psi / N
+// e.g. 7.5B parameters on 64 GPUs: 120 GB, 31.4 GB, 16.6 GB, 1.88 GB.
+struct ZeroModelStates {
+  double no_shard = 0, zero1 = 0, zero2 = 0, zero3 = 0;  // bytes per rank
+};
+ZeroModelStates zero_model_states(double num_params, int world_size, double k = 12);
+
+// --budget: the fastest configuration whose estimate fits, in the order NO_SHARD, SHARD_GRAD_OP,
+// FULL_SHARD, FULL_SHARD + activation checkpointing, FULL_SHARD + checkpointing + CPU offload
+// (the last only where offload frees device memory, i.e. on a GPU).
+struct Candidate {
+  std::string name;  // "NO_SHARD", "FULL_SHARD + checkpointing", ...
+  EstimateOptions options;
+  MemoryEstimate estimate;
+  bool fits = false;
+  std::string why;  // "fits: 3.1 GiB <= 4.0 GiB" or "needs 5.2 GiB > 4.0 GiB: ... largest ..."
+};
+struct Recommendation {
+  std::vector<Candidate> candidates;  // fastest first
+  int chosen = -1;                    // index into candidates, -1 when nothing fits
+};
+Recommendation recommend(const ModelDescription& model, const EstimateOptions& base, int64_t budget_bytes);
+
+}  // namespace fsdpp

@@ -1,0 +1,375 @@
+// fsdpp-estimate: memory per rank of a training run, before running it (docs/estimate.md).
+//   fsdpp-estimate configs/default.yaml --world-size 1,2,4
+//   fsdpp-estimate --dim 4096 --n-layers 32 --n-heads 32 --vocab-size 32000 --batch 1 --seq-len 4096 \
+//       --world-size 8 --mixed-precision bf16 --device cuda --budget 80
+//   fsdpp-estimate --params 7.5e9 --world-size 64            (model states; the ZeRO paper's table)
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/memory_estimate.h"
+#include "fsdpp/models/llama.h"
+#include "fsdpp/train/config.h"
+
+namespace {
+
+using nlohmann::json;
+
+// "7.5e9", "7.5B", "350M", "125k" -> a count.
+int64_t parse_count(const std::string& text) {
+  std::string t = text;
+  double scale = 1;
+  if (!t.empty()) {
+    switch (t.back()) {
+      case 'k': case 'K': scale = 1e3; break;
+      case 'm': case 'M': scale = 1e6; break;
+      case 'b': case 'B': case 'g': case 'G': scale = 1e9; break;
+      case 't': case 'T': scale = 1e12; break;
+      default: break;
+    }
+    if (scale != 1) t.pop_back();
+  }
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(t, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  FSDPP_CHECK_AS(ConfigError, used == t.size() && used > 0 && v > 0,
+                 "[estimate] --params '{}' is not a positive count; expected e.g. 7.5e9, 7.5B, 350M", text);
+  return static_cast<int64_t>(std::llround(v * scale));
+}
+
+std::vector<int> parse_world_sizes(const std::string& text) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = text.find(',', pos);
+    const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    int v = 0;
+    try {
+      size_t used = 0;
+      v = std::stoi(item, &used);
+      if (used != item.size()) v = 0;
+    } catch (const std::exception&) {
+      v = 0;
+    }
+    FSDPP_CHECK_AS(ConfigError, v > 0, "[estimate] --world-size '{}': '{}' is not a positive integer; "
+                   "expected e.g. 8 or 8,16,64", text, item);
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+fsdpp::ShardingStrategy parse_strategy(const std::string& name) {
+  std::string n;
+  for (char c : name) n.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  if (n == "hybrid") n = "hybrid_shard";
+  if (n == "ddp") n = "no_shard";
+  return fsdpp::parse_sharding_strategy(n);
+}
+
+std::string strategy_name(fsdpp::ShardingStrategy s) { return fsdpp::to_string(s); }
+
+struct Units {
+  double scale;
+  const char* name;
+};
+
+std::string fmt_bytes(int64_t b, Units u) { return fmt::format("{:.2f}", b / u.scale); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "fsdpp-estimate: memory per rank of an fsdpp training step (parameters, gradients, optimizer "
+      "state, unsharded units in flight, activations, runtime), from a trainer config or a model's "
+      "shape or parameter count. See docs/estimate.md."};
+  std::string config_path;
+  std::vector<std::string> overrides;
+  app.add_option("config", config_path, "fsdpp-train YAML config (its model, batch, strategy, ...)");
+  app.add_option("overrides", overrides, "key.path=value overrides of the config, as fsdpp-train takes");
+  std::string params_text;
+  int64_t units = 0;
+  app.add_option("--params", params_text, "a parameter count instead of a shape (7.5e9, 7.5B, 350M)");
+  app.add_option("--units", units, "with --params: FSDP units (default: --n-layers + 1, or 1)");
+  int64_t vocab = 0, dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, ffn_hidden = 0, multiple_of = 32,
+          max_seq_len = 0;
+  bool tie = false;
+  app.add_option("--vocab-size", vocab, "Llama shape: vocabulary");
+  app.add_option("--dim", dim, "Llama shape: model width");
+  app.add_option("--n-layers", n_layers, "Llama shape: TransformerBlocks");
+  app.add_option("--n-heads", n_heads, "Llama shape: query heads");
+  app.add_option("--n-kv-heads", n_kv_heads, "Llama shape: key/value heads (0: n_heads)");
+  app.add_option("--ffn-hidden", ffn_hidden, "Llama shape: SwiGLU width (0: 2/3*4*dim rounded to --multiple-of)");
+  app.add_option("--multiple-of", multiple_of, "Llama shape: rounding of the SwiGLU width");
+  app.add_flag("--tie-embeddings", tie, "Llama shape: the output layer reuses the embedding");
+  app.add_option("--max-seq-len", max_seq_len, "Llama shape: rows of the rotary tables (0: --seq-len)");
+  std::string world_text, strategy_text, param_dtype, reduce_dtype, mixed, device = "cpu", optimizer;
+  int64_t batch = 0, seq_len = 0;
+  int forward_prefetch = -1, backward_prefetch = -1, limit_all_gathers = -1, shard_group = 0;
+  bool backward_post = false;
+  bool ckpt = false, offload = false, as_json = false;
+  double runtime_mb = -1, budget_gb = 0;
+  app.add_option("--world-size,-n", world_text, "ranks; several as 8,16,64 (default 1)");
+  app.add_option("--strategy,-s", strategy_text,
+                 "full_shard | shard_grad_op | no_shard | hybrid_shard | hybrid_shard_zero2 | zero1");
+  app.add_option("--shard-group-size", shard_group, "HYBRID: ranks per shard group (default min(N, 8))");
+  app.add_option("--mixed-precision", mixed, "bf16 or fp16: parameters and gradient reduction in it, fp32 master");
+  app.add_option("--param-dtype", param_dtype, "fp32 | bf16 | fp16 (gathered parameters, compute)");
+  app.add_option("--reduce-dtype", reduce_dtype, "fp32 | bf16 | fp16 (gradient reduction)");
+  app.add_flag("--activation-checkpointing", ckpt, "re-compute every TransformerBlock in backward");
+  app.add_flag("--cpu-offload", offload, "parameter/gradient shards and optimizer state on the host");
+  app.add_option("--device", device, "cpu (everything is host memory) or cuda");
+  app.add_option("--batch,-b", batch, "sequences per rank per micro-step");
+  app.add_option("--seq-len,-t", seq_len, "tokens per sequence");
+  app.add_option("--forward-prefetch", forward_prefetch, "units gathered ahead in forward (default 0)");
+  app.add_option("--backward-prefetch", backward_prefetch,
+                 "units gathered ahead in backward (default 1, fully_shard's BACKWARD_PRE; 0: none)");
+  app.add_flag("--backward-prefetch-post", backward_post, "BACKWARD_POST: prefetch after each unit's backward");
+  app.add_option("--limit-all-gathers", limit_all_gathers, "most prefetched gathers in flight (default 2; 0: no bound)");
+  app.add_option("--optimizer", optimizer, "adamw (default) | adam | sgd | sgd_momentum");
+  app.add_option("--runtime-baseline-mb", runtime_mb,
+                 "the runtime's own memory per rank in MiB (default: measured by fsdpp-bench baseline)");
+  app.add_option("--budget", budget_gb, "memory per rank in GiB: recommend the fastest configuration that fits");
+  int64_t mmap_threshold = -1;
+  app.add_option("--mmap-threshold", mmap_threshold,
+                 "CPU: glibc's mmap threshold in bytes, fixed as MALLOC_MMAP_THRESHOLD_ sets it (default: that "
+                 "variable, else 0: glibc's dynamic threshold)");
+  app.add_flag("--json", as_json, "machine-readable output");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    fsdpp::EstimateOptions o;
+    std::vector<std::string> notes;
+    std::optional<fsdpp::ModelDescription> model;
+    std::string model_line;
+    if (!config_path.empty()) {
+      const auto cfg = fsdpp::train::TrainConfig::from_file(config_path, overrides);
+      int64_t tok_vocab = 256;
+      if (cfg.data.tokenizer == "sentencepiece") {
+        tok_vocab = cfg.data.tokenizer_vocab_size;
+        if (cfg.model.vocab_size == 0)
+          notes.push_back(fmt::format("vocabulary taken as data.tokenizer_vocab_size={}", tok_vocab));
+      }
+      const auto lc = cfg.llama_config(cfg.model.vocab_size > 0 ? cfg.model.vocab_size : tok_vocab);
+      vocab = vocab ? vocab : lc.vocab_size;
+      dim = dim ? dim : lc.dim;
+      n_layers = n_layers ? n_layers : lc.n_layers;
+      n_heads = n_heads ? n_heads : lc.n_heads;
+      n_kv_heads = n_kv_heads ? n_kv_heads : lc.kv_heads();
+      ffn_hidden = ffn_hidden ? ffn_hidden : lc.ffn_hidden_dim();
+      tie = tie || lc.tie_embeddings;
+      if (max_seq_len == 0) max_seq_len = lc.max_seq_len;
+      const auto& t = cfg.training;
+      if (batch == 0) batch = t.per_device_train_batch_size;
+      if (seq_len == 0) seq_len = cfg.data.seq_len;
+      if (strategy_text.empty()) o.strategy = t.fsdp;
+      if (t.bf16 && mixed.empty()) mixed = "bf16";
+      if (t.fp16 && mixed.empty()) mixed = "fp16";
+      ckpt = ckpt || t.gradient_checkpointing;
+      offload = offload || t.fsdp_config.offload_params;
+      const auto& fc = t.fsdp_config;
+      if (backward_prefetch < 0) backward_prefetch = fc.backward_prefetch == "NO_PREFETCH" ? 0 : 1;
+      backward_post = backward_post || fc.backward_prefetch == "BACKWARD_POST";
+      if (forward_prefetch < 0) forward_prefetch = fc.forward_prefetch ? 1 : 0;
+      if (limit_all_gathers < 0) limit_all_gathers = fc.limit_all_gathers ? 2 : 0;
+      if (t.fsdp_config.auto_wrap_policy != "TRANSFORMER_BASED_WRAP" ||
+          t.fsdp_config.transformer_layer_cls_to_wrap != std::vector<std::string>{"TransformerBlock"}) {
+        notes.push_back(fmt::format("units taken as one per TransformerBlock plus the root (the config's "
+                                    "wrap policy {} is not modelled)",
+                                    t.fsdp_config.auto_wrap_policy));
+      }
+    }
+    if (!strategy_text.empty()) o.strategy = parse_strategy(strategy_text);
+    if (dim > 0) {
+      FSDPP_CHECK_AS(ConfigError, params_text.empty(),
+                     "[estimate] give either a shape (--dim, --n-layers, ...) or --params, not both");
+      fsdpp::models::LlamaConfig lc;
+      lc.vocab_size = vocab;
+      lc.dim = dim;
+      lc.n_layers = n_layers;
+      lc.n_heads = n_heads;
+      lc.n_kv_heads = n_kv_heads;
+      lc.ffn_hidden = ffn_hidden;
+      lc.multiple_of = multiple_of;
+      lc.max_seq_len = max_seq_len > 0 ? max_seq_len : std::max<int64_t>(seq_len, 1);
+      lc.validate();
+      fsdpp::DecoderShape shape{lc.vocab_size, lc.dim, lc.n_layers, lc.n_heads, lc.kv_heads(),
+                                lc.ffn_hidden_dim(), tie, lc.max_seq_len};
+      model = fsdpp::describe_decoder(shape);
+      model_line = fmt::format("Llama {:.2f} M parameters (dim {}, {} layers, {} heads / {} kv, SwiGLU {}, vocab {}, {} head)",
+                               model->num_params() / 1e6, shape.dim, shape.n_layers, shape.n_heads,
+                               shape.n_kv_heads, shape.ffn_hidden, shape.vocab_size, tie ? "tied" : "untied");
+    } else {
+      FSDPP_CHECK_AS(ConfigError, !params_text.empty(),
+                     "[estimate] no model: give a trainer config, a Llama shape (--dim --n-layers --n-heads "
+                     "--vocab-size) or --params");
+      const int64_t p = parse_count(params_text);
+      if (units <= 0) units = n_layers > 0 ? n_layers + 1 : 1;
+      model = fsdpp::describe_parameter_count(p, units);
+      model_line = fmt::format("{:.4g} parameters in {} equal unit(s); activations not estimated (no shape)",
+                               static_cast<double>(p), units);
+    }
+    if (!mixed.empty()) {
+      o.param_dtype = o.reduce_dtype = fsdpp::parse_estimate_dtype(mixed);
+    }
+    if (!param_dtype.empty()) o.param_dtype = fsdpp::parse_estimate_dtype(param_dtype);
+    if (!reduce_dtype.empty()) o.reduce_dtype = fsdpp::parse_estimate_dtype(reduce_dtype);
+    FSDPP_CHECK_AS(ConfigError, device == "cpu" || device == "cuda",
+                   "[estimate] --device '{}' is not known; expected cpu or cuda", device);
+    o.device_is_gpu = device == "cuda";
+    o.activation_checkpointing = ckpt;
+    o.cpu_offload = offload;
+    o.batch = batch > 0 ? batch : 1;
+    o.seq_len = seq_len > 0 ? seq_len : 1;
+    if (forward_prefetch >= 0) o.forward_prefetch = forward_prefetch;
+    if (backward_prefetch >= 0) o.backward_prefetch = backward_prefetch;
+    o.backward_prefetch_post = backward_post;
+    if (limit_all_gathers >= 0) o.limit_all_gathers = limit_all_gathers;
+    o.shard_group_size = shard_group;
+    if (!optimizer.empty()) o.optimizer = fsdpp::parse_estimate_optimizer(optimizer);
+    if (runtime_mb >= 0) {
+      o.runtime_baseline_bytes = static_cast<int64_t>(runtime_mb * 1024 * 1024);
+    } else if (o.device_is_gpu) {
+      o.runtime_baseline_bytes = 0;
+      notes.push_back("runtime: 0 on a GPU device (give --runtime-baseline-mb with your CUDA context's size)");
+    }
+    if (mmap_threshold < 0) {
+      // What the run will get if it inherits this environment.
+      const char* env = std::getenv("MALLOC_MMAP_THRESHOLD_");
+      mmap_threshold = env ? std::atoll(env) : 0;
+    }
+    o.mmap_threshold = mmap_threshold;
+    const auto world_sizes = parse_world_sizes(world_text.empty() ? "1" : world_text);
+
+    std::vector<fsdpp::MemoryEstimate> ests;
+    for (int n : world_sizes) {
+      auto oo = o;
+      oo.world_size = n;
+      ests.push_back(fsdpp::estimate_memory(*model, oo));
+    }
+    const double psi = static_cast<double>(model->num_params());
+    std::vector<fsdpp::Recommendation> recs;
+    if (budget_gb > 0) {
+      for (int n : world_sizes) {
+        auto oo = o;
+        oo.world_size = n;
+        recs.push_back(fsdpp::recommend(*model, oo, static_cast<int64_t>(budget_gb * 1024 * 1024 * 1024)));
+      }
+    }
+
+    if (as_json) {
+      json j;
+      j["model"] = model_line;
+      j["num_params"] = model->num_params();
+      j["notes"] = notes;
+      j["estimates"] = json::array();
+      for (size_t i = 0; i < ests.size(); ++i) {
+        const auto& e = ests[i];
+        j["estimates"].push_back({{"world_size", world_sizes[i]}, {"strategy", strategy_name(o.strategy)},
+                                  {"shard_world", e.shard_world}, {"parameters_bytes", e.parameters},
+                                  {"gradients_bytes", e.gradients}, {"optimizer_state_bytes", e.optimizer_state},
+                                  {"unsharded_bytes", e.unsharded}, {"activations_bytes", e.activations},
+                                  {"tensors_bytes", e.tensors}, {"allocator_bytes", e.allocator},
+                                  {"runtime_bytes", e.runtime}, {"total_bytes", e.total}, {"host_bytes", e.host},
+                                  {"model_states_bytes", e.model_states}, {"peak_at", e.peak_at},
+                                  {"notes", e.notes}});
+        const auto z = fsdpp::zero_model_states(psi, world_sizes[i]);
+        j["zero_model_states_bytes"].push_back({{"world_size", world_sizes[i]}, {"no_shard", z.no_shard},
+                                                {"zero1", z.zero1}, {"zero2", z.zero2}, {"zero3", z.zero3}});
+      }
+      for (size_t i = 0; i < recs.size(); ++i) {
+        json r;
+        r["world_size"] = world_sizes[i];
+        r["chosen"] = recs[i].chosen >= 0 ? json(recs[i].candidates[recs[i].chosen].name) : json(nullptr);
+        for (const auto& c : recs[i].candidates)
+          r["candidates"].push_back({{"name", c.name}, {"total_bytes", c.estimate.total}, {"fits", c.fits},
+                                     {"why", c.why}});
+        j["recommendations"].push_back(r);
+      }
+      std::printf("%s\n", j.dump(1).c_str());
+      return 0;
+    }
+
+    int64_t biggest = 0;
+    for (const auto& e : ests) biggest = std::max(biggest, e.total);
+    const Units u = biggest >= (16ll << 30) ? Units{1024.0 * 1024 * 1024, "GiB"} : Units{1024.0 * 1024, "MiB"};
+    std::printf("fsdpp-estimate: %s\n", model_line.c_str());
+    std::printf("  %s, batch %lld x %lld tokens per rank, params %s, reduce %s%s%s, prefetch forward %d / "
+                "backward %d%s, %s, device %s\n",
+                strategy_name(o.strategy).c_str(), static_cast<long long>(o.batch),
+                static_cast<long long>(o.seq_len), fsdpp::to_string(o.param_dtype),
+                fsdpp::to_string(o.reduce_dtype), o.activation_checkpointing ? ", checkpointing" : "",
+                o.cpu_offload ? ", CPU offload" : "", o.forward_prefetch, o.backward_prefetch,
+                o.backward_prefetch_post ? " (post)" : "", optimizer.empty() ? "adamw" : optimizer.c_str(),
+                device.c_str());
+    for (const auto& n : notes) std::printf("  note: %s\n", n.c_str());
+    std::printf("\nper rank at the step's peak (%s)  ", u.name);
+    for (int n : world_sizes) std::printf("%12s", fmt::format("N={}", n).c_str());
+    std::printf("\n");
+    auto row = [&](const char* name, auto get) {
+      std::printf("  %-38s", name);
+      for (const auto& e : ests) std::printf("%12s", fmt_bytes(get(e), u).c_str());
+      std::printf("\n");
+    };
+    row("parameters (shards)", [](const auto& e) { return e.parameters; });
+    row("gradients", [](const auto& e) { return e.gradients; });
+    row("optimizer state", [](const auto& e) { return e.optimizer_state; });
+    row("unsharded units in flight", [](const auto& e) { return e.unsharded; });
+    row("activations", [](const auto& e) { return e.activations; });
+    if (!o.device_is_gpu) row("allocator (glibc heap) retention", [](const auto& e) { return e.allocator; });
+    row("runtime (LibTorch, Gloo, process)", [](const auto& e) { return e.runtime; });
+    row("total", [](const auto& e) { return e.total; });
+    if (o.cpu_offload && o.device_is_gpu) row("host (offloaded)", [](const auto& e) { return e.host; });
+    std::printf("  %-38s", "peak at");
+    for (const auto& e : ests) std::printf("  %s;", e.peak_at.c_str());
+    std::printf("\n");
+    for (const auto& e : ests)
+      for (const auto& n : e.notes) std::printf("  note (N=%d): %s\n", e.shard_world, n.c_str());
+
+    std::printf("\nZeRO model states per rank (Adam, mixed precision: 2+2+12 bytes per parameter, "
+                "Rajbhandari et al. 2020; GB = 1e9 bytes), Psi = %.4g\n  %-38s", psi, "");
+    for (int n : world_sizes) std::printf("%12s", fmt::format("N={}", n).c_str());
+    std::printf("\n");
+    auto zrow = [&](const char* name, auto get) {
+      std::printf("  %-38s", name);
+      for (int n : world_sizes) std::printf("%12s", fmt::format("{:.3g}", get(fsdpp::zero_model_states(psi, n)) / 1e9).c_str());
+      std::printf("\n");
+    };
+    zrow("baseline DDP, NO_SHARD  (2+2+K)Psi", [](const auto& z) { return z.no_shard; });
+    zrow("ZeRO-1, ZERO1          (2+2+K/N)Psi", [](const auto& z) { return z.zero1; });
+    zrow("ZeRO-2, SHARD_GRAD_OP  (2+(2+K)/N)Psi", [](const auto& z) { return z.zero2; });
+    zrow("ZeRO-3, FULL_SHARD     (2+2+K)Psi/N", [](const auto& z) { return z.zero3; });
+
+    for (size_t i = 0; i < recs.size(); ++i) {
+      const auto& r = recs[i];
+      std::printf("\nbudget %.2f GiB per rank, N=%d: %s\n", budget_gb, world_sizes[i],
+                  r.chosen >= 0 ? ("use " + r.candidates[r.chosen].name).c_str()
+                                : "nothing fits: add ranks, shorten sequences or shrink the batch");
+      for (size_t k = 0; k < r.candidates.size(); ++k) {
+        const auto& c = r.candidates[k];
+        std::printf("  %s %-42s %s\n", static_cast<int>(k) == r.chosen ? "->" : "  ", c.name.c_str(), c.why.c_str());
+      }
+    }
+    return 0;
+  } catch (const fsdpp::ConfigError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}
