@@ -194,8 +194,8 @@ void publish_and_terminate() {
     for (const auto& d : out->divergences) std::fprintf(stderr, "%s\n", d.c_str());
     if (out->divergences.empty()) {
       std::fprintf(stderr, "[dist] this process is aborting (%s)%s\n", why.c_str(),
-                   done ? "; the other ranks' collective traces show no divergence"
-                        : "; its collective trace could not be compared with the other ranks'");
+                   done ? "; its collective trace was published for the other ranks"
+                        : "; the store did not take its collective trace in time");
     }
     std::fflush(stderr);
   }
