@@ -67,7 +67,8 @@ bench-memory: build
 ASAN_BUILD_DIR ?= build-asan
 ASAN_LABELS ?= unit|dist
 ASAN_EXCLUDE ?= ^package\.|ResidentMemory
-ASAN_OPTIONS_FSDPP ?= ASAN_OPTIONS_PLACEHOLDER
+ASAN_OPTIONS_FSDPP ?= detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1
+LSAN_OPTIONS_FSDPP ?= suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0
 UBSAN_OPTIONS_FSDPP ?= print_stacktrace=1:halt_on_error=1
 
 test-asan: setup
@@ -76,7 +77,8 @@ test-asan: setup
 	  -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DFSDPP_SANITIZE=address,undefined \
 	  -DFSDPP_BUILD_BENCH=OFF -DFSDPP_BUILD_FUZZERS=OFF $(CMAKE_ARGS)
 	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
-	cd $(ASAN_BUILD_DIR) && ASAN_OPTIONS=$(ASAN_OPTIONS_FSDPP) UBSAN_OPTIONS=$(UBSAN_OPTIONS_FSDPP) \
+	cd $(ASAN_BUILD_DIR) && ASAN_OPTIONS=$(ASAN_OPTIONS_FSDPP) LSAN_OPTIONS=$(LSAN_OPTIONS_FSDPP) \
+	  UBSAN_OPTIONS=$(UBSAN_OPTIONS_FSDPP) \
 	  FSDPP_VENV=$(VENV) ctest --output-on-failure --timeout 900 -L '$(ASAN_LABELS)' \
 	  -LE 'slow|fuzz' -E '$(ASAN_EXCLUDE)' $(CTEST_ARGS)
 

@@ -135,10 +135,11 @@ void truncate_metrics(const fs::path& path, int64_t step) {
 // FSDPP_FAULT_NAN=STEP:PARAM: this rank's part of PARAM's gradient becomes NaN.
 void inject_nan_grad(torch::nn::Module& model, const std::string& name) {
   torch::NoGradGuard no_grad;
-  auto* p = model.named_parameters().find(name);
+  const auto params = model.named_parameters();  // find() points into it: keep it alive
+  const auto* p = params.find(name);
   FSDPP_CHECK_AS(ConfigError, p != nullptr,
                  "[train] FSDPP_FAULT_NAN names parameter '{}', which the model does not have", name);
-  if (p->grad().defined()) p->mutable_grad().fill_(std::nan(""));
+  if (p->grad().defined()) p->grad().fill_(std::nan(""));
 }
 
 // Throws naming the step and where the non-finite values came from: the loss when some rank's
