@@ -188,8 +188,15 @@ json counters_json(const fsdpp::dist::CommCounters& c, double per) {
   return j;
 }
 
+// Prefetch settings of the fsdpp side (FullyShardOptions' defaults unless given).
+struct Prefetch {
+  int forward = fsdpp::FullyShardOptions{}.forward_prefetch;
+  std::string backward = fsdpp::to_string(fsdpp::FullyShardOptions{}.backward_prefetch);
+};
+
 fsdpp::models::Llama build_model(const json& cfg, const std::string& dir, fsdpp::dist::World& world,
-                                 const std::string& strategy, bool shard, json* units_out,
+                                 const std::string& strategy, const Prefetch& prefetch, bool shard,
+                                 json* units_out,
                                  int64_t* total_params = nullptr,
                                  const std::function<void(const char*)>& trace = {}) {
   fsdpp::models::Llama model(llama_config(cfg.at("model")));
@@ -201,6 +208,8 @@ fsdpp::models::Llama build_model(const json& cfg, const std::string& dir, fsdpp:
   fsdpp::FullyShardOptions opts;
   opts.mesh = world.mesh();
   opts.strategy = fsdpp::parse_sharding_strategy(strategy);
+  opts.forward_prefetch = prefetch.forward;
+  opts.backward_prefetch = fsdpp::parse_backward_prefetch(prefetch.backward);
   fsdpp::apply_fully_shard(*model, fsdpp::transformer_layer_policy({"TransformerBlock"}), opts);
   if (units_out) {
     for (const auto& u : fsdpp::inspect_units(*model)) {
@@ -222,8 +231,8 @@ int cmd_init(const std::string& dir) {
   return 0;
 }
 
-int cmd_train(const std::string& dir, const std::string& strategy, int steps, int warmup,
-              const std::string& out_path, bool no_fsdp, bool count_alloc) {
+int cmd_train(const std::string& dir, const std::string& strategy, const Prefetch& prefetch, int steps,
+              int warmup, const std::string& out_path, bool no_fsdp, bool count_alloc) {
   // Installed before anything is allocated, so that every tensor is counted (and freed through
   // the allocator that made it); it outlives every tensor of this function.
   static CountingAllocator counting(c10::GetCPUAllocator());
@@ -251,7 +260,7 @@ int cmd_train(const std::string& dir, const std::string& strategy, int steps, in
   json units = json::array();
   int64_t n_params = 0;
   if (count_alloc && world->rank() == 0) trace_memory("before the model", counting.live(), counting.peak());
-  auto model = build_model(cfg, dir, *world, strategy, !no_fsdp, &units, &n_params, [&](const char* where) {
+  auto model = build_model(cfg, dir, *world, strategy, prefetch, !no_fsdp, &units, &n_params, [&](const char* where) {
     if (count_alloc && world->rank() == 0) trace_memory(where, counting.live(), counting.peak());
   });
   if (count_alloc && world->rank() == 0) trace_memory("model sharded", counting.live(), counting.peak());
@@ -314,6 +323,8 @@ int cmd_train(const std::string& dir, const std::string& strategy, int steps, in
     json j;
     j["impl"] = no_fsdp ? "fsdpp-compute" : "fsdpp";
     j["strategy"] = no_fsdp ? "none" : strategy;
+    j["forward_prefetch"] = prefetch.forward;
+    j["backward_prefetch"] = prefetch.backward;
     j["world_size"] = world->size();
     j["num_params"] = n_params;
     j["local_batch"] = B;
@@ -351,7 +362,7 @@ int cmd_collectives(const std::string& dir, const std::string& strategy, int rep
   at::set_num_threads(1);
   const json cfg = read_json(dir + "/config.json");
   json units = json::array();
-  auto model = build_model(cfg, dir, *world, strategy, true, &units);
+  auto model = build_model(cfg, dir, *world, strategy, Prefetch{}, true, &units);
   const auto s = fsdpp::parse_sharding_strategy(strategy);
   const int N = world->size();
   auto& pg = *world->group();
@@ -388,8 +399,9 @@ int cmd_collectives(const std::string& dir, const std::string& strategy, int rep
       } else {
         auto grads = torch::randn({numel});
         auto t0 = Clock::now();
-        auto input = torch::zeros({N * shard});
+        auto input = torch::empty({N * shard});  // as fsdpp: written once, gradient or padding
         input.narrow(0, 0, numel).copy_(grads);
+        input.narrow(0, numel, N * shard - numel).zero_();
         cp += ms_since(t0);
         pg.barrier({"bench"});
         t0 = Clock::now();
@@ -487,6 +499,11 @@ int main(int argc, char** argv) {
   train->add_option("--steps", steps)->check(CLI::PositiveNumber);
   train->add_option("--warmup", warmup)->check(CLI::NonNegativeNumber);
   train->add_option("--out", out)->required();
+  Prefetch prefetch;
+  train->add_option("--forward-prefetch", prefetch.forward, "units gathered ahead in forward")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--backward-prefetch", prefetch.backward,
+                    "BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH");
   train->add_flag("--no-fsdp", no_fsdp, "every rank trains its own unsharded model (no communication)");
   bool count_alloc = false;
   train->add_flag("--count-alloc", count_alloc, "also report the peak of live tensor bytes (counting allocator)");
@@ -500,7 +517,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*init) return cmd_init(dir);
-    if (*train) return cmd_train(dir, strategy, steps, warmup, out, no_fsdp, count_alloc);
+    if (*train) return cmd_train(dir, strategy, prefetch, steps, warmup, out, no_fsdp, count_alloc);
     if (*coll) return cmd_collectives(dir, strategy, repeats, out);
     if (*base) return cmd_baseline(out);
   } catch (const std::exception& e) {

@@ -9,7 +9,7 @@ time. It then measures prefetch: FULL_SHARD step time with and without forward/b
 prefetch, T_compute (the same step with no communication: N independent 1-rank jobs at once, so
 that they share the cores as the N ranks do) and the overlap efficiency
 max(T_compute, T_comm) / T_step, with T_comm the standalone time of the same collectives
-(fsdpp-bench-comm when built, else omitted).
+(`fsdpp-bench collectives`; omitted when the bench tools are not built).
 
   python3 bench/memory_table.py [--build build] [--steps 8] [--worlds 1,2,4] [--quick]
 """
@@ -67,6 +67,40 @@ def summarize(rows, warmup):
         "comm_bytes_per_step": statistics.median(r["comm_bytes"] for r in steady),
         "final_loss": rows[-1]["loss"],
     }
+
+
+def bench_model(args):
+    """The table's model as fsdpp-bench's config.json: the trainer's Llama with its defaults."""
+    kv = dict(o.split("=", 1) for o in (QUICK_MODEL if args.quick else MODEL))
+    return {"model": {"vocab_size": 256, "dim": int(kv["model.dim"]), "n_layers": int(kv["model.n_layers"]),
+                      "n_heads": int(kv["model.n_heads"]), "n_kv_heads": int(kv["model.n_kv_heads"]),
+                      "max_seq_len": int(kv["model.max_seq_len"]), "seed": 0},
+            "local_batch": int(kv["training.per_device_train_batch_size"]), "seq_len": int(kv["data.seq_len"])}
+
+
+def standalone_comm(build, args, n, tmp, port):
+    """T_comm: the FULL_SHARD step's collectives (every unit's all-gather in forward and in
+    backward, its reduce-scatter), the same sizes in the same order, with no compute around
+    them: `fsdpp-bench collectives` on n ranks."""
+    tool = build / "bin/fsdpp-bench"
+    if not tool.exists():
+        return {"t_comm_ms": None, "t_comm_note": f"{tool} not built (FSDPP_BUILD_BENCH=OFF)"}
+    d = tmp / f"comm{n}"
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps(bench_model(args)))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    subprocess.run([str(tool), "init", "--dir", str(d)], env=env, check=True, stdout=subprocess.DEVNULL)
+    out = d / "coll.json"
+    p = subprocess.run([str(build / "bin/fsdpp-run"), "--nproc-per-node", str(n), "--master-port", str(port),
+                        str(tool), "collectives", "--dir", str(d), "--strategy", "full_shard",
+                        "--repeats", str(max(3, args.steps)), "--out", str(out)],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout[-4000:])
+        raise SystemExit("[bench] fsdpp-bench collectives failed")
+    c = json.loads(out.read_text())
+    return {"t_comm_ms": c["t_comm_ms"], "t_copy_ms": c["t_copy_ms"],
+            "t_comm_note": "fsdpp-bench collectives: the step's all-gathers and reduce-scatters, standalone"}
 
 
 def common_overrides(args, steps):
@@ -142,10 +176,8 @@ def main():
                 rows = [json.loads(l) for l in (d / "metrics.jsonl").read_text().splitlines() if l.strip()]
                 t_compute.append(summarize(rows, args.warmup)["step_ms"])
             entry["t_compute_ms"] = statistics.median(t_compute)
-            comm_tool = build / "bin/fsdpp-bench-comm"
-            entry["t_comm_ms"] = None
-            if comm_tool.exists():
-                entry["t_comm_note"] = "standalone replay with fsdpp-bench-comm"
+            port += 1
+            entry.update(standalone_comm(build, args, n, Path(tmp), port))
             for label in ("no prefetch", "prefetch"):
                 t_step = entry[label]["step_ms"]
                 t_comm = entry["t_comm_ms"]
@@ -153,7 +185,8 @@ def main():
                     max(entry["t_compute_ms"], t_comm or 0.0) / t_step if t_step else None)
             results["prefetch"].append(entry)
             print(f"[bench] prefetch np{n}: {entry['no prefetch']['step_ms']:.1f} ms without, "
-                  f"{entry['prefetch']['step_ms']:.1f} ms with; T_compute {entry['t_compute_ms']:.1f} ms",
+                  f"{entry['prefetch']['step_ms']:.1f} ms with; T_compute {entry['t_compute_ms']:.1f} ms, "
+                  f"T_comm {entry['t_comm_ms'] or float('nan'):.1f} ms",
                   flush=True)
     results["machine"]["load_after"] = os.getloadavg()
     (out / "memory_table.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -185,7 +218,10 @@ def write_markdown(r, path):
     if r["prefetch"]:
         lines += ["", "## Prefetch and overlap (FULL_SHARD)", "",
                   "T_compute: the same step with no communication (N independent 1-rank jobs at once). "
-                  "Overlap efficiency: max(T_compute, T_comm) / T_step.", "",
+                  "T_comm: the step's collectives (each unit's two all-gathers and its reduce-scatter, "
+                  "the same sizes in the same order) with no compute, `fsdpp-bench collectives`. "
+                  "Overlap efficiency: max(T_compute, T_comm) / T_step (1.0: communication entirely "
+                  "hidden and nothing else in the way).", "",
                   "| ranks | no prefetch ms/step | prefetch ms/step | T_compute ms | T_comm ms | overlap eff. (no prefetch) | overlap eff. (prefetch) |",
                   "|---:|---:|---:|---:|---:|---:|---:|"]
         for e in r["prefetch"]:

@@ -48,7 +48,9 @@ class FSDPParam {
   // unsharded shape), converting dtype and device: into `unsharded` when gathering, into a
   // fresh tensor for state dicts.
   void copy_out(const at::Tensor& gathered_2d, const at::Tensor& dst) const;
-  // Copies this parameter's unsharded gradient into the (shard_world, total) reduce input.
+  // Writes this parameter's columns of the (shard_world, total) reduce input, which may be
+  // uninitialised: its unsharded gradient and zeros for the padding rows, or zeros throughout
+  // when `grad` is undefined (frozen, or no gradient reached it).
   void copy_in_grad(const at::Tensor& grad, const at::Tensor& reduce_input_2d) const;
 
   void alloc_unsharded();

@@ -439,13 +439,16 @@ void FSDPUnit::post_backward() {
 void FSDPUnit::reduce_gradients() {
   if (num_trainable_ == 0 || !root()->requires_grad_sync_) return;
   at::NoGradGuard no_grad;
-  auto input = at::zeros({shard_world_, total_shard_numel_},
+  // Every column is written below (gradient or zeros), so no separate zero-fill pass.
+  auto input = at::empty({shard_world_, total_shard_numel_},
                          flat_shard_.options().dtype(reduce_dtype_).device(compute_device_)
                              .pinned_memory(false));
   for (auto& p : params_) {
-    if (!p->requires_grad) continue;
-    auto g = p->param.grad();
-    if (g.defined()) p->copy_in_grad(g, input);
+    if (!p->requires_grad) {
+      p->copy_in_grad(at::Tensor(), input);
+      continue;
+    }
+    p->copy_in_grad(p->param.grad(), input);
     p->param.mutable_grad() = at::Tensor();
   }
   if (predivide_factor_ != 1) input.div_(predivide_factor_);
