@@ -27,6 +27,7 @@
 #include <malloc.h>
 
 #include <cstdio>
+#include <ctime>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -47,6 +48,14 @@ using nlohmann::json;
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// CPU time of the whole process (every thread: the caller, fsdpp's communication thread,
+// Gloo's), in ms: how much of a collective's wall time is work a core must do.
+double process_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 // VmHWM (peak) or VmRSS (now) of this process, in MiB.
@@ -370,10 +379,10 @@ int cmd_collectives(const std::string& dir, const std::string& strategy, int rep
   const int gathers = s == fsdpp::ShardingStrategy::FULL_SHARD ? 2
                       : s == fsdpp::ShardingStrategy::NO_SHARD ? 0
                                                                : 1;
-  std::vector<double> t_ag, t_rs, t_ar, t_copy;
+  std::vector<double> t_ag, t_rs, t_ar, t_copy, cpu_comm;
   pg.reset_counters();
   for (int r = 0; r < repeats + 1; ++r) {  // the first round warms the sockets up
-    double ag = 0, rs = 0, ar = 0, cp = 0;
+    double ag = 0, rs = 0, ar = 0, cp = 0, cpu = 0;
     for (const auto& u : units) {
       const int64_t shard = u.at("shard_numel"), numel = u.at("numel");
       if (N == 1 || shard == 0) continue;
@@ -381,9 +390,11 @@ int cmd_collectives(const std::string& dir, const std::string& strategy, int rep
       for (int g = 0; g < gathers; ++g) {
         pg.barrier({"bench"});
         auto t0 = Clock::now();
+        double c0 = process_cpu_ms();
         auto gathered = torch::empty({N * shard});
         pg.all_gather_into_tensor(gathered, flat_shard, {"bench"});
         ag += ms_since(t0);
+        cpu += process_cpu_ms() - c0;
         t0 = Clock::now();
         auto unsharded = torch::empty({numel});
         unsharded.copy_(gathered.narrow(0, 0, numel));
@@ -393,9 +404,11 @@ int cmd_collectives(const std::string& dir, const std::string& strategy, int rep
         auto grads = torch::randn({numel});
         pg.barrier({"bench"});
         const auto t0 = Clock::now();
+        const double c0 = process_cpu_ms();
         pg.all_reduce(grads, fsdpp::dist::ReduceOp::SUM, {"bench"});
         grads.div_(N);
         ar += ms_since(t0);
+        cpu += process_cpu_ms() - c0;
       } else {
         auto grads = torch::randn({numel});
         auto t0 = Clock::now();
@@ -405,9 +418,11 @@ int cmd_collectives(const std::string& dir, const std::string& strategy, int rep
         cp += ms_since(t0);
         pg.barrier({"bench"});
         t0 = Clock::now();
+        const double c0 = process_cpu_ms();
         auto output = torch::empty({shard});
         pg.reduce_scatter_tensor(output, input, fsdpp::dist::ReduceOp::SUM, {"bench"});
         rs += ms_since(t0);
+        cpu += process_cpu_ms() - c0;
         t0 = Clock::now();
         output.div_(N);
         cp += ms_since(t0);
@@ -421,6 +436,7 @@ int cmd_collectives(const std::string& dir, const std::string& strategy, int rep
     t_rs.push_back(rs);
     t_ar.push_back(ar);
     t_copy.push_back(cp);
+    cpu_comm.push_back(cpu);
   }
   const auto counters = pg.counters();
   if (world->rank() == 0) {
@@ -433,6 +449,9 @@ int cmd_collectives(const std::string& dir, const std::string& strategy, int rep
     j["t_all_reduce_ms"] = median(t_ar);
     j["t_comm_ms"] = median(t_ag) + median(t_rs) + median(t_ar);
     j["t_copy_ms"] = median(t_copy);
+    // Rank 0's CPU time (all its threads) inside those collectives: the part of T_comm that
+    // cannot overlap compute when every core is computing.
+    j["t_comm_cpu_ms"] = median(cpu_comm);
     // Barriers are not part of a step's traffic.
     auto c = counters;
     c.bytes[static_cast<int>(fsdpp::dist::Collective::BARRIER)] = 0;

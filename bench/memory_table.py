@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from run_bench import OTHER_CPU_LIMIT, other_cpu_probe, other_cpu_share  # noqa: E402
 
 # Parameter-heavy enough (12.7 M parameters: 200 MB of float32 weights, gradients and AdamW
 # state) that sharding shows beside the activations of a 4 x 128-token batch.
@@ -128,6 +130,7 @@ def main():
     base = common_overrides(args, args.steps)
     results = {"model": base[:7], "steps": args.steps, "warmup": args.warmup, "rows": [],
                "prefetch": [], "machine": {"cores": os.cpu_count(), "load_before": os.getloadavg()}}
+    cpu_before = other_cpu_probe()
     port = args.port
     with tempfile.TemporaryDirectory(prefix="fsdpp-memtable-") as tmp:
         # One token cache for every run, made first: the encoding's own peak is not training's.
@@ -189,6 +192,7 @@ def main():
                   f"T_comm {entry['t_comm_ms'] or float('nan'):.1f} ms",
                   flush=True)
     results["machine"]["load_after"] = os.getloadavg()
+    results["machine"]["other_cpu_share"] = other_cpu_share(cpu_before, other_cpu_probe())
     (out / "memory_table.json").write_text(json.dumps(results, indent=2) + "\n")
     write_markdown(results, out / "memory_table.md")
     write_chart(results, out / "memory_table.png")
@@ -201,8 +205,13 @@ def write_markdown(r, path):
              f"Llama-style model ({', '.join(x.split('=')[0].split('.')[-1] + '=' + x.split('=')[1] for x in r['model'][:6])}), "
              f"byte tokens, AdamW, {r['steps']} steps (median step time over steps > {r['warmup']}); "
              "peak RSS per rank is VmHWM, max over ranks (it includes LibTorch's own ~200-300 MB). "
-             f"Machine: {r['machine']['cores']} cores, load average before {r['machine']['load_before'][0]:.1f}. "
-             "Regenerate with `make bench-memory`.", "",
+             f"Machine: {r['machine']['cores']} cores, load average before {r['machine']['load_before'][0]:.1f}"
+             + (f"; other processes used {100 * r['machine']['other_cpu_share']:.0f}% of its CPU time while this ran"
+                if r["machine"].get("other_cpu_share") is not None else "") + ". "
+             "Regenerate with `make bench-memory`.", ""]
+    if (r["machine"].get("other_cpu_share") or 0) > OTHER_CPU_LIMIT:
+        lines += ["> **Load caveat:** other processes shared the machine: step times are noisy.", ""]
+    lines += [
              "| configuration | " + " | ".join(f"np{n} peak RSS MB | np{n} ms/step" for n in worlds) + " |",
              "|---|" + "---:|---:|" * len(worlds)]
     names = []

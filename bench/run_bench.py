@@ -46,6 +46,32 @@ LOSS_TOLERANCE = 1e-4   # |fsdpp - pytorch| of the loss after the last step
 ESTIMATE_TOLERANCE = 0.15
 
 
+OTHER_CPU_LIMIT = 0.10   # above this share of the CPUs used by other processes, the report warns
+
+
+def other_cpu_probe():
+    """(busy CPU seconds of the whole machine, CPU seconds of this process and its waited-for
+    descendants, wall time) now, for other_cpu_share()."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    hz = os.sysconf("SC_CLK_TCK")
+    me = os.times()
+    ours = me.user + me.system + me.children_user + me.children_system
+    return ((user + nice + system + irq + softirq + steal) / hz, ours, time.time())
+
+
+def other_cpu_share(before, after):
+    """Share of the machine's CPU time that processes outside this benchmark used between two
+    probes: what the load average cannot tell apart from the benchmark's own ranks."""
+    busy = after[0] - before[0]
+    ours = after[1] - before[1]
+    wall = after[2] - before[2]
+    if wall <= 0:
+        return None
+    return max(0.0, (busy - ours) / (wall * os.cpu_count()))
+
+
 def env_default(name, default):
     return os.environ.get(name, default)
 
@@ -184,7 +210,12 @@ def main():
                          "follows the live tensors, to check fsdpp-estimate against (0: check the timed runs)")
     ap.add_argument("--note", default=env_default("BENCH_NOTE", ""),
                     help="a line for the report (e.g. what else ran on the machine)")
+    ap.add_argument("--render", metavar="JSON",
+                    help="only rewrite the Markdown report and chart of an earlier run from its JSON "
+                         "(after a change to the report's layout); nothing is run")
     a = ap.parse_args()
+    if a.render:
+        return render(a.render)
 
     sys.path.insert(0, HERE)
     build = os.path.abspath(a.build_dir)
@@ -211,6 +242,7 @@ def main():
     python = sys.executable
     started = datetime.datetime.now()
     load_before = os.getloadavg()
+    cpu_before = other_cpu_probe()
 
     work = tempfile.mkdtemp(prefix="fsdpp-bench-")
     try:
@@ -291,7 +323,8 @@ def main():
         result = {
             "started": started.isoformat(timespec="seconds"), "finished": finished.isoformat(timespec="seconds"),
             "machine": {"host": platform.node(), "cpus": os.cpu_count(), "load_before": load_before,
-                        "load_after": os.getloadavg(), "platform": platform.platform()},
+                        "load_after": os.getloadavg(), "platform": platform.platform(),
+                        "other_cpu_share": other_cpu_share(cpu_before, other_cpu_probe())},
             "quick": a.quick, "note": a.note, "config": cfg, "num_params": n_params, "data": source,
             "steps": a.steps, "warmup": a.warmup, "repeats": a.repeats,
             "environment": {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": env.get("MALLOC_MMAP_THRESHOLD_", ""),
@@ -321,6 +354,20 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
 
 
+def render(path):
+    with open(path) as f:
+        result = json.load(f)
+    for c in result["configs"]:
+        derive(c, result["config"], result["num_params"])
+    scaling(result["configs"], result["config"])
+    base = os.path.splitext(path)[0]
+    chart(result, base + ".png")
+    with open(base + ".md", "w") as f:
+        f.write(report(result, os.path.basename(base) + ".png"))
+    log(f"rewrote {base}.md and .png from {path}")
+    return 0
+
+
 def derive(c, cfg, n_params):
     fs, pt, n = c["fsdpp"], c["pytorch"], c["world_size"]
     tokens = cfg["local_batch"] * cfg["seq_len"] * n
@@ -338,6 +385,19 @@ def derive(c, cfg, n_params):
     c["profile_ms"] = {"step": t_step, "compute": t_compute, "communication": t_comm, "copies": t_copy,
                        "waiting_other": t_step - t_compute - t_comm - t_copy}
     c["overlap_efficiency"] = max(t_compute, t_comm) / t_step if t_step > 0 else float("nan")
+    # The best ratio this fsdpp could reach on this machine: its step with every collective and
+    # copy hidden, i.e. the compute alone with the optimizer stepping only the local shard.
+    floor = t_compute - c["compute"]["phase_ms"]["optimizer"] + fs["phase_ms"]["optimizer"]
+    c["floor_ms"] = floor
+    c["floor_ratio"] = floor / pt["median_step_ms"]
+    # With every core computing, the collectives' own CPU time (Gloo's socket copies and sums,
+    # t_comm_cpu_ms) and the copies cannot hide behind compute: they add to each rank's work,
+    # stretched by ranks/cores when the ranks share cores (as T_compute already is).
+    if coll and coll.get("t_comm_cpu_ms") is not None:
+        share = max(1.0, n / (os.cpu_count() or 1))
+        cpu_floor = floor + share * (coll["t_comm_cpu_ms"] + t_copy)
+        c["cpu_floor_ms"] = cpu_floor
+        c["cpu_floor_ratio"] = cpu_floor / pt["median_step_ms"]
     # In-step communication time is not timed inside fsdpp: take what is not compute and not the
     # copies. Collective efficiency = busbw in the step / standalone busbw at the same sizes.
     in_step = t_step - t_compute - t_copy
@@ -394,11 +454,18 @@ def report(r, png):
     w(f"Run {r['started']} to {r['finished']} on `{r['machine']['host']}` ({r['machine']['cpus']} CPUs, "
       f"load average {r['machine']['load_before'][0]:.1f} before, {r['machine']['load_after'][0]:.1f} after). "
       f"`make bench` re-runs it; [docs/benchmarks.md](../../docs/benchmarks.md) explains every column.\n")
-    if r["machine"]["load_before"][0] > 1.5 or r["machine"]["load_after"][0] > 1.5 or r.get("note"):
+    other = r["machine"].get("other_cpu_share")
+    if other is not None:
+        w(f"CPU time used by other processes while this ran: {100 * other:.0f}% of the machine's "
+          f"(/proc/stat's busy time less the benchmark's own processes).\n")
+    if (other is not None and other > OTHER_CPU_LIMIT) or (
+            other is None and (r["machine"]["load_before"][0] > 1.5 or r["machine"]["load_after"][0] > 1.5)):
         w(f"> **Load caveat:** the machine was shared while this ran (load average "
-          f"{r['machine']['load_before'][0]:.1f} / {r['machine']['load_after'][0]:.1f} on {r['machine']['cpus']} CPUs)"
-          f"{': ' + r['note'] if r.get('note') else ''}. Step times are noisy; ratios from alternated runs are "
+          f"{r['machine']['load_before'][0]:.1f} / {r['machine']['load_after'][0]:.1f} on {r['machine']['cpus']} CPUs). "
+          f"Step times are noisy; ratios from alternated runs are "
           f"less so. Re-run `make bench` on a quiet machine for numbers to quote.\n")
+    if r.get("note"):
+        w(f"Note: {r['note']}.\n")
     if r["quick"]:
         w("> **Quick run** (BENCH_QUICK): a tiny model, for checking the harness, not for quoting.\n")
     w(f"Model: Llama-style, {r['num_params'] / 1e6:.2f} M parameters (dim {m['dim']}, {m['n_layers']} layers, "
@@ -495,13 +562,21 @@ def report(r, png):
           "the phases as timed inside the step.\n")
     else:
         w("Every configuration meets the target; the split is shown for reference.\n")
-    w("| strategy | ranks | T_step | compute | communication | copies | waiting / other | forward | backward | optimizer | PyTorch fwd / bwd / opt |")
-    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    w("Floor: fsdpp's step with every collective and copy hidden (T_compute, its optimizer on the local shard "
+      "only), over PyTorch's step. CPU floor: the floor plus what cannot hide when every core computes, the "
+      "collectives' own CPU time (comm CPU: every thread of the process inside the standalone collectives, "
+      "socket copies and sums) and the copies, times ranks/cores when ranks share cores.\n")
+    w("| strategy | ranks | T_step | compute | communication | comm CPU | copies | waiting / other | forward | backward | optimizer | PyTorch fwd / bwd / opt | floor ratio | CPU floor ratio |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
     for c in (gaps or r["configs"]):
         p, ph, pph = c["profile_ms"], c["fsdpp"]["phase_ms"], c["pytorch"]["phase_ms"]
+        floor, cpu_floor = c.get("floor_ratio"), c.get("cpu_floor_ratio")
+        comm_cpu = (c.get("collectives") or {}).get("t_comm_cpu_ms")
         w(f"| {c['strategy']} | {c['world_size']} | {p['step']:.0f} | {p['compute']:.0f} | {p['communication']:.0f} | "
+          f"{'' if comm_cpu is None else f'{comm_cpu:.0f}'} | "
           f"{p['copies']:.0f} | {p['waiting_other']:.0f} | {ph['forward']:.0f} | {ph['backward']:.0f} | "
-          f"{ph['optimizer']:.0f} | {pph['forward']:.0f} / {pph['backward']:.0f} / {pph['optimizer']:.0f} |")
+          f"{ph['optimizer']:.0f} | {pph['forward']:.0f} / {pph['backward']:.0f} / {pph['optimizer']:.0f} | "
+          f"{'' if floor is None else f'{floor:.2f}'} | {'' if cpu_floor is None else f'{cpu_floor:.2f}'} |")
     w("")
     if r["problems"]:
         w("## Problems found by this run\n")

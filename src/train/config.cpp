@@ -529,6 +529,7 @@ const Key& schema() {
                       FSDPP_KEY(training, sample_prompt),
                       FSDPP_KEY(training, sample_temperature),
                       FSDPP_KEY(training, sample_top_k),
+                      FSDPP_KEY(training, malloc_mmap_threshold),
                   }),
       });
   return root;
@@ -1038,6 +1039,11 @@ void TrainConfig::validate() const {
   check(t.eval_max_batches >= 1, "[config] training.eval_max_batches={}: expected >= 1",
         t.eval_max_batches);
   check(t.save_steps >= 0, "[config] training.save_steps={}: expected >= 0", t.save_steps);
+  // glibc refuses thresholds above HEAP_MAX_SIZE / 2 (32 MiB on 64-bit systems).
+  check(t.malloc_mmap_threshold >= 0 && t.malloc_mmap_threshold <= (int64_t{32} << 20),
+        "[config] training.malloc_mmap_threshold={}: expected bytes in [0, 33554432] (0: glibc's "
+        "dynamic threshold)",
+        t.malloc_mmap_threshold);
   check(t.save_total_limit >= 0,
         "[config] training.save_total_limit={}: expected >= 0 (0: keep every checkpoint)",
         t.save_total_limit);

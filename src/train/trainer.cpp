@@ -269,10 +269,14 @@ TrainResult Trainer::run() {
 
   // FSDP frees and re-allocates unit-sized buffers every step (gathered parameters, reduce
   // inputs), and glibc's dynamic mmap threshold then keeps them in its heap: measured, a 2-rank
-  // FULL_SHARD run peaked 35% above its working set, above NO_SHARD. A fixed 1 MiB threshold
-  // hands large blocks back to the system at once. Process-wide, which the trainer's process
-  // may decide (docs/fully-shard.md#memory).
-  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  // FULL_SHARD run peaked 35% above its working set, above NO_SHARD. A fixed threshold hands
+  // large blocks back to the system at once, for page faults on the next allocation.
+  // Process-wide, which the trainer's process may decide (docs/fully-shard.md#memory).
+  if (t.malloc_mmap_threshold > 0) {
+    FSDPP_CHECK(mallopt(M_MMAP_THRESHOLD, static_cast<int>(t.malloc_mmap_threshold)) == 1,
+                "[train] glibc refused training.malloc_mmap_threshold={}",
+                t.malloc_mmap_threshold);
+  }
   FullyShardOptions fopts;
   fopts.strategy = t.fsdp;
   const bool hybrid =

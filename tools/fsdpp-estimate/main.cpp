@@ -146,8 +146,9 @@ int main(int argc, char** argv) {
   app.add_option("--budget", budget_gb, "memory per rank in GiB: recommend the fastest configuration that fits");
   int64_t mmap_threshold = -1;
   app.add_option("--mmap-threshold", mmap_threshold,
-                 "CPU: glibc's mmap threshold in bytes, fixed as MALLOC_MMAP_THRESHOLD_ sets it (default: that "
-                 "variable, else 0: glibc's dynamic threshold)");
+                 "CPU: glibc's mmap threshold in bytes, fixed as MALLOC_MMAP_THRESHOLD_ sets it (default: "
+                 "a config's training.malloc_mmap_threshold, else that variable, else 0: glibc's "
+                 "dynamic threshold)");
   app.add_flag("--json", as_json, "machine-readable output");
   CLI11_PARSE(app, argc, argv);
 
@@ -177,6 +178,8 @@ int main(int argc, char** argv) {
       if (batch == 0) batch = t.per_device_train_batch_size;
       if (seq_len == 0) seq_len = cfg.data.seq_len;
       if (strategy_text.empty()) o.strategy = t.fsdp;
+      // The trainer fixes glibc's mmap threshold itself (training.malloc_mmap_threshold).
+      if (mmap_threshold < 0 && t.malloc_mmap_threshold > 0) mmap_threshold = t.malloc_mmap_threshold;
       if (t.bf16 && mixed.empty()) mixed = "bf16";
       if (t.fp16 && mixed.empty()) mixed = "fp16";
       ckpt = ckpt || t.gradient_checkpointing;

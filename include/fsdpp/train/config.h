@@ -62,7 +62,7 @@ struct FsdpSection {
   std::string auto_wrap_policy = "TRANSFORMER_BASED_WRAP";  // | SIZE_BASED_WRAP | NO_WRAP
   std::vector<std::string> transformer_layer_cls_to_wrap = {"TransformerBlock"};
   int64_t min_num_params = 100000000;  // SIZE_BASED_WRAP: a unit per subtree of this many params
-  std::string backward_prefetch = "NO_PREFETCH";  // | BACKWARD_PRE | BACKWARD_POST
+  std::string backward_prefetch = "BACKWARD_PRE";  // | BACKWARD_POST | NO_PREFETCH
   bool forward_prefetch = false;
   // At most two prefetched all-gathers in flight (false: as many as the prefetch asks for).
   bool limit_all_gathers = true;
@@ -115,6 +115,11 @@ struct TrainingSection {
   std::string sample_prompt = "\n";
   double sample_temperature = 0.8;  // 0: greedy
   int64_t sample_top_k = 0;         // 0: the whole vocabulary
+  // glibc's mmap threshold for the trainer's process, in bytes (mallopt M_MMAP_THRESHOLD): FSDP's
+  // per-step buffers then go back to the system when freed instead of staying in the heap.
+  // Less peak RSS for some step time (page faults); 0: glibc's dynamic threshold
+  // (docs/fully-shard.md#memory).
+  int64_t malloc_mmap_threshold = 1 << 20;
 };
 
 struct TrainConfig {
