@@ -5,17 +5,21 @@
 #include "fsdpp/common/error.h"
 
 namespace fsdpp::dist {
-namespace {
 
-std::string first_line_of(const std::exception_ptr& e) {
-  std::string why;
+std::string detail::exception_text(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
   } catch (const std::exception& ex) {
-    why = ex.what();
+    return ex.what();
   } catch (...) {
-    why = "unknown error";
+    return "unknown error";
   }
+}
+
+namespace {
+
+std::string first_line_of(const std::exception_ptr& e) {
+  std::string why = detail::exception_text(e);
   if (auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
   return why;
 }

@@ -24,6 +24,10 @@ namespace detail {
 
 class CollectiveMonitor;
 
+// The what() of the exception in `e` ("unknown error" for one that is not a std::exception),
+// whole: callers cut it to the part they report.
+std::string exception_text(const std::exception_ptr& e);
+
 struct WorkState {
   std::mutex mutex;
   std::condition_variable cv;

@@ -57,14 +57,7 @@ constexpr std::chrono::milliseconds kStallPoll{250};
 constexpr std::chrono::milliseconds kPeerTraceWait{1500};
 
 std::string message_of(const std::exception_ptr& e) {
-  std::string why;
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    why = ex.what();
-  } catch (...) {
-    why = "unknown error";
-  }
+  std::string why = detail::exception_text(e);
   // c10d's messages carry a C++ backtrace after the first line; keep the sentence.
   if (auto nl = why.find("\nException raised from"); nl != std::string::npos) why.resize(nl);
   return why;
