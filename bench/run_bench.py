@@ -312,7 +312,7 @@ def main():
             c = {"strategy": strategy, "world_size": n, "fsdpp": fs, "pytorch": pt,
                  "compute": merge(compute[n]), "collectives": coll, "estimate": est,
                  "memory_check": memory_check, "memory_check_estimate": check_est}
-            derive(c, cfg, n_params)
+            derive(c, cfg, n_params, os.cpu_count() or 1)
             configs.append(c)
             log(f"{strategy} x{n}: fsdpp {fs['median_step_ms']:.0f} ms, pytorch {pt['median_step_ms']:.0f} ms "
                 f"(ratio {c['ratio']:.2f}); peak RSS {max(fs['peak_rss_mb']):.0f} vs {max(pt['peak_rss_mb']):.0f} MiB; "
@@ -358,7 +358,7 @@ def render(path):
     with open(path) as f:
         result = json.load(f)
     for c in result["configs"]:
-        derive(c, result["config"], result["num_params"])
+        derive(c, result["config"], result["num_params"], result["machine"]["cpus"])
     scaling(result["configs"], result["config"])
     base = os.path.splitext(path)[0]
     chart(result, base + ".png")
@@ -368,7 +368,7 @@ def render(path):
     return 0
 
 
-def derive(c, cfg, n_params):
+def derive(c, cfg, n_params, cpus):
     fs, pt, n = c["fsdpp"], c["pytorch"], c["world_size"]
     tokens = cfg["local_batch"] * cfg["seq_len"] * n
     c["ratio"] = fs["median_step_ms"] / pt["median_step_ms"]
@@ -394,7 +394,7 @@ def derive(c, cfg, n_params):
     # t_comm_cpu_ms) and the copies cannot hide behind compute: they add to each rank's work,
     # stretched by ranks/cores when the ranks share cores (as T_compute already is).
     if coll and coll.get("t_comm_cpu_ms") is not None:
-        share = max(1.0, n / (os.cpu_count() or 1))
+        share = max(1.0, n / cpus)  # the cores of the machine the run was on
         cpu_floor = floor + share * (coll["t_comm_cpu_ms"] + t_copy)
         c["cpu_floor_ms"] = cpu_floor
         c["cpu_floor_ratio"] = cpu_floor / pt["median_step_ms"]
