@@ -13,6 +13,7 @@
 
 #include "collective_monitor.h"
 #include "comm_queue.h"
+#include "flight_recorder.h"
 #include "fsdpp/common/error.h"
 #include "nccl_backend.h"
 
@@ -264,6 +265,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const c10::intrusive_ptr<c10d
   pg->global_ranks_ = options.global_ranks;
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("fsdpp/" + options.name, store);
   wait_for_members(prefixed, rank, size, options, pg->global_ranks_);
+  detail::configure_flight_recorder();
   try {
     if (options.backend == BackendKind::GLOO) {
       auto opts = c10d::ProcessGroupGloo::Options::create();

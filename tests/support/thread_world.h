@@ -10,12 +10,14 @@
 #include <thread>
 #include <vector>
 
+#include "../../src/dist/flight_recorder.h"
 #include "fsdpp/dist/world.h"
 
 namespace fsdpp::test {
 
 inline void run_ranks(int n, const std::function<void(dist::World&)>& fn,
                       std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  dist::detail::configure_flight_recorder();  // sets the environment: before any thread starts
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::thread> threads;
   std::exception_ptr first;
