@@ -383,32 +383,34 @@ int cmd_collectives(const std::string& dir, const std::string& strategy, int rep
   pg.reset_counters();
   for (int r = 0; r < repeats + 1; ++r) {  // the first round warms the sockets up
     double ag = 0, rs = 0, ar = 0, cp = 0, cpu = 0;
+    // Runs one collective after a barrier, adding its wall time to `wall` and the process's
+    // CPU time inside it to `cpu`.
+    auto timed = [&](double& wall, const std::function<void()>& collective) {
+      pg.barrier({"bench"});
+      const auto t0 = Clock::now();
+      const double c0 = process_cpu_ms();
+      collective();
+      wall += ms_since(t0);
+      cpu += process_cpu_ms() - c0;
+    };
     for (const auto& u : units) {
       const int64_t shard = u.at("shard_numel"), numel = u.at("numel");
       if (N == 1 || shard == 0) continue;
       auto flat_shard = torch::randn({shard});
       for (int g = 0; g < gathers; ++g) {
-        pg.barrier({"bench"});
-        auto t0 = Clock::now();
-        double c0 = process_cpu_ms();
         auto gathered = torch::empty({N * shard});
-        pg.all_gather_into_tensor(gathered, flat_shard, {"bench"});
-        ag += ms_since(t0);
-        cpu += process_cpu_ms() - c0;
-        t0 = Clock::now();
+        timed(ag, [&] { pg.all_gather_into_tensor(gathered, flat_shard, {"bench"}); });
+        const auto t0 = Clock::now();
         auto unsharded = torch::empty({numel});
         unsharded.copy_(gathered.narrow(0, 0, numel));
         cp += ms_since(t0);
       }
       if (s == fsdpp::ShardingStrategy::NO_SHARD) {
         auto grads = torch::randn({numel});
-        pg.barrier({"bench"});
-        const auto t0 = Clock::now();
-        const double c0 = process_cpu_ms();
-        pg.all_reduce(grads, fsdpp::dist::ReduceOp::SUM, {"bench"});
-        grads.div_(N);
-        ar += ms_since(t0);
-        cpu += process_cpu_ms() - c0;
+        timed(ar, [&] {
+          pg.all_reduce(grads, fsdpp::dist::ReduceOp::SUM, {"bench"});
+          grads.div_(N);
+        });
       } else {
         auto grads = torch::randn({numel});
         auto t0 = Clock::now();
@@ -416,13 +418,8 @@ int cmd_collectives(const std::string& dir, const std::string& strategy, int rep
         input.narrow(0, 0, numel).copy_(grads);
         input.narrow(0, numel, N * shard - numel).zero_();
         cp += ms_since(t0);
-        pg.barrier({"bench"});
-        t0 = Clock::now();
-        const double c0 = process_cpu_ms();
         auto output = torch::empty({shard});
-        pg.reduce_scatter_tensor(output, input, fsdpp::dist::ReduceOp::SUM, {"bench"});
-        rs += ms_since(t0);
-        cpu += process_cpu_ms() - c0;
+        timed(rs, [&] { pg.reduce_scatter_tensor(output, input, fsdpp::dist::ReduceOp::SUM, {"bench"}); });
         t0 = Clock::now();
         output.div_(N);
         cp += ms_since(t0);

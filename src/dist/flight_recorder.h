@@ -13,8 +13,8 @@ namespace fsdpp::dist::detail {
 //
 // The recorder reads its size once, when the first c10d backend records, so this must run
 // before any group is created; it sets an environment variable, so it must not run while
-// another thread reads the environment. init_world calls it; a program that starts several
-// ranks as threads calls it once before starting them.
+// another thread reads the environment. ProcessGroup::create calls it (once per process takes
+// effect); a program that starts several ranks as threads calls it before starting them.
 void configure_flight_recorder();
 
 }  // namespace fsdpp::dist::detail

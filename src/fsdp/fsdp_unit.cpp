@@ -444,12 +444,8 @@ void FSDPUnit::reduce_gradients() {
                          flat_shard_.options().dtype(reduce_dtype_).device(compute_device_)
                              .pinned_memory(false));
   for (auto& p : params_) {
-    if (!p->requires_grad) {
-      p->copy_in_grad(at::Tensor(), input);
-      continue;
-    }
-    p->copy_in_grad(p->param.grad(), input);
-    p->param.mutable_grad() = at::Tensor();
+    p->copy_in_grad(p->requires_grad ? p->param.grad() : at::Tensor(), input);
+    if (p->requires_grad) p->param.mutable_grad() = at::Tensor();
   }
   if (predivide_factor_ != 1) input.div_(predivide_factor_);
   PendingReduce pending;
