@@ -36,13 +36,31 @@ CommQueue::~CommQueue() {
     leave = shared_->running && shared_->abandoned;
   }
   shared_->cv.notify_all();
-  if (!thread_.joinable()) return;
-  // A collective stuck in Gloo ends at Gloo's own timeout, so the join is bounded; an abandoned
-  // one would only hold this process for that long after its error is known.
-  if (leave) {
-    thread_.detach();
-  } else {
-    thread_.join();
+  shared_->finish_cv.notify_all();
+  if (thread_.joinable()) {
+    // A collective stuck in Gloo ends at Gloo's own timeout, so the join is bounded; an
+    // abandoned one would only hold this process for that long after its error is known.
+    if (leave) {
+      thread_.detach();
+    } else {
+      thread_.join();
+    }
+  }
+  // Finishers end once nothing is left to finish. One still waiting on a send or recv that its
+  // peer never matched holds everything it uses and ends at the backend's timeout: leave it,
+  // rather than hold up the group's owner for that long.
+  std::vector<std::thread> finishers;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    finishers.swap(shared_->finishers);
+    leave = shared_->busy_finishers > 0 || !shared_->finishing.empty();
+  }
+  for (auto& t : finishers) {
+    if (leave) {
+      t.detach();
+    } else {
+      t.join();
+    }
   }
 }
 
@@ -52,6 +70,25 @@ void CommQueue::push(std::shared_ptr<detail::WorkState> state, std::function<voi
     shared_->tasks.push_back(Task{std::move(state), std::move(body)});
   }
   shared_->cv.notify_one();
+}
+
+void CommQueue::push_started(std::shared_ptr<detail::WorkState> state,
+                             std::function<Finish()> start) {
+  {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    shared_->tasks.push_back(Task{std::move(state), nullptr, std::move(start)});
+  }
+  shared_->cv.notify_one();
+}
+
+void CommQueue::complete(detail::WorkState& state, std::exception_ptr error, bool not_run) {
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    state.done = true;
+    state.error = error;
+    state.not_run = not_run;
+  }
+  state.cv.notify_all();
 }
 
 std::function<void(const std::string&)> CommQueue::abandoner() const {
@@ -81,13 +118,18 @@ void CommQueue::loop(std::shared_ptr<Shared> s) {
       s->running = !failure;
     }
     std::exception_ptr error;
+    Finish finish;
     if (failure) {
       error = std::make_exception_ptr(CommError(fmt::format(
           "[dist] {}: not run, because an earlier collective of this group failed: {}",
           task.state->description, *failure)));
     } else {
       try {
-        task.body();
+        if (task.start) {
+          finish = task.start();
+        } else {
+          task.body();
+        }
       } catch (...) {
         error = std::current_exception();
       }
@@ -95,14 +137,54 @@ void CommQueue::loop(std::shared_ptr<Shared> s) {
       s->running = false;
       s->abandoned = false;
       if (error && !s->failure) s->failure = first_line_of(error);
+      if (finish) {
+        // Started: a finisher takes it from here; one more thread when none is idle.
+        s->finishing.push_back(Finishing{task.state, std::move(finish)});
+        if (s->idle_finishers == 0) {
+          ++s->idle_finishers;
+          s->finishers.emplace_back(&CommQueue::finisher_loop, s);
+        } else {
+          s->finish_cv.notify_one();
+        }
+        continue;
+      }
+    }
+    complete(*task.state, error, failure.has_value());
+  }
+}
+
+void CommQueue::finisher_loop(std::shared_ptr<Shared> s) {
+  at::NoGradGuard no_grad;
+  for (;;) {
+    Finishing f;
+    {
+      std::unique_lock<std::mutex> lock(s->mutex);
+      s->finish_cv.wait(lock, [&] { return s->stop || !s->finishing.empty(); });
+      if (s->finishing.empty()) {
+        --s->idle_finishers;
+        return;  // stop and drained
+      }
+      f = std::move(s->finishing.front());
+      s->finishing.pop_front();
+      --s->idle_finishers;
+      ++s->busy_finishers;
+    }
+    std::exception_ptr error;
+    try {
+      f.finish();
+    } catch (...) {
+      error = std::current_exception();
     }
     {
-      std::lock_guard<std::mutex> lock(task.state->mutex);
-      task.state->done = true;
-      task.state->error = error;
-      task.state->not_run = failure.has_value();
+      std::lock_guard<std::mutex> lock(s->mutex);
+      // A send or recv that failed leaves the backend out of step (Gloo closes the pairs of a
+      // context whose wait timed out): nothing more runs, as after a failed collective.
+      if (error && !s->failure) s->failure = first_line_of(error);
+      --s->busy_finishers;
+      ++s->idle_finishers;
     }
-    task.state->cv.notify_all();
+    f.finish = nullptr;  // the tensors it holds are released before the waiter wakes
+    complete(*f.state, error, false);
   }
 }
 

@@ -7,6 +7,11 @@
 //
 // After one collective fails the group is out of step with its peers, so the queue runs nothing
 // more: every later task fails at once ("not run: an earlier collective of this group failed").
+//
+// Point-to-point operations are started on the queue thread in issue order too, but finished
+// elsewhere (push_started): a recv waits for a peer that may first need this rank's next send,
+// so the queue must not block on it. A finisher thread per operation in flight waits for each
+// (threads are reused; there are as many as operations were ever in flight at once).
 
 #include <chrono>
 #include <condition_variable>
@@ -18,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace fsdpp::dist {
 namespace detail {
@@ -59,6 +65,12 @@ class CommQueue {
 
   void push(std::shared_ptr<detail::WorkState> state, std::function<void()> body);
 
+  // `start` runs on the queue thread in issue order and returns `finish`, which a finisher
+  // thread then runs (it blocks until the operation completes, or throws); the task is done
+  // when `finish` returns. A failure in either stops the queue as push()'s does.
+  using Finish = std::function<void()>;
+  void push_started(std::shared_ptr<detail::WorkState> state, std::function<Finish()> start);
+
   // For a caller that stops waiting on a running task (its ranks have diverged, so it would
   // only end at the timeout): the tasks behind it fail without running, with `why`.
   // Safe to call after the queue is gone.
@@ -67,7 +79,12 @@ class CommQueue {
  private:
   struct Task {
     std::shared_ptr<detail::WorkState> state;
-    std::function<void()> body;
+    std::function<void()> body;          // push()
+    std::function<Finish()> start;       // push_started()
+  };
+  struct Finishing {
+    std::shared_ptr<detail::WorkState> state;
+    Finish finish;
   };
   struct Shared {
     std::mutex mutex;
@@ -77,8 +94,16 @@ class CommQueue {
     bool running = false;    // a task's body is executing
     bool abandoned = false;  // ... and its caller gave up on it
     std::optional<std::string> failure;  // the first task's error: nothing runs after it
+    std::deque<Finishing> finishing;     // started, waiting for a finisher
+    std::condition_variable finish_cv;   // finishers wait on it (cv is the queue thread's)
+    int idle_finishers = 0;
+    int busy_finishers = 0;
+    std::vector<std::thread> finishers;
   };
   static void loop(std::shared_ptr<Shared> shared);
+  static void finisher_loop(std::shared_ptr<Shared> shared);
+  // Marks `state` done with `error` (null: success) and wakes its waiters.
+  static void complete(detail::WorkState& state, std::exception_ptr error, bool not_run);
 
   std::shared_ptr<Shared> shared_;
   std::thread thread_;

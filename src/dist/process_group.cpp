@@ -28,6 +28,9 @@ const char* to_string(Collective c) {
     case Collective::ALL_REDUCE: return "all_reduce";
     case Collective::BROADCAST: return "broadcast";
     case Collective::BARRIER: return "barrier";
+    case Collective::ALL_TO_ALL: return "all_to_all";
+    case Collective::SEND: return "send";
+    case Collective::RECV: return "recv";
   }
   return "?";
 }
@@ -322,7 +325,7 @@ void wait_c10d(const c10::intrusive_ptr<c10d::Work>& work) {
 
 Work ProcessGroup::submit(Collective kind, uint64_t bytes_sent, std::string what,
                           std::string op, const at::Tensor* input, const CollectiveTag& tag,
-                          std::function<void()> body) {
+                          std::function<void()> body, RecordAs record_as) {
   const int k = static_cast<int>(kind);
   bytes_[k].fetch_add(bytes_sent, std::memory_order_relaxed);
   calls_[k].fetch_add(1, std::memory_order_relaxed);
@@ -330,7 +333,7 @@ Work ProcessGroup::submit(Collective kind, uint64_t bytes_sent, std::string what
   state->timeout = options_.timeout;
   state->monitor = monitor_;
   state->abandon = queue_->abandoner();
-  std::string shape, dtype;
+  std::string shape = std::move(record_as.shape), dtype = std::move(record_as.dtype);
   if (input != nullptr) {
     shape = fmt::format("[{}]", fmt::join(input->sizes(), ", "));
     dtype = c10::toString(input->scalar_type());
@@ -388,6 +391,9 @@ void ring_reduce_scatter(const detail::BackendCore& core, const at::Tensor& outp
     out.copy_(flat);
     return;
   }
+  // Above the users' send/recv tags: a user's message in flight between the same two ranks
+  // must never be taken for a step of the ring.
+  constexpr int kRingTag = ProcessGroup::kMaxP2PTag + 1;
   auto recv_buf = at::empty({c}, input.options());
   auto send_buf = at::empty({c}, input.options());
   at::Tensor to_send = chunk((r - 1 + n) % n);
@@ -396,8 +402,8 @@ void ring_reduce_scatter(const detail::BackendCore& core, const at::Tensor& outp
   for (int s = 0; s < n - 1; ++s) {
     std::vector<at::Tensor> rv{recv_buf};
     std::vector<at::Tensor> sv{to_send};
-    auto recv_work = core.backend->recv(rv, left, s);
-    auto send_work = core.backend->send(sv, right, s);
+    auto recv_work = core.backend->recv(rv, left, kRingTag + s);
+    auto send_work = core.backend->send(sv, right, kRingTag + s);
     recv_work->wait(core.timeout);
     send_work->wait(core.timeout);
     const int k = ((r - s - 2) % n + n) % n;
@@ -497,6 +503,145 @@ Work ProcessGroup::barrier_async(const CollectiveTag& tag) {
       wait_c10d(core->backend->allreduce(ts));
     }
   });
+}
+
+namespace {
+
+// Rows of `t` as bytes, (rows, row bytes): all-to-all moves rows whatever their dtype (Gloo's
+// all-to-all does not take every dtype, and nothing is reduced).
+at::Tensor rows_as_bytes(const at::Tensor& t) {
+  const int64_t rows = t.size(0);
+  const int64_t row_bytes = rows == 0 ? 0 : static_cast<int64_t>(t.nbytes()) / rows;
+  if (row_bytes == 0) return at::empty({rows, 0}, t.options().dtype(at::kByte));
+  return t.view({-1}).view(at::kByte).view({rows, row_bytes});
+}
+
+std::vector<int64_t> checked_splits(std::vector<int64_t> splits, const at::Tensor& t, int size,
+                                    const char* which) {
+  if (splits.empty()) {
+    FSDPP_CHECK(t.size(0) % size == 0,
+                "[dist] all_to_all_single: {} has {} rows, which {} ranks cannot split evenly; "
+                "give {}_split_sizes",
+                which, t.size(0), size, which);
+    return std::vector<int64_t>(size, t.size(0) / size);
+  }
+  FSDPP_CHECK(static_cast<int>(splits.size()) == size,
+              "[dist] all_to_all_single: {} split sizes for a group of {} ranks", splits.size(),
+              size);
+  int64_t sum = 0;
+  for (int64_t v : splits) {
+    FSDPP_CHECK(v >= 0, "[dist] all_to_all_single: {} split sizes [{}] hold a negative size", which,
+                fmt::join(splits, ", "));
+    sum += v;
+  }
+  FSDPP_CHECK(sum == t.size(0),
+              "[dist] all_to_all_single: {} split sizes [{}] add up to {} rows but the {} has {}",
+              which, fmt::join(splits, ", "), sum, which, t.size(0));
+  return splits;
+}
+
+}  // namespace
+
+Work ProcessGroup::all_to_all_single_async(const at::Tensor& output, const at::Tensor& input,
+                                           std::vector<int64_t> output_split_sizes,
+                                           std::vector<int64_t> input_split_sizes,
+                                           const CollectiveTag& tag) {
+  FSDPP_CHECK(input.dim() >= 1 && output.dim() >= 1,
+              "[dist] all_to_all_single needs tensors with a dim 0 of rows; got {} and {} dims",
+              input.dim(), output.dim());
+  FSDPP_CHECK(input.scalar_type() == output.scalar_type() &&
+                  input.sizes().slice(1) == output.sizes().slice(1),
+              "[dist] all_to_all_single: input [{}] {} and output [{}] {} differ in dtype or in "
+              "the shape of a row",
+              fmt::join(input.sizes(), ", "), c10::toString(input.scalar_type()),
+              fmt::join(output.sizes(), ", "), c10::toString(output.scalar_type()));
+  FSDPP_CHECK(output.is_contiguous() && input.is_contiguous(),
+              "[dist] all_to_all_single needs contiguous tensors");
+  auto out_splits = checked_splits(std::move(output_split_sizes), output, size_, "output");
+  auto in_splits = checked_splits(std::move(input_split_sizes), input, size_, "input");
+  // The one pair of splits this rank can check alone: what it sends itself.
+  FSDPP_CHECK(in_splits[rank_] == out_splits[rank_],
+              "[dist] all_to_all_single: rank {} sends itself {} rows (input_split_sizes[{}]) but "
+              "expects {} from itself (output_split_sizes[{}])",
+              global_rank(), in_splits[rank_], rank_, out_splits[rank_], rank_);
+  int64_t row_elems = 1;
+  for (int64_t d : input.sizes().slice(1)) row_elems *= d;
+  const uint64_t bytes_per_row = static_cast<uint64_t>(row_elems) * c10::elementSize(input.scalar_type());
+  uint64_t sent = 0;
+  for (int j = 0; j < size_; ++j) {
+    if (j != rank_) sent += static_cast<uint64_t>(in_splits[j]) * bytes_per_row;
+  }
+  // Ranks send different numbers of rows, so the record that ranks compare holds what they
+  // share: the shape of a row and the dtype.
+  const std::string row_shape = fmt::format("[*{}{}]", input.dim() > 1 ? ", " : "",
+                                            fmt::join(input.sizes().slice(1), ", "));
+  const std::string what = fmt::format("{} B in, {} B out {} (rows to ranks [{}], from ranks [{}])",
+                                       input.nbytes(), output.nbytes(),
+                                       c10::toString(input.scalar_type()),
+                                       fmt::join(in_splits, ", "), fmt::join(out_splits, ", "));
+  return submit(Collective::ALL_TO_ALL, sent, what, "all_to_all_single", nullptr, tag,
+                [core = core_, output, input, out_splits, in_splits]() mutable {
+                  if (core->size == 1) {
+                    output.copy_(input);
+                    return;
+                  }
+                  auto out = rows_as_bytes(output);
+                  auto in = rows_as_bytes(input);
+                  c10d::AllToAllOptions o;
+                  o.timeout = core->timeout;
+                  wait_c10d(core->backend->alltoall_base(out, in, out_splits, in_splits, o));
+                },
+                RecordAs{row_shape, c10::toString(input.scalar_type())});
+}
+
+Work ProcessGroup::send_async(const at::Tensor& tensor, int dst, int tag, const CollectiveTag& what) {
+  return submit_p2p(/*is_send=*/true, tensor, dst, tag, what);
+}
+
+Work ProcessGroup::recv_async(const at::Tensor& tensor, int src, int tag, const CollectiveTag& what) {
+  return submit_p2p(/*is_send=*/false, tensor, src, tag, what);
+}
+
+Work ProcessGroup::submit_p2p(bool is_send, const at::Tensor& tensor, int peer, int tag,
+                              const CollectiveTag& what) {
+  const char* name = is_send ? "send" : "recv";
+  FSDPP_CHECK(peer >= 0 && peer < size_ && peer != rank_,
+              "[dist] {} on group '{}': peer {} is not another rank of the group (this is rank {} "
+              "of {})",
+              name, options_.name, peer, rank_, size_);
+  FSDPP_CHECK(tag >= 0 && tag <= kMaxP2PTag, "[dist] {} to/from rank {}: tag {} is not in [0, {}]",
+              name, global_ranks_[peer], tag, kMaxP2PTag);
+  FSDPP_CHECK(tensor.is_contiguous(), "[dist] {} needs a contiguous tensor", name);
+  const int k = static_cast<int>(is_send ? Collective::SEND : Collective::RECV);
+  bytes_[k].fetch_add(is_send ? static_cast<uint64_t>(tensor.nbytes()) : 0, std::memory_order_relaxed);
+  calls_[k].fetch_add(1, std::memory_order_relaxed);
+  auto state = std::make_shared<detail::WorkState>();
+  state->timeout = options_.timeout;
+  // No monitor: a send or recv concerns two ranks, so the group-wide sequence comparison that a
+  // stalled wait runs does not apply to it; its own message names the peer, tag and size.
+  const std::string peer_name =
+      global_ranks_[peer] == peer ? fmt::format("rank {}", peer)
+                                  : fmt::format("rank {} (group rank {})", global_ranks_[peer], peer);
+  state->description = fmt::format(
+      "rank {} (group '{}', {} of {}): {} #{} {} {} with tag {}, [{}] {} ({} B){}", global_rank(),
+      options_.name, rank_, size_, name, p2p_issued_.fetch_add(1) + 1, is_send ? "to" : "from",
+      peer_name, tag, fmt::join(tensor.sizes(), ", "), c10::toString(tensor.scalar_type()),
+      tensor.nbytes(),
+      what.module.empty() ? "" : fmt::format(" for module '{}'", what.module));
+  if (tensor.numel() == 0) {
+    // Nothing to move; the peer's matching call completes at once as well.
+    state->done = true;
+    return Work(std::move(state));
+  }
+  queue_->push_started(state, [core = core_, tensor, peer, tag, is_send]() -> CommQueue::Finish {
+    std::vector<at::Tensor> ts{tensor};
+    auto work = is_send ? core->backend->send(ts, peer, tag) : core->backend->recv(ts, peer, tag);
+    return [work, timeout = core->timeout] {
+      work->wait(timeout);
+      work->synchronize();
+    };
+  });
+  return Work(std::move(state));
 }
 
 CommCounters ProcessGroup::counters() const {

@@ -36,13 +36,23 @@ enum class ReduceOp { SUM, AVG, MAX };
 enum class BackendKind { GLOO, NCCL };
 const char* to_string(BackendKind kind);
 
-enum class Collective : int { ALL_GATHER = 0, REDUCE_SCATTER, ALL_REDUCE, BROADCAST, BARRIER };
-inline constexpr int kNumCollectives = 5;
+enum class Collective : int {
+  ALL_GATHER = 0,
+  REDUCE_SCATTER,
+  ALL_REDUCE,
+  BROADCAST,
+  BARRIER,
+  ALL_TO_ALL,
+  SEND,
+  RECV,
+};
+inline constexpr int kNumCollectives = 8;
 const char* to_string(Collective c);
 
 // Bytes this rank sent, per kind of collective, as the algorithm used moves them (ring
 // all-gather and reduce-scatter send (N-1)/N of the full buffer, ring all-reduce twice that,
-// broadcast sends the buffer once from the root).
+// broadcast sends the buffer once from the root, all-to-all the rows for the other ranks, send
+// the message). Every entry counts bytes sent, so RECV counts calls and never bytes.
 struct CommCounters {
   std::array<uint64_t, kNumCollectives> bytes{};
   std::array<uint64_t, kNumCollectives> calls{};
@@ -128,6 +138,32 @@ class ProcessGroup {
   Work broadcast_async(const at::Tensor& tensor, int root, const CollectiveTag& tag = {});
   Work barrier_async(const CollectiveTag& tag = {});
 
+  // output = the rows (dim 0) every rank sent this one, in rank order: rank r sends the
+  // input_split_sizes[j] rows after its first sum(input_split_sizes[0..j)) to rank j, and this
+  // rank's output_split_sizes[r] rows come from rank r, so output_split_sizes[r] on rank j
+  // must equal input_split_sizes[j] on rank r (the caller agrees on them, e.g. by an all-to-all
+  // of the counts first). Empty split sizes mean equal splits. Both tensors contiguous, of one
+  // dtype, with the same trailing shape; a split may be 0. Any dtype: rows move as bytes.
+  Work all_to_all_single_async(const at::Tensor& output, const at::Tensor& input,
+                               std::vector<int64_t> output_split_sizes,
+                               std::vector<int64_t> input_split_sizes,
+                               const CollectiveTag& tag = {});
+
+  // Point-to-point, for pipeline stages. send_async(t, dst, tag) is matched by the recv_async
+  // on rank `dst` (a rank of this group) from this rank with the same tag: between two ranks,
+  // messages of one tag arrive in the order they were sent, and messages of different tags are
+  // independent (received in any order). Tags are in [0, kMaxP2PTag]. The receiver gives a
+  // contiguous tensor of the sender's size and dtype. Both complete when the message has moved
+  // (a send waits for its recv); a recv whose sender never sends fails at the group's timeout
+  // naming the peer, the tag and the size. They run after everything issued before them on
+  // this group but do not hold up what is issued after them, and they are not part of the
+  // collective sequence that ranks compare (docs/dist.md). A zero-sized message moves nothing
+  // and completes at once. NCCL ignores tags: between two ranks, messages are matched in the
+  // order they were issued.
+  static constexpr int kMaxP2PTag = (1 << 30) - 1;
+  Work send_async(const at::Tensor& tensor, int dst, int tag = 0, const CollectiveTag& what = {});
+  Work recv_async(const at::Tensor& tensor, int src, int tag = 0, const CollectiveTag& what = {});
+
   void all_gather_into_tensor(const at::Tensor& output, const at::Tensor& input,
                               const CollectiveTag& tag = {}) {
     all_gather_into_tensor_async(output, input, tag).wait();
@@ -143,6 +179,19 @@ class ProcessGroup {
     broadcast_async(tensor, root, tag).wait();
   }
   void barrier(const CollectiveTag& tag = {}) { barrier_async(tag).wait(); }
+  void all_to_all_single(const at::Tensor& output, const at::Tensor& input,
+                         std::vector<int64_t> output_split_sizes,
+                         std::vector<int64_t> input_split_sizes, const CollectiveTag& tag = {}) {
+    all_to_all_single_async(output, input, std::move(output_split_sizes),
+                            std::move(input_split_sizes), tag)
+        .wait();
+  }
+  void send(const at::Tensor& tensor, int dst, int tag = 0, const CollectiveTag& what = {}) {
+    send_async(tensor, dst, tag, what).wait();
+  }
+  void recv(const at::Tensor& tensor, int src, int tag = 0, const CollectiveTag& what = {}) {
+    recv_async(tensor, src, tag, what).wait();
+  }
 
   CommCounters counters() const;
   void reset_counters();
@@ -154,11 +203,19 @@ class ProcessGroup {
 
  private:
   ProcessGroup(int rank, int size, Options options);
-  // `op` and `input` make the collective's record ("all_reduce(SUM)", its shape and dtype);
-  // `what` describes it in messages. `body` runs on the queue thread and must hold (by value)
-  // everything it uses: an abandoned one may outlive the group.
+  // `op` and `input` make the collective's record ("all_reduce(SUM)", its shape and dtype), or
+  // `record_as` without an input; `what` describes it in messages. `body` runs on the queue
+  // thread and must hold (by value) everything it uses: an abandoned one may outlive the group.
+  struct RecordAs {
+    std::string shape;
+    std::string dtype;
+  };
   Work submit(Collective kind, uint64_t bytes_sent, std::string what, std::string op,
-              const at::Tensor* input, const CollectiveTag& tag, std::function<void()> body);
+              const at::Tensor* input, const CollectiveTag& tag, std::function<void()> body,
+              RecordAs record_as = {});
+  // A send or recv: counted, described, started on the queue in issue order, finished off it.
+  Work submit_p2p(bool is_send, const at::Tensor& tensor, int peer, int tag,
+                  const CollectiveTag& what);
 
   int rank_;
   int size_;
@@ -171,6 +228,7 @@ class ProcessGroup {
   std::unique_ptr<CommQueue> queue_;
   std::array<std::atomic<uint64_t>, kNumCollectives> bytes_{};
   std::array<std::atomic<uint64_t>, kNumCollectives> calls_{};
+  std::atomic<uint64_t> p2p_issued_{0};  // numbers sends and recvs in messages
 };
 
 }  // namespace fsdpp::dist
