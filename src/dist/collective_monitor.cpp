@@ -11,6 +11,7 @@
 
 #include <fmt/ranges.h>
 
+#include "deadline_store.h"
 #include "fsdpp/common/error.h"
 
 namespace fsdpp::dist::detail {
@@ -263,6 +264,8 @@ std::string CollectiveMonitor::progress(uint64_t waiting) {
   }
   traces.push_back(own(waiting));
   std::string s = describe_progress(traces);
+  // A stopped store host publishes nothing and answers nothing: say so, it is the cause.
+  if (const std::string why = store_unresponsive(store_); !why.empty()) s += "; " + why;
   if (!silent.empty()) {
     s += fmt::format(
         "; {} {} published no trace: not waiting on a collective of this group (busy "

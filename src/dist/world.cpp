@@ -4,10 +4,16 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <cstdlib>
+#include <future>
+#include <thread>
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/dist/gloo_address.h"
+#include "deadline_store.h"
 #include "nccl_backend.h"
 
 namespace fsdpp::dist {
@@ -44,6 +50,41 @@ void set_threads(const DistEnv& env, const InitOptions& options) {
     }
   }
   if (n) torch::set_num_threads(*n);
+}
+
+// A MASTER_ADDR that names no host fails here at once, instead of as a rendezvous timeout that
+// blames the port.
+void check_resolves(const std::string& addr) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(addr.c_str(), nullptr, &hints, &res);
+  if (res != nullptr) ::freeaddrinfo(res);
+  FSDPP_CHECK_AS(ConfigError, rc == 0,
+                 "[dist] MASTER_ADDR='{}' is not a usable address ({}); expected the host name or "
+                 "IP address of the machine that runs rank 0",
+                 addr, ::gai_strerror(rc));
+}
+
+// TCPStore's constructor talks to the server once connected; a server that accepts connections
+// but is stopped would hold it forever, so it runs on a thread of its own with a deadline.
+c10::intrusive_ptr<c10d::Store> connect_bounded(const std::string& addr,
+                                                const c10d::TCPStoreOptions& so,
+                                                std::chrono::milliseconds bound) {
+  auto task = std::make_shared<std::packaged_task<c10::intrusive_ptr<c10d::Store>()>>(
+      [addr, so]() -> c10::intrusive_ptr<c10d::Store> {
+        return c10::make_intrusive<c10d::TCPStore>(addr, so);
+      });
+  auto result = task->get_future();
+  std::thread([task] { (*task)(); }).detach();
+  if (result.wait_for(bound) != std::future_status::ready) {
+    FSDPP_THROW(TimeoutError,
+                "[dist] the rendezvous store at {}:{} accepted no session within {} ms: its host "
+                "(rank 0) is stopped, hung, or unreachable",
+                addr, so.port, bound.count());
+  }
+  return result.get();
 }
 
 }  // namespace
@@ -124,8 +165,15 @@ std::shared_ptr<World> init_from_env(const InitOptions& options) {
     so.numWorkers = std::nullopt;
     so.waitWorkers = false;
     so.timeout = env.timeout;
+    check_resolves(env.master_addr);
     try {
-      store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+      if (so.isServer) {
+        store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+      } else {
+        store = connect_bounded(env.master_addr, so, env.timeout + std::chrono::seconds(2));
+      }
+    } catch (const TimeoutError&) {
+      throw;
     } catch (const std::exception& e) {
       if (so.isServer) {
         FSDPP_THROW(CommError,
@@ -140,6 +188,11 @@ std::shared_ptr<World> init_from_env(const InitOptions& options) {
                   "reachable from this host?",
                   env.rank, env.master_addr, env.master_port, env.timeout.count(), first_line(e));
     }
+    // Every later store call (group set-up, the hang detector, checkpoint agreement) is bounded.
+    const std::string host =
+        env.agent_store ? fmt::format("fsdpp-run's agent at {}:{}", env.master_addr, env.master_port)
+                        : fmt::format("hosted by rank 0 at {}:{}", env.master_addr, env.master_port);
+    store = c10::make_intrusive<detail::DeadlineStore>(std::move(store), host, env.timeout);
   }
   return init_world(env, store, options);
 }

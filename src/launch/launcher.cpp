@@ -130,6 +130,10 @@ int find_free_port(const std::string& host) {
   return ntohs(addr.sin_port);
 }
 
+OutputOptions output_options(const LaunchConfig& config) {
+  return {config.prefix_output, config.log_dir, std::chrono::seconds(2LL * config.timeout_s)};
+}
+
 int run(const LaunchConfig& config) {
   validate(config);
   // Picked once: every attempt's workers meet at the same address.
@@ -146,7 +150,7 @@ int run(const LaunchConfig& config) {
 
   SignalWatch signals;
   if (config.nnodes > 1) return run_multi_node(config, signals, grace);
-  WorkerGroup group(signals, {config.prefix_output, config.log_dir});
+  WorkerGroup group(signals, output_options(config));
   for (int attempt = 0;; ++attempt) {
     if (attempt > 0) {
       fmt::print(stderr, "[fsdpp-run] restarting workers (attempt {} of {})\n", attempt + 1,
@@ -155,7 +159,13 @@ int run(const LaunchConfig& config) {
     group.start(worker_specs(config, master_port, attempt));
     const WorkerGroup::WaitResult result = group.wait();
 
-    if (result.outcome == WorkerGroup::Outcome::kSucceeded) return kExitSuccess;
+    if (result.outcome == WorkerGroup::Outcome::kSucceeded) {
+      if (const int n = group.stop_leftovers(grace); n > 0) {
+        fmt::print(stderr, "[fsdpp-run] every worker exited 0; stopped the processes that {} of "
+                   "them left running in the background\n", n);
+      }
+      return kExitSuccess;
+    }
 
     if (result.outcome == WorkerGroup::Outcome::kInterrupted) {
       fmt::print(stderr, "[fsdpp-run] received {}; forwarding it to {} worker(s)\n",
@@ -168,13 +178,16 @@ int run(const LaunchConfig& config) {
       return 128 + result.signal;
     }
 
+    const std::string stopped = group.stopped_note();
     const WorkerGroup::StopResult stop = group.stop(SIGTERM, grace);
     std::string killed;
     if (stop.killed > 0) {
       killed = fmt::format(" ({} with SIGKILL {})", stop.killed, kill_reason(stop, config.grace_s));
     }
-    fmt::print(stderr, "[fsdpp-run] {}; stopped the other {} worker(s){}\n",
-               result.failure->describe(), stop.signalled, killed);
+    fmt::print(stderr, "[fsdpp-run] {}; stopped the other {} worker(s){}{}\n",
+               result.failure->describe(),
+               stop.signalled - (result.failure->stopped_s > 0 ? 1 : 0), killed,
+               result.failure->stopped_s > 0 ? "" : stopped);
     if (stop.interrupt_signal != 0) return 128 + stop.interrupt_signal;
     if (attempt >= config.max_restarts) return kExitWorkerFailed;
   }

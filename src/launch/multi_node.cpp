@@ -87,7 +87,7 @@ int run_multi_node(const LaunchConfig& config, SignalWatch& signals, millisecond
   lo.heartbeat_timeout = heartbeat_timeout;
   NodeLink link(std::move(*joined), lo);
 
-  WorkerGroup group(signals, {config.prefix_output, config.log_dir});
+  WorkerGroup group(signals, output_options(config));
   group.watch(link.fd());
   std::vector<WorkerSpec> specs;
   for (int i = 0; i < config.nproc_per_node; ++i) {
@@ -106,6 +106,10 @@ int run_multi_node(const LaunchConfig& config, SignalWatch& signals, millisecond
 
   switch (result.outcome) {
     case WorkerGroup::Outcome::kSucceeded: {
+      if (const int n = group.stop_leftovers(grace); n > 0) {
+        fmt::print(stderr, "[fsdpp-run] node {}: every worker exited 0; stopped the processes "
+                   "that {} of them left running in the background\n", self, n);
+      }
       link.set_state(NodeLink::State::kDone);
       if (self != 0) return kExitSuccess;
       // Node 0 hosts the store: it stays until every other node is done with it.

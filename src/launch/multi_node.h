@@ -7,8 +7,13 @@
 
 #include "fsdpp/launch/launcher.h"
 #include "signal_watch.h"
+#include "worker_group.h"
 
 namespace fsdpp::launch {
+
+// How the workers of either kind of run are supervised: --timeout-s bounds their collectives, so a
+// worker stopped for twice that is frozen, not slow (its peers should have failed already).
+OutputOptions output_options(const LaunchConfig& config);
 
 // Returns run()'s exit code. `config` is validated; `signals` is the launcher's.
 int run_multi_node(const LaunchConfig& config, SignalWatch& signals,

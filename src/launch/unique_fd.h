@@ -1,35 +1,15 @@
 #pragma once
-// An owned file descriptor, closed on destruction.
+// Pipes and whole writes for the launcher (UniqueFd: fsdpp/common/unique_fd.h).
 
 #include <unistd.h>
 
 #include <utility>
 
+#include "fsdpp/common/unique_fd.h"
+
 namespace fsdpp::launch {
 
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) reset(std::exchange(other.fd_, -1));
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { reset(); }
-
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  void reset(int fd = -1) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
+using fsdpp::UniqueFd;
 
 struct Pipe {
   UniqueFd read;

@@ -9,6 +9,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -52,12 +55,43 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
   return out;
 }
 
+// Whether process group `pgid` has a member that is not a zombie. kill(-pgid, 0) alone also
+// finds the zombies that an orphaned child leaves until init reaps it, which can be never in a
+// container whose init does not reap.
+bool group_has_live_member(pid_t pgid) {
+  if (::kill(-pgid, 0) != 0) return false;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat;
+    if (!std::getline(in, stat)) continue;
+    // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so parse after the
+    // last ')'.
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    char state = 0;
+    long ppid = 0, pgrp = 0;
+    if (!(rest >> state >> ppid >> pgrp)) continue;
+    if (pgrp == pgid && state != 'Z' && state != 'X') return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool WorkerExit::ok() const { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
 
 std::string WorkerExit::describe() const {
   const std::string who = fmt::format("rank {} (local {}, pid {})", rank, local_rank, pid);
+  if (stopped_s > 0) {
+    const int sig = WIFSTOPPED(status) ? WSTOPSIG(status) : SIGSTOP;
+    return fmt::format("{} has been stopped by signal {} ({}) for {:.1f} s (a frozen process never "
+                       "exits on its own; its peers cannot go on without it)",
+                       who, sig, signal_name(sig), stopped_s);
+  }
   if (WIFEXITED(status)) return fmt::format("{} exited with code {}", who, WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
@@ -200,6 +234,15 @@ WorkerGroup::WaitResult WorkerGroup::wait() {
       return {Outcome::kSucceeded, std::nullopt, 0};
     }
     if (external_ready_) return {Outcome::kExternal, std::nullopt, 0};
+    for (const Worker& w : workers_) {
+      if (!w.running || !w.stopped_since) continue;
+      const auto stopped = Clock::now() - *w.stopped_since;
+      if (stopped >= output_.stopped_limit) {
+        WorkerExit e{w.spec.rank, w.spec.local_rank, w.pid, w.status};
+        e.stopped_s = std::chrono::duration<double>(stopped).count();
+        return {Outcome::kWorkerFailed, e, 0};
+      }
+    }
     pump(kPollInterval);
   }
 }
@@ -209,6 +252,8 @@ WorkerGroup::StopResult WorkerGroup::stop(int signal, milliseconds grace) {
   StopResult result;
   result.signalled = running();
   signal_groups(signal);
+  // A stopped worker would hold the signal pending until the grace ran out.
+  if (signal != SIGKILL) signal_groups(SIGCONT);
   const auto deadline = Clock::now() + grace;
   while (running() > 0 && pending_signal_ == 0 && Clock::now() < deadline) {
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
@@ -231,6 +276,33 @@ WorkerGroup::StopResult WorkerGroup::stop(int signal, milliseconds grace) {
   drain(kDrainLimit);
   if (result.interrupt_signal == 0) result.interrupt_signal = std::exchange(pending_signal_, 0);
   return result;
+}
+
+int WorkerGroup::stop_leftovers(milliseconds grace) {
+  std::vector<pid_t> groups;
+  for (const Worker& w : workers_) {
+    if (w.pid > 0 && group_has_live_member(w.pid)) groups.push_back(w.pid);
+  }
+  if (groups.empty()) return 0;
+  for (pid_t g : groups) ::kill(-g, SIGTERM);
+  for (pid_t g : groups) ::kill(-g, SIGCONT);
+  const auto deadline = Clock::now() + grace;
+  auto alive = [&] { return std::any_of(groups.begin(), groups.end(), group_has_live_member); };
+  while (alive() && Clock::now() < deadline) ::usleep(20'000);
+  for (pid_t g : groups) ::kill(-g, SIGKILL);
+  return static_cast<int>(groups.size());
+}
+
+std::string WorkerGroup::stopped_note() const {
+  std::string out;
+  for (const Worker& w : workers_) {
+    if (!w.stopped_since) continue;
+    const int sig = WIFSTOPPED(w.status) ? WSTOPSIG(w.status) : SIGSTOP;
+    out += fmt::format("; rank {} (pid {}) was stopped by {} for {:.1f} s", w.spec.rank, w.pid,
+                       signal_name(sig),
+                       std::chrono::duration<double>(Clock::now() - *w.stopped_since).count());
+  }
+  return out;
 }
 
 void WorkerGroup::signal_groups(int signal) {
@@ -272,8 +344,17 @@ void WorkerGroup::reap() {
   for (Worker& w : workers_) {
     if (!w.running) continue;
     int status = 0;
-    const pid_t r = ::waitpid(w.pid, &status, WNOHANG);
+    const pid_t r = ::waitpid(w.pid, &status, WNOHANG | WUNTRACED | WCONTINUED);
     if (r == 0) continue;
+    if (r > 0 && WIFSTOPPED(status)) {
+      if (!w.stopped_since) w.stopped_since = Clock::now();
+      w.status = status;
+      continue;
+    }
+    if (r > 0 && WIFCONTINUED(status)) {
+      w.stopped_since.reset();
+      continue;
+    }
     if (r < 0) status = 0;  // ECHILD: someone else reaped it; nothing more to learn
     w.running = false;
     w.status = status;

@@ -32,6 +32,7 @@ struct WorkerExit {
   int local_rank = 0;
   pid_t pid = -1;
   int status = 0;  // as from waitpid()
+  double stopped_s = 0;  // > 0: did not exit, but was stopped that long (status: the stop)
 
   bool ok() const;
   // "rank 1 (local 1, pid 1234) exited with code 3" or "... was killed by signal 9 (SIGKILL)".
@@ -41,6 +42,9 @@ struct WorkerExit {
 struct OutputOptions {
   bool prefix = true;                            // "[rank R] " before each line
   std::optional<std::filesystem::path> log_dir;  // also write <log_dir>/rank<R>.log
+  // A worker stopped (SIGSTOP, SIGTSTP, a debugger) for longer than this counts as failed: a
+  // stopped process never exits and never errs, and its peers may all be waiting on it.
+  std::chrono::milliseconds stopped_limit{600'000};
 };
 
 class WorkerGroup {
@@ -82,6 +86,15 @@ class WorkerGroup {
 
   int running() const;
 
+  // After a successful attempt: what the workers left behind in their process groups
+  // (background children) gets SIGTERM, then SIGKILL after `grace`. Returns the groups that had
+  // any.
+  int stop_leftovers(std::chrono::milliseconds grace);
+
+  // "; rank 0 (pid 12) was stopped (SIGSTOP) for 3.2 s" for every worker stopped right now:
+  // the likely cause when its peers time out.
+  std::string stopped_note() const;
+
   // Makes wait() also return kExternal once `fd` is readable (-1: nothing to watch). The fd is
   // borrowed and must outlive the group.
   void watch(int fd) { external_fd_ = fd; }
@@ -94,6 +107,8 @@ class WorkerGroup {
     int status = 0;
     OutputRelay out;
     OutputRelay err;
+    std::optional<std::chrono::steady_clock::time_point> stopped_since;
+    int stop_signal = 0;
   };
 
   Worker spawn(const WorkerSpec& spec);

@@ -523,6 +523,8 @@ const Key& schema() {
                       FSDPP_KEY(training, resume_from_checkpoint),
                       FSDPP_KEY(training, seed),
                       FSDPP_KEY(training, output_dir),
+                      FSDPP_KEY(training, overwrite_output_dir),
+                      FSDPP_KEY(training, skip_memory_check),
                       FSDPP_KEY(training, lr_scheduler_type),
                       FSDPP_KEY(training, min_lr_ratio),
                       FSDPP_KEY(training, sample_tokens),

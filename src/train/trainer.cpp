@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <csignal>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -18,6 +20,7 @@
 #include "fsdpp/data/sampler.h"
 #include "fsdpp/data/token_dataset.h"
 #include "fsdpp/data/tokenizer.h"
+#include "fsdpp/dist/agree.h"
 #include "fsdpp/fsdp/checkpoint.h"
 #include "fsdpp/fsdp/disk_offload.h"
 #include "fsdpp/fsdp/fully_shard.h"
@@ -29,9 +32,13 @@
 #include "fsdpp/state/atomic_dir.h"
 #include "fsdpp/state/state_dict.h"
 #include "fsdpp/train/lr_schedule.h"
+#include "fsdpp/train/memory_check.h"
 #include "checkpointer.h"
 #include "faults.h"
+#include "metrics_log.h"
+#include "output_dir.h"
 #include "progress.h"
+#include "stop_signal.h"
 
 namespace fs = std::filesystem;
 
@@ -77,7 +84,8 @@ fs::path corpus_file(const DataSection& data, const fs::path& cache_dir, dist::W
            0x9e3779b97f4a7c15ULL + (key << 6) + (key >> 2);
   }
   const fs::path out = cache_dir / fmt::format("corpus-{:016x}.txt", key);
-  if (world.rank() == 0 && !fs::exists(out)) {
+  dist::agree_on_failure(*world.group(), "joining data.path's files into one corpus", [&] {
+    if (world.rank() != 0 || fs::exists(out)) return;
     std::string text;
     for (const auto& f : files) {
       std::ifstream in(f, std::ios::binary);
@@ -85,8 +93,7 @@ fs::path corpus_file(const DataSection& data, const fs::path& cache_dir, dist::W
       if (!text.empty() && text.back() != '\n') text.push_back('\n');
     }
     write_atomically(out, text);
-  }
-  world.group()->barrier({"corpus"});
+  });
   return out;
 }
 
@@ -97,12 +104,12 @@ std::unique_ptr<data::Tokenizer> make_tokenizer(const DataSection& data, const f
   if (model.empty()) {
     const fs::path prefix = cache_dir / fmt::format("spm-bpe-{}", data.tokenizer_vocab_size);
     model = prefix.string() + ".model";
-    if (world.rank() == 0 && !fs::exists(model)) {
+    dist::agree_on_failure(*world.group(), "training the tokenizer", [&] {
+      if (world.rank() != 0 || fs::exists(model)) return;
       std::printf("[train] training a sentencepiece BPE tokenizer (vocab %lld) on %s\n",
                   static_cast<long long>(data.tokenizer_vocab_size), corpus.c_str());
       data::SentencePieceTokenizer::train(corpus.string(), prefix.string(), data.tokenizer_vocab_size);
-    }
-    world.group()->barrier({"tokenizer"});
+    });
   }
   FSDPP_CHECK_AS(ConfigError, fs::exists(model), "[train] data.tokenizer_model '{}' does not exist", model);
   return std::make_unique<data::SentencePieceTokenizer>(model);
@@ -222,22 +229,33 @@ TrainResult Trainer::run() {
   std::optional<TrainerState> resumed;
   if (!resume_dir.empty()) resumed = read_trainer_state(resume_dir);
   world.group()->barrier({"resume"});  // every rank has read before rank 0 touches output_dir
-  if (lead) {
-    fs::create_directories(out_dir);
-    fs::create_directories(cache_dir);
+  // Rank 0 alone writes output_dir; a failure there (or in any rank-0-only step below) stops
+  // every rank with one line instead of a hang or a page of c10d frames on the others.
+  std::optional<detail::OutputDirLock> dir_lock;  // held by rank 0 until run() returns
+  std::string lock_warning;
+  dist::agree_on_failure(*world.group(), "preparing training.output_dir", [&] {
+    if (!lead) return;
+    dir_lock.emplace(out_dir, t.overwrite_output_dir, &lock_warning);
+    std::error_code ec;
+    fs::create_directories(cache_dir, ec);
+    FSDPP_CHECK_AS(ConfigError, !ec, "[train] the cache directory '{}' (data.cache_dir) cannot be "
+                   "created: {}", cache_dir.string(), ec.message());
     state::cleanup_stale_tmp(out_dir);  // what a killed save left
     write_atomically(out_dir / "config.yaml", cfg.to_yaml());
-  }
-  world.group()->barrier({"output_dir"});
+  });
+  if (!lock_warning.empty()) say(lock_warning);
   const fs::path corpus = corpus_file(cfg.data, cache_dir, world);
   auto tokenizer = make_tokenizer(cfg.data, corpus, cache_dir, world);
   data::TokenDatasetOptions dopts;
   dopts.cache_dir = cache_dir;
   // Rank 0 encodes; the others then map the cached token file.
   std::optional<data::TokenDataset> dataset;
-  if (lead) dataset = data::TokenDataset::open(corpus, *tokenizer, dopts);
-  world.group()->barrier({"tokens"});
-  if (!lead) dataset = data::TokenDataset::open(corpus, *tokenizer, dopts);
+  dist::agree_on_failure(*world.group(), "tokenizing data.path", [&] {
+    if (lead) dataset = data::TokenDataset::open(corpus, *tokenizer, dopts);
+  });
+  dist::agree_on_failure(*world.group(), "opening the token cache", [&] {
+    if (!lead) dataset = data::TokenDataset::open(corpus, *tokenizer, dopts);
+  });
   auto splits = dataset->split(cfg.data.val_fraction);
   const data::TokenDataset train_data = splits.first;
   const data::TokenDataset val_data = splits.second;
@@ -260,6 +278,14 @@ TrainResult Trainer::run() {
   FSDPP_CHECK_AS(ConfigError, vocab >= tokenizer->vocab_size(),
                  "[train] model.vocab_size={} is smaller than the tokenizer's vocabulary ({})",
                  vocab, tokenizer->vocab_size());
+  if (!t.skip_memory_check && world.backend() == dist::BackendKind::GLOO) {
+    // The host's memory is the device's on CPU; a GPU's is not checked here.
+    const int local = world.env().local_world_size;
+    dist::agree_on_failure(*world.group(), "checking that the run fits in memory", [&] {
+      const auto ce = configured_estimate(cfg, vocab, world.size(), local);
+      check_memory_fits(estimate_memory(ce.model, ce.options), ce.model.num_params() * 4, local);
+    });
+  }
   models::Llama model(cfg.llama_config(vocab));
   const int64_t n_params = models::num_parameters(*model);
   say(fmt::format("[train] model: Llama dim {} x {} layers, {} heads ({} kv), vocab {}: {:.2f} M parameters",
@@ -431,8 +457,9 @@ TrainResult Trainer::run() {
   };
 
   // ---- loop -------------------------------------------------------------------------------
-  std::ofstream metrics;
-  if (lead) metrics.open(out_dir / "metrics.jsonl", resumed ? std::ios::app : std::ios::trunc);
+  std::optional<detail::MetricsLog> metrics;
+  if (lead) metrics.emplace(out_dir / "metrics.jsonl", resumed.has_value());
+  detail::StopSignal stop_signal;  // SIGTERM/SIGINT: stop after the step in progress
   Progress progress(lead, total_steps);
   TrainResult result;
   result.output_dir = out_dir.string();
@@ -474,10 +501,13 @@ TrainResult Trainer::run() {
     scaler.update();
     opt.zero_grad();
     const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    // Loss over the global batch and memory over the ranks: one small all-reduce each.
-    auto stats = torch::tensor({loss_sum / accum}, torch::kDouble);
+    // Loss over the global batch and memory over the ranks: one small all-reduce each. A stop
+    // signal rides along, so that every rank stops after the same step.
+    auto stats = torch::tensor({loss_sum / accum, stop_signal.received() != 0 ? 1.0 : 0.0},
+                               torch::kDouble);
     world.group()->all_reduce(stats, dist::ReduceOp::AVG, {"metrics"});
-    const double loss = stats.item<double>();
+    const double loss = stats[0].item<double>();
+    const bool stop_now = stats[1].item<double>() > 0;
     FSDPP_CHECK(std::isfinite(loss), "[train] the loss became {} at step {}", loss, step);
     result.final_loss = loss;
     result.steps = step;
@@ -507,20 +537,37 @@ TrainResult Trainer::run() {
       j["comm_bytes_intra"] = split_after.first - split_before.first;
       j["comm_bytes_inter"] = split_after.second - split_before.second;
       j["elapsed_s"] = elapsed;
-      if (lead) {
-        metrics << j.dump() << "\n";
-        metrics.flush();
-      }
+      dist::agree_on_failure(*world.group(), "writing metrics.jsonl", [&] {
+        if (lead) metrics->append(j.dump());
+      });
       progress.log(step, loss, eval_now ? val_loss : std::nan(""), lr, grad_norm,
                    tokens_per_step / (step_ms / 1000.0), step_ms, rss.item<double>(), elapsed);
     } else {
       progress.tick(step, loss, lr, std::chrono::duration<double>(Clock::now() - start).count());
     }
     if (t.save_steps > 0 && step % t.save_steps == 0) save_checkpoint(step);
+    if (stop_now) {
+      result.stopped_by_signal = stop_signal.received() != 0 ? stop_signal.received() : SIGTERM;
+      break;
+    }
   }
   progress.finish();
   checkpointer.finish();  // an asynchronous save still being written: wait, report its error
   result.final_val_loss = val_loss;
+  if (result.stopped_by_signal != 0) {
+    const auto saved = list_checkpoints(out_dir);
+    say(fmt::format("[train] stopped by {} after step {} of {}; {}", strsignal(result.stopped_by_signal),
+                    result.steps, total_steps,
+                    saved.empty() ? std::string("no checkpoint was saved")
+                                  : fmt::format("the newest checkpoint is {}", saved.back().second.string())));
+    return result;
+  }
+  if (first_step > total_steps) {
+    say(fmt::format("[train] nothing to train: resumed at step {} and the run has {} steps "
+                    "(raise training.max_steps or num_train_epochs to go on)",
+                    first_step - 1, total_steps));
+    return result;
+  }
 
   // ---- sample -----------------------------------------------------------------------------
   if (t.sample_tokens > 0) {
@@ -538,8 +585,9 @@ TrainResult Trainer::run() {
   }
   say(fmt::format("[train] done: {} steps, final loss {:.4f}, validation loss {:.4f}", result.steps,
                   result.final_loss, result.final_val_loss));
-  say(fmt::format("[train] metrics: {}  config: {}  sample: {}", (out_dir / "metrics.jsonl").string(),
-                  (out_dir / "config.yaml").string(), (out_dir / "sample.txt").string()));
+  say(fmt::format("[train] metrics: {}  config: {}{}", (out_dir / "metrics.jsonl").string(),
+                  (out_dir / "config.yaml").string(),
+                  t.sample_tokens > 0 ? "  sample: " + (out_dir / "sample.txt").string() : ""));
   return result;
 }
 

@@ -23,8 +23,8 @@ int main(int argc, char** argv) {
     auto config = fsdpp::train::TrainConfig::from_file(argv[1], overrides);
     auto world = fsdpp::dist::init_from_env();
     fsdpp::train::Trainer trainer(std::move(config), world);
-    trainer.run();
-    return 0;
+    const auto result = trainer.run();
+    return result.stopped_by_signal != 0 ? 128 + result.stopped_by_signal : 0;
   } catch (const fsdpp::ConfigError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;

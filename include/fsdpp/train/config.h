@@ -109,6 +109,11 @@ struct TrainingSection {
   std::string resume_from_checkpoint;
   uint64_t seed = 42;
   std::string output_dir = "runs/default";
+  // Write into an output_dir that another live job holds (Hugging Face's name); by default the
+  // second job is refused (docs/faults.md).
+  bool overwrite_output_dir = false;
+  // Skip the check, before the model is allocated, that the estimated memory per rank fits.
+  bool skip_memory_check = false;
   std::string lr_scheduler_type = "cosine";  // cosine | linear | constant
   double min_lr_ratio = 0.1;                 // the schedule decays to learning_rate * this
   int64_t sample_tokens = 200;               // text sampled after training; 0: none

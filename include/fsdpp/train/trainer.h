@@ -17,6 +17,9 @@ struct TrainResult {
   double final_val_loss = 0;  // NaN when there is no validation split
   std::string output_dir;
   std::string sample;         // text generated at the end (empty when sample_tokens == 0)
+  // SIGTERM or SIGINT stopped the run after `steps` (checkpoints in flight were finished); 0
+  // when it ran to the end. fsdpp-train exits with 128 + this.
+  int stopped_by_signal = 0;
 };
 
 class Trainer {

@@ -1,0 +1,42 @@
+#pragma once
+// What a training config will need per rank, from fsdpp-estimate's model of the step, and the
+// check the trainer makes with it before it allocates the model: a run that cannot fit stops with
+// a sentence naming the sizes, instead of dying later in an allocation (SIGABRT from c10) or at
+// the kernel's hand (SIGKILL by the OOM killer).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fsdpp/fsdp/memory_estimate.h"
+#include "fsdpp/train/config.h"
+
+namespace fsdpp::train {
+
+struct ConfiguredEstimate {
+  ModelDescription model;
+  EstimateOptions options;
+  std::vector<std::string> notes;  // where the config says more than the estimate models
+};
+
+// The estimate's inputs as fsdpp-train will run `cfg` with a vocabulary of `vocab` tokens on
+// `world_size` ranks, `local_world_size` of them per node (HYBRID's shard groups default to it).
+ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, int world_size,
+                                       int local_world_size);
+
+// What this process may still allocate: the least of the node's available memory shared by its
+// local ranks, its cgroup's headroom likewise, and its own address-space limit (RLIMIT_AS).
+struct MemoryHeadroom {
+  int64_t bytes = 0;
+  std::string limited_by;  // "MemAvailable 3.2 GiB over 2 local ranks", ...
+};
+MemoryHeadroom memory_headroom(int local_world_size);
+
+// Throws ConfigError when the step's peak (`estimate`), or the model built whole in fp32 before
+// fully_shard shards it (`whole_model_bytes`, on top of the runtime), exceeds what this process
+// can still get, naming the sizes, the limit, and what to change. training.skip_memory_check
+// skips the call.
+void check_memory_fits(const MemoryEstimate& estimate, int64_t whole_model_bytes,
+                       int local_world_size);
+
+}  // namespace fsdpp::train

@@ -1,0 +1,144 @@
+#include "fsdpp/train/memory_check.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/fully_shard.h"
+#include "fsdpp/models/llama.h"
+
+namespace fsdpp::train {
+namespace {
+
+// "VmSize:   123 kB" -> bytes; 0 when the field is missing.
+int64_t proc_status_bytes(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string key = std::string(field) + ":";
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) == 0) return std::stoll(line.substr(key.size())) * 1024;
+  }
+  return 0;
+}
+
+int64_t meminfo_bytes(const char* field) {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  const std::string key = std::string(field) + ":";
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) == 0) return std::stoll(line.substr(key.size())) * 1024;
+  }
+  return -1;
+}
+
+// cgroup v2's limit and usage for this process's group; -1 when unlimited or unknown.
+int64_t cgroup_headroom() {
+  std::ifstream cg("/proc/self/cgroup");
+  std::string line, path;
+  while (std::getline(cg, line)) {
+    if (line.rfind("0::", 0) == 0) path = line.substr(3);
+  }
+  if (path.empty()) return -1;
+  const std::string dir = "/sys/fs/cgroup" + (path == "/" ? std::string() : path);
+  std::ifstream max_in(dir + "/memory.max"), cur_in(dir + "/memory.current");
+  std::string max_text;
+  int64_t current = 0;
+  if (!(max_in >> max_text) || max_text == "max" || !(cur_in >> current)) return -1;
+  try {
+    return std::max<int64_t>(0, std::stoll(max_text) - current);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+std::string gib(int64_t b) { return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1ll << 30)); }
+
+}  // namespace
+
+ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, int world_size,
+                                       int local_world_size) {
+  ConfiguredEstimate out;
+  const auto lc = cfg.llama_config(vocab);
+  const DecoderShape shape{lc.vocab_size, lc.dim,          lc.n_layers,     lc.n_heads,
+                           lc.kv_heads(), lc.ffn_hidden_dim(), lc.tie_embeddings, lc.max_seq_len};
+  out.model = describe_decoder(shape);
+  const auto& t = cfg.training;
+  const auto& fc = t.fsdp_config;
+  auto& o = out.options;
+  o.strategy = t.fsdp;
+  o.world_size = world_size;
+  o.shard_group_size = fc.hybrid_shard_group_size > 0 ? static_cast<int>(fc.hybrid_shard_group_size)
+                                                      : local_world_size;
+  if (t.bf16 || t.fp16) {
+    o.param_dtype = t.bf16 ? EstimateDType::BF16 : EstimateDType::FP16;
+    o.reduce_dtype = EstimateDType::FP32;  // as the trainer reduces (trainer.cpp)
+  }
+  o.activation_checkpointing = t.gradient_checkpointing;
+  o.cpu_offload = fc.offload_params;
+  o.batch = t.per_device_train_batch_size;
+  o.seq_len = cfg.data.seq_len;
+  const BackwardPrefetch bp = parse_backward_prefetch(fc.backward_prefetch);
+  o.backward_prefetch = bp == BackwardPrefetch::NONE ? 0 : 1;
+  o.backward_prefetch_post = bp == BackwardPrefetch::BACKWARD_POST;
+  o.forward_prefetch = fc.forward_prefetch ? 1 : 0;
+  o.limit_all_gathers = fc.limit_all_gathers ? 2 : 0;
+  o.mmap_threshold = t.malloc_mmap_threshold;
+  if (fc.auto_wrap_policy != "TRANSFORMER_BASED_WRAP" ||
+      fc.transformer_layer_cls_to_wrap != std::vector<std::string>{"TransformerBlock"}) {
+    out.notes.push_back(fmt::format("units taken as one per TransformerBlock plus the root (the "
+                                    "config's wrap policy {} is not modelled)",
+                                    fc.auto_wrap_policy));
+  }
+  return out;
+}
+
+MemoryHeadroom memory_headroom(int local_world_size) {
+  const int n = std::max(1, local_world_size);
+  MemoryHeadroom h{std::numeric_limits<int64_t>::max(), ""};
+  auto consider = [&](int64_t bytes, std::string why) {
+    if (bytes >= 0 && bytes < h.bytes) h = {bytes, std::move(why)};
+  };
+  if (const int64_t avail = meminfo_bytes("MemAvailable"); avail >= 0) {
+    consider(avail / n, fmt::format("the node's available memory ({}) shared by {} local rank(s)",
+                                    gib(avail), n));
+  }
+  if (const int64_t cg = cgroup_headroom(); cg >= 0) {
+    consider(cg / n, fmt::format("the cgroup's memory.max headroom ({}) shared by {} local rank(s)",
+                                 gib(cg), n));
+  }
+  rlimit as{};
+  if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+    const int64_t used = proc_status_bytes("VmSize");
+    consider(std::max<int64_t>(0, static_cast<int64_t>(as.rlim_cur) - used),
+             fmt::format("the address-space limit (ulimit -v: {}, {} of it mapped already)",
+                         gib(static_cast<int64_t>(as.rlim_cur)), gib(used)));
+  }
+  return h;
+}
+
+void check_memory_fits(const MemoryEstimate& e, int64_t whole_model_bytes,
+                       int local_world_size) {
+  const MemoryHeadroom h = memory_headroom(local_world_size);
+  if (h.limited_by.empty()) return;
+  // What is resident now (LibTorch, the data) is already part of the estimate's runtime.
+  const int64_t resident = proc_status_bytes("VmRSS");
+  const int64_t peak = std::max(e.total, whole_model_bytes + e.runtime);
+  if (peak - resident <= h.bytes) return;
+  FSDPP_THROW(ConfigError,
+              "[train] this run needs an estimated {} per rank (the step's peak: {} = parameters "
+              "{}, gradients {}, optimizer state {}, gathered units {}, activations {}, at {}; "
+              "the model built whole in fp32 before it is sharded: {}), but this process can get "
+              "at most {} more: {}. Use more ranks or nodes, FULL_SHARD, "
+              "training.gradient_checkpointing, mixed precision, a smaller batch or model "
+              "(fsdpp-estimate CONFIG --budget GB recommends one); "
+              "training.skip_memory_check=true skips this check",
+              gib(peak), gib(e.total), gib(e.parameters), gib(e.gradients),
+              gib(e.optimizer_state), gib(e.unsharded), gib(e.activations), e.peak_at,
+              gib(whole_model_bytes), gib(h.bytes), h.limited_by);
+}
+
+}  // namespace fsdpp::train

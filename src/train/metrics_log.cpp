@@ -1,0 +1,56 @@
+#include "metrics_log.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "fsdpp/common/error.h"
+
+namespace fsdpp::train::detail {
+
+MetricsLog::MetricsLog(std::filesystem::path path, bool append) : path_(std::move(path)) {
+  const int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (append ? 0 : O_TRUNC);
+  fd_.reset(::open(path_.c_str(), flags, 0644));
+  FSDPP_CHECK(fd_, "[train] cannot open '{}' for the metrics: {}", path_.string(),
+              std::strerror(errno));
+}
+
+void MetricsLog::append(const std::string& line) {
+  // The path must still lead to this file: a removed output directory leaves writes that
+  // succeed into a file nobody can read.
+  struct stat open_st {}, path_st {};
+  FSDPP_CHECK(::fstat(fd_.get(), &open_st) == 0, "[train] cannot stat '{}': {}", path_.string(),
+              std::strerror(errno));
+  const bool reachable = ::stat(path_.c_str(), &path_st) == 0 && path_st.st_ino == open_st.st_ino &&
+                         path_st.st_dev == open_st.st_dev;
+  FSDPP_CHECK(reachable && open_st.st_nlink > 0,
+              "[train] '{}' was deleted or replaced while the run wrote it (was "
+              "training.output_dir removed?); stopping rather than losing the metrics",
+              path_.string());
+  const std::string text = line + "\n";
+  const off_t before = open_st.st_size;
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd_.get(), text.data() + done, text.size() - done);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    const int err = n < 0 ? errno : ENOSPC;
+    // Whole lines or nothing: a reader (or a resume's truncate_metrics) must be able to parse
+    // every line that is there.
+    if (done > 0 && ::ftruncate(fd_.get(), before) != 0) {
+      FSDPP_THROW(Error,
+                  "[train] cannot write '{}': {}; and cutting its half-written last line failed "
+                  "too: {}",
+                  path_.string(), std::strerror(err), std::strerror(errno));
+    }
+    FSDPP_THROW(Error, "[train] cannot write '{}': {} (the lines before this one are intact)",
+                path_.string(), std::strerror(err));
+  }
+}
+
+}  // namespace fsdpp::train::detail

@@ -1,0 +1,82 @@
+#include "output_dir.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+
+#include "fsdpp/common/error.h"
+
+namespace fs = std::filesystem;
+
+namespace fsdpp::train::detail {
+namespace {
+
+std::string holder_of(int fd) {
+  char buf[512] = {};
+  const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+  std::string s = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\0')) s.pop_back();
+  return s.empty() ? "a process that has not written its name yet" : s;
+}
+
+std::string host_name() {
+  char h[256] = {};
+  return ::gethostname(h, sizeof(h) - 1) == 0 ? std::string(h) : std::string("?");
+}
+
+}  // namespace
+
+OutputDirLock::OutputDirLock(const fs::path& dir, bool overwrite, std::string* warning) {
+  std::error_code ec;
+  FSDPP_CHECK_AS(ConfigError, !fs::exists(dir, ec) || fs::is_directory(dir, ec),
+                 "[train] training.output_dir='{}' exists and is not a directory; expected a "
+                 "directory (created if missing)",
+                 dir.string());
+  fs::create_directories(dir, ec);
+  FSDPP_CHECK_AS(ConfigError, !ec, "[train] training.output_dir='{}' cannot be created: {}",
+                 dir.string(), ec.message());
+  const fs::path lock_path = dir / ".fsdpp.lock";
+  UniqueFd fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  FSDPP_CHECK_AS(ConfigError, fd, "[train] training.output_dir='{}' is not writable: {}",
+                 dir.string(), std::strerror(errno));
+  FSDPP_CHECK_AS(ConfigError, ::access(dir.c_str(), W_OK) == 0,
+                 "[train] training.output_dir='{}' is not writable: {}", dir.string(),
+                 std::strerror(errno));
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    FSDPP_CHECK_AS(ConfigError, err == EWOULDBLOCK,
+                   "[train] cannot lock training.output_dir='{}' ({}): {}", dir.string(),
+                   lock_path.string(), std::strerror(err));
+    const std::string holder = holder_of(fd.get());
+    if (!overwrite) {
+      FSDPP_THROW(ConfigError,
+                  "[train] training.output_dir='{}' is in use by another job ({}); wait for it "
+                  "to end, choose another output_dir, or set training.overwrite_output_dir=true "
+                  "to write into it anyway",
+                  dir.string(), holder);
+    }
+    if (warning) {
+      *warning = fmt::format(
+          "[train] warning: training.output_dir='{}' is in use by another job ({}); "
+          "training.overwrite_output_dir=true: writing into it anyway",
+          dir.string(), holder);
+    }
+    return;
+  }
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char when[64] = {};
+  std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
+  const std::string me = fmt::format("pid {} on host {}, since {}\n", ::getpid(), host_name(), when);
+  // Best effort: the lock is what counts, the text only names its holder.
+  if (::ftruncate(fd.get(), 0) == 0) {
+    [[maybe_unused]] const ssize_t n = ::pwrite(fd.get(), me.data(), me.size(), 0);
+  }
+  fd_ = std::move(fd);
+}
+
+}  // namespace fsdpp::train::detail
