@@ -15,8 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint_reader.h"
+#include "index_checks.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/state/atomic_dir.h"
+#include "fsdpp/state/output_path.h"
 #include "fsdpp/state/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -62,9 +64,11 @@ CheckpointReader::CheckpointReader(fs::path dir) : dir_(std::move(dir)) {
   const fs::path index = dir_ / "index.json";
   FSDPP_CHECK_AS(CheckpointError, fs::exists(index),
                  "[state] '{}' has no index.json; is it an fsdpp checkpoint?", dir_.string());
+  require_regular_file(index, "checkpoint index");
   index_ = read_json_file(index);
   FSDPP_CHECK_AS(CheckpointError, index_.is_object() && index_.contains("params"),
                  "[state] '{}' is not an fsdpp checkpoint index (no \"params\")", index.string());
+  check_index_version(index_, index);
 }
 
 std::string CheckpointReader::format() const { return index_.value("format", std::string()); }
@@ -72,7 +76,7 @@ std::string CheckpointReader::format() const { return index_.value("format", std
 SafetensorsFile& CheckpointReader::file(const std::string& name) {
   auto it = files_.find(name);
   if (it == files_.end()) {
-    const fs::path p = dir_ / name;
+    const fs::path p = dir_ / checked_file_name(name, dir_ / "index.json");
     FSDPP_CHECK_AS(CheckpointError, fs::exists(p), "[state] checkpoint file '{}' is missing",
                    p.string());
     it = files_.emplace(name, std::make_unique<SafetensorsFile>(SafetensorsFile::open(p))).first;
@@ -265,7 +269,8 @@ std::string describe_checkpoint_impl(const fs::path& dir, bool verify) {
   return out.str();
 }
 
-int64_t consolidate_checkpoint_impl(const fs::path& dir, const fs::path& out) {
+int64_t consolidate_checkpoint_impl(const fs::path& dir, const fs::path& out, bool overwrite) {
+  check_output_path("consolidate", out, {dir}, OutputKind::kFile, overwrite);
   CheckpointReader r(dir);
   const auto format = r.format();
   FSDPP_CHECK_AS(CheckpointError, format == "fsdpp.sharded" || format == "fsdpp.full",
@@ -327,8 +332,8 @@ std::string describe_checkpoint(const fs::path& dir, bool verify) {
   return index_errors_named(dir, [&] { return describe_checkpoint_impl(dir, verify); });
 }
 
-int64_t consolidate_checkpoint(const fs::path& dir, const fs::path& out) {
-  return index_errors_named(dir, [&] { return consolidate_checkpoint_impl(dir, out); });
+int64_t consolidate_checkpoint(const fs::path& dir, const fs::path& out, bool overwrite) {
+  return index_errors_named(dir, [&] { return consolidate_checkpoint_impl(dir, out, overwrite); });
 }
 
 std::vector<std::pair<std::string, at::Tensor>> read_full_model(const fs::path& dir) {

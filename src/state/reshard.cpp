@@ -11,6 +11,7 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/state/atomic_dir.h"
 #include "fsdpp/state/consolidate.h"
+#include "fsdpp/state/output_path.h"
 #include "fsdpp/state/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -43,9 +44,14 @@ void copy_file_bytes(const fs::path& from, const fs::path& to) {
 
 }  // namespace
 
-ReshardResult reshard_checkpoint(const fs::path& in, const fs::path& out, int64_t world_size) {
-  FSDPP_CHECK_AS(CheckpointError, world_size >= 1,
-                 "[state] reshard: the world size must be >= 1; got {}", world_size);
+ReshardResult reshard_checkpoint(const fs::path& in, const fs::path& out, int64_t world_size,
+                                 bool overwrite) {
+  // Checked before anything is sized by it: a world size of 10^11 used to end in bad_alloc.
+  FSDPP_CHECK_AS(CheckpointError, world_size >= 1 && world_size <= kMaxReshardWorldSize,
+                 "[state] reshard: the world size must be between 1 and {}; got {}",
+                 kMaxReshardWorldSize, world_size);
+  // Before the input is read: an output inside it must not even get its temporary directory.
+  check_output_path("reshard", out, {in}, OutputKind::kDirectory, overwrite);
   detail::CheckpointReader r(in);
   const std::string format = r.format();
   FSDPP_CHECK_AS(CheckpointError, format != "fsdpp.local",
@@ -55,11 +61,6 @@ ReshardResult reshard_checkpoint(const fs::path& in, const fs::path& out, int64_
   FSDPP_CHECK_AS(CheckpointError, format == "fsdpp.sharded" || format == "fsdpp.full",
                  "[state] reshard: '{}' has format '{}'; expected fsdpp.sharded or fsdpp.full",
                  in.string(), format);
-  std::error_code ec;
-  FSDPP_CHECK_AS(CheckpointError, !fs::exists(out, ec),
-                 "[state] reshard: the output '{}' exists; give a new directory", out.string());
-  FSDPP_CHECK_AS(CheckpointError, fs::weakly_canonical(in) != fs::weakly_canonical(out),
-                 "[state] reshard: input and output are the same directory '{}'", in.string());
 
   json index;
   index["format"] = "fsdpp.sharded";

@@ -358,13 +358,15 @@ SafetensorsFile::TensorInfo parse_entry(const fs::path& path, const std::string&
 
 SafetensorsFile SafetensorsFile::open(const fs::path& path) {
   const std::string file = path.string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: open(2) of a FIFO blocks until a writer appears, so a FIFO in place of a shard
+  // would hang here before fstat could refuse it. It changes nothing for a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     FSDPP_THROW(CheckpointError, "[state] cannot open '{}': {}", file, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    FSDPP_THROW(CheckpointError, "[state] '{}' is not a regular file", file);
+    FSDPP_THROW(CheckpointError, "[state] '{}' is not a regular file; expected a safetensors file", file);
   }
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
   if (file_size < 8) {

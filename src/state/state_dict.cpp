@@ -25,6 +25,7 @@
 #include "../fsdp/fsdp_unit.h"
 #include "agree.h"
 #include "pending_save.h"
+#include "index_checks.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/dist/process_group.h"
 #include "fsdpp/state/atomic_dir.h"
@@ -864,11 +865,13 @@ Checkpoint read_checkpoint(const fs::path& dir, torch::nn::Module& root,
     (void)options;
     return ck;
   }
+  detail::require_regular_file(index_path, "checkpoint index");
   json j;
   try {
     std::ifstream in(index_path);
     FSDPP_CHECK_AS(CheckpointError, in.good(), "[state] '{}': cannot open", index_path.string());
     j = json::parse(in);
+    detail::check_index_version(j, index_path);
     ck.format = j.at("format").get<std::string>();
     FSDPP_CHECK_AS(CheckpointError,
                    ck.format == kFormatSharded || ck.format == kFormatFull || ck.format == kFormatLocal,
@@ -906,7 +909,10 @@ struct Reader {
 
   const SafetensorsFile& file(const std::string& name) {
     auto it = files.find(name);
-    if (it == files.end()) it = files.emplace(name, SafetensorsFile::open(dir / name)).first;
+    if (it == files.end()) {
+      const fs::path path = dir / detail::checked_file_name(name, dir / kIndexFile);
+      it = files.emplace(name, SafetensorsFile::open(path)).first;
+    }
     return it->second;
   }
   at::Tensor data(const Piece& pc, int64_t row_numel) {

@@ -47,13 +47,13 @@ expect_fail() {  # PATTERN COMMAND...
   grep -q -- "$pattern" "$dir/out.txt" || { echo "unexpected error for $*:"; cat "$dir/out.txt"; exit 1; }
   echo "refused as expected: $(head -1 "$dir/out.txt")"
 }
-expect_fail "expected N >= 1" "$ckpt" reshard --world-size 0 "$dir/ckpt" "$dir/x0"
-expect_fail "expected N >= 1" "$ckpt" reshard --world-size -2 "$dir/ckpt" "$dir/x1"
+expect_fail "expected 1 <= N <= 65536" "$ckpt" reshard --world-size 0 "$dir/ckpt" "$dir/x0"
+expect_fail "expected 1 <= N <= 65536" "$ckpt" reshard --world-size -2 "$dir/ckpt" "$dir/x1"
 expect_fail "is not a whole number" "$ckpt" reshard --world-size two "$dir/ckpt" "$dir/x2"
 expect_fail "is a LOCAL checkpoint" "$ckpt" reshard --world-size 2 "$dir/local" "$dir/x3"
 mkdir "$dir/empty"
 expect_fail "has no index.json" "$ckpt" reshard --world-size 2 "$dir/empty" "$dir/x4"
-expect_fail "exists; give a new directory" "$ckpt" reshard --world-size 2 "$dir/ckpt" "$dir/full"
+expect_fail "exists; give a new path, or --force" "$ckpt" reshard --world-size 2 "$dir/ckpt" "$dir/full"
 [ ! -e "$dir/x0" ] && [ ! -e "$dir/x3" ] && [ ! -e "$dir/x4" ]
 if compgen -G "$dir/*.tmp-*" > /dev/null; then echo "temporary directories left"; exit 1; fi
 echo "reshard $from -> $to offline: ok"

@@ -1,9 +1,11 @@
 // fsdpp-ckpt: look into and convert fsdpp checkpoints without starting a job.
 //   fsdpp-ckpt inspect [--no-verify] DIR
-//   fsdpp-ckpt consolidate DIR OUT.safetensors   (every parameter and buffer at full size)
-//   fsdpp-ckpt reshard --world-size N DIR OUT     (SHARDED layout for N ranks)
-//   fsdpp-ckpt export-hf [--model-config FILE] DIR OUT   (Hugging Face Llama directory)
-//   fsdpp-ckpt import-hf HF_DIR OUT                (fsdpp FULL checkpoint)
+//   fsdpp-ckpt consolidate [--force] DIR OUT.safetensors   (every parameter and buffer at full size)
+//   fsdpp-ckpt reshard [--force] --world-size N DIR OUT     (SHARDED layout for N ranks)
+//   fsdpp-ckpt export-hf [--force] [--model-config FILE] DIR OUT   (Hugging Face Llama directory)
+//   fsdpp-ckpt import-hf [--force] HF_DIR OUT                (fsdpp FULL checkpoint)
+// Every subcommand that writes refuses an OUT that exists unless --force, and refuses an OUT
+// inside its input (or holding it) even with --force: state::check_output_path.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -11,20 +13,23 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/models/hf_llama.h"
 #include "fsdpp/state/consolidate.h"
+#include "fsdpp/state/output_path.h"
 
 namespace {
 int usage() {
   std::fprintf(stderr,
                "usage: fsdpp-ckpt inspect [--no-verify] DIR\n"
-               "       fsdpp-ckpt consolidate DIR OUT.safetensors\n"
-               "       fsdpp-ckpt reshard --world-size N DIR OUT\n"
-               "       fsdpp-ckpt export-hf [--model-config model_config.json] DIR OUT_DIR\n"
-               "       fsdpp-ckpt import-hf HF_DIR OUT\n"
+               "       fsdpp-ckpt consolidate [--force] DIR OUT.safetensors\n"
+               "       fsdpp-ckpt reshard [--force] --world-size N DIR OUT\n"
+               "       fsdpp-ckpt export-hf [--force] [--model-config model_config.json] DIR OUT_DIR\n"
+               "       fsdpp-ckpt import-hf [--force] HF_DIR OUT\n"
                "DIR is a checkpoint saved by fsdpp (fsdpp::state::save_state_dict or fsdpp-train's\n"
                "checkpoint-<step>). inspect verifies every checksum unless --no-verify;\n"
                "consolidate writes one safetensors file that Python's safetensors and Hugging Face\n"
                "tools read; reshard rewrites a SHARDED (or FULL) checkpoint for N ranks; export-hf\n"
-               "and import-hf convert a Llama to and from transformers' save_pretrained layout.\n");
+               "and import-hf convert a Llama to and from transformers' save_pretrained layout.\n"
+               "An OUT that exists is refused unless --force (then it is replaced atomically);\n"
+               "an OUT inside the input, or holding it, is always refused.\n");
   return 2;
 }
 
@@ -64,11 +69,15 @@ int64_t parse_world_size(const std::string& s) {
   } catch (const std::exception&) {
     used = 0;
   }
+  const std::string accepted = fmt::format("expected 1 <= N <= {}", fsdpp::state::kMaxReshardWorldSize);
   if (used != s.size() || s.empty()) {
-    throw fsdpp::ConfigError("[fsdpp-ckpt] --world-size '" + s + "' is not a whole number; expected N >= 1");
+    // std::stoll also fails on numbers beyond 64 bits: say which it was.
+    const bool digits = !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+    throw fsdpp::ConfigError("[fsdpp-ckpt] --world-size '" + s + "' is " +
+                             (digits ? "too large" : "not a whole number") + "; " + accepted);
   }
-  if (v < 1) {
-    throw fsdpp::ConfigError("[fsdpp-ckpt] --world-size " + s + ": expected N >= 1");
+  if (v < 1 || v > fsdpp::state::kMaxReshardWorldSize) {
+    throw fsdpp::ConfigError("[fsdpp-ckpt] --world-size " + s + ": " + accepted);
   }
   return v;
 }
@@ -85,8 +94,10 @@ int main(int argc, char** argv) {
       std::fputs(fsdpp::state::describe_checkpoint(args[0], verify).c_str(), stdout);
       return 0;
     }
+    using fsdpp::state::OutputKind;
+    const bool force = cmd != "inspect" && take_flag(args, "--force");
     if (cmd == "consolidate" && args.size() == 2) {
-      const auto n = fsdpp::state::consolidate_checkpoint(args[0], args[1]);
+      const auto n = fsdpp::state::consolidate_checkpoint(args[0], args[1], force);
       std::printf("wrote %lld tensors to %s\n", static_cast<long long>(n), args[1].c_str());
       return 0;
     }
@@ -94,7 +105,7 @@ int main(int argc, char** argv) {
       std::string ws;
       if (!take_option(args, "--world-size", ws) || args.size() != 2) return usage();
       const int64_t n = parse_world_size(ws);
-      const auto r = fsdpp::state::reshard_checkpoint(args[0], args[1], n);
+      const auto r = fsdpp::state::reshard_checkpoint(args[0], args[1], n, force);
       std::printf("resharded %lld tensors into %lld shard files for %lld ranks: %s\n",
                   static_cast<long long>(r.tensors), static_cast<long long>(r.files),
                   static_cast<long long>(n), args[1].c_str());
@@ -104,11 +115,14 @@ int main(int argc, char** argv) {
       std::string model_config;
       take_option(args, "--model-config", model_config);
       if (args.size() != 2) return usage();
+      fsdpp::state::check_output_path("export-hf", args[1], {args[0], model_config},
+                                      OutputKind::kDirectory, force);
       fsdpp::models::export_hf_checkpoint(args[0], args[1], model_config);
       std::printf("wrote a Hugging Face Llama (config.json, model.safetensors) to %s\n", args[1].c_str());
       return 0;
     }
     if (cmd == "import-hf" && args.size() == 2) {
+      fsdpp::state::check_output_path("import-hf", args[1], {args[0]}, OutputKind::kDirectory, force);
       fsdpp::models::import_hf_checkpoint(args[0], args[1]);
       std::printf("wrote an fsdpp FULL checkpoint (model.safetensors, index.json, "
                   "model_config.json) to %s\n", args[1].c_str());

@@ -30,8 +30,10 @@ int64_t verify_checkpoint(const std::filesystem::path& dir);
 // safetensors file (atomically), verifying each piece's checksum and that the pieces cover
 // every row exactly once. Reads SHARDED and FULL checkpoints; LOCAL ones hold padded shards
 // tied to their world size and are refused (load them on that world size and save SHARDED).
-// Returns the number of tensors written.
-int64_t consolidate_checkpoint(const std::filesystem::path& dir, const std::filesystem::path& out);
+// An existing `out` is refused unless `overwrite`; an `out` inside `dir` always is
+// (check_output_path). Returns the number of tensors written.
+int64_t consolidate_checkpoint(const std::filesystem::path& dir, const std::filesystem::path& out,
+                               bool overwrite = false);
 
 // The same tensors as consolidate_checkpoint, in memory (parameters in index order, then
 // buffers), for converters such as the Hugging Face export. A directory with a bare
@@ -57,9 +59,16 @@ struct ReshardResult {
 // optimizer state, c = ceil(dim0 / world_size), so that each rank of such a job reads only its
 // own file. Buffers go to buffers.safetensors; other files (trainer_state.json, ...) are copied.
 // Every piece read is checksum-verified; the output is written atomically with new checksums,
-// one tensor at full size in memory at a time. Errors (CheckpointError): world_size < 1, `in`
-// not an fsdpp checkpoint, a LOCAL checkpoint, `out` existing or equal to `in`.
+// one tensor at full size in memory at a time. Errors (CheckpointError): world_size outside
+// [1, kMaxReshardWorldSize], `in` not an fsdpp checkpoint, a LOCAL checkpoint, `out` existing
+// (unless `overwrite`: then it is replaced atomically), `out` inside `in` or the reverse
+// (always; check_output_path).
 ReshardResult reshard_checkpoint(const std::filesystem::path& in, const std::filesystem::path& out,
-                                 int64_t world_size);
+                                 int64_t world_size, bool overwrite = false);
+
+// The largest world size reshard_checkpoint writes for. A fixed cap rather than the rows of
+// the largest tensor: ranks beyond those rows are legal (they hold no rows, as FSDP pads), but
+// nothing trains on more ranks than this, and every rank costs a file slot per tensor.
+inline constexpr int64_t kMaxReshardWorldSize = 65536;
 
 }  // namespace fsdpp::state
