@@ -5,7 +5,10 @@
 #include <ATen/Context.h>
 #include <torch/torch.h>
 
+#include <sys/stat.h>
+
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -144,6 +147,21 @@ state::StateDictType state_dict_type(const FsdpSection& f) {
 
 bool skip_buffer(const std::string& name) { return models::is_non_persistent_buffer(name); }
 
+// data.path as trainer_state.json records it: the same file spelled "data/x.txt" or
+// "./data/../data/x.txt" must compare equal on resume.
+std::string resolved_data_path(const std::string& path) {
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  return ec ? path : p.string();
+}
+
+std::string read_text_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 }  // namespace
 
 std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& out_dir) {
@@ -190,7 +208,7 @@ void restore_rng(const RngState& r) {
 std::string trainer_state_to_json(const TrainerState& s) {
   json j;
   j["format"] = "fsdpp.trainer_state";
-  j["version"] = 2;
+  j["version"] = kTrainerStateVersion;
   j["step"] = s.step;
   j["epoch"] = s.epoch;
   j["windows_consumed"] = s.windows_consumed;
@@ -215,18 +233,45 @@ std::string trainer_state_to_json(const TrainerState& s) {
     j["grad_scaler"] = {{"scale", s.grad_scaler->scale},
                         {"growth_tracker", s.grad_scaler->growth_tracker}};
   }
+  if (s.seed) j["seed"] = *s.seed;
+  if (s.data_path) j["data_path"] = *s.data_path;
+  if (s.seq_len) j["seq_len"] = *s.seq_len;
   return j.dump(2) + "\n";
 }
 
 TrainerState trainer_state_from_json(const std::string& text, const std::string& path) {
+  // A value no save writes: the run would go on from it (step -5 ran steps -4.. and saved
+  // checkpoint-0), so it is refused naming the field.
+  auto check = [&](bool ok, const std::string& field, const auto& value, const char* expected) {
+    FSDPP_CHECK_AS(ConfigError, ok, "[train] '{}' is not a valid trainer state: {} is {}; expected {}",
+                   path, field, value, expected);
+  };
   try {
     const json j = json::parse(text);
+    FSDPP_CHECK_AS(ConfigError, j.is_object(), "[train] '{}' is not a valid trainer state: expected a "
+                   "JSON object", path);
+    if (j.contains("format")) {
+      const auto format = j.at("format").get<std::string>();
+      check(format == "fsdpp.trainer_state", "format", format, "fsdpp.trainer_state");
+    }
+    if (j.contains("version")) {
+      const auto version = j.at("version").get<int64_t>();
+      check(version >= 1 && version <= kTrainerStateVersion, "version", version,
+            "a version this build reads (1 to 3)");
+    }
     TrainerState s;
     s.step = j.at("step").get<int64_t>();
     s.epoch = j.at("epoch").get<int64_t>();
     s.windows_consumed = j.at("windows_consumed").get<int64_t>();
     s.world_size = j.at("world_size").get<int64_t>();
     s.state_dict_type = j.value("state_dict_type", std::string());
+    check(s.step >= 0, "step", s.step, "a step >= 0");
+    check(s.epoch >= 0, "epoch", s.epoch, "an epoch >= 0");
+    check(s.windows_consumed >= 0, "windows_consumed", s.windows_consumed, "a count >= 0");
+    check(s.world_size >= 1, "world_size", s.world_size, "a number of ranks >= 1");
+    check(s.state_dict_type.empty() || s.state_dict_type == "FULL" || s.state_dict_type == "SHARDED" ||
+              s.state_dict_type == "LOCAL",
+          "state_dict_type", "'" + s.state_dict_type + "'", "FULL, SHARDED or LOCAL");
     if (j.contains("lr_schedule")) {
       const auto& l = j.at("lr_schedule");
       LrSchedule sch;
@@ -237,6 +282,15 @@ TrainerState trainer_state_from_json(const std::string& text, const std::string&
       sch.min_lr_ratio = l.at("min_lr_ratio").get<double>();
       s.schedule = sch;
       s.lr = l.at("lr").get<double>();
+      check(sch.type == "cosine" || sch.type == "linear" || sch.type == "constant", "lr_schedule.type",
+            "'" + sch.type + "'", "cosine, linear or constant");
+      check(std::isfinite(sch.base_lr) && sch.base_lr > 0, "lr_schedule.base_lr", sch.base_lr,
+            "a finite number > 0");
+      check(sch.warmup_steps >= 0, "lr_schedule.warmup_steps", sch.warmup_steps, "a number >= 0");
+      check(sch.total_steps >= 1, "lr_schedule.total_steps", sch.total_steps, "a number >= 1");
+      check(std::isfinite(sch.min_lr_ratio) && sch.min_lr_ratio >= 0 && sch.min_lr_ratio <= 1,
+            "lr_schedule.min_lr_ratio", sch.min_lr_ratio, "a ratio in [0, 1]");
+      check(std::isfinite(s.lr) && s.lr >= 0, "lr_schedule.lr", s.lr, "a finite number >= 0");
     }
     if (j.contains("rng")) {
       const auto& cpu = j.at("rng").at("cpu");
@@ -250,6 +304,16 @@ TrainerState trainer_state_from_json(const std::string& text, const std::string&
       const auto& g = j.at("grad_scaler");
       s.grad_scaler = GradScalerState{g.at("scale").get<double>(),
                                       g.at("growth_tracker").get<int64_t>()};
+      check(std::isfinite(s.grad_scaler->scale) && s.grad_scaler->scale > 0, "grad_scaler.scale",
+            s.grad_scaler->scale, "a finite number > 0");
+      check(s.grad_scaler->growth_tracker >= 0, "grad_scaler.growth_tracker",
+            s.grad_scaler->growth_tracker, "a count >= 0");
+    }
+    if (j.contains("seed")) s.seed = j.at("seed").get<uint64_t>();
+    if (j.contains("data_path")) s.data_path = j.at("data_path").get<std::string>();
+    if (j.contains("seq_len")) {
+      s.seq_len = j.at("seq_len").get<int64_t>();
+      check(*s.seq_len >= 1, "seq_len", *s.seq_len, "a number of tokens >= 1");
     }
     return s;
   } catch (const json::exception& e) {
@@ -259,13 +323,32 @@ TrainerState trainer_state_from_json(const std::string& text, const std::string&
 
 TrainerState read_trainer_state(const fs::path& dir) {
   const fs::path path = dir / kTrainerStateFile;
-  std::ifstream in(path);
-  FSDPP_CHECK_AS(ConfigError, in.good(),
+  struct stat st {};
+  FSDPP_CHECK_AS(ConfigError, ::stat(path.c_str(), &st) == 0,
                  "[train] '{}' is not a complete checkpoint: it has no {} (a save that did not finish?)",
                  dir.string(), kTrainerStateFile);
+  // Before opening it: a FIFO would block the open forever, a directory reads as empty text.
+  FSDPP_CHECK_AS(ConfigError, S_ISREG(st.st_mode), "[train] '{}' is not a regular file; expected the "
+                 "checkpoint's trainer state (JSON)", path.string());
+  std::ifstream in(path);
+  FSDPP_CHECK_AS(ConfigError, in.good(), "[train] cannot read '{}': {}", path.string(),
+                 std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
-  return trainer_state_from_json(text.str(), path.string());
+  TrainerState s = trainer_state_from_json(text.str(), path.string());
+  // Every rank's CPU generator state, tried on a scratch generator: LibTorch's own error for a
+  // state of another size or an invalid one is a stack trace naming neither file nor rank.
+  for (size_t q = 0; q < s.rng.size(); ++q) {
+    try {
+      set_state_bytes(at::make_generator<at::CPUGeneratorImpl>(), s.rng[q].cpu);
+    } catch (const c10::Error& e) {
+      FSDPP_THROW(ConfigError,
+                  "[train] '{}': rng.cpu[{}] (rank {}'s CPU generator, {} bytes) is not a generator "
+                  "state this build of LibTorch can restore: {}",
+                  path.string(), q, q, s.rng[q].cpu.size(), e.what_without_backtrace());
+    }
+  }
+  return s;
 }
 
 struct Checkpointer::State {
@@ -307,14 +390,93 @@ Checkpointer::Checkpointer(const TrainConfig& cfg, std::shared_ptr<dist::World> 
 
 Checkpointer::~Checkpointer() = default;
 
+void Checkpointer::check_resume_compatible(const fs::path& dir, const TrainerState& ts) const {
+  const auto& s = *s_;
+  const fs::path config_path = dir / kModelConfigFile;
+  std::optional<models::LlamaConfig> saved;
+  std::error_code ec;
+  if (fs::is_regular_file(config_path, ec)) {
+    saved = models::llama_config_from_json(read_text_file(config_path), config_path.string());
+  }
+  // The weights mean something else under another value of these, though every shape still
+  // fits: resuming would go on training another model. (Shapes are the loader's to compare:
+  // it names the tensor.)
+  if (saved) {
+    const auto& now = s.model_config;
+    auto same = [&](const char* key, const auto& then, const auto& current) {
+      FSDPP_CHECK_AS(ConfigError, then == current,
+                     "[train] model.{}={} differs from the checkpoint's {} ({}): its weights were "
+                     "trained under {}={}. Resume with model.{}={}, or start a new run (without "
+                     "training.resume_from_checkpoint) to train another model",
+                     key, current, then, config_path.string(), key, then, key, then);
+    };
+    same("rope_theta", saved->rope_theta, now.rope_theta);
+    same("norm_eps", saved->norm_eps, now.norm_eps);
+    same("n_heads", saved->n_heads, now.n_heads);
+    same("n_kv_heads", saved->kv_heads(), now.kv_heads());
+  }
+  // Optimizer state: a checkpoint made by fsdpp-train always has it; one that lacks it (made by
+  // another tool, or pruned by hand) would silently restart AdamW's moments.
+  // (Without index.json the loader reads a bare model.safetensors, which has none; an index that
+  // is not a readable JSON file is the loader's to report, naming it.)
+  const fs::path index_path = dir / "index.json";
+  bool has_optim = fs::exists(fs::symlink_status(index_path, ec));
+  if (fs::is_regular_file(index_path, ec)) {
+    try {
+      const auto index = nlohmann::json::parse(read_text_file(index_path));
+      has_optim = !index.is_object() || index.contains("optim");
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+  if (!has_optim) {
+    s.say(fmt::format("[train] warning: {} holds no optimizer state: AdamW starts afresh at step {} "
+                      "(zero moments, step count 0) instead of continuing the saved run's",
+                      dir.string(), ts.step + 1));
+  }
+  // What the saved data position (epoch, windows consumed) refers to. Another order, file
+  // or window size is a legitimate choice (fine-tuning on other data), so these warn; the
+  // position is still applied, to the new order.
+  const std::string position =
+      fmt::format("the saved data position (epoch {}, {} windows consumed) is applied to", ts.epoch,
+                  ts.windows_consumed);
+  const auto saved_seed = ts.seed ? ts.seed : saved ? std::optional<uint64_t>(saved->seed) : std::nullopt;
+  if (saved_seed && *saved_seed != s.cfg.training.seed) {
+    s.say(fmt::format("[train] warning: training.seed={} differs from the checkpoint's {} ({}): {} "
+                      "another shuffle, so this epoch's remaining windows are not the ones the "
+                      "saved run had left",
+                      s.cfg.training.seed, *saved_seed, dir.string(), position));
+  }
+  if (ts.data_path && *ts.data_path != resolved_data_path(s.cfg.data.path)) {
+    s.say(fmt::format("[train] warning: data.path='{}' differs from the checkpoint's '{}' ({}): {} "
+                      "the new data",
+                      s.cfg.data.path, *ts.data_path, dir.string(), position));
+  }
+  if (ts.seq_len && *ts.seq_len != s.cfg.data.seq_len) {
+    s.say(fmt::format("[train] warning: data.seq_len={} differs from the checkpoint's {} ({}): {} "
+                      "windows of {} tokens instead of {}",
+                      s.cfg.data.seq_len, *ts.seq_len, dir.string(), position, s.cfg.data.seq_len,
+                      *ts.seq_len));
+  }
+}
+
 void Checkpointer::restore(const fs::path& dir, const TrainerState& ts, torch::nn::Module& model,
                            torch::optim::Optimizer& opt, const LrSchedule& schedule) {
   auto& world = *s_->world;
+  // Every rank reads the same files and reaches the same verdict, so an error here stops all
+  // of them before the first collective of the load.
+  check_resume_compatible(dir, ts);
   state::LoadOptions lo;
   lo.skip_buffer = skip_buffer;
   state::load_state_dict(dir, model, &opt, world.group(), lo);
   const auto rank = static_cast<size_t>(world.rank());
-  if (rank < ts.rng.size()) restore_rng(ts.rng[rank]);
+  if (rank < ts.rng.size()) {
+    try {
+      restore_rng(ts.rng[rank]);
+    } catch (const c10::Error& e) {  // a CUDA state read_trainer_state could not try out
+      FSDPP_THROW(ConfigError, "[train] '{}': rank {}'s generator state cannot be restored: {}",
+                  (dir / kTrainerStateFile).string(), rank, e.what_without_backtrace());
+    }
+  }
   if (ts.rng.empty()) {
     s_->say("[train] the checkpoint holds no generator states (an older version saved it): the "
             "generators stay seeded from training.seed");
@@ -362,6 +524,9 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
   ts.schedule = schedule;
   if (s_->scaler && s_->scaler->is_enabled()) ts.grad_scaler = s_->scaler->state();
   ts.lr = schedule.at(step);
+  ts.seed = t.seed;
+  ts.data_path = resolved_data_path(s.cfg.data.path);
+  ts.seq_len = s.cfg.data.seq_len;
   state::SaveOptions so;
   so.type = state_dict_type(t.fsdp_config);
   so.skip_buffer = skip_buffer;

@@ -27,6 +27,9 @@ namespace fsdpp::train::detail {
 
 inline constexpr const char* kTrainerStateFile = "trainer_state.json";
 inline constexpr const char* kModelConfigFile = "model_config.json";
+// trainer_state.json's format version: 2 added the schedule and generator states, 3 the seed,
+// data path and sequence length the data position refers to. Older files still read.
+inline constexpr int kTrainerStateVersion = 3;
 
 // The complete checkpoints in `out_dir` (directories "checkpoint-<step>" holding a
 // trainer_state.json), oldest first. Temporary directories of saves that did not finish
@@ -55,12 +58,23 @@ struct TrainerState {
   double lr = 0;                       // the learning rate of `step`
   std::vector<RngState> rng;           // one per rank that saved; empty in older checkpoints
   std::optional<GradScalerState> grad_scaler;  // fp16 runs: the loss scale to continue with
+  // What the saved data position (epoch, windows_consumed) refers to; absent in checkpoints
+  // of versions before 3 (their seed is then read from model_config.json).
+  std::optional<uint64_t> seed;          // training.seed (the sampler's shuffle)
+  std::optional<std::string> data_path;  // data.path, resolved (weakly_canonical)
+  std::optional<int64_t> seq_len;        // data.seq_len
 };
 
 std::string trainer_state_to_json(const TrainerState& s);
-// Throws ConfigError naming `path` when the text is not a trainer state.
+// Throws ConfigError naming `path` when the text is not a trainer state: not JSON, a field
+// missing or of the wrong type, or a value no save writes (step, epoch or windows_consumed < 0,
+// world_size < 1, an unknown schedule type or state_dict_type, a learning rate that is not
+// finite or is negative, a format version this build does not know, ...). Generator states are
+// only checked to be base64 here (see read_trainer_state).
 TrainerState trainer_state_from_json(const std::string& text, const std::string& path);
-// DIR/trainer_state.json; ConfigError when it is missing ("not a complete checkpoint").
+// DIR/trainer_state.json; ConfigError when it is missing ("not a complete checkpoint"), not a
+// regular file, not a trainer state, or when a rank's CPU generator state is not one this
+// build of LibTorch can restore (naming the file and the rank).
 TrainerState read_trainer_state(const std::filesystem::path& dir);
 
 class Checkpointer {
@@ -76,7 +90,12 @@ class Checkpointer {
   // Collective. Loads the model and optimizer state of `dir` (saved on any world size for
   // SHARDED and FULL), then this rank's generator states (when the checkpoint has them for
   // this rank). Returns what is needed to position the sampler and the schedule, and says
-  // (rank 0) what was restored and what changed (world size, schedule).
+  // (rank 0) what was restored and what changed (world size, schedule). What would make the
+  // resumed run another run is checked first (docs/faults.md, "Resuming into something
+  // else"): a model setting the weights' meaning depends on (rope_theta, norm_eps, n_heads,
+  // n_kv_heads) that differs from model_config.json is a ConfigError; a checkpoint without
+  // optimizer state, or another training.seed, data.path or data.seq_len than the checkpoint
+  // was saved with, is a warning naming both values.
   void restore(const std::filesystem::path& dir, const TrainerState& state,
                torch::nn::Module& model, torch::optim::Optimizer& opt, const LrSchedule& schedule);
 
@@ -95,6 +114,9 @@ class Checkpointer {
   void finish();
 
  private:
+  // The checks restore() starts with (see there). Throws ConfigError; warns on rank 0.
+  void check_resume_compatible(const std::filesystem::path& dir, const TrainerState& state) const;
+
   struct State;
   std::unique_ptr<State> s_;
 };

@@ -125,8 +125,10 @@ kept=$(tree_digest "$D/truncated")
 expect_fail ckpt_truncated 1 "\[state\] '$f': tensor '[^']+': data_offsets \[[0-9, ]+\] lie outside the data area of [0-9]+ bytes.*truncated file\?" -- \
   "${resume[@]}" training.output_dir="$D/truncated"
 [ "$(grep -c step "$D/truncated/metrics.jsonl")" = 4 ] || { echo "FAIL: metrics.jsonl lost lines"; exit 1; }
-# (config.yaml is rewritten with the configuration of the run: it is not saved state)
+# (config.yaml is rewritten with the configuration of the run, and .fsdpp.lock is the lock on
+# output_dir that every run takes: neither is saved state)
 cp "$D/good-SHARDED/config.yaml" "$D/truncated/"
+rm -f "$D/truncated/.fsdpp.lock"
 [ "$kept" = "$(tree_digest "$D/truncated")" ] || { echo "FAIL: the failed resume changed its output_dir"; exit 1; }
 
 spoil flipped SHARDED
@@ -170,8 +172,108 @@ expect_fail ckpt_bad_trainer_state 1 "is not a valid trainer state" -- \
 expect_fail ckpt_missing_dir 1 "training.resume_from_checkpoint='$D/none' is not a directory" -- \
   "${np2[@]}" training.max_steps=4 training.output_dir="$D/o" training.resume_from_checkpoint="$D/none"
 
+# A checkpoint that is not what fsdpp writes: refused naming the file, before anything is read
+# from where it should not be, or waited on forever.
+spoil version SHARDED
+sed -i 's/"version": 1/"version": 99/' "$D/version/checkpoint-2/index.json"
+expect_fail ckpt_index_version 1 "\[state\] '$D/version/checkpoint-2/index.json' has version 99; this build of fsdpp reads version 1 only" -- \
+  "${resume[@]}" training.output_dir="$D/version"
+spoil escape SHARDED
+mkdir -p "$D/other" && cp "$good/shard-0.safetensors" "$D/other/"
+sed -i 's|"shard-0.safetensors"|"../../other/shard-0.safetensors"|g' "$D/escape/checkpoint-2/index.json"
+expect_fail ckpt_piece_outside 1 "\[state\] '$D/escape/checkpoint-2/index.json' names the data file '../../other/shard-0.safetensors'; expected a file name inside the checkpoint" -- \
+  "${resume[@]}" training.output_dir="$D/escape"
+spoil index_dir SHARDED
+rm "$D/index_dir/checkpoint-2/index.json" && mkdir "$D/index_dir/checkpoint-2/index.json"
+expect_fail ckpt_index_directory 1 "\[state\] checkpoint index '$D/index_dir/checkpoint-2/index.json' is a directory; expected a regular file" -- \
+  "${resume[@]}" training.output_dir="$D/index_dir"
+spoil fifo SHARDED
+rm "$D/fifo/checkpoint-2/shard-1.safetensors" && mkfifo "$D/fifo/checkpoint-2/shard-1.safetensors"
+expect_fail ckpt_fifo_shard 1 "\[state\] '$D/fifo/checkpoint-2/shard-1.safetensors' is not a regular file" -- \
+  "${resume[@]}" training.output_dir="$D/fifo"
+spoil negative_step SHARDED
+sed -i 's/"step": 2,/"step": -5,/' "$D/negative_step/checkpoint-2/trainer_state.json"
+expect_fail ckpt_negative_step 1 "\[train\] '$D/negative_step/checkpoint-2/trainer_state.json' is not a valid trainer state: step is -5; expected a step >= 0" -- \
+  "${resume[@]}" training.output_dir="$D/negative_step"
+[ ! -e "$D/negative_step/checkpoint-0" ] || { echo "FAIL: a checkpoint-0 was written"; exit 1; }
+spoil bad_rng SHARDED
+f=$D/bad_rng/checkpoint-2/trainer_state.json
+# rank 1's CPU generator state: 3 bytes instead of LibTorch's 5056
+awk 'BEGIN { n = 0 } /"cpu": \[/ { inside = 1 } inside && /^ *"[A-Za-z0-9+\/=]+",?$/ { n++; if (n == 2) sub(/"[^"]+"/, "\"AAAA\"") } /\]/ { inside = 0 } { print }' "$f" > "$f.new" && mv "$f.new" "$f"
+grep -q '"AAAA"' "$f" || { echo "FAIL: the test did not spoil rng.cpu[1]"; exit 1; }
+expect_fail ckpt_bad_rng 1 "\[train\] '$f': rng.cpu\[1\] \(rank 1's CPU generator, 3 bytes\) is not a generator state" -- \
+  "${resume[@]}" training.output_dir="$D/bad_rng"
+if grep -q "frame #" "$FAULT_DIR/ckpt_bad_rng.log"; then echo "FAIL: a stack trace"; exit 1; fi
+
+# Resuming into something else (docs/faults.md, "Resuming into something else").
+expect_fail ckpt_resume_rope_theta 1 "\[train\] model.rope_theta=500000 differs from the checkpoint's 10000 \($good/model_config.json\)" -- \
+  "${resume[@]}" training.output_dir="$D/rope" training.resume_from_checkpoint="$good" model.rope_theta=500000
+# expect_warn NAME REGEX -- COMMAND: the run succeeds and rank 0 prints a line matching REGEX.
+expect_warn() {
+  local name=$1 regex=$2
+  shift 3
+  if ! timeout -k 5 120 "$@" > "$FAULT_DIR/$name.log" 2>&1 < /dev/null; then
+    echo "FAIL $name: the run failed"; tail -n 20 "$FAULT_DIR/$name.log"; exit 1
+  fi
+  local line
+  line=$(grep -a -E -m1 -- "$regex" "$FAULT_DIR/$name.log" || true)
+  [ -n "$line" ] || { echo "FAIL $name: no line matches /$regex/"; tail -n 20 "$FAULT_DIR/$name.log"; exit 1; }
+  echo "ok   $name: exit 0: ${line:0:300}"
+}
+spoil no_optim SHARDED
+python3 - "$D/no_optim/checkpoint-2/index.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1])); del j["optim"]; json.dump(j, open(sys.argv[1], "w"))
+PY
+expect_warn ckpt_resume_no_optimizer "\[train\] warning: $D/no_optim/checkpoint-2 holds no optimizer state: AdamW starts afresh at step 3" -- \
+  "${resume[@]}" training.output_dir="$D/no_optim"
+expect_warn ckpt_resume_seed "\[train\] warning: training.seed=7 differs from the checkpoint's 42 .*another shuffle" -- \
+  "${resume[@]}" training.output_dir="$D/seed" training.resume_from_checkpoint="$good" training.seed=7
+expect_warn ckpt_resume_seq_len "\[train\] warning: data.seq_len=16 differs from the checkpoint's 32 .*windows of 16 tokens instead of 32" -- \
+  "${resume[@]}" training.output_dir="$D/seq_len" training.resume_from_checkpoint="$good" data.seq_len=16
+expect_warn ckpt_resume_data_path "\[train\] warning: data.path='$src/docs' differs from the checkpoint's '$src/configs'" -- \
+  "${resume[@]}" training.output_dir="$D/data_path" training.resume_from_checkpoint="$good" data.path="$src/docs"
+# The same configuration resumes without a word.
+spoil same SHARDED
+expect_warn ckpt_resume_same "resumed from $D/same/checkpoint-2" -- "${resume[@]}" training.output_dir="$D/same"
+if grep -q "warning" "$FAULT_DIR/ckpt_resume_same.log"; then echo "FAIL: a warning on a plain resume"; exit 1; fi
+
 expect_fail ckpt_tool_truncated 1 "\[state\]" -- "$ckpt" inspect "$D/truncated/checkpoint-2"
 expect_fail ckpt_tool_not_a_checkpoint 1 "\[state\] '$src/configs' has no index.json; is it an fsdpp checkpoint\?" -- "$ckpt" inspect "$src/configs"
+
+# fsdpp-ckpt never replaces what exists unless --force, and never writes inside its input.
+t=$D/tool && mkdir -p "$t" && cp -r "$good" "$t/ck"
+kept=$(tree_digest "$t/ck")
+expect_fail ckpt_tool_consolidate_into_input 1 "\[state\] consolidate: the output '$t/ck/shard-0.safetensors' is inside the input '$t/ck'.*refused even with --force" -- \
+  "$ckpt" consolidate --force "$t/ck" "$t/ck/shard-0.safetensors"
+expect_fail ckpt_tool_consolidate_into_input_dotdot 1 "\[state\] consolidate: the output '$t/ck/../ck/x.safetensors' is inside the input" -- \
+  "$ckpt" consolidate "$t/ck" "$t/ck/../ck/x.safetensors"
+echo keep > "$t/c.safetensors"
+expect_fail ckpt_tool_consolidate_exists 1 "\[state\] consolidate: the output '$t/c.safetensors' exists; give a new path, or --force to replace it" -- \
+  "$ckpt" consolidate "$t/ck" "$t/c.safetensors"
+[ "$(cat "$t/c.safetensors")" = keep ] || { echo "FAIL: consolidate replaced an existing file"; exit 1; }
+"$ckpt" consolidate --force "$t/ck" "$t/c.safetensors" > /dev/null
+expect_fail ckpt_tool_export_over_file 1 "\[state\] export-hf: the output '$t/c.safetensors' exists and is not a directory" -- \
+  "$ckpt" export-hf --force "$t/ck" "$t/c.safetensors"
+"$ckpt" export-hf "$t/ck" "$t/hf" > /dev/null
+expect_fail ckpt_tool_export_exists 1 "\[state\] export-hf: the output '$t/hf' exists; give a new path, or --force" -- \
+  "$ckpt" export-hf "$t/ck" "$t/hf"
+expect_fail ckpt_tool_import_over_checkpoint 1 "\[state\] import-hf: the output '$t/ck' exists; give a new path, or --force" -- \
+  "$ckpt" import-hf "$t/hf" "$t/ck"
+expect_fail ckpt_tool_import_into_input 1 "\[state\] import-hf: the output '$t/hf/sub' is inside the input '$t/hf'" -- \
+  "$ckpt" import-hf --force "$t/hf" "$t/hf/sub"
+expect_fail ckpt_tool_reshard_over_parent 1 "\[state\] reshard: the input '$t/ck' is inside the output '$t'" -- \
+  "$ckpt" reshard --force --world-size 2 "$t/ck" "$t"
+expect_fail ckpt_tool_reshard_huge_world 1 "\[fsdpp-ckpt\] --world-size 99999999999: expected 1 <= N <= 65536" -- \
+  "$ckpt" reshard --world-size 99999999999 "$t/ck" "$t/r"
+[ "$kept" = "$(tree_digest "$t/ck")" ] || { echo "FAIL: fsdpp-ckpt changed its input"; exit 1; }
+[ ! -e "$t/r" ] && [ ! -e "$t/hf/sub" ] || { echo "FAIL: a refused output was written"; exit 1; }
+if compgen -G "$t/*.tmp-*" > /dev/null || compgen -G "$t/ck/*.tmp*" > /dev/null; then
+  echo "FAIL: temporary files left"; exit 1
+fi
+"$ckpt" import-hf --force "$t/hf" "$t/ck" > /dev/null  # --force replaces, as asked
+grep -q '"format": "fsdpp.full"' "$t/ck/index.json"
+echo "ok   ckpt_tool_force: --force replaces an existing output"
 
 # Nothing above touched the good checkpoints.
 [ "$before" = "$(tree_digest "$D/good-SHARDED")" ] || { echo "FAIL: good-SHARDED changed"; exit 1; }
