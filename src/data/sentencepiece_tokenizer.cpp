@@ -2,7 +2,10 @@
 #include <sentencepiece_trainer.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <fstream>
+#include <optional>
+#include <vector>
 #include <iterator>
 #include <unordered_map>
 
@@ -10,6 +13,55 @@
 #include "fsdpp/data/tokenizer.h"
 
 namespace fsdpp::data {
+namespace {
+
+// The offset of the first NUL byte or of the first byte that does not start a well-formed UTF-8
+// character (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF, no stray or
+// missing continuation bytes), or nullopt for clean text.
+std::optional<size_t> first_non_text_byte(std::string_view s) {
+  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned c = b[i];
+    if (c == 0) return i;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    unsigned lo = 0x80, hi = 0xbf;  // the range of the second byte
+    if (c >= 0xc2 && c <= 0xdf) {
+      len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      len = 3;
+      if (c == 0xe0) lo = 0xa0;  // overlong
+      if (c == 0xed) hi = 0x9f;  // surrogates
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4;
+      if (c == 0xf0) lo = 0x90;  // overlong
+      if (c == 0xf4) hi = 0x8f;  // above U+10FFFF
+    } else {
+      return i;  // a continuation byte without a lead, or a lead that is never valid
+    }
+    if (i + 1 >= n || b[i + 1] < lo || b[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k) {
+      if (i + k >= n || (b[i + k] & 0xc0) != 0x80) return i;
+    }
+    i += len;
+  }
+  return std::nullopt;
+}
+
+// Up to `count` bytes from `at`, as "0xc3 0x28".
+std::string hex_bytes(std::string_view s, size_t at, size_t count) {
+  std::string out;
+  for (size_t i = at; i < s.size() && i < at + count; ++i) {
+    out += fmt::format("{}0x{:02x}", out.empty() ? "" : " ", static_cast<unsigned char>(s[i]));
+  }
+  return out;
+}
+
+}  // namespace
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path)
     : processor_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
@@ -34,6 +86,24 @@ std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text) const
   return {ids.begin(), ids.end()};
 }
 
+std::filesystem::path SentencePieceTokenizer::cached_model_path(const std::filesystem::path& cache_dir,
+                                                               const std::filesystem::path& corpus_path,
+                                                               int64_t vocab_size) {
+  std::ifstream in(corpus_path, std::ios::binary);
+  FSDPP_CHECK_AS(ConfigError, in.good(), "[data] cannot open SentencePiece training corpus '{}'",
+                 corpus_path.string());
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  std::vector<char> buf(size_t{1} << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    XXH3_64bits_update(state, buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  const uint64_t hash = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return cache_dir / fmt::format("spm-bpe-{}-{:016x}.model", vocab_size, hash);
+}
+
 std::string SentencePieceTokenizer::decode(std::span<const int32_t> ids) const {
   const int64_t n = vocab_size();
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -52,9 +122,18 @@ int64_t SentencePieceTokenizer::vocab_size() const { return processor_->GetPiece
 
 void SentencePieceTokenizer::train(const std::string& corpus_path, const std::string& model_prefix,
                                    int64_t vocab_size, bool byte_fallback) {
-  std::ifstream probe(corpus_path);
+  std::ifstream probe(corpus_path, std::ios::binary);
   FSDPP_CHECK_AS(ConfigError, probe.good(), "[data] cannot open SentencePiece training corpus '{}'",
                  corpus_path);
+  const std::string text((std::istreambuf_iterator<char>(probe)), std::istreambuf_iterator<char>());
+  if (const auto bad = first_non_text_byte(text)) {
+    FSDPP_THROW(ConfigError,
+                "[data] '{}' is not UTF-8 text: {} at offset {}; SentencePiece trains on UTF-8 "
+                "(convert the file, e.g. iconv -f latin1 -t utf-8, or use data.tokenizer=byte)",
+                corpus_path,
+                text[*bad] == '\0' ? std::string("a NUL byte") : "the bytes " + hex_bytes(text, *bad, 4) + " (not a UTF-8 character)",
+                *bad);
+  }
   const std::unordered_map<std::string, std::string> args = {
       {"input", corpus_path},
       {"model_prefix", model_prefix},

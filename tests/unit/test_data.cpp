@@ -325,3 +325,52 @@ TEST_F(DataTest, SamplerRejectsTooLittleData) {
   EXPECT_NE(e.find("rank=2 is out of range"), std::string::npos) << e;
   EXPECT_THROW(DistributedSampler(data, {.seq_len = 0}), ConfigError);
 }
+
+// SentencePiece's own message for such text is "Internal: ./src/trainer_interface.cc(428)".
+TEST_F(DataTest, SentencePieceRefusesTextThatIsNotUtf8NamingFileAndOffset) {
+  const auto prefix = (dir_ / "spm").string();
+  struct Case {
+    std::string tail;  // appended to good text
+    size_t at;         // the offset in `tail` the error must name
+    std::string expected;
+  };
+  const std::string good = corpus(50);
+  const std::vector<Case> cases = {
+      {"caf\xe9 au lait\n", 3, "the bytes 0xe9 0x20 0x61 0x75"},  // latin-1
+      {"\xc0\xaf\n", 0, "the bytes 0xc0 0xaf 0x0a"},         // overlong '/'
+      {"\xed\xa0\x80\n", 0, "the bytes 0xed 0xa0 0x80 0x0a"},  // a UTF-16 surrogate
+      {"x\x80y\n", 1, "the bytes 0x80 0x79 0x0a"},            // stray continuation byte
+      {"\xe2\x82", 0, "the bytes 0xe2 0x82"},                 // cut at the end
+      {std::string("a\0b\n", 4), 1, "a NUL byte"},
+  };
+  for (const auto& c : cases) {
+    const auto text = write("bad.txt", good + c.tail);
+    const auto e = error_of([&] { SentencePieceTokenizer::train(text.string(), prefix, 60); });
+    const std::string where =
+        fmt::format("[data] '{}' is not UTF-8 text: {}{} at offset {}", text.string(), c.expected,
+                    c.expected == "a NUL byte" ? "" : " (not a UTF-8 character)", good.size() + c.at);
+    EXPECT_NE(e.find(where), std::string::npos) << e << "\nexpected: " << where;
+    EXPECT_FALSE(fs::exists(prefix + ".model"));
+  }
+  // Every kind of well-formed character passes: 2, 3 and 4 bytes, and the largest code point.
+  const auto text = write("good.txt", good + "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xf4\x8f\xbf\xbf\n");
+  SentencePieceTokenizer::train(text.string(), prefix, 60);
+  EXPECT_TRUE(fs::exists(prefix + ".model"));
+}
+
+// The model fsdpp trains into a shared cache_dir is keyed by the corpus's bytes: another
+// corpus (or the same one edited) gets another file; the same text under another name the same.
+TEST_F(DataTest, SentencePieceCachePathIsKeyedByTheCorpusContent) {
+  const auto a = write("a.txt", corpus(40));
+  const auto b = write("b.txt", corpus(41));
+  const auto a2 = write("a2.txt", corpus(40));
+  const auto pa = SentencePieceTokenizer::cached_model_path(dir_ / "cache", a, 512);
+  EXPECT_EQ(pa.parent_path(), dir_ / "cache");
+  EXPECT_EQ(pa.filename().string().rfind("spm-bpe-512-", 0), 0u) << pa;
+  EXPECT_EQ(pa.extension(), ".model");
+  EXPECT_NE(pa, SentencePieceTokenizer::cached_model_path(dir_ / "cache", b, 512));
+  EXPECT_EQ(pa, SentencePieceTokenizer::cached_model_path(dir_ / "cache", a2, 512));
+  EXPECT_NE(pa, SentencePieceTokenizer::cached_model_path(dir_ / "cache", a, 256));
+  const auto e = error_of([&] { SentencePieceTokenizer::cached_model_path(dir_, dir_ / "none.txt", 512); });
+  EXPECT_NE(e.find("none.txt"), std::string::npos) << e;
+}

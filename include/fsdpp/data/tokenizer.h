@@ -6,6 +6,7 @@
 //   std::string text = tok->decode(ids);
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
@@ -56,9 +57,20 @@ class SentencePieceTokenizer final : public Tokenizer {
   // <model_prefix>.model and <model_prefix>.vocab. Text is kept as written (identity
   // normalisation, whitespace kept) so that decode(encode(s)) == s for characters seen in
   // training; byte_fallback encodes unseen characters as bytes (needs vocab_size > 259).
-  // Throws ConfigError with SentencePiece's reason.
+  // Throws ConfigError with SentencePiece's reason, and before SentencePiece sees the text,
+  // naming the file and the byte offset, for a NUL byte or bytes that are not UTF-8
+  // (SentencePiece's own message is "Internal: ./src/trainer_interface.cc(428)").
   static void train(const std::string& corpus_path, const std::string& model_prefix,
                     int64_t vocab_size, bool byte_fallback = false);
+
+  // Where a model trained on `corpus_path` with `vocab_size` is cached in `cache_dir`:
+  // spm-bpe-<vocab_size>-<XXH3-64 of the corpus bytes, hex>.model. Keyed by the text itself,
+  // not its name: a cache_dir shared by runs on different corpora (or a corpus edited in
+  // place) never hands one run a tokenizer trained on other text. Reads the whole corpus
+  // (as TokenDataset::open does to key its token cache).
+  static std::filesystem::path cached_model_path(const std::filesystem::path& cache_dir,
+                                                 const std::filesystem::path& corpus_path,
+                                                 int64_t vocab_size);
 
  private:
   std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
