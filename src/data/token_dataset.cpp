@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <vector>
 
 #include "fsdpp/common/error.h"
 
@@ -172,10 +173,44 @@ uint64_t encode_into(const std::filesystem::path& tmp, std::string_view text, co
 
 }  // namespace
 
+// The token file, read with pread(2) through a descriptor kept open. Not a mapping: a file
+// truncated while training (another job rebuilding a shared cache, a full disk, a user) would
+// make the next access to a mapped page beyond the new end a SIGBUS, which no code can turn
+// into an explanation. pread returns fewer bytes instead, and the copy into a tensor that
+// slice() makes anyway costs the same either way.
 class TokenDataset::Mapping {
  public:
-  MappedFile file;
-  const char* tokens = nullptr;
+  ~Mapping() {
+    if (fd >= 0) ::close(fd);
+  }
+  // Reads tokens [first, first + n) of the file into `out` (n * token_bytes bytes); throws,
+  // naming the file, when it ends early.
+  void read(int64_t first, int64_t n, void* out) const {
+    const size_t want = static_cast<size_t>(n) * token_bytes;
+    const off_t at = static_cast<off_t>(data_offset + static_cast<uint64_t>(first) * token_bytes);
+    size_t got = 0;
+    while (got < want) {
+      const ssize_t r = ::pread(fd, static_cast<char*>(out) + got, want - got, at + static_cast<off_t>(got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        const int err = r < 0 ? errno : 0;
+        struct stat st {};
+        const long long size = ::fstat(fd, &st) == 0 ? static_cast<long long>(st.st_size) : -1;
+        FSDPP_THROW(Error,
+                    "[data] token cache '{}' {} reading tokens [{}, {}) at byte {}: the file is now "
+                    "{} bytes, its header says {} ({} tokens). It was truncated or overwritten "
+                    "while this job read it (another job rebuilding a shared data.cache_dir, a "
+                    "full disk?); delete it and run again to rebuild it",
+                    path.string(), err ? fmt::format("failed ({})", std::strerror(err)) : std::string("ended"),
+                    first, first + n, static_cast<unsigned long long>(at) + got, size,
+                    data_offset + static_cast<uint64_t>(count) * token_bytes, count);
+      }
+      got += static_cast<size_t>(r);
+    }
+  }
+
+  int fd = -1;
+  uint64_t data_offset = 0;
   uint32_t token_bytes = 2;
   int64_t count = 0;
   int64_t vocab_size = 0;
@@ -224,10 +259,11 @@ TokenDataset TokenDataset::open(const std::filesystem::path& text_path, const To
 
   auto mapping = std::make_shared<Mapping>();
   mapping->path = cache;
+  MappedFile file;  // the whole cache, to check its header and size; unmapped on return
   if (std::filesystem::is_regular_file(cache, ec)) {
     MappedFile existing(cache);
     if (cache_matches(existing, expected, name)) {
-      mapping->file = std::move(existing);
+      file = std::move(existing);
       mapping->reused = true;
     }
   }
@@ -246,15 +282,26 @@ TokenDataset TokenDataset::open(const std::filesystem::path& text_path, const To
       std::filesystem::remove(tmp, ec);
       throw;
     }
-    mapping->file = MappedFile(cache);
-    FSDPP_CHECK(cache_matches(mapping->file, expected, name),
+    file = MappedFile(cache);
+    FSDPP_CHECK(cache_matches(file, expected, name),
                 "[data] token cache '{}' does not match what was just written to it",
                 cache.string());
   }
 
   Header h;
-  std::memcpy(&h, mapping->file.data(), sizeof(h));
-  mapping->tokens = mapping->file.data() + h.data_offset;
+  std::memcpy(&h, file.data(), sizeof(h));
+  mapping->fd = ::open(cache.c_str(), O_RDONLY | O_CLOEXEC);
+  FSDPP_CHECK(mapping->fd >= 0, "[data] cannot open token cache '{}': {}", cache.string(),
+              std::strerror(errno));
+  // The descriptor must be the file just checked: same size as the header says (a file renamed
+  // over it in between by another writer holds the same tokens, so its size is all that can
+  // differ).
+  struct stat cst {};
+  FSDPP_CHECK(::fstat(mapping->fd, &cst) == 0 && static_cast<uint64_t>(cst.st_size) == file.size(),
+              "[data] token cache '{}' changed size while it was opened ({} bytes, expected {}); "
+              "is another job rebuilding it?",
+              cache.string(), static_cast<long long>(cst.st_size), file.size());
+  mapping->data_offset = h.data_offset;
   mapping->token_bytes = h.token_bytes;
   mapping->count = static_cast<int64_t>(h.count);
   mapping->vocab_size = static_cast<int64_t>(h.vocab_size);
@@ -264,14 +311,13 @@ TokenDataset TokenDataset::open(const std::filesystem::path& text_path, const To
 
 int64_t TokenDataset::token(int64_t i) const {
   FSDPP_CHECK(i >= 0 && i < size(), "[data] token index {} is out of range [0, {})", i, size());
-  const char* p = mapping_->tokens + (begin_ + i) * mapping_->token_bytes;
   if (mapping_->token_bytes == 2) {
     uint16_t v;
-    std::memcpy(&v, p, 2);
+    mapping_->read(begin_ + i, 1, &v);
     return v;
   }
   uint32_t v;
-  std::memcpy(&v, p, 4);
+  mapping_->read(begin_ + i, 1, &v);
   return v;
 }
 
@@ -280,13 +326,15 @@ at::Tensor TokenDataset::slice(int64_t begin, int64_t end) const {
               "[data] token slice [{}, {}) is out of range [0, {})", begin, end, size());
   auto out = at::empty({end - begin}, at::TensorOptions().dtype(at::kLong));
   auto* dst = out.data_ptr<int64_t>();
-  const char* src = mapping_->tokens + (begin_ + begin) * mapping_->token_bytes;
+  const int64_t n = end - begin;
+  std::vector<char> narrow(static_cast<size_t>(n) * mapping_->token_bytes);
+  mapping_->read(begin_ + begin, n, narrow.data());
   if (mapping_->token_bytes == 2) {
-    const auto* t = reinterpret_cast<const uint16_t*>(src);  // aligned: data_offset % 64 == 0
-    for (int64_t i = 0; i < end - begin; ++i) dst[i] = t[i];
+    const auto* t = reinterpret_cast<const uint16_t*>(narrow.data());
+    for (int64_t i = 0; i < n; ++i) dst[i] = t[i];
   } else {
-    const auto* t = reinterpret_cast<const uint32_t*>(src);
-    for (int64_t i = 0; i < end - begin; ++i) dst[i] = t[i];
+    const auto* t = reinterpret_cast<const uint32_t*>(narrow.data());
+    for (int64_t i = 0; i < n; ++i) dst[i] = t[i];
   }
   return out;
 }

@@ -1,5 +1,5 @@
 #pragma once
-// A text file tokenised once into a binary token file, memory-mapped.
+// A text file tokenised once into a binary token file, read with pread(2) as batches need it.
 //
 //   auto tok = fsdpp::data::make_tokenizer("byte");
 //   auto data = fsdpp::data::TokenDataset::open("corpus.txt", *tok);  // encodes or reuses cache
@@ -10,7 +10,9 @@
 // 2 or 4 bytes, token count, the text's size, mtime and xxh3 hash, the tokenizer's name) and
 // then the tokens, uint16 when the vocabulary fits, else uint32. It is rebuilt whenever any of
 // those differ, and written to a temporary file then renamed, so a reader (or another rank
-// encoding the same text at the same time) never sees a half-written cache.
+// encoding the same text at the same time) never sees a half-written cache. It is read through
+// a descriptor, not a mapping: a cache truncated while a job reads it is an fsdpp::Error naming
+// it and both sizes, where a mapping would have died of SIGBUS.
 
 #include <ATen/core/Tensor.h>
 
@@ -39,7 +41,8 @@ class TokenDataset {
 
   int64_t size() const { return end_ - begin_; }
   int64_t token(int64_t i) const;  // 0 <= i < size()
-  // Tokens [begin, end) as an int64 tensor (copied out of the mapping).
+  // Tokens [begin, end) as an int64 tensor (read from the token file). token() and slice()
+  // throw fsdpp::Error naming the file when it has been truncated since open().
   at::Tensor slice(int64_t begin, int64_t end) const;
   TokenDataset subrange(int64_t begin, int64_t end) const;
   // (train, validation): validation is the last round(size * val_fraction) tokens.
@@ -51,7 +54,7 @@ class TokenDataset {
   // True when open() found a matching token file and encoded nothing.
   bool reused_cache() const;
 
-  class Mapping;  // the mmap'd token file (token_dataset.cpp)
+  class Mapping;  // the open token file (token_dataset.cpp)
 
  private:
   TokenDataset(std::shared_ptr<const Mapping> mapping, int64_t begin, int64_t end)
