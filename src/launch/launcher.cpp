@@ -83,6 +83,11 @@ void validate(const LaunchConfig& config) {
         "[fsdpp-run] --heartbeat-timeout-s must be between 1 and 3600 seconds, got {}",
         config.heartbeat_timeout_s));
   }
+  if (!(config.progress_timeout_s >= 0 && config.progress_timeout_s <= 7 * 24 * 3600)) {
+    throw UsageError(fmt::format(
+        "[fsdpp-run] --progress-timeout-s must be between 0 (off) and {} seconds, got {}",
+        7 * 24 * 3600, config.progress_timeout_s));
+  }
   if (!(config.grace_s >= 0 && config.grace_s <= kMaxGraceS)) {  // also catches NaN
     throw UsageError(fmt::format("[fsdpp-run] --grace-s must be between 0 and {} seconds, got {}",
                                  kMaxGraceS, config.grace_s));
@@ -131,7 +136,8 @@ int find_free_port(const std::string& host) {
 }
 
 OutputOptions output_options(const LaunchConfig& config) {
-  return {config.prefix_output, config.log_dir, std::chrono::seconds(2LL * config.timeout_s)};
+  return {config.prefix_output, config.log_dir, std::chrono::seconds(2LL * config.timeout_s),
+          std::chrono::milliseconds(std::llround(config.progress_timeout_s * 1000))};
 }
 
 int run(const LaunchConfig& config) {
@@ -186,7 +192,7 @@ int run(const LaunchConfig& config) {
     }
     fmt::print(stderr, "[fsdpp-run] {}; stopped the other {} worker(s){}{}\n",
                result.failure->describe(),
-               stop.signalled - (result.failure->stopped_s > 0 ? 1 : 0), killed,
+               stop.signalled - (result.failure->still_running() ? 1 : 0), killed,
                result.failure->stopped_s > 0 ? "" : stopped);
     if (stop.interrupt_signal != 0) return 128 + stop.interrupt_signal;
     if (attempt >= config.max_restarts) return kExitWorkerFailed;

@@ -157,7 +157,8 @@ int run_multi_node(const LaunchConfig& config, SignalWatch& signals, millisecond
       const WorkerGroup::StopResult stop = group.stop(SIGTERM, grace);
       link.set_state(NodeLink::State::kFailed);
       fmt::print(stderr, "[fsdpp-run] {}; stopped the other {} worker(s) of this node{}\n", mine,
-                 stop.signalled, killed_note(stop, config.grace_s));
+                 stop.signalled - (result.failure->still_running() ? 1 : 0),
+                 killed_note(stop, config.grace_s));
       if (first != mine) {
         fmt::print(stderr, "[fsdpp-run] the job had already failed elsewhere: {}\n", first);
       }

@@ -86,6 +86,11 @@ bool WorkerExit::ok() const { return WIFEXITED(status) && WEXITSTATUS(status) ==
 
 std::string WorkerExit::describe() const {
   const std::string who = fmt::format("rank {} (local {}, pid {})", rank, local_rank, pid);
+  if (silent_s > 0) {
+    return fmt::format("{} made no progress for {:.1f} s (no heartbeat; its last one said '{}'; "
+                       "fsdpp-run --progress-timeout-s): it is running but stuck",
+                       who, silent_s, last_beat);
+  }
   if (stopped_s > 0) {
     const int sig = WIFSTOPPED(status) ? WSTOPSIG(status) : SIGSTOP;
     return fmt::format("{} has been stopped by signal {} ({}) for {:.1f} s (a frozen process never "
@@ -105,11 +110,16 @@ WorkerGroup::WorkerGroup(SignalWatch& signals, OutputOptions output)
     : signals_(signals), output_(std::move(output)) {}
 
 WorkerGroup::~WorkerGroup() {
-  if (running() == 0) return;
-  try {
-    stop(SIGKILL, milliseconds{0});
-  } catch (...) {
-    // Destructors never throw; stop() only throws if printing fails.
+  if (running() > 0) {
+    try {
+      stop(SIGKILL, milliseconds{0});
+    } catch (...) {
+      // Destructors never throw; stop() only throws if printing fails.
+    }
+  }
+  if (!heartbeat_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(heartbeat_dir_, ec);
   }
 }
 
@@ -139,7 +149,14 @@ WorkerGroup::Worker WorkerGroup::spawn(const WorkerSpec& spec) {
   // Everything the child needs is built before fork(): after it, the child may only make
   // async-signal-safe calls (no allocation).
   std::vector<std::string> args = spec.argv;
-  std::vector<std::string> env = merged_environment(spec.env);
+  EnvVars vars = spec.env;
+  if (output_.progress_limit.count() > 0) {
+    const auto beat = heartbeat_file(spec.rank);
+    std::error_code ec;
+    std::filesystem::remove(beat, ec);  // a restart starts counting afresh
+    vars.emplace_back("FSDPP_HEARTBEAT_FILE", beat.string());
+  }
+  std::vector<std::string> env = merged_environment(vars);
   std::vector<char*> argv = c_strings(args);
   std::vector<char*> envp = c_strings(env);
   const sigset_t* original_mask = &signals_.original_mask();
@@ -234,6 +251,7 @@ WorkerGroup::WaitResult WorkerGroup::wait() {
       return {Outcome::kSucceeded, std::nullopt, 0};
     }
     if (external_ready_) return {Outcome::kExternal, std::nullopt, 0};
+    if (auto silent = silent_worker()) return {Outcome::kWorkerFailed, silent, 0};
     for (const Worker& w : workers_) {
       if (!w.running || !w.stopped_since) continue;
       const auto stopped = Clock::now() - *w.stopped_since;
@@ -276,6 +294,38 @@ WorkerGroup::StopResult WorkerGroup::stop(int signal, milliseconds grace) {
   drain(kDrainLimit);
   if (result.interrupt_signal == 0) result.interrupt_signal = std::exchange(pending_signal_, 0);
   return result;
+}
+
+std::filesystem::path WorkerGroup::heartbeat_file(int rank) {
+  if (heartbeat_dir_.empty()) {
+    char tmpl[] = "/tmp/fsdpp-run-heartbeat-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) {
+      throw LaunchError(fmt::format("[fsdpp-run] cannot create a directory for heartbeats: {}",
+                                    std::strerror(errno)));
+    }
+    heartbeat_dir_ = tmpl;
+  }
+  return heartbeat_dir_ / fmt::format("rank{}", rank);
+}
+
+std::optional<WorkerExit> WorkerGroup::silent_worker() const {
+  if (output_.progress_limit.count() <= 0 || heartbeat_dir_.empty()) return std::nullopt;
+  const auto now = std::filesystem::file_time_type::clock::now();
+  for (const Worker& w : workers_) {
+    if (!w.running || w.stopped_since) continue;  // a stopped worker is reported as such
+    const auto path = heartbeat_dir_ / fmt::format("rank{}", w.spec.rank);
+    std::error_code ec;
+    const auto written = std::filesystem::last_write_time(path, ec);
+    if (ec) continue;  // no heartbeat yet: it is still setting up
+    const auto silent = std::chrono::duration_cast<milliseconds>(now - written);
+    if (silent < output_.progress_limit) continue;
+    WorkerExit e{w.spec.rank, w.spec.local_rank, w.pid, w.status};
+    e.silent_s = std::chrono::duration<double>(silent).count();
+    std::ifstream in(path);
+    std::getline(in, e.last_beat);
+    return e;
+  }
+  return std::nullopt;
 }
 
 int WorkerGroup::stop_leftovers(milliseconds grace) {

@@ -33,8 +33,12 @@ struct WorkerExit {
   pid_t pid = -1;
   int status = 0;  // as from waitpid()
   double stopped_s = 0;  // > 0: did not exit, but was stopped that long (status: the stop)
+  double silent_s = 0;   // > 0: did not exit, but wrote no heartbeat for that long
+  std::string last_beat;  // with silent_s: what its last heartbeat said
 
   bool ok() const;
+  // Declared failed while its process still ran (stopped, or silent): stop() still signals it.
+  bool still_running() const { return stopped_s > 0 || silent_s > 0; }
   // "rank 1 (local 1, pid 1234) exited with code 3" or "... was killed by signal 9 (SIGKILL)".
   std::string describe() const;
 };
@@ -45,6 +49,9 @@ struct OutputOptions {
   // A worker stopped (SIGSTOP, SIGTSTP, a debugger) for longer than this counts as failed: a
   // stopped process never exits and never errs, and its peers may all be waiting on it.
   std::chrono::milliseconds stopped_limit{600'000};
+  // > 0: each worker gets FSDPP_HEARTBEAT_FILE, and one whose file has not been written for this
+  // long (after its first write) counts as failed: it is running but not making progress.
+  std::chrono::milliseconds progress_limit{0};
 };
 
 class WorkerGroup {
@@ -112,6 +119,10 @@ class WorkerGroup {
   };
 
   Worker spawn(const WorkerSpec& spec);
+  // FSDPP_HEARTBEAT_FILE of `rank` (the directory is made on first use).
+  std::filesystem::path heartbeat_file(int rank);
+  // A running, unstopped worker whose heartbeat is older than progress_limit.
+  std::optional<WorkerExit> silent_worker() const;
   int log_fd(int rank);
   // Waits up to `timeout` for output, an exit or a signal and handles what came.
   void pump(std::chrono::milliseconds timeout);
@@ -122,6 +133,7 @@ class WorkerGroup {
 
   SignalWatch& signals_;
   OutputOptions output_;
+  std::filesystem::path heartbeat_dir_;  // with progress_limit: one file per rank
   std::map<int, UniqueFd> logs_;  // by rank; kept across attempts so a restart appends
   std::vector<Worker> workers_;
   std::optional<WorkerExit> first_failure_;

@@ -35,6 +35,7 @@
 #include "fsdpp/train/memory_check.h"
 #include "checkpointer.h"
 #include "faults.h"
+#include "heartbeat.h"
 #include "metrics_log.h"
 #include "output_dir.h"
 #include "progress.h"
@@ -460,6 +461,8 @@ TrainResult Trainer::run() {
   std::optional<detail::MetricsLog> metrics;
   if (lead) metrics.emplace(out_dir / "metrics.jsonl", resumed.has_value());
   detail::StopSignal stop_signal;  // SIGTERM/SIGINT: stop after the step in progress
+  detail::Heartbeat heartbeat;     // fsdpp-run --progress-timeout-s counts from here
+  heartbeat.beat(fmt::format("training from step {} of {}", first_step, total_steps));
   Progress progress(lead, total_steps);
   TrainResult result;
   result.output_dir = out_dir.string();
@@ -546,6 +549,7 @@ TrainResult Trainer::run() {
       progress.tick(step, loss, lr, std::chrono::duration<double>(Clock::now() - start).count());
     }
     if (t.save_steps > 0 && step % t.save_steps == 0) save_checkpoint(step);
+    heartbeat.beat(fmt::format("step {} of {}", step, total_steps));
     if (stop_now) {
       result.stopped_by_signal = stop_signal.received() != 0 ? stop_signal.received() : SIGTERM;
       break;

@@ -184,3 +184,15 @@ grep -q 'final loss 0.0000' "$D/rerun.log" && { echo "FAIL rerun_finished: repor
 grep -q '\[train\] nothing to train: resumed at step 3 and the run has 3 steps' "$D/rerun.log" ||
   { echo "FAIL rerun_finished"; cat "$D/rerun.log"; exit 1; }
 echo "ok   rerun_finished: says there is nothing to train"
+
+# ---- a worker that runs but makes no progress -----------------------------------------------
+expect_fail launcher_no_progress 1 \
+  "rank 1 \(local 1, pid [0-9]+\) made no progress for [0-9.]+ s \(no heartbeat; its last one said 'step 1 of 9'" -- \
+  "$run" --nproc-per-node 2 --progress-timeout-s 1.5 --grace-s 1 bash -c \
+  'echo "step 1 of 9" > "$FSDPP_HEARTBEAT_FILE"; [ "$RANK" = 1 ] && sleep 30; for i in $(seq 40); do echo "step $i" > "$FSDPP_HEARTBEAT_FILE"; sleep 0.2; done'
+grep -q 'stopped the other 1 worker' "$D/launcher_no_progress.log" || { echo "FAIL: count"; cat "$D/launcher_no_progress.log"; exit 1; }
+"$run" --nproc-per-node 2 --progress-timeout-s 2 "${job[@]}" training.max_steps=60 training.logging_steps=30 \
+  training.output_dir="$D/beats" > "$D/beats.log" 2>&1 || { echo "FAIL: a healthy run tripped --progress-timeout-s"; tail "$D/beats.log"; exit 1; }
+echo "ok   launcher_progress_healthy: fsdpp-train's per-step heartbeat keeps a healthy run alive"
+expect_fail launcher_bad_progress_timeout 2 '\[fsdpp-run\] --progress-timeout-s must be between 0 \(off\) and 604800 seconds, got -1' -- \
+  "$run" --progress-timeout-s -1 true

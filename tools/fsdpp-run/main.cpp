@@ -103,6 +103,12 @@ int main(int argc, char** argv) {
       ->type_name("S")
       ->check(kSeconds)
       ->capture_default_str();
+  app.add_option("--progress-timeout-s", config.progress_timeout_s,
+                 "A worker whose heartbeat (fsdpp-train: one per step) is older than this has "
+                 "failed; 0: off")
+      ->type_name("S")
+      ->check(kSeconds)
+      ->capture_default_str();
   app.add_option("--grace-s", config.grace_s, "Seconds between SIGTERM and SIGKILL")
       ->type_name("S")
       ->check(kSeconds)

@@ -44,6 +44,9 @@ struct LaunchConfig {
   double rdzv_timeout_s = 300;
   double heartbeat_timeout_s = 5;
   double grace_s = 3.0;                          // SIGTERM -> SIGKILL delay when stopping workers
+  // > 0: a worker whose heartbeat (FSDPP_HEARTBEAT_FILE, which fsdpp-train writes after every
+  // step) is older than this counts as failed; 0: off. Counted from its first heartbeat.
+  double progress_timeout_s = 0;
   bool prefix_output = true;                     // "[rank R] " before each relayed line
   std::vector<std::string> command;              // PROGRAM ARGS...; PROGRAM is looked up in PATH
 };
