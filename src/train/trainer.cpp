@@ -103,8 +103,10 @@ std::unique_ptr<data::Tokenizer> make_tokenizer(const DataSection& data, const f
   if (data.tokenizer == "byte") return std::make_unique<data::ByteTokenizer>();
   std::string model = data.tokenizer_model;
   if (model.empty()) {
-    const fs::path prefix = cache_dir / fmt::format("spm-bpe-{}", data.tokenizer_vocab_size);
-    model = prefix.string() + ".model";
+    // Keyed by the corpus's content: a shared cache_dir never hands this run another text's model.
+    model = data::SentencePieceTokenizer::cached_model_path(cache_dir, corpus, data.tokenizer_vocab_size)
+                .string();
+    const fs::path prefix = fs::path(model).replace_extension();
     dist::agree_on_failure(*world.group(), "training the tokenizer", [&] {
       if (world.rank() != 0 || fs::exists(model)) return;
       std::printf("[train] training a sentencepiece BPE tokenizer (vocab %lld) on %s\n",
