@@ -11,8 +11,10 @@ APT_PACKAGES=(cmake ninja-build g++ clang ccache pkg-config python3-venv
   iproute2  # `ip netns`: the multi-node test's two hosts (tests/multinode/)
   libclang-rt-dev  # clang's ASan/UBSan and libFuzzer runtimes: make test-asan, tests/fuzz/
   fortunes)  # English text for the default training job (/usr/share/games/fortunes)
-# matplotlib: make bench charts; transformers: the Hugging Face Llama round trip test.
-PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy safetensors matplotlib "transformers==5.23.0")
+# matplotlib: make bench charts; transformers: the Hugging Face Llama round trip test;
+# tensorboard: its own event-file reader checks the files the trainer writes (train.tensorboard).
+PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy safetensors matplotlib "transformers==5.23.0"
+  tensorboard)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
