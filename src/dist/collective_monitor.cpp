@@ -248,7 +248,18 @@ std::optional<std::string> CollectiveMonitor::divergence(bool force) {
   }
 }
 
+std::string CollectiveMonitor::store_note() {
+  try {
+    const std::string why = probe_store(store_, stall_after());
+    return why.empty() ? std::string() : "; " + why;
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
 std::string CollectiveMonitor::progress(uint64_t waiting) {
+  // A frozen store host would make every read below wait the whole timeout: ask it first, briefly.
+  const std::string note = store_note();
   std::vector<RankTrace> traces;
   try {
     traces = read_others();
@@ -265,7 +276,7 @@ std::string CollectiveMonitor::progress(uint64_t waiting) {
   traces.push_back(own(waiting));
   std::string s = describe_progress(traces);
   // A stopped store host publishes nothing and answers nothing: say so, it is the cause.
-  if (const std::string why = store_unresponsive(store_); !why.empty()) s += "; " + why;
+  s += note;
   if (!silent.empty()) {
     s += fmt::format(
         "; {} {} published no trace: not waiting on a collective of this group (busy "

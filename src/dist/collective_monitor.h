@@ -79,6 +79,9 @@ class CollectiveMonitor {
   // For a wait that failed without a divergence: where each rank is, naming the ranks that
   // published nothing. Never throws.
   std::string progress(uint64_t waiting);
+  // "; the rendezvous store (hosted by rank 0 ...) has not answered ..." when the store's host
+  // does not answer a probe within stall_after(); else empty. Never throws.
+  std::string store_note();
 
   // FSDPP_COLLECTIVE_CHECK: exchanges `rec` with every rank of the group before it runs. Throws
   // CommError naming the divergence, or TimeoutError naming the ranks that never got to it.

@@ -212,15 +212,41 @@ void DeadlineStore::multiSet(const std::vector<std::string>& keys,
 
 bool DeadlineStore::hasExtendedApi() const { return inner_->hasExtendedApi(); }
 
-std::string store_unresponsive(const c10::intrusive_ptr<c10d::Store>& store) {
+std::string DeadlineStore::probe(std::chrono::milliseconds bound) {
+  if (std::string why = unresponsive(); !why.empty()) return why;
+  try {
+    call<bool>("check", "(liveness probe)", bound,
+               [s = inner_] { return s->check({"fsdpp/liveness_probe"}); });
+  } catch (const std::exception&) {
+    // unresponsive() now says why, when it was the deadline; another error is not a hang.
+  }
+  return unresponsive();
+}
+
+namespace {
+
+DeadlineStore* find_deadline_store(const c10::intrusive_ptr<c10d::Store>& store) {
   c10::intrusive_ptr<c10d::Store> s = store;
   while (s) {
-    if (auto* d = dynamic_cast<DeadlineStore*>(s.get())) return d->unresponsive();
+    if (auto* d = dynamic_cast<DeadlineStore*>(s.get())) return d;
     auto* p = dynamic_cast<c10d::PrefixStore*>(s.get());
-    if (p == nullptr) return {};
+    if (p == nullptr) return nullptr;
     s = p->getUnderlyingStore();
   }
-  return {};
+  return nullptr;
+}
+
+}  // namespace
+
+std::string store_unresponsive(const c10::intrusive_ptr<c10d::Store>& store) {
+  auto* d = find_deadline_store(store);
+  return d ? d->unresponsive() : std::string();
+}
+
+std::string probe_store(const c10::intrusive_ptr<c10d::Store>& store,
+                        std::chrono::milliseconds bound) {
+  auto* d = find_deadline_store(store);
+  return d ? d->probe(bound) : std::string();
 }
 
 }  // namespace fsdpp::dist::detail

@@ -49,6 +49,9 @@ class DeadlineStore : public c10d::Store {
   // Empty while the store answers; else why it counts as unresponsive (for error messages of
   // callers that swallow store errors, such as the hang detector).
   std::string unresponsive() const;
+  // One cheap call bounded by `bound` (shorter than the timeout: for error paths that want to
+  // know whether the store's host is alive before they explain a failure). Returns unresponsive().
+  std::string probe(std::chrono::milliseconds bound);
 
   struct Worker;
 
@@ -64,5 +67,8 @@ class DeadlineStore : public c10d::Store {
 // What a DeadlineStore somewhere below `store` (through PrefixStores) says of its host; empty
 // when it answers or when there is none.
 std::string store_unresponsive(const c10::intrusive_ptr<c10d::Store>& store);
+// The same after DeadlineStore::probe(bound) when the store has not failed already.
+std::string probe_store(const c10::intrusive_ptr<c10d::Store>& store,
+                        std::chrono::milliseconds bound);
 
 }  // namespace fsdpp::dist::detail

@@ -135,7 +135,8 @@ void Work::wait() {
   }
   if (!s.error) return;
   const std::string why = message_of(s.error);
-  if (s.not_run) FSDPP_THROW(CommError, "{}", why);
+  // An earlier collective failed: when the store's host is frozen, that is what to say.
+  if (s.not_run) FSDPP_THROW(CommError, "{}{}", why, s.monitor ? s.monitor->store_note() : "");
   if (contains(why, "FSDPP_COLLECTIVE_CHECK")) std::rethrow_exception(s.error);
   const bool timed_out = contains(why, "imed out") || contains(why, "imeout");
   if (s.monitor && !peer_gone(why)) {

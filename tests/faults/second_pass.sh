@@ -142,6 +142,9 @@ expect_fail output_dir_is_file 1 \
   "$run" --nproc-per-node 2 "${job[@]}" training.max_steps=2 training.output_dir="$D/a_file"
 grep -q 'frame #' "$D/output_dir_is_file.log" && { echo "FAIL: c10d frames in the output"; exit 1; }
 [ "$(wc -l < "$D/output_dir_is_file.log")" -le 4 ] || { echo "FAIL: more than 4 lines"; cat "$D/output_dir_is_file.log"; exit 1; }
+expect_fail output_dir_is_file_direct 2 \
+  "\[train\] training.output_dir='$D/a_file' exists and is not a directory" -- \
+  "${job[@]}" training.max_steps=2 training.output_dir="$D/a_file"
 expect_fail output_dir_too_long 1 "\[train\] training.output_dir='.*' cannot be created: File name too long" -- \
   "$run" --nproc-per-node 2 "${job[@]}" training.max_steps=2 training.output_dir="$D/$(printf 'x%.0s' {1..300})"
 
@@ -196,3 +199,17 @@ grep -q 'stopped the other 1 worker' "$D/launcher_no_progress.log" || { echo "FA
 echo "ok   launcher_progress_healthy: fsdpp-train's per-step heartbeat keeps a healthy run alive"
 expect_fail launcher_bad_progress_timeout 2 '\[fsdpp-run\] --progress-timeout-s must be between 0 \(off\) and 604800 seconds, got -1' -- \
   "$run" --progress-timeout-s -1 true
+
+# ---- a SentencePiece cache shared by runs on two corpora ------------------------------------
+mkdir -p "$D/corpus_a" "$D/corpus_b"
+cp "$src"/configs/*.yaml "$D/corpus_a/"
+cp "$src"/docs/*.md "$D/corpus_b/"
+for c in a b; do
+  "$run" --nproc-per-node 1 "${job[@]}" data.path="$D/corpus_$c" data.tokenizer=sentencepiece \
+    data.tokenizer_vocab_size=300 data.cache_dir="$D/spm_cache" training.max_steps=1 \
+    training.output_dir="$D/spm_$c" > "$D/spm_$c.log" 2>&1 || { echo "FAIL spm $c"; tail "$D/spm_$c.log"; exit 1; }
+done
+n=$(ls "$D"/spm_cache/spm-bpe-300-*.model | wc -l)
+[ "$n" = 2 ] && grep -q 'training a sentencepiece BPE tokenizer' "$D/spm_b.log" ||
+  { echo "FAIL spm_cache_per_corpus: $n models; the second corpus reused the first one's"; exit 1; }
+echo "ok   spm_cache_per_corpus: two corpora in one cache_dir get two tokenizers"
