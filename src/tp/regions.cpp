@@ -1,0 +1,154 @@
+#include "fsdpp/tp/regions.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/custom_class.h>
+
+#include "fsdpp/common/error.h"
+
+namespace fsdpp::tp {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The group rides in the autograd context as a capsule: saved_data holds IValues only, and the
+// backward runs after forward has returned, so it must own a reference to the group.
+struct GroupCapsule : torch::CustomClassHolder {
+  GroupPtr group;
+  std::string what;
+};
+
+void save_group(AutogradContext* ctx, const GroupPtr& group, const std::string& what) {
+  auto c = c10::make_intrusive<GroupCapsule>();
+  c->group = group;
+  c->what = what;
+  ctx->saved_data["group"] = c10::IValue::make_capsule(std::move(c));
+}
+
+const GroupCapsule& load_group(AutogradContext* ctx) {
+  return *static_cast<GroupCapsule*>(ctx->saved_data["group"].toCapsule().get());
+}
+
+at::Tensor all_reduce_sum(const at::Tensor& x, const GroupPtr& group, const std::string& what) {
+  auto out = x.contiguous().clone();
+  group->all_reduce(out, dist::ReduceOp::SUM, {what});
+  return out;
+}
+
+int64_t wrap_dim(int64_t dim, const at::Tensor& x) { return dim < 0 ? dim + x.dim() : dim; }
+
+at::Tensor all_gather_dim(const at::Tensor& x, const GroupPtr& group, int64_t dim,
+                          const std::string& what) {
+  const int n = group->size();
+  auto in = x.movedim(dim, 0).contiguous();  // (n_local, ...)
+  auto sizes = in.sizes().vec();
+  sizes[0] *= n;
+  auto out = at::empty(sizes, in.options());  // (N*n_local, ...)
+  group->all_gather_into_tensor(out, in, {what});
+  return out.movedim(0, dim);
+}
+
+at::Tensor reduce_scatter_dim(const at::Tensor& x, const GroupPtr& group, int64_t dim,
+                              const std::string& what) {
+  const int n = group->size();
+  FSDPP_CHECK_AS(ConfigError, x.size(dim) % n == 0,
+                 "[tp] {}: the sequence dimension (dim {}) has size {}, which the tensor-parallel "
+                 "degree {} does not divide; sequence parallelism needs equal chunks",
+                 what, dim, x.size(dim), n);
+  auto in = x.movedim(dim, 0).contiguous();  // (N*n_local, ...)
+  auto sizes = in.sizes().vec();
+  sizes[0] /= n;
+  auto out = at::empty(sizes, in.options());
+  group->reduce_scatter_tensor(out, in, dist::ReduceOp::SUM, {what});
+  return out.movedim(0, dim);
+}
+
+struct CopyToRegion : torch::autograd::Function<CopyToRegion> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const GroupPtr& group,
+                            const std::string& what) {
+    save_group(ctx, group, what);
+    return x.view_as(x);  // a new node for autograd; no copy
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto& g = load_group(ctx);
+    return {all_reduce_sum(grads[0], g.group, g.what), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct ReduceFromRegion : torch::autograd::Function<ReduceFromRegion> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const GroupPtr& group,
+                            const std::string& what) {
+    return all_reduce_sum(x, group, what);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {grads[0], at::Tensor(), at::Tensor()};
+  }
+};
+
+struct GatherFromSequence : torch::autograd::Function<GatherFromSequence> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const GroupPtr& group,
+                            int64_t dim, const std::string& what) {
+    save_group(ctx, group, what);
+    ctx->saved_data["dim"] = dim;
+    return all_gather_dim(x, group, dim, what);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto& g = load_group(ctx);
+    return {reduce_scatter_dim(grads[0], g.group, ctx->saved_data["dim"].toInt(), g.what),
+            at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct ScatterToSequence : torch::autograd::Function<ScatterToSequence> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const GroupPtr& group,
+                            int64_t dim, const std::string& what) {
+    save_group(ctx, group, what);
+    ctx->saved_data["dim"] = dim;
+    return reduce_scatter_dim(x, group, dim, what);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto& g = load_group(ctx);
+    return {all_gather_dim(grads[0], g.group, ctx->saved_data["dim"].toInt(), g.what),
+            at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor copy_to_region(const at::Tensor& x, const GroupPtr& group, const std::string& what) {
+  return CopyToRegion::apply(x, group, what);
+}
+
+at::Tensor reduce_from_region(const at::Tensor& x, const GroupPtr& group,
+                              const std::string& what) {
+  return ReduceFromRegion::apply(x, group, what);
+}
+
+at::Tensor gather_from_sequence(const at::Tensor& x, const GroupPtr& group, int64_t dim,
+                                const std::string& what) {
+  return GatherFromSequence::apply(x, group, wrap_dim(dim, x), what);
+}
+
+at::Tensor scatter_to_sequence(const at::Tensor& x, const GroupPtr& group, int64_t dim,
+                               const std::string& what) {
+  dim = wrap_dim(dim, x);
+  // Checked here too, so the error comes before autograd records anything.
+  FSDPP_CHECK_AS(ConfigError, x.size(dim) % group->size() == 0,
+                 "[tp] {}: the sequence dimension (dim {}) has size {}, which the tensor-parallel "
+                 "degree {} does not divide; sequence parallelism needs equal chunks",
+                 what, dim, x.size(dim), group->size());
+  return ScatterToSequence::apply(x, group, dim, what);
+}
+
+ShardRange shard_range(int64_t size, int degree, int rank) {
+  FSDPP_CHECK(degree > 0 && rank >= 0 && rank < degree,
+              "[tp] shard_range: rank {} of degree {}", rank, degree);
+  const int64_t base = size / degree, extra = size % degree;
+  ShardRange r;
+  r.size = base + (rank < extra ? 1 : 0);
+  r.offset = rank * base + std::min<int64_t>(rank, extra);
+  return r;
+}
+
+}  // namespace fsdpp::tp
