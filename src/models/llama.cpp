@@ -127,7 +127,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps(eps) {
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
   auto xc = x.to(compute_dtype(x));
   auto normed = xc * at::rsqrt(xc.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return normed.to(x.scalar_type()) * weight;
+  return normed.to(x.scalar_type()) * (parallel ? parallel->norm_weight(weight) : weight);
 }
 
 // ---- Attention ----
@@ -151,7 +151,8 @@ AttentionImpl::AttentionImpl(const LlamaConfig& cfg)
   rope_sin = register_buffer("rope_sin", angles.sin().to(torch::kFloat));
 }
 
-at::Tensor AttentionImpl::forward(const at::Tensor& x) {
+at::Tensor AttentionImpl::forward(const at::Tensor& input) {
+  const auto x = parallel ? parallel->enter(input, "attention") : input;
   const int64_t B = x.size(0), T = x.size(1);
   auto q = wq(x).view({B, T, n_heads, head_dim});
   auto k = wk(x).view({B, T, n_kv_heads, head_dim});
@@ -164,7 +165,8 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x) {
   auto y = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                             v.transpose(1, 2), /*attn_mask=*/{},
                                             /*dropout_p=*/0.0, /*is_causal=*/true);
-  return wo(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
+  auto out = wo(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
+  return parallel ? parallel->exit(out, "attention") : out;
 }
 
 // ---- FeedForward ----
@@ -178,8 +180,10 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
   w3 = register_module("w3", linear(dim, hidden));
 }
 
-at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
-  return w2(at::silu(w1(x)) * w3(x));
+at::Tensor FeedForwardImpl::forward(const at::Tensor& input) {
+  const auto x = parallel ? parallel->enter(input, "feed_forward") : input;
+  auto out = w2(at::silu(w1(x)) * w3(x));
+  return parallel ? parallel->exit(out, "feed_forward") : out;
 }
 
 // ---- TransformerBlock ----
@@ -252,11 +256,13 @@ at::Tensor LlamaImpl::hidden_to_logits(const at::Tensor& tokens) {
                  "[models] Llama sequence length T={} is out of range; expected 1 <= T <= "
                  "max_seq_len={}",
                  tokens.size(1), cfg_.max_seq_len);
-  auto h = tok_embeddings(tokens);  // (B,T,C)
+  auto h = parallel ? parallel->embed(tokens, tok_embeddings->weight)
+                    : tok_embeddings(tokens);  // (B,T,C)
   for (size_t i = 0; i < layers->size(); ++i) {
     h = run_block(*layers->ptr<TransformerBlockImpl>(i), h);
   }
   h = norm(h);
+  if (parallel) h = parallel->enter(h, "output");
   if (output) return output(h);                       // (B,T,V)
   return at::linear(h, tok_embeddings->weight);       // tied: (B,T,C) x (V,C)^T
 }
@@ -269,7 +275,8 @@ LlamaOutput LlamaImpl::forward(const at::Tensor& tokens, const at::Tensor& targe
                  targets.sizes(), tokens.sizes());
   LlamaOutput out;
   out.logits = hidden_to_logits(tokens);
-  out.loss = token_cross_entropy(out.logits, targets);
+  out.loss = parallel ? parallel->loss(out.logits, targets)
+                      : token_cross_entropy(out.logits, targets);
   return out;
 }
 

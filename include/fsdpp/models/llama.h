@@ -22,6 +22,7 @@
 #include <ATen/core/Generator.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string_view>
 
@@ -49,6 +50,24 @@ struct LlamaConfig {
   int64_t ffn_hidden_dim() const;  // ffn_hidden, or Llama's rule when it is 0
 };
 
+// Where tensor parallelism communicates inside the model. fsdpp::tp::parallelize_llama
+// (fsdpp/tp/llama_plan.h) installs one on every module below; null, the default, runs the model
+// whole. Abstract so that the model knows nothing of process groups.
+class LlamaParallelHooks {
+ public:
+  virtual ~LlamaParallelHooks() = default;
+  // Before the projections that read an activation (wq/wk/wv, w1/w3, the output head).
+  virtual at::Tensor enter(const at::Tensor& x, const char* where) = 0;
+  // After a projection whose outputs are partial sums (wo, w2).
+  virtual at::Tensor exit(const at::Tensor& y, const char* where) = 0;
+  // tokens (B,T) -> the embedding through `table`.
+  virtual at::Tensor embed(const at::Tensor& tokens, const at::Tensor& table) = 0;
+  // A norm's weight as the forward uses it.
+  virtual at::Tensor norm_weight(const at::Tensor& weight) = 0;
+  // The mean cross entropy of the logits the head produced.
+  virtual at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets) = 0;
+};
+
 // x * rsqrt(mean(x^2) + eps) * weight, normalised in at least float32.
 class RMSNormImpl : public torch::nn::Module {
  public:
@@ -57,6 +76,7 @@ class RMSNormImpl : public torch::nn::Module {
 
   at::Tensor weight;  // (dim)
   double eps;
+  std::shared_ptr<LlamaParallelHooks> parallel;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -70,7 +90,9 @@ class AttentionImpl : public torch::nn::Module {
   // (max_seq_len, head_dim/2): derived from the config, not learned. Registered as buffers so
   // that module.to(device) moves them; checkpoints skip them (see is_non_persistent_buffer).
   at::Tensor rope_cos, rope_sin;
+  // The heads this module computes: all of them, or this rank's under tensor parallelism.
   int64_t n_heads, n_kv_heads, head_dim;
+  std::shared_ptr<LlamaParallelHooks> parallel;
 };
 TORCH_MODULE(Attention);
 
@@ -81,6 +103,7 @@ class FeedForwardImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);  // (B,T,C) -> (B,T,C)
 
   torch::nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+  std::shared_ptr<LlamaParallelHooks> parallel;
 };
 TORCH_MODULE(FeedForward);
 
@@ -126,6 +149,8 @@ class LlamaImpl : public torch::nn::Module {
   torch::nn::ModuleList layers{nullptr};  // of TransformerBlock
   RMSNorm norm{nullptr};
   torch::nn::Linear output{nullptr};  // null when cfg.tie_embeddings
+  // Under tensor parallelism logits are this rank's vocabulary columns (fsdpp/tp/llama_plan.h).
+  std::shared_ptr<LlamaParallelHooks> parallel;
 
  private:
   at::Tensor hidden_to_logits(const at::Tensor& tokens);

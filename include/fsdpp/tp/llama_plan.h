@@ -1,0 +1,37 @@
+#pragma once
+// The built-in tensor-parallel plan for fsdpp's Llama (torchtitan's): wq/wk/wv and w1/w3
+// column-wise, wo and w2 row-wise, the embedding and the output head split along the
+// vocabulary with the vocab-parallel loss (logits are never gathered), and, with sequence
+// parallelism, norms and residuals on sequence shards.
+//
+//   models::Llama model(cfg);                                  // built whole from cfg.seed
+//   auto tp = tp::parallelize_llama(*model, mesh->group("tp"), {.sequence_parallel = true});
+//   auto out = model->forward(tokens, targets);   // out.logits: this rank's vocab columns
+//   out.loss.backward();                          // the same loss on every rank of the group
+//   tp::clip_grad_norm_(*model, tp, 1.0);
+//
+// Every rank of the group must get the same tokens. Errors ([tp] ConfigError), checked before
+// anything is changed: n_heads or n_kv_heads not divisible by the degree (each rank computes
+// whole heads; grouped-query attention with fewer kv heads than ranks names n_kv_heads and the
+// degree); vocab_size or the FFN hidden size smaller than the degree. Uneven vocab and FFN
+// sizes are split unevenly and stay exact. Under sequence parallelism the sequence length
+// must divide by the degree (an error at the first forward naming the length).
+
+#include "fsdpp/models/llama.h"
+#include "fsdpp/tp/plan.h"
+
+namespace fsdpp::tp {
+
+struct LlamaTensorParallelOptions {
+  bool sequence_parallel = false;
+};
+
+// The plan by parameter-owning module names ("layers.0.attention.wq": COLWISE, ...).
+ParallelPlan llama_plan(const models::LlamaConfig& cfg);
+
+// Checks the config against the group's size, reshards the parameters by llama_plan, sets each
+// attention's local head counts and installs the communication hooks.
+TensorParallel parallelize_llama(models::LlamaImpl& model, const GroupPtr& group,
+                                 LlamaTensorParallelOptions options = {});
+
+}  // namespace fsdpp::tp

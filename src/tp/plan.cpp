@@ -1,0 +1,129 @@
+#include "fsdpp/tp/plan.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+
+#include <cmath>
+#include <set>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/tp/linear.h"
+
+namespace fsdpp::tp {
+namespace {
+
+// Replaces the parameter's values by its slice [range) along dim, keeping the same tensor (so
+// the module's member and its registered parameter stay one object).
+Placement shard_param(at::Tensor& param, int64_t dim, const std::string& what,
+                      const std::string& dim_name, const GroupPtr& group) {
+  Placement p;
+  p.sharded = true;
+  p.dim = dim;
+  p.full_size = param.size(dim);
+  p.range = checked_shard(what, dim_name, p.full_size, group);
+  torch::NoGradGuard no_grad;
+  param.set_data(param.narrow(dim, p.range.offset, p.range.size).clone());
+  return p;
+}
+
+}  // namespace
+
+const char* to_string(ParallelStyle style) {
+  return style == ParallelStyle::COLWISE ? "COLWISE" : "ROWWISE";
+}
+
+Placement TensorParallel::placement(const std::string& param_name) const {
+  auto it = placements_.find(param_name);
+  return it == placements_.end() ? Placement{} : it->second;
+}
+
+TensorParallel parallelize_module(torch::nn::Module& root, const GroupPtr& group,
+                                  const ParallelPlan& plan) {
+  FSDPP_CHECK_AS(ConfigError, group != nullptr, "[tp] parallelize_module: no group");
+  auto modules = root.named_modules("", /*include_self=*/false);
+  std::map<std::string, Placement> placements;
+  for (const auto& [name, style] : plan) {
+    auto* found = modules.find(name);
+    FSDPP_CHECK_AS(ConfigError, found != nullptr,
+                   "[tp] parallelize_module: the plan names '{}', which is not a submodule", name);
+    auto& module = **found;
+    if (auto* linear = dynamic_cast<torch::nn::LinearImpl*>(&module)) {
+      if (style == ParallelStyle::COLWISE) {
+        placements[name + ".weight"] =
+            shard_param(linear->weight, 0, name, "out_features", group);
+        if (linear->bias.defined()) {
+          placements[name + ".bias"] = shard_param(linear->bias, 0, name, "out_features", group);
+        }
+      } else {
+        placements[name + ".weight"] = shard_param(linear->weight, 1, name, "in_features", group);
+      }
+    } else if (auto* emb = dynamic_cast<torch::nn::EmbeddingImpl*>(&module)) {
+      FSDPP_CHECK_AS(ConfigError, style == ParallelStyle::ROWWISE,
+                     "[tp] parallelize_module: '{}' is an Embedding planned {}; only ROWWISE "
+                     "(split along the vocabulary) is supported",
+                     name, to_string(style));
+      placements[name + ".weight"] = shard_param(emb->weight, 0, name, "vocab_size", group);
+    } else {
+      FSDPP_THROW(ConfigError,
+                  "[tp] parallelize_module: '{}' is a {}; expected a Linear or an Embedding", name,
+                  module.name());
+    }
+  }
+  return TensorParallel(group, std::move(placements));
+}
+
+at::Tensor full_tensor(const at::Tensor& local, const Placement& p, const GroupPtr& group) {
+  if (!p.sharded) return local;
+  const int n = group->size();
+  const int64_t chunk = shard_range(p.full_size, n, 0).size;  // the largest
+  auto moved = local.detach().movedim(p.dim, 0);                // (size_r, ...)
+  auto padded = at::zeros([&] {
+    auto s = moved.sizes().vec();
+    s[0] = chunk;
+    return s;
+  }(), moved.options());
+  padded.narrow(0, 0, moved.size(0)).copy_(moved);
+  auto sizes = padded.sizes().vec();
+  sizes[0] *= n;
+  auto gathered = at::empty(sizes, padded.options());
+  group->all_gather_into_tensor(gathered, padded, {"tp.full_tensor"});
+  std::vector<at::Tensor> parts;
+  for (int r = 0; r < n; ++r) {
+    parts.push_back(gathered.narrow(0, r * chunk, shard_range(p.full_size, n, r).size));
+  }
+  return at::cat(parts, 0).movedim(0, p.dim).contiguous();
+}
+
+std::map<std::string, at::Tensor> full_parameters(const torch::nn::Module& root,
+                                                  const TensorParallel& tp) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : root.named_parameters()) {
+    out[item.key()] = full_tensor(item.value(), tp.placement(item.key()), tp.group());
+  }
+  return out;
+}
+
+double clip_grad_norm_(torch::nn::Module& root, const TensorParallel& tp, double max_norm) {
+  torch::NoGradGuard no_grad;
+  // [sharded, replicated] sums of squares, in double so the order of summation matters less.
+  auto sums = at::zeros({2}, at::kDouble);
+  std::vector<at::Tensor> grads;
+  std::set<const void*> seen;  // tied parameters count once
+  for (const auto& item : root.named_parameters()) {
+    const auto& g = item.value().grad();
+    if (!g.defined() || !seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
+    grads.push_back(g);
+    sums[tp.placement(item.key()).sharded ? 0 : 1] += g.to(at::kDouble).pow(2).sum();
+  }
+  auto sharded = sums.narrow(0, 0, 1).clone();
+  tp.group()->all_reduce(sharded, dist::ReduceOp::SUM, {"tp.clip_grad_norm_"});
+  const double total = std::sqrt(sharded.item<double>() + sums[1].item<double>());
+  const double coef = max_norm / (total + 1e-6);
+  if (coef < 1) {
+    for (auto& g : grads) g.mul_(coef);
+  }
+  return total;
+}
+
+}  // namespace fsdpp::tp
