@@ -1,0 +1,308 @@
+// Tensor and sequence parallelism (fsdpp/tp) against the same computation on one process: every
+// rank of the world is one tensor-parallel rank, runs the unsharded reference itself, and
+// compares its slices (and the gathered whole) with it.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/models/llama.h"
+#include "fsdpp/tp/cross_entropy.h"
+#include "fsdpp/tp/embedding.h"
+#include "fsdpp/tp/linear.h"
+#include "fsdpp/tp/llama_plan.h"
+#include "fsdpp/tp/plan.h"
+#include "world_fixture.h"
+
+using namespace fsdpp;
+using dist::Collective;
+
+namespace {
+
+const tp::GroupPtr& tp_group() { return test::world().group(); }
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) {
+  EXPECT_EQ(a.sizes(), b.sizes());
+  if (a.sizes() != b.sizes()) return INFINITY;
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+at::Generator gen(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
+
+// (M, V) logits, targets with some ignored positions.
+void check_vocab_parallel_loss(int64_t vocab) {
+  auto g = tp_group();
+  const int64_t M = 24;
+  auto logits = torch::randn({M, vocab}, gen(7)) * 3;
+  auto targets = torch::randint(0, vocab, {M}, gen(8));
+  targets.index_put_({torch::arange(0, M, 5)}, -100);
+  auto full = logits.clone().requires_grad_();
+  auto ref = torch::nn::functional::cross_entropy(
+      full, targets, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+  ref.backward();
+
+  auto r = tp::shard_range(vocab, g->size(), g->rank());
+  auto local = logits.narrow(1, r.offset, r.size).clone().requires_grad_();
+  auto loss = tp::vocab_parallel_cross_entropy(local, targets, r.offset, g);
+  loss.backward();
+  EXPECT_LT(std::abs(loss.item<double>() - ref.item<double>()), 1e-6) << "vocab " << vocab;
+  EXPECT_LT(max_diff(local.grad(), full.grad().narrow(1, r.offset, r.size)), 1e-7)
+      << "vocab " << vocab;
+}
+
+}  // namespace
+
+TEST(TensorParallel, VocabParallelLossEqualsCrossEntropy) {
+  check_vocab_parallel_loss(32);
+  check_vocab_parallel_loss(29);  // not divisible by 2 or 4: uneven shards
+}
+
+// Column- then row-parallel MLP with biases, with and without sequence parallelism, against the
+// whole MLP: output, input gradient and every parameter gradient.
+TEST(TensorParallel, ParallelLinearsMatchUnsharded) {
+  auto g = tp_group();
+  const int n = g->size(), rank = g->rank();
+  const int64_t B = 2, T = 4 * n, C = 8, H = 13;  // H uneven for 2 and 4 ranks
+  for (bool sp : {false, true}) {
+    auto w1 = torch::randn({H, C}, gen(1)), b1 = torch::randn({H}, gen(2));
+    auto w2 = torch::randn({C, H}, gen(3)), b2 = torch::randn({C}, gen(4));
+    auto x = torch::randn({B, T, C}, gen(5)), probe = torch::randn({B, T, C}, gen(6));
+    // Reference.
+    auto rw1 = w1.clone().requires_grad_(), rb1 = b1.clone().requires_grad_();
+    auto rw2 = w2.clone().requires_grad_(), rb2 = b2.clone().requires_grad_();
+    auto rx = x.clone().requires_grad_();
+    auto ry = at::linear(at::silu(at::linear(rx, rw1, rb1)), rw2, rb2);
+    (ry * probe).sum().backward();
+    // Tensor-parallel.
+    tp::ParallelLinearOptions o1(C, H, g), o2(H, C, g);
+    o1.bias = o2.bias = true;
+    o1.sequence_parallel = o2.sequence_parallel = sp;
+    tp::ColumnParallelLinear up(o1);
+    tp::RowParallelLinear down(o2);
+    up->load_full(w1, b1);
+    down->load_full(w2, b2);
+    const int64_t t0 = sp ? rank * T / n : 0, tn = sp ? T / n : T;
+    auto lx = x.narrow(1, t0, tn).clone().requires_grad_();
+    auto y = down(at::silu(up(lx)));  // (B,T,C) or (B,T/N,C)
+    (y * probe.narrow(1, t0, tn)).sum().backward();
+    const double tol = 1e-5;
+    EXPECT_LT(max_diff(y, ry.narrow(1, t0, tn)), tol) << "sp " << sp;
+    EXPECT_LT(max_diff(lx.grad(), rx.grad().narrow(1, t0, tn)), tol) << "sp " << sp;
+    EXPECT_LT(max_diff(up->weight.grad(), rw1.grad().narrow(0, up->rows.offset, up->rows.size)), tol);
+    EXPECT_LT(max_diff(up->bias.grad(), rb1.grad().narrow(0, up->rows.offset, up->rows.size)), tol);
+    EXPECT_LT(max_diff(down->weight.grad(),
+                       rw2.grad().narrow(1, down->cols.offset, down->cols.size)), tol);
+    EXPECT_LT(max_diff(down->bias.grad(), rb2.grad()), tol) << "sp " << sp;
+  }
+}
+
+TEST(TensorParallel, VocabParallelEmbeddingMatchesUnsharded) {
+  auto g = tp_group();
+  const int n = g->size(), rank = g->rank();
+  const int64_t V = 29, C = 8, B = 2, T = 2 * n;
+  for (bool sp : {false, true}) {
+    auto table = torch::randn({V, C}, gen(11));
+    auto tokens = torch::randint(0, V, {B, T}, gen(12));
+    auto probe = torch::randn({B, T, C}, gen(13));
+    auto rt = table.clone().requires_grad_();
+    auto ry = at::embedding(rt, tokens);
+    (ry * probe).sum().backward();
+    tp::VocabParallelEmbedding emb(V, C, g, sp);
+    emb->load_full(table);
+    const int64_t t0 = sp ? rank * T / n : 0, tn = sp ? T / n : T;
+    auto y = emb(tokens);
+    (y * probe.narrow(1, t0, tn)).sum().backward();
+    EXPECT_LT(max_diff(y, ry.narrow(1, t0, tn)), 1e-6) << "sp " << sp;
+    EXPECT_LT(max_diff(emb->weight.grad(), rt.grad().narrow(0, emb->rows.offset, emb->rows.size)),
+              1e-6);
+  }
+}
+
+namespace {
+
+// Small enough for seconds: uneven vocab (61) and FFN (90) for 2 and 4 ranks, grouped-query
+// attention (8 heads, 4 kv heads).
+models::LlamaConfig tiny_llama() {
+  models::LlamaConfig c;
+  c.vocab_size = 61;
+  c.dim = 32;
+  c.n_layers = 2;
+  c.n_heads = 8;
+  c.n_kv_heads = 4;
+  c.ffn_hidden = 90;
+  c.max_seq_len = 32;
+  c.seed = 3;
+  return c;
+}
+constexpr int64_t kBatch = 2, kSeq = 16;
+constexpr int kSteps = 10;
+constexpr double kClip = 0.5;
+// Adam divides each gradient by its own running scale, so where a weight's gradients nearly
+// cancel across steps a rounding difference of the split matmuls (~1e-7 relative) becomes a
+// difference of up to ~lr in the update: 5e-5 at lr 1e-2, measured; 1e-3 keeps it below 1e-5.
+constexpr double kLr = 1e-3;
+
+struct Tokens {
+  at::Tensor x, y;
+};
+Tokens batch(int step) {
+  auto t = torch::randint(0, 61, {kBatch, kSeq + 1}, gen(100 + step));
+  return {t.narrow(1, 0, kSeq), t.narrow(1, 1, kSeq)};
+}
+
+torch::optim::AdamW adamw(const std::vector<at::Tensor>& params) {
+  return torch::optim::AdamW(params, torch::optim::AdamWOptions(kLr).weight_decay(0.1));
+}
+
+}  // namespace
+
+TEST(TensorParallel, LlamaTrainingEqualsSingleProcess) {
+  auto g = tp_group();
+  const auto cfg = tiny_llama();
+  // The single-process reference, on every rank.
+  models::Llama ref(cfg);
+  auto ref_opt = adamw(ref->parameters());
+  std::vector<double> ref_losses;
+  for (int s = 0; s < kSteps; ++s) {
+    auto b = batch(s);
+    auto loss = ref->forward(b.x, b.y).loss;
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(ref->parameters(), kClip);
+    ref_opt.step();
+    ref_opt.zero_grad();
+    ref_losses.push_back(loss.item<double>());
+  }
+  for (bool sp : {false, true}) {
+    models::Llama model(cfg);
+    auto tpi = tp::parallelize_llama(*model, g, {.sequence_parallel = sp});
+    auto opt = adamw(model->parameters());
+    double loss_diff = 0, norm_seen = 0;
+    for (int s = 0; s < kSteps; ++s) {
+      auto b = batch(s);
+      auto loss = model->forward(b.x, b.y).loss;
+      loss.backward();
+      norm_seen = std::max(norm_seen, tp::clip_grad_norm_(*model, tpi, kClip));
+      opt.step();
+      opt.zero_grad();
+      loss_diff = std::max(loss_diff, std::abs(loss.item<double>() - ref_losses[s]));
+    }
+    double param_diff = 0;
+    std::string worst;
+    auto full = tp::full_parameters(*model, tpi);
+    for (const auto& p : ref->named_parameters()) {
+      ASSERT_TRUE(full.count(p.key())) << p.key();
+      const double d = max_diff(full.at(p.key()), p.value());
+      if (d > param_diff) worst = p.key();
+      param_diff = std::max(param_diff, d);
+    }
+    EXPECT_GT(norm_seen, kClip);  // clipping took effect at least once
+    EXPECT_LT(loss_diff, 1e-5) << "sp " << sp;
+    EXPECT_LT(param_diff, 1e-5) << "sp " << sp;
+    if (g->rank() == 0) {
+      std::printf("[tp parity] TP %d sp=%d: max |loss - ref| %.3g over %d steps, max |param - ref| "
+                  "%.3g (%s)\n",
+                  g->size(), sp, loss_diff, kSteps, param_diff, worst.c_str());
+    }
+  }
+}
+
+// One forward and backward of the Llama plan, counted against the formulas of
+// docs/tensor-parallel.md.
+TEST(TensorParallel, LlamaCommunicationMatchesFormulas) {
+  auto g = tp_group();
+  const auto cfg = tiny_llama();
+  const uint64_t N = g->size(), L = cfg.n_layers;
+  const uint64_t M = kBatch * kSeq;   // token positions
+  const uint64_t A = M * cfg.dim * 4; // bytes of one (B,T,C) fp32 activation
+  const uint64_t ar = 2 * (N - 1);    // an all-reduce sends 2(N-1)/N of its buffer
+  for (bool sp : {false, true}) {
+    models::Llama model(cfg);
+    auto tpi = tp::parallelize_llama(*model, g, {.sequence_parallel = sp});
+    auto b = batch(0);
+    g->reset_counters();
+    model->forward(b.x, b.y).loss.backward();
+    auto c = g->counters();
+    // The loss: all-reduce MAX of M floats and all-reduce SUM of 2M floats.
+    const uint64_t loss_calls = 2, loss_bytes = ar * (M * 4) / N + ar * (2 * M * 4) / N;
+    if (!sp) {
+      // Forward: embedding + (wo, w2) per layer; backward: (attention, ffn) inputs per layer +
+      // the head's input.
+      EXPECT_EQ(c.calls_of(Collective::ALL_REDUCE), (2 * L + 1) * 2 + loss_calls);
+      EXPECT_EQ(c.bytes_of(Collective::ALL_REDUCE), (4 * L + 2) * (ar * A / N) + loss_bytes);
+      EXPECT_EQ(c.calls_of(Collective::ALL_GATHER), 0u);
+      EXPECT_EQ(c.calls_of(Collective::REDUCE_SCATTER), 0u);
+    } else {
+      // 2L+1 all-gathers (attention, ffn, head inputs) and 2L+1 reduce-scatters (embedding, wo,
+      // w2) forward, the same swapped backward; (B,T,C) each, (N-1)/N of it sent.
+      EXPECT_EQ(c.calls_of(Collective::ALL_GATHER), 4 * L + 2);
+      EXPECT_EQ(c.bytes_of(Collective::ALL_GATHER), (4 * L + 2) * (A * (N - 1) / N));
+      EXPECT_EQ(c.calls_of(Collective::REDUCE_SCATTER), 4 * L + 2);
+      EXPECT_EQ(c.bytes_of(Collective::REDUCE_SCATTER), (4 * L + 2) * (A * (N - 1) / N));
+      // The loss, and the 2L+1 norm weights' gradients (dim floats each).
+      EXPECT_EQ(c.calls_of(Collective::ALL_REDUCE), loss_calls + 2 * L + 1);
+      EXPECT_EQ(c.bytes_of(Collective::ALL_REDUCE),
+                loss_bytes + (2 * L + 1) * (ar * (cfg.dim * 4) / N));
+    }
+    // Clipping: one all-reduce of one double.
+    g->reset_counters();
+    tp::clip_grad_norm_(*model, tpi, 1.0);
+    c = g->counters();
+    EXPECT_EQ(c.calls_of(Collective::ALL_REDUCE), 1u);
+    EXPECT_EQ(c.total_bytes(), ar * 8 / N);
+    if (g->rank() == 0) {
+      std::printf("[tp comm] TP %d sp=%d: counters equal the formulas\n", g->size(), sp);
+    }
+  }
+}
+
+TEST(TensorParallel, BadConfigurationsAreErrors) {
+  auto g = tp_group();
+  const int n = g->size();
+  auto expect_error = [](auto&& f, const std::vector<std::string>& parts) {
+    try {
+      f();
+      ADD_FAILURE() << "no error; expected one mentioning " << parts.front();
+    } catch (const ConfigError& e) {
+      for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
+          << e.what() << " lacks '" << p << "'";
+    }
+  };
+  const std::string degree = "degree " + std::to_string(n);
+  {
+    auto cfg = tiny_llama();
+    cfg.n_heads = n + 1;
+    cfg.n_kv_heads = 0;
+    cfg.dim = 4 * (n + 1);
+    models::Llama m(cfg);
+    expect_error([&] { tp::parallelize_llama(*m, g); },
+                 {"[tp]", "n_heads=" + std::to_string(n + 1), degree});
+  }
+  {
+    auto cfg = tiny_llama();
+    cfg.n_heads = 4 * n;
+    cfg.n_kv_heads = 1;  // grouped-query with fewer kv heads than ranks
+    models::Llama m(cfg);
+    expect_error([&] { tp::parallelize_llama(*m, g); }, {"[tp]", "n_kv_heads=1", degree});
+  }
+  {
+    models::Llama m(tiny_llama());
+    tp::parallelize_llama(*m, g, {.sequence_parallel = true});
+    auto x = torch::randint(0, 61, {1, 4 * n + 1}, gen(1));
+    expect_error([&] { m->forward(x, x); },
+                 {"[tp]", "size " + std::to_string(4 * n + 1), degree});
+  }
+  {
+    tp::ParallelLinearOptions o(8, n - 1, g);
+    expect_error([&] { tp::ColumnParallelLinear l(o); },
+                 {"[tp]", "out_features=" + std::to_string(n - 1), degree});
+  }
+  {
+    models::Llama m(tiny_llama());
+    expect_error([&] { tp::parallelize_module(*m, g, {{"layers.0.nope", tp::ParallelStyle::COLWISE}}); },
+                 {"[tp]", "layers.0.nope"});
+    expect_error([&] { tp::parallelize_module(*m, g, {{"norm", tp::ParallelStyle::COLWISE}}); },
+                 {"[tp]", "'norm'", "Linear"});
+  }
+}
