@@ -525,6 +525,8 @@ const Key& schema() {
                       FSDPP_KEY(training, output_dir),
                       FSDPP_KEY(training, overwrite_output_dir),
                       FSDPP_KEY(training, skip_memory_check),
+                      FSDPP_KEY(training, report_to),
+                      FSDPP_KEY(training, logging_dir),
                       FSDPP_KEY(training, lr_scheduler_type),
                       FSDPP_KEY(training, min_lr_ratio),
                       FSDPP_KEY(training, sample_tokens),
@@ -1050,6 +1052,17 @@ void TrainConfig::validate() const {
         "[config] training.save_total_limit={}: expected >= 0 (0: keep every checkpoint)",
         t.save_total_limit);
   check(!t.output_dir.empty(), "[config] training.output_dir is empty; expected a directory");
+  // report_to: Hugging Face's integration names; fsdpp has TensorBoard's. Another one (wandb,
+  // mlflow, ...) is an error rather than a run that silently reports nowhere.
+  for (const auto& name : t.report_to) {
+    check(name == "tensorboard" || name == "all" || name == "none",
+          "[config] training.report_to has '{}': fsdpp reports to tensorboard only; expected "
+          "tensorboard, all or none (or a list of them)",
+          name);
+    check(t.report_to.size() == 1 || name == "tensorboard",
+          "[config] training.report_to=[{}]: '{}' stands alone; expected tensorboard, all or none",
+          join(t.report_to, ", "), name);
+  }
   check_one_of("training.lr_scheduler_type", t.lr_scheduler_type, {"cosine", "linear", "constant"});
   check(t.min_lr_ratio >= 0 && t.min_lr_ratio <= 1,
         "[config] training.min_lr_ratio={}: expected 0 <= min_lr_ratio <= 1", t.min_lr_ratio);
@@ -1065,6 +1078,11 @@ void TrainConfig::validate() const {
   check(t.sample_top_k >= 0, "[config] training.sample_top_k={}: expected >= 0 (0: no top-k)",
         t.sample_top_k);
 
+}
+
+bool TrainingSection::report_to_tensorboard() const {
+  return std::any_of(report_to.begin(), report_to.end(),
+                     [](const std::string& n) { return n == "tensorboard" || n == "all"; });
 }
 
 std::string TrainConfig::to_yaml() const {

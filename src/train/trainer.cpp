@@ -40,6 +40,7 @@
 #include "output_dir.h"
 #include "progress.h"
 #include "stop_signal.h"
+#include "tensorboard.h"
 
 namespace fs = std::filesystem;
 
@@ -462,6 +463,23 @@ TrainResult Trainer::run() {
   // ---- loop -------------------------------------------------------------------------------
   std::optional<detail::MetricsLog> metrics;
   if (lead) metrics.emplace(out_dir / "metrics.jsonl", resumed.has_value());
+  // training.report_to: rank 0 writes TensorBoard event files next to metrics.jsonl's lines
+  // (docs/observability.md). A session start makes TensorBoard drop what older files in the
+  // directory hold from that step on, as truncate_metrics does: all of it for a fresh run, the
+  // steps after the checkpoint for a resumed one.
+  std::optional<detail::EventFileWriter> tensorboard;
+  if (t.report_to_tensorboard()) {
+    dist::agree_on_failure(*world.group(), "opening the TensorBoard event file", [&] {
+      if (!lead) return;
+      tensorboard.emplace(t.logging_dir.empty() ? out_dir / "runs" : fs::path(t.logging_dir));
+      tensorboard->add_session_start(resumed ? first_step : 0);
+      tensorboard->add_text("config", "```yaml\n" + cfg.to_yaml() + "```", first_step - 1);
+    });
+    if (tensorboard) {
+      say(fmt::format("[train] TensorBoard: {} (open with tensorboard --logdir {})",
+                      tensorboard->path().string(), tensorboard->path().parent_path().string()));
+    }
+  }
   detail::StopSignal stop_signal;  // SIGTERM/SIGINT: stop after the step in progress
   detail::Heartbeat heartbeat;     // fsdpp-run --progress-timeout-s counts from here
   heartbeat.beat(fmt::format("training from step {} of {}", first_step, total_steps));
@@ -544,6 +562,7 @@ TrainResult Trainer::run() {
       j["elapsed_s"] = elapsed;
       dist::agree_on_failure(*world.group(), "writing metrics.jsonl", [&] {
         if (lead) metrics->append(j.dump());
+        if (tensorboard) tensorboard->add_scalars(step, detail::tensorboard_scalars(j));
       });
       progress.log(step, loss, eval_now ? val_loss : std::nan(""), lr, grad_norm,
                    tokens_per_step / (step_ms / 1000.0), step_ms, rss.item<double>(), elapsed);

@@ -114,6 +114,13 @@ struct TrainingSection {
   bool overwrite_output_dir = false;
   // Skip the check, before the model is allocated, that the estimated memory per rank fits.
   bool skip_memory_check = false;
+  // Where the run's metrics go besides metrics.jsonl (Hugging Face's names): "tensorboard"
+  // writes TensorBoard event files into logging_dir (docs/observability.md); "all" is every
+  // integration fsdpp has (tensorboard); "none" or an empty list: none.
+  std::vector<std::string> report_to = {"tensorboard"};
+  std::string logging_dir;  // empty: <output_dir>/runs
+  // Whether report_to names tensorboard (or all).
+  bool report_to_tensorboard() const;
   std::string lr_scheduler_type = "cosine";  // cosine | linear | constant
   double min_lr_ratio = 0.1;                 // the schedule decays to learning_rate * this
   int64_t sample_tokens = 200;               // text sampled after training; 0: none
