@@ -104,7 +104,8 @@ std::map<std::string, at::Tensor> full_parameters(const torch::nn::Module& root,
   return out;
 }
 
-double clip_grad_norm_(torch::nn::Module& root, const TensorParallel& tp, double max_norm) {
+double clip_grad_norm_(torch::nn::Module& root, const TensorParallel& tp, double max_norm,
+                       const GroupPtr& fsdp_group) {
   torch::NoGradGuard no_grad;
   // [sharded, replicated] sums of squares, in double so the order of summation matters less.
   auto sums = at::zeros({2}, at::kDouble);
@@ -115,6 +116,9 @@ double clip_grad_norm_(torch::nn::Module& root, const TensorParallel& tp, double
     if (!g.defined() || !seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
     grads.push_back(g);
     sums[tp.placement(item.key()).sharded ? 0 : 1] += g.to(at::kDouble).pow(2).sum();
+  }
+  if (fsdp_group && fsdp_group->size() > 1) {
+    fsdp_group->all_reduce(sums, dist::ReduceOp::SUM, {"tp.clip_grad_norm_"});
   }
   auto sharded = sums.narrow(0, 0, 1).clone();
   tp.group()->all_reduce(sharded, dist::ReduceOp::SUM, {"tp.clip_grad_norm_"});

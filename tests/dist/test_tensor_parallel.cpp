@@ -8,6 +8,8 @@
 #include <cstdio>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/fully_shard.h"
+#include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/models/llama.h"
 #include "fsdpp/tp/cross_entropy.h"
 #include "fsdpp/tp/embedding.h"
@@ -164,12 +166,12 @@ TEST(TensorParallel, LlamaTrainingEqualsSingleProcess) {
   // The single-process reference, on every rank.
   models::Llama ref(cfg);
   auto ref_opt = adamw(ref->parameters());
-  std::vector<double> ref_losses;
+  std::vector<double> ref_losses, ref_norms;
   for (int s = 0; s < kSteps; ++s) {
     auto b = batch(s);
     auto loss = ref->forward(b.x, b.y).loss;
     loss.backward();
-    torch::nn::utils::clip_grad_norm_(ref->parameters(), kClip);
+    ref_norms.push_back(torch::nn::utils::clip_grad_norm_(ref->parameters(), kClip));
     ref_opt.step();
     ref_opt.zero_grad();
     ref_losses.push_back(loss.item<double>());
@@ -178,12 +180,14 @@ TEST(TensorParallel, LlamaTrainingEqualsSingleProcess) {
     models::Llama model(cfg);
     auto tpi = tp::parallelize_llama(*model, g, {.sequence_parallel = sp});
     auto opt = adamw(model->parameters());
-    double loss_diff = 0, norm_seen = 0;
+    double loss_diff = 0, norm_seen = 0, norm_diff = 0;  // norm_diff: relative
     for (int s = 0; s < kSteps; ++s) {
       auto b = batch(s);
       auto loss = model->forward(b.x, b.y).loss;
       loss.backward();
-      norm_seen = std::max(norm_seen, tp::clip_grad_norm_(*model, tpi, kClip));
+      const double norm = tp::clip_grad_norm_(*model, tpi, kClip);
+      norm_diff = std::max(norm_diff, std::abs(norm - ref_norms[s]) / ref_norms[s]);
+      norm_seen = std::max(norm_seen, norm);
       opt.step();
       opt.zero_grad();
       loss_diff = std::max(loss_diff, std::abs(loss.item<double>() - ref_losses[s]));
@@ -198,12 +202,13 @@ TEST(TensorParallel, LlamaTrainingEqualsSingleProcess) {
       param_diff = std::max(param_diff, d);
     }
     EXPECT_GT(norm_seen, kClip);  // clipping took effect at least once
+    EXPECT_LT(norm_diff, 1e-5) << "sp " << sp;  // every parameter counted once across tp
     EXPECT_LT(loss_diff, 1e-5) << "sp " << sp;
     EXPECT_LT(param_diff, 1e-5) << "sp " << sp;
     if (g->rank() == 0) {
       std::printf("[tp parity] TP %d sp=%d: max |loss - ref| %.3g over %d steps, max |param - ref| "
-                  "%.3g (%s)\n",
-                  g->size(), sp, loss_diff, kSteps, param_diff, worst.c_str());
+                  "%.3g (%s), max relative |grad norm - ref| %.3g\n",
+                  g->size(), sp, loss_diff, kSteps, param_diff, worst.c_str(), norm_diff);
     }
   }
 }
@@ -304,5 +309,82 @@ TEST(TensorParallel, BadConfigurationsAreErrors) {
                  {"[tp]", "layers.0.nope"});
     expect_error([&] { tp::parallelize_module(*m, g, {{"norm", tp::ParallelStyle::COLWISE}}); },
                  {"[tp]", "'norm'", "Linear"});
+  }
+}
+
+// TP 2 x FSDP 2 on a (dp_shard, tp) mesh of 4 ranks: FSDP (FULL_SHARD, one unit per block and
+// the root) shards each rank's TP-local parameters over dp_shard; the two dp_shard ranks take
+// halves of the global batch, the two tp ranks of one dp_shard rank the same half.
+TEST(TensorParallelFsdp, LlamaTp2Fsdp2EqualsSingleProcess) {
+  auto& w = test::world();
+  ASSERT_EQ(w.size(), 4) << "this test needs 4 ranks";
+  auto mesh = w.init_device_mesh({2, 2}, {"dp_shard", "tp"});
+  auto tpg = mesh->group("tp");
+  auto dpg = mesh->group("dp_shard");
+  const int64_t global_batch = 4, local_batch = global_batch / dpg->size();
+  auto global = [&](int step) {
+    auto t = torch::randint(0, 61, {global_batch, kSeq + 1}, gen(200 + step));
+    return Tokens{t.narrow(1, 0, kSeq), t.narrow(1, 1, kSeq)};
+  };
+  const auto cfg = tiny_llama();
+  models::Llama ref(cfg);
+  auto ref_opt = adamw(ref->parameters());
+  std::vector<double> ref_losses, ref_norms;
+  for (int s = 0; s < kSteps; ++s) {
+    auto b = global(s);
+    auto loss = ref->forward(b.x, b.y).loss;
+    loss.backward();
+    ref_norms.push_back(torch::nn::utils::clip_grad_norm_(ref->parameters(), kClip));
+    ref_opt.step();
+    ref_opt.zero_grad();
+    ref_losses.push_back(loss.item<double>());
+  }
+  for (bool sp : {false, true}) {
+    models::Llama model(cfg);
+    auto tpi = tp::parallelize_llama(*model, tpg, {.sequence_parallel = sp});
+    FullyShardOptions o;
+    o.mesh = mesh->sub({"dp_shard"});
+    o.strategy = ShardingStrategy::FULL_SHARD;
+    for (size_t i = 0; i < model->layers->size(); ++i) {
+      fully_shard(*model->layers->ptr<models::TransformerBlockImpl>(i), o);
+    }
+    fully_shard(model, o);
+    auto opt = adamw(model->parameters());
+    double loss_diff = 0, norm_seen = 0, norm_diff = 0;
+    for (int s = 0; s < kSteps; ++s) {
+      auto b = global(s);
+      auto x = b.x.narrow(0, dpg->rank() * local_batch, local_batch);
+      auto y = b.y.narrow(0, dpg->rank() * local_batch, local_batch);
+      auto out = fsdpp::forward(model, x, y);
+      out.loss.backward();
+      const double norm = tp::clip_grad_norm_(*model, tpi, kClip, dpg);
+      norm_diff = std::max(norm_diff, std::abs(norm - ref_norms[s]) / ref_norms[s]);
+      norm_seen = std::max(norm_seen, norm);
+      opt.step();
+      opt.zero_grad();
+      auto mean = out.loss.detach().reshape({1}).clone();  // this half's mean: average the halves
+      dpg->all_reduce(mean, dist::ReduceOp::AVG);
+      loss_diff = std::max(loss_diff, std::abs(mean.item<double>() - ref_losses[s]));
+    }
+    std::map<std::string, at::Tensor> expected;
+    for (const auto& p : ref->named_parameters()) expected[p.key()] = p.value();
+    double param_diff = 0;
+    size_t seen = 0;
+    for (const auto& [name, tp_local] : fsdpp::full_parameters(*model)) {  // gathered over dp
+      ASSERT_TRUE(expected.count(name)) << name;
+      auto whole = tp::full_tensor(tp_local, tpi.placement(name), tpg);      // then over tp
+      param_diff = std::max(param_diff, max_diff(whole, expected.at(name)));
+      ++seen;
+    }
+    EXPECT_EQ(seen, expected.size());
+    EXPECT_GT(norm_seen, kClip);
+    EXPECT_LT(norm_diff, 1e-5) << "sp " << sp;  // counted once across dp_shard and tp
+    EXPECT_LT(loss_diff, 1e-5) << "sp " << sp;
+    EXPECT_LT(param_diff, 1e-5) << "sp " << sp;
+    if (w.rank() == 0) {
+      std::printf("[tp parity] TP 2 x FSDP 2 sp=%d: max |loss - ref| %.3g over %d steps, max "
+                  "|param - ref| %.3g, max relative |grad norm - ref| %.3g\n",
+                  sp, loss_diff, kSteps, param_diff, norm_diff);
+    }
   }
 }

@@ -72,6 +72,11 @@ std::map<std::string, at::Tensor> full_parameters(const torch::nn::Module& root,
 // Clips the gradients of `root` to a global 2-norm of max_norm, as torch's clip_grad_norm_ over
 // the whole model: sharded parameters' squared norms are summed over the group (one all-reduce
 // of one double), replicated ones counted once. Returns the total norm before clipping.
-double clip_grad_norm_(torch::nn::Module& root, const TensorParallel& tp, double max_norm);
+// Composed with FSDP, which shards each rank's TP-local parameters over `fsdp_group` (the
+// mesh's dp_shard group): every gradient is then a shard, so both sums are first summed over
+// that group (one more all-reduce, of two doubles). fsdpp::clip_grad_norm_ would sum over
+// dp_shard only and miss the TP shards: use this one for a TP x FSDP model.
+double clip_grad_norm_(torch::nn::Module& root, const TensorParallel& tp, double max_norm,
+                       const GroupPtr& fsdp_group = nullptr);
 
 }  // namespace fsdpp::tp
