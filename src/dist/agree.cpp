@@ -3,12 +3,23 @@
 #include <ATen/ATen.h>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/dist/string_collectives.h"
 
 namespace fsdpp::dist {
 namespace {
 
 // Codes exchanged: 0 is success; the kinds keep their exit codes on every rank.
 enum Kind : int64_t { kOk = 0, kConfig = 1, kCheckpoint = 2, kOther = 3 };
+
+std::string message_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
 
 Kind kind_of(const std::exception_ptr& e) {
   if (!e) return kOk;
@@ -25,7 +36,8 @@ Kind kind_of(const std::exception_ptr& e) {
 
 }  // namespace
 
-void agree_outcome(ProcessGroup& group, std::string_view what, std::exception_ptr error) {
+void agree_outcome(ProcessGroup& group, std::string_view what, std::exception_ptr error,
+                   AgreedMessage message) {
   const Kind mine = kind_of(error);
   if (group.size() == 1) {
     if (error) std::rethrow_exception(error);
@@ -40,10 +52,17 @@ void agree_outcome(ProcessGroup& group, std::string_view what, std::exception_pt
   const auto* codes = all.data_ptr<int64_t>();
   for (int r = 0; r < group.size(); ++r) {
     if (codes[r] == kOk) continue;
+    std::string msg;
+    if (message == AgreedMessage::kShared) {
+      if (r == group.rank()) msg = message_of(error);
+      broadcast_string(group, msg, r, {"agree_on_failure"});
+    }
     if (r == group.rank()) std::rethrow_exception(error);
-    const std::string msg = fmt::format(
-        "[dist] rank {} stopped: rank {} failed while {} (its own message says why)",
-        group.global_rank(), group.global_ranks()[r], what);
+    msg = message == AgreedMessage::kShared
+              ? fmt::format("{} (reported by rank {})", msg, group.global_ranks()[r])
+              : fmt::format("[dist] rank {} stopped: rank {} failed while {} (its own message "
+                            "says why)",
+                            group.global_rank(), group.global_ranks()[r], what);
     if (codes[r] == kConfig) throw ConfigError(msg);
     if (codes[r] == kCheckpoint) throw CheckpointError(msg);
     throw Error(msg);

@@ -170,7 +170,9 @@ std::shared_ptr<World> init_from_env(const InitOptions& options) {
       if (so.isServer) {
         store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
       } else {
-        store = connect_bounded(env.master_addr, so, env.timeout + std::chrono::seconds(2));
+        // TCPStore retries a refused connection with back-off until its timeout, and its last
+        // attempt may start just before that: its own error must win over this bound.
+        store = connect_bounded(env.master_addr, so, 2 * env.timeout + std::chrono::seconds(5));
       }
     } catch (const TimeoutError&) {
       throw;

@@ -4,13 +4,13 @@
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
-#include <cstring>
 #include <memory>
 #include <string>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/dist/agree.h"
 #include "fsdpp/dist/process_group.h"
+#include "fsdpp/dist/string_collectives.h"
 
 namespace fsdpp::state::detail {
 
@@ -28,67 +28,30 @@ struct Comm {
 inline const dist::CollectiveTag kStateTag{"state_dict"};
 
 inline void broadcast_string(const Comm& c, std::string& s, int root) {
-  if (!c.multi()) return;
-  auto len = at::full({1}, static_cast<int64_t>(s.size()), at::TensorOptions(at::kLong))
-                 .to(c.device());
-  c.group->broadcast(len, root, kStateTag);
-  const int64_t n = len.cpu().item<int64_t>();
-  auto bytes = at::zeros({std::max<int64_t>(n, 1)}, at::TensorOptions(at::kByte));
-  if (c.rank() == root && n > 0) std::memcpy(bytes.data_ptr(), s.data(), n);
-  bytes = bytes.to(c.device());
-  c.group->broadcast(bytes, root, kStateTag);
-  bytes = bytes.cpu();
-  s.assign(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(n));
+  if (c.multi()) dist::broadcast_string(*c.group, s, root, kStateTag);
 }
 
-// Every rank's string, in rank order (one all-gather of the lengths, one of the bytes).
+// Every rank's string, in rank order.
 inline std::vector<std::string> all_gather_strings(const Comm& c, const std::string& s) {
-  if (!c.multi()) return {s};
-  auto len = at::full({1}, static_cast<int64_t>(s.size()), at::TensorOptions(at::kLong))
-                 .to(c.device());
-  auto lens = at::empty({c.size()}, len.options());
-  c.group->all_gather_into_tensor(lens, len, kStateTag);
-  lens = lens.cpu();
-  const int64_t max_len = std::max<int64_t>(1, lens.max().item<int64_t>());
-  auto bytes = at::zeros({max_len}, at::TensorOptions(at::kByte));
-  if (!s.empty()) std::memcpy(bytes.data_ptr(), s.data(), s.size());
-  bytes = bytes.to(c.device());
-  auto all = at::empty({c.size() * max_len}, bytes.options());
-  c.group->all_gather_into_tensor(all, bytes, kStateTag);
-  all = all.cpu();
-  std::vector<std::string> out;
-  for (int q = 0; q < c.size(); ++q) {
-    const auto* p = static_cast<const char*>(all.data_ptr()) + q * max_len;
-    out.emplace_back(p, static_cast<size_t>(lens[q].item<int64_t>()));
-  }
-  return out;
+  return c.multi() ? dist::all_gather_strings(*c.group, s, kStateTag) : std::vector<std::string>{s};
 }
 
 // Runs `fn` (which must issue no collective) on this rank, then agrees: when any rank failed,
 // every rank throws CheckpointError with the message of the lowest failing rank.
 template <typename F>
 void agreed(const Comm& c, F&& fn) {
-  std::string err;
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    err = e.what();
-    if (err.empty()) err = "[state] unknown error";
-  }
-  if (!c.multi()) {
-    if (!err.empty()) throw CheckpointError(err);
-    return;
-  }
-  // MAX of (size - rank) over failing ranks picks the lowest failing rank.
-  auto flag = at::full({1}, err.empty() ? int64_t{0} : int64_t{c.size() - c.rank()},
-                       at::TensorOptions(at::kLong)).to(c.device());
-  c.group->all_reduce(flag, dist::ReduceOp::MAX, kStateTag);
-  const int64_t v = flag.cpu().item<int64_t>();
-  if (v == 0) return;
-  const int root = static_cast<int>(c.size() - v);
-  broadcast_string(c, err, root);
-  if (root != c.rank()) err += fmt::format(" (reported by rank {})", root);
-  throw CheckpointError(err);
+  auto as_checkpoint_error = [&] {
+    try {
+      fn();
+    } catch (const CheckpointError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw CheckpointError(*e.what() ? e.what() : "[state] unknown error");
+    }
+  };
+  if (!c.multi()) return as_checkpoint_error();
+  dist::agree_on_failure(*c.group, "saving or loading a checkpoint", as_checkpoint_error,
+                         dist::AgreedMessage::kShared);
 }
 
 // Fault injection for tests (documented in docs/state-dicts.md), called before each checkpoint
