@@ -74,6 +74,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path)
   FSDPP_CHECK_AS(ConfigError, status.ok(),
                  "[data] '{}' is not a SentencePiece model: {}", model_path, status.ToString());
   name_ = fmt::format("sentencepiece:{:016x}", XXH3_64bits(proto.data(), proto.size()));
+  proto_ = std::move(proto);
 }
 
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;

@@ -305,6 +305,18 @@ int64_t num_parameters(const torch::nn::Module& module) {
 
 at::Tensor generate(Llama& model, const at::Tensor& prompt, int64_t n_new, double temperature,
                     int64_t top_k, std::optional<at::Generator> generator) {
+  GenerateOptions o;
+  o.max_new_tokens = n_new;
+  o.temperature = temperature;
+  o.top_k = top_k;
+  o.generator = std::move(generator);
+  return generate(model, prompt, o);
+}
+
+at::Tensor generate(Llama& model, const at::Tensor& prompt, const GenerateOptions& options) {
+  const int64_t n_new = options.max_new_tokens;
+  const double temperature = options.temperature;
+  const int64_t top_k = options.top_k;
   FSDPP_CHECK_AS(ConfigError, (prompt.dim() == 1 || prompt.dim() == 2) && prompt.size(-1) > 0,
                  "[models] generate: prompt must be (T) or (B,T) with T >= 1; got shape {}",
                  prompt.sizes());
@@ -312,6 +324,8 @@ at::Tensor generate(Llama& model, const at::Tensor& prompt, int64_t n_new, doubl
   FSDPP_CHECK_AS(ConfigError, temperature >= 0,
                  "[models] generate: temperature={} is negative; expected 0 (greedy) or > 0",
                  temperature);
+  FSDPP_CHECK_AS(ConfigError, options.top_p > 0 && options.top_p <= 1,
+                 "[models] generate: top_p={} is outside (0, 1]", options.top_p);
   torch::NoGradGuard no_grad;
   const int64_t max_len = model->config().max_seq_len;
   const int64_t vocab = model->config().vocab_size;
@@ -331,9 +345,18 @@ at::Tensor generate(Llama& model, const at::Tensor& prompt, int64_t n_new, doubl
         auto kth = std::get<0>(last.topk(top_k, -1)).narrow(-1, top_k - 1, 1);  // (B,1)
         last = last.masked_fill(last < kth, -std::numeric_limits<float>::infinity());
       }
-      next = at::multinomial(last.softmax(-1), 1, /*replacement=*/false, generator);
+      auto probs = last.softmax(-1);  // (B,V)
+      if (options.top_p < 1) {
+        // Keep the most likely tokens up to and including the one that reaches top_p.
+        auto [sorted, order] = probs.sort(-1, /*descending=*/true);
+        auto before = sorted.cumsum(-1) - sorted;  // mass of the tokens ranked above each
+        sorted = sorted.masked_fill(before >= options.top_p, 0);
+        probs = at::zeros_like(probs).scatter_(-1, order, sorted);
+      }
+      next = at::multinomial(probs, 1, /*replacement=*/false, options.generator);
     }
     tokens = at::cat({tokens, next}, 1);
+    if (options.stop && options.stop(tokens)) break;
   }
   return prompt.dim() == 1 ? tokens.squeeze(0) : tokens;
 }

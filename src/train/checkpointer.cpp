@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/dist/string_collectives.h"
 #include "fsdpp/models/hf_llama.h"
 #include "fsdpp/state/async_save.h"
 #include "fsdpp/state/atomic_dir.h"
@@ -93,30 +94,6 @@ void set_state_bytes(at::Generator gen, const std::string& bytes) {
   std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(t);
-}
-
-// Every rank's string, in rank order: two all-gathers (lengths, then padded bytes).
-std::vector<std::string> all_gather_strings(dist::World& world, const std::string& s) {
-  if (world.size() == 1) return {s};
-  const dist::CollectiveTag tag{"trainer_state"};
-  const auto dev = world.device();
-  auto len = torch::full({1}, static_cast<int64_t>(s.size()), torch::kLong).to(dev);
-  auto lens = torch::empty({world.size()}, len.options());
-  world.group()->all_gather_into_tensor(lens, len, tag);
-  lens = lens.cpu();
-  const int64_t max_len = std::max<int64_t>(1, lens.max().item<int64_t>());
-  auto bytes = torch::zeros({max_len}, torch::kByte);
-  if (!s.empty()) std::memcpy(bytes.data_ptr(), s.data(), s.size());
-  bytes = bytes.to(dev);
-  auto all = torch::empty({world.size() * max_len}, bytes.options());
-  world.group()->all_gather_into_tensor(all, bytes, tag);
-  all = all.cpu();
-  std::vector<std::string> out;
-  for (int q = 0; q < world.size(); ++q) {
-    out.emplace_back(static_cast<const char*>(all.data_ptr()) + q * max_len,
-                     static_cast<size_t>(lens[q].item<int64_t>()));
-  }
-  return out;
 }
 
 json rng_json(const RngState& r) {
@@ -358,6 +335,7 @@ struct Checkpointer::State {
   std::unique_ptr<state::AsyncSaver> saver;  // training.async_save
   fs::path pending_dir;                       // the background save in flight
   const ShardedGradScaler* scaler = nullptr;  // fp16
+  std::map<std::string, std::string> extra_files;  // add_files(): written into every checkpoint
 
   bool lead() const { return world->rank() == 0; }
   void say(const std::string& line) const {
@@ -513,6 +491,7 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
   const auto& t = s.cfg.training;
   const fs::path out_dir = t.output_dir;
   const fs::path dir = out_dir / fmt::format("checkpoint-{}", step);
+  torch::optim::Optimizer* optimizer = t.save_only_model ? nullptr : &opt;
   const auto t0 = Clock::now();
   s.wait_async();  // a new save waits for the previous one (and reports its error)
   const double waited_ms = ms_since(t0);
@@ -535,7 +514,7 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
   const RngState mine = capture_rng();
   std::string packed = base64(mine.cpu);
   for (const auto& c : mine.cuda) packed += "|" + base64(c);
-  for (const auto& p : all_gather_strings(world, packed)) {
+  for (const auto& p : dist::all_gather_strings(*world.group(), packed, {"trainer_state"})) {
     RngState r;
     std::stringstream in(p);
     std::string part;
@@ -546,6 +525,7 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
     }
     ts.rng.push_back(std::move(r));
   }
+  so.extra_files = s.extra_files;
   so.extra_files[kTrainerStateFile] = trainer_state_to_json(ts);
   so.extra_files[kModelConfigFile] = models::llama_config_to_json(s.model_config);
 
@@ -557,7 +537,7 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
     for (int64_t i = 0; i < extra; ++i) state::remove_tree(found[i].second);
   };
   if (s.saver) {
-    s.saver->save(dir, model, &opt, so, prune);
+    s.saver->save(dir, model, optimizer, so, prune);
     s.pending_dir = dir;
     s.say(fmt::format("[train] checkpoint-{} (async): training blocked {:.1f} ms (waited {:.1f} ms "
                       "for the previous save, state copied in {:.1f} ms); writing {} in the "
@@ -565,7 +545,7 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
                       step, ms_since(t0), waited_ms, s.saver->last_snapshot_ms(), dir.string()));
     return;
   }
-  state::save_state_dict(dir, model, &opt, world.group(), so);
+  state::save_state_dict(dir, model, optimizer, world.group(), so);
   if (s.lead()) prune();
   s.say(fmt::format("[train] checkpoint-{} (sync): training blocked {:.1f} ms; saved {}", step,
                     ms_since(t0), dir.string()));
@@ -574,5 +554,9 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
 void Checkpointer::finish() { s_->wait_async(); }
 
 void Checkpointer::track_grad_scaler(const ShardedGradScaler* scaler) { s_->scaler = scaler; }
+
+void Checkpointer::add_files(std::map<std::string, std::string> files) {
+  for (auto& [name, text] : files) s_->extra_files[name] = std::move(text);
+}
 
 }  // namespace fsdpp::train::detail

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -106,6 +107,9 @@ class Checkpointer {
   // background thread writes it.
   void save(int64_t step, torch::nn::Module& model, torch::optim::Optimizer& opt,
             const data::SamplerState& sampler, const LrSchedule& schedule);
+  // Files written into every checkpoint beside the state (the run's tokenizer, so that it
+  // travels with the model: data/tokenizer_files.h).
+  void add_files(std::map<std::string, std::string> files);
   // fp16: the loss scaler whose state save() records (nullptr: none).
   void track_grad_scaler(const ShardedGradScaler* scaler);
 

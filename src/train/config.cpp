@@ -517,7 +517,9 @@ const Key& schema() {
                       FSDPP_KEY(training, logging_steps),
                       FSDPP_KEY(training, eval_steps),
                       FSDPP_KEY(training, eval_max_batches),
+                      FSDPP_KEY(training, save_strategy),
                       FSDPP_KEY(training, save_steps),
+                      FSDPP_KEY(training, save_only_model),
                       FSDPP_KEY(training, save_total_limit),
                       FSDPP_KEY(training, async_save),
                       FSDPP_KEY(training, resume_from_checkpoint),
@@ -1043,6 +1045,11 @@ void TrainConfig::validate() const {
   check(t.eval_max_batches >= 1, "[config] training.eval_max_batches={}: expected >= 1",
         t.eval_max_batches);
   check(t.save_steps >= 0, "[config] training.save_steps={}: expected >= 0", t.save_steps);
+  check_one_of("training.save_strategy", t.save_strategy, {"steps", "epoch", "no"});
+  check(t.save_strategy == "steps" || t.save_steps == 0,
+        "[config] training.save_steps={} is used only with training.save_strategy=steps, not "
+        "'{}'; set one of them",
+        t.save_steps, t.save_strategy);
   // glibc refuses thresholds above HEAP_MAX_SIZE / 2 (32 MiB on 64-bit systems).
   check(t.malloc_mmap_threshold >= 0 && t.malloc_mmap_threshold <= (int64_t{32} << 20),
         "[config] training.malloc_mmap_threshold={}: expected bytes in [0, 33554432] (0: glibc's "

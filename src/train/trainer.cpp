@@ -20,6 +20,7 @@
 #include "fsdpp/data/sampler.h"
 #include "fsdpp/data/token_dataset.h"
 #include "fsdpp/data/tokenizer.h"
+#include "fsdpp/data/tokenizer_files.h"
 #include "fsdpp/dist/agree.h"
 #include "fsdpp/fsdp/checkpoint.h"
 #include "fsdpp/fsdp/disk_offload.h"
@@ -409,6 +410,7 @@ TrainResult Trainer::run() {
   // Seeds the generators, and holds the background writer of training.async_save.
   detail::Checkpointer checkpointer(cfg, s_->world, model->config());
   checkpointer.track_grad_scaler(&scaler);
+  checkpointer.add_files(data::tokenizer_files(*tokenizer));  // the tokenizer travels with the model
   int64_t first_step = 1;
   if (resumed) {
     checkpointer.restore(resume_dir, *resumed, *model, opt, schedule);  // + generator states
@@ -435,9 +437,19 @@ TrainResult Trainer::run() {
     say(fmt::format("[train] no complete checkpoint in {} to resume from: starting at step 1",
                     out_dir.string()));
   }
+  // save_strategy: steps (every save_steps), epoch (every pass over the data), no; unless no,
+  // the last step is saved too when the run ends, so that a run always leaves its weights.
+  const int64_t steps_per_epoch = std::max<int64_t>(1, sampler.windows_per_rank() / (B * accum));
+  int64_t last_saved = resumed ? resumed->step : 0;
   auto save_checkpoint = [&](int64_t step) {
     checkpointer.save(step, *model, opt, sampler.state(), schedule);
     if (offload) offload->release();  // the save read every state page into the process
+    last_saved = step;
+  };
+  auto save_due = [&](int64_t step) {
+    if (t.save_strategy == "steps") return t.save_steps > 0 && step % t.save_steps == 0;
+    if (t.save_strategy == "epoch") return step % steps_per_epoch == 0;
+    return false;
   };
 
   // ---- evaluation -------------------------------------------------------------------------
@@ -569,7 +581,7 @@ TrainResult Trainer::run() {
     } else {
       progress.tick(step, loss, lr, std::chrono::duration<double>(Clock::now() - start).count());
     }
-    if (t.save_steps > 0 && step % t.save_steps == 0) save_checkpoint(step);
+    if (save_due(step)) save_checkpoint(step);
     heartbeat.beat(fmt::format("step {} of {}", step, total_steps));
     if (stop_now) {
       result.stopped_by_signal = stop_signal.received() != 0 ? stop_signal.received() : SIGTERM;
@@ -577,6 +589,9 @@ TrainResult Trainer::run() {
     }
   }
   progress.finish();
+  if (t.save_strategy != "no" && result.stopped_by_signal == 0 && result.steps > last_saved) {
+    save_checkpoint(result.steps);  // the final model
+  }
   checkpointer.finish();  // an asynchronous save still being written: wait, report its error
   result.final_val_loss = val_loss;
   if (result.stopped_by_signal != 0) {
@@ -610,9 +625,12 @@ TrainResult Trainer::run() {
   }
   say(fmt::format("[train] done: {} steps, final loss {:.4f}, validation loss {:.4f}", result.steps,
                   result.final_loss, result.final_val_loss));
-  say(fmt::format("[train] metrics: {}  config: {}{}", (out_dir / "metrics.jsonl").string(),
+  say(fmt::format("[train] metrics: {}  config: {}{}{}", (out_dir / "metrics.jsonl").string(),
                   (out_dir / "config.yaml").string(),
-                  t.sample_tokens > 0 ? "  sample: " + (out_dir / "sample.txt").string() : ""));
+                  t.sample_tokens > 0 ? "  sample: " + (out_dir / "sample.txt").string() : "",
+                  last_saved > 0
+                      ? "  checkpoint: " + (out_dir / fmt::format("checkpoint-{}", last_saved)).string()
+                      : ""));
   return result;
 }
 

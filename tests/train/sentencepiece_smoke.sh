@@ -14,5 +14,5 @@ trap 'rm -rf "$dir"' EXIT
   training.per_device_train_batch_size=4 training.sample_tokens=8 training.output_dir="$dir/out" | tee "$dir/log"
 grep -q "tokenizer sentencepiece:" "$dir/log"
 grep -q "SIZE_BASED_WRAP" "$dir/log"
-ls "$dir"/cache/spm-bpe-400.model > /dev/null
+ls "$dir"/cache/spm-bpe-400-*.model > /dev/null
 [ "$(wc -l < "$dir/out/metrics.jsonl")" -eq 4 ]

@@ -52,6 +52,8 @@ class SentencePieceTokenizer final : public Tokenizer {
   int64_t vocab_size() const override;
   // "sentencepiece:<xxh64 of the model file, hex>": two different models never share a cache.
   std::string name() const override { return name_; }
+  // The model file's bytes (what the constructor read): to store the tokenizer with a model.
+  const std::string& serialized_model() const { return proto_; }
 
   // Trains a BPE model on a text file (one sentence per line) and writes
   // <model_prefix>.model and <model_prefix>.vocab. Text is kept as written (identity
@@ -75,6 +77,7 @@ class SentencePieceTokenizer final : public Tokenizer {
  private:
   std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
   std::string name_;
+  std::string proto_;
 };
 
 // "byte" gives a ByteTokenizer; anything else is the path of a SentencePiece .model file.

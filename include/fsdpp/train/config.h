@@ -99,7 +99,11 @@ struct TrainingSection {
   int64_t logging_steps = 10;
   int64_t eval_steps = 0;  // 0: evaluate only at the end
   int64_t eval_max_batches = 20;
-  int64_t save_steps = 0;        // 0: no checkpoints; else <output_dir>/checkpoint-<step>
+  // Hugging Face's names. steps: every save_steps (0: none on the way); epoch: at the end of each
+  // pass over the data; no: never. Unless no, the run also saves its last step when it ends.
+  std::string save_strategy = "steps";
+  int64_t save_steps = 0;        // with save_strategy steps: <output_dir>/checkpoint-<step>
+  bool save_only_model = false;  // checkpoints without optimizer state (smaller; resumes warn)
   int64_t save_total_limit = 0;  // 0: keep every checkpoint
   // Checkpoints written by a background thread from a copy of the state while training goes on
   // (docs/training.md#asynchronous-saves).

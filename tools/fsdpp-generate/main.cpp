@@ -1,0 +1,220 @@
+// fsdpp-generate CHECKPOINT [--prompt TEXT] [--max-new-tokens N] ...: text from a trained model.
+//   fsdpp-generate runs/default/checkpoint-400 --prompt "Q: " --max-new-tokens 200
+//   echo "Q: " | fsdpp-run --nproc-per-node 2 fsdpp-generate runs/default/checkpoint-400 --temperature 0
+// CHECKPOINT is an fsdpp checkpoint of any layout (its tokenizer travels with it) or a Hugging
+// Face directory (config.json + safetensors). Under fsdpp-run every rank loads its shard
+// (FULL_SHARD, one unit per block) and rank 0 prints. Flags take generate()'s names.
+#include <CLI/CLI.hpp>
+
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/data/tokenizer.h"
+#include "fsdpp/data/tokenizer_files.h"
+#include "fsdpp/dist/world.h"
+#include "fsdpp/fsdp/fully_shard.h"
+#include "fsdpp/fsdp/wrap_policy.h"
+#include "fsdpp/models/hf_llama.h"
+#include "fsdpp/models/llama.h"
+#include "fsdpp/state/state_dict.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  FSDPP_CHECK_AS(ConfigError, in.good(), "[generate] cannot read '{}'", p.string());
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+struct Loaded {
+  fsdpp::models::Llama model{nullptr};
+  std::unique_ptr<fsdpp::data::Tokenizer> tokenizer;
+};
+
+// The model built whole on every rank, loaded (a Hugging Face directory before sharding, an
+// fsdpp checkpoint after: it reshards on load), then sharded over the world.
+Loaded load(const fs::path& dir, const std::string& tokenizer_flag, fsdpp::dist::World& world) {
+  FSDPP_CHECK_AS(ConfigError, fs::is_directory(dir),
+                 "[generate] '{}' is not a directory; expected an fsdpp checkpoint "
+                 "(checkpoint-<step>) or a Hugging Face model directory",
+                 dir.string());
+  Loaded out;
+  const bool fsdpp_ckpt = fs::exists(dir / "index.json");
+  const bool hf = fs::exists(dir / "config.json");
+  FSDPP_CHECK_AS(ConfigError, fsdpp_ckpt || hf,
+                 "[generate] '{}' has neither index.json (an fsdpp checkpoint) nor config.json "
+                 "(a Hugging Face model)",
+                 dir.string());
+  std::optional<fsdpp::models::HfLlama> hf_model;
+  fsdpp::models::LlamaConfig cfg;
+  if (fsdpp_ckpt) {
+    FSDPP_CHECK_AS(ConfigError, fs::exists(dir / "model_config.json"),
+                   "[generate] '{}' has no model_config.json (saved by fsdpp-train and "
+                   "fsdpp-ckpt import-hf); cannot tell the model's shape",
+                   dir.string());
+    cfg = fsdpp::models::llama_config_from_json(read_file(dir / "model_config.json"),
+                                                (dir / "model_config.json").string());
+  } else {
+    hf_model = fsdpp::models::load_hf_llama(dir);
+    cfg = hf_model->config;
+  }
+  out.model = fsdpp::models::Llama(cfg);
+  if (hf_model) fsdpp::models::load_named_tensors(*out.model, hf_model->tensors);
+  fsdpp::FullyShardOptions fo;
+  fo.mesh = world.mesh();
+  fsdpp::apply_fully_shard(*out.model, fsdpp::transformer_layer_policy({"TransformerBlock"}), fo);
+  if (fsdpp_ckpt) {
+    fsdpp::state::LoadOptions lo;
+    lo.skip_buffer = [](const std::string& n) { return fsdpp::models::is_non_persistent_buffer(n); };
+    fsdpp::state::load_state_dict(dir, *out.model, nullptr, world.group(), lo);
+  }
+  if (!tokenizer_flag.empty()) {
+    out.tokenizer = fsdpp::data::make_tokenizer(tokenizer_flag);
+  } else if (auto t = fsdpp::data::load_tokenizer(dir)) {
+    out.tokenizer = std::move(t);
+  } else if (fs::exists(dir / fsdpp::data::kSentencePieceModelFile)) {
+    out.tokenizer = std::make_unique<fsdpp::data::SentencePieceTokenizer>(
+        (dir / fsdpp::data::kSentencePieceModelFile).string());
+  } else if (cfg.vocab_size == 256) {
+    out.tokenizer = std::make_unique<fsdpp::data::ByteTokenizer>();
+  } else {
+    FSDPP_THROW(ConfigError,
+                "[generate] '{}' holds no tokenizer (fsdpp_tokenizer.json or tokenizer.model) "
+                "and its vocabulary ({}) is not bytes; give --tokenizer byte or --tokenizer "
+                "PATH.model",
+                dir.string(), cfg.vocab_size);
+  }
+  FSDPP_CHECK_AS(ConfigError, out.tokenizer->vocab_size() <= cfg.vocab_size,
+                 "[generate] the tokenizer has {} tokens but the model only {}",
+                 out.tokenizer->vocab_size(), cfg.vocab_size);
+  return out;
+}
+
+// Bytes that are not valid UTF-8 become \xNN, so that an untrained model cannot write binary to
+// the terminal.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    bool ok = n > 0 && i + n <= s.size() && (n == 1 ? (c >= 0x20 || c == '\n' || c == '\t') : true);
+    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 0x2;
+    if (ok) {
+      out.append(s, i, n);
+      i += n;
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+      ++i;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fsdpp-generate: continue a prompt with a trained model (docs/generate.md)"};
+  std::string checkpoint, prompt, tokenizer, stop;
+  bool have_prompt = false, raw = false;
+  fsdpp::models::GenerateOptions go;
+  go.temperature = 0.8;
+  uint64_t seed = 0;
+  app.add_option("checkpoint", checkpoint, "fsdpp checkpoint (any layout) or Hugging Face directory")
+      ->required();
+  app.add_option("--prompt", prompt, "text to continue; without it, one prompt per line of stdin")
+      ->each([&](const std::string&) { have_prompt = true; });
+  app.add_option("--max-new-tokens", go.max_new_tokens, "tokens to generate")->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--temperature", go.temperature, "0: greedy")->capture_default_str()
+      ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--top-k", go.top_k, "sample from the k most likely tokens (0: all)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--top-p", go.top_p, "sample from the fewest tokens whose probability reaches p")
+      ->capture_default_str()->check(CLI::Range(1e-9, 1.0));
+  app.add_option("--seed", seed, "the sampling generator's seed (every rank uses it)")
+      ->capture_default_str();
+  app.add_option("--stop", stop, "stop once the generated text contains this");
+  app.add_option("--tokenizer", tokenizer, "byte, or a SentencePiece .model (default: the checkpoint's)");
+  app.add_flag("--raw", raw, "print the bytes as generated (default: invalid UTF-8 as \\xNN)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    auto world = fsdpp::dist::init_from_env();
+    const bool lead = world->rank() == 0;
+    auto loaded = load(checkpoint, tokenizer, *world);
+    std::vector<std::string> prompts;
+    if (have_prompt) {
+      prompts.push_back(prompt);
+    } else {
+      // Rank 0 reads stdin (fsdpp-run gives the others none) and shares the lines.
+      std::string all;
+      if (lead) {
+        for (std::string line; std::getline(std::cin, line);) all += line + "\n";
+      }
+      if (world->size() > 1) {
+        auto len = torch::tensor({static_cast<int64_t>(all.size())});
+        world->group()->broadcast(len, 0, {"prompts"});
+        all.resize(static_cast<size_t>(len.item<int64_t>()));
+        auto bytes = torch::empty({static_cast<int64_t>(std::max<size_t>(all.size(), 1))}, torch::kByte);
+        if (lead) std::memcpy(bytes.data_ptr(), all.data(), all.size());
+        world->group()->broadcast(bytes, 0, {"prompts"});
+        all.assign(static_cast<const char*>(bytes.data_ptr()), all.size());
+      }
+      for (size_t pos = 0; pos < all.size();) {
+        const size_t nl = all.find('\n', pos);
+        prompts.push_back(all.substr(pos, nl - pos));
+        pos = nl == std::string::npos ? all.size() : nl + 1;
+      }
+    }
+    torch::NoGradGuard no_grad;
+    for (const auto& p : prompts) {
+      auto ids = loaded.tokenizer->encode(p);
+      if (ids.empty()) ids.push_back(0);
+      auto prompt_ids = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kLong);
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);  // the same on every rank
+      auto opts = go;
+      opts.generator = gen;
+      const auto n_prompt = static_cast<int64_t>(ids.size());
+      if (!stop.empty()) {
+        opts.stop = [&](const at::Tensor& tokens) {
+          auto tail = tokens[0].narrow(0, n_prompt, tokens.size(1) - n_prompt).to(torch::kInt);
+          std::vector<int32_t> v(tail.data_ptr<int32_t>(), tail.data_ptr<int32_t>() + tail.numel());
+          return loaded.tokenizer->decode(v).find(stop) != std::string::npos;
+        };
+      }
+      auto out = fsdpp::models::generate(loaded.model, prompt_ids, opts);
+      auto tail = out.narrow(0, n_prompt, out.size(0) - n_prompt).to(torch::kInt).contiguous();
+      std::vector<int32_t> v(tail.data_ptr<int32_t>(), tail.data_ptr<int32_t>() + tail.numel());
+      std::string text = loaded.tokenizer->decode(v);
+      if (!stop.empty()) {
+        if (auto at = text.find(stop); at != std::string::npos) text.resize(at);
+      }
+      if (lead) {
+        const std::string whole = p + text;
+        std::fwrite(raw ? whole.data() : printable(whole).data(), 1,
+                    raw ? whole.size() : printable(whole).size(), stdout);
+        std::fputc('\n', stdout);
+        std::fflush(stdout);
+      }
+    }
+    return 0;
+  } catch (const fsdpp::ConfigError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}
