@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/checkpoint.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/models/llama.h"
@@ -209,6 +210,88 @@ TEST(TensorParallel, LlamaTrainingEqualsSingleProcess) {
       std::printf("[tp parity] TP %d sp=%d: max |loss - ref| %.3g over %d steps, max |param - ref| "
                   "%.3g (%s), max relative |grad norm - ref| %.3g\n",
                   g->size(), sp, loss_diff, kSteps, param_diff, worst.c_str(), norm_diff);
+    }
+  }
+}
+
+// Tied embeddings (the head reuses the vocab-parallel table), a frozen sharded weight and a
+// frozen replicated norm, and activation checkpointing of every block (its recomputation issues
+// the block's forward collectives again inside backward), with and without SP.
+TEST(TensorParallel, LlamaTiedFrozenCheckpointedEqualsSingleProcess) {
+  auto g = tp_group();
+  auto cfg = tiny_llama();
+  cfg.tie_embeddings = true;
+  const std::vector<std::string> frozen{"layers.0.attention.wq.weight", "layers.1.ffn_norm.weight"};
+  auto freeze = [&](torch::nn::Module& m) {
+    for (auto& p : m.named_parameters()) {
+      for (const auto& f : frozen) {
+        if (p.key() == f) p.value().set_requires_grad(false);
+      }
+    }
+  };
+  auto trainable = [](torch::nn::Module& m) {
+    std::vector<at::Tensor> out;
+    for (auto& p : m.parameters()) {
+      if (p.requires_grad()) out.push_back(p);
+    }
+    return out;
+  };
+  models::Llama ref(cfg);
+  freeze(*ref);
+  auto ref_opt = adamw(trainable(*ref));
+  std::vector<double> ref_losses;
+  for (int s = 0; s < kSteps; ++s) {
+    auto b = batch(s);
+    auto loss = ref->forward(b.x, b.y).loss;
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(trainable(*ref), kClip);
+    ref_opt.step();
+    ref_opt.zero_grad();
+    ref_losses.push_back(loss.item<double>());
+  }
+  for (bool sp : {false, true}) {
+    models::Llama model(cfg);
+    auto tpi = tp::parallelize_llama(*model, g, {.sequence_parallel = sp});
+    freeze(*model);
+    ASSERT_EQ(apply_activation_checkpointing(*model, {"TransformerBlock"}).size(), 2u);
+    auto opt = adamw(trainable(*model));
+    double loss_diff = 0;
+    for (int s = 0; s < kSteps; ++s) {
+      auto b = batch(s);
+      auto loss = model->forward(b.x, b.y).loss;
+      loss.backward();
+      tp::clip_grad_norm_(*model, tpi, kClip);
+      opt.step();
+      opt.zero_grad();
+      loss_diff = std::max(loss_diff, std::abs(loss.item<double>() - ref_losses[s]));
+    }
+    if (!sp) {
+      // The recomputation repeats the blocks' 2L forward all-reduces inside backward:
+      // (2L+1) forward + 2L recomputed + (2L+1) backward + 2 for the loss.
+      const uint64_t L = cfg.n_layers;
+      g->reset_counters();
+      auto b = batch(0);
+      model->forward(b.x, b.y).loss.backward();
+      opt.zero_grad();
+      EXPECT_EQ(g->counters().calls_of(Collective::ALL_REDUCE), 6 * L + 4);
+    }
+    double param_diff = 0;
+    auto full = tp::full_parameters(*model, tpi);
+    for (const auto& p : ref->named_parameters()) {
+      ASSERT_TRUE(full.count(p.key())) << p.key();
+      param_diff = std::max(param_diff, max_diff(full.at(p.key()), p.value()));
+    }
+    // The frozen ones did not move.
+    models::Llama init(cfg);
+    for (const auto& f : frozen) {
+      EXPECT_EQ(max_diff(full.at(f), init->named_parameters()[f]), 0.0) << f;
+    }
+    EXPECT_LT(loss_diff, 1e-5) << "sp " << sp;
+    EXPECT_LT(param_diff, 1e-5) << "sp " << sp;
+    if (g->rank() == 0) {
+      std::printf("[tp parity] TP %d sp=%d tied+frozen+checkpointed: max |loss - ref| %.3g, max "
+                  "|param - ref| %.3g\n",
+                  g->size(), sp, loss_diff, param_diff);
     }
   }
 }
