@@ -462,6 +462,50 @@ TEST(TensorParallelFsdp, LlamaTp2Fsdp2EqualsSingleProcess) {
     EXPECT_EQ(seen, expected.size());
     EXPECT_GT(norm_seen, kClip);
     EXPECT_LT(norm_diff, 1e-5) << "sp " << sp;  // counted once across dp_shard and tp
+    // One more forward and backward, counted per dim: tp carries the plan's traffic for this
+    // rank's half of the batch (docs/tensor-parallel.md), dp_shard FSDP's FULL_SHARD traffic
+    // over the TP-local parameters: per unit an all-gather in forward and again in backward and
+    // one reduce-scatter, each sending (N-1) shards' bytes.
+    {
+      auto b = global(0);
+      auto x = b.x.narrow(0, dpg->rank() * local_batch, local_batch);
+      auto y = b.y.narrow(0, dpg->rank() * local_batch, local_batch);
+      tpg->reset_counters();
+      dpg->reset_counters();
+      fsdpp::forward(model, x, y).loss.backward();
+      opt.zero_grad();
+      const auto ct = tpg->counters(), cd = dpg->counters();
+      const uint64_t N = tpg->size(), L = cfg.n_layers, M = local_batch * kSeq, A = M * cfg.dim * 4;
+      const uint64_t loss_bytes = 2 * (N - 1) * (M * 4) / N + 2 * (N - 1) * (2 * M * 4) / N;
+      if (!sp) {
+        EXPECT_EQ(ct.calls_of(Collective::ALL_REDUCE), (2 * L + 1) * 2 + 2);
+        EXPECT_EQ(ct.bytes_of(Collective::ALL_REDUCE), (4 * L + 2) * (2 * (N - 1) * A / N) + loss_bytes);
+      } else {
+        EXPECT_EQ(ct.bytes_of(Collective::ALL_GATHER), (4 * L + 2) * (A * (N - 1) / N));
+        EXPECT_EQ(ct.bytes_of(Collective::REDUCE_SCATTER), (4 * L + 2) * (A * (N - 1) / N));
+        EXPECT_EQ(ct.bytes_of(Collective::ALL_REDUCE),
+                  loss_bytes + (2 * L + 1) * (2 * (N - 1) * (cfg.dim * 4) / N));
+      }
+      uint64_t shard_bytes = 0, units = 0;
+      for (const auto& u : inspect_units(*model)) {
+        shard_bytes += static_cast<uint64_t>(u.shard_numel) * 4;
+        ++units;
+      }
+      const uint64_t D = dpg->size();
+      EXPECT_EQ(cd.calls_of(Collective::ALL_GATHER), 2 * units);
+      EXPECT_EQ(cd.bytes_of(Collective::ALL_GATHER), 2 * shard_bytes * (D - 1));
+      EXPECT_EQ(cd.calls_of(Collective::REDUCE_SCATTER), units);
+      EXPECT_EQ(cd.bytes_of(Collective::REDUCE_SCATTER), shard_bytes * (D - 1));
+      EXPECT_EQ(cd.calls_of(Collective::ALL_REDUCE), 0u);
+      if (w.rank() == 0) {
+        std::printf("[tp comm] TP 2 x FSDP 2 sp=%d: tp %llu B, dp_shard %llu B (%llu units, "
+                    "%llu shard bytes): equal to the formulas\n",
+                    sp, static_cast<unsigned long long>(ct.total_bytes()),
+                    static_cast<unsigned long long>(cd.total_bytes()),
+                    static_cast<unsigned long long>(units),
+                    static_cast<unsigned long long>(shard_bytes));
+      }
+    }
     EXPECT_LT(loss_diff, 1e-5) << "sp " << sp;
     EXPECT_LT(param_diff, 1e-5) << "sp " << sp;
     if (w.rank() == 0) {
