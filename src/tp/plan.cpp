@@ -104,6 +104,30 @@ std::map<std::string, at::Tensor> full_parameters(const torch::nn::Module& root,
   return out;
 }
 
+void load_full_parameters(torch::nn::Module& root, const TensorParallel& tp,
+                          const std::map<std::string, at::Tensor>& full) {
+  torch::NoGradGuard no_grad;
+  size_t used = 0;
+  for (auto& item : root.named_parameters()) {
+    auto it = full.find(item.key());
+    FSDPP_CHECK_AS(ConfigError, it != full.end(),
+                   "[tp] load_full_parameters: parameter '{}' is missing", item.key());
+    const auto p = tp.placement(item.key());
+    auto& dst = item.value();
+    auto whole_shape = dst.sizes().vec();
+    if (p.sharded) whole_shape[p.dim] = p.full_size;
+    FSDPP_CHECK_AS(ConfigError, it->second.sizes().vec() == whole_shape,
+                   "[tp] load_full_parameters: parameter '{}' has shape {}; expected the whole "
+                   "shape {}",
+                   item.key(), it->second.sizes(), at::IntArrayRef(whole_shape));
+    dst.copy_(p.sharded ? it->second.narrow(p.dim, p.range.offset, p.range.size) : it->second);
+    ++used;
+  }
+  FSDPP_CHECK_AS(ConfigError, used == full.size(),
+                 "[tp] load_full_parameters: {} tensors given for {} parameters", full.size(),
+                 used);
+}
+
 double clip_grad_norm_(torch::nn::Module& root, const TensorParallel& tp, double max_norm,
                        const GroupPtr& fsdp_group) {
   torch::NoGradGuard no_grad;

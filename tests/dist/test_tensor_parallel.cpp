@@ -296,6 +296,50 @@ TEST(TensorParallel, LlamaTiedFrozenCheckpointedEqualsSingleProcess) {
   }
 }
 
+// Whole parameters move between layouts bit for bit: trained under TP (TP 2 over pairs of
+// ranks when there are 4, else TP over the world), gathered, loaded into a TP model over the
+// world (TP 2 -> TP 2, or TP 2 -> TP 4) and into one process. Optimizer state does not move.
+TEST(TensorParallel, WholeParametersMoveBetweenLayouts) {
+  auto& w = test::world();
+  auto cfg = tiny_llama();
+  auto train = [&](models::Llama& m, const tp::TensorParallel& t, int steps) {
+    auto opt = adamw(m->parameters());
+    for (int s = 0; s < steps; ++s) {
+      auto b = batch(s);
+      m->forward(b.x, b.y).loss.backward();
+      tp::clip_grad_norm_(*m, t, kClip);
+      opt.step();
+      opt.zero_grad();
+    }
+  };
+  auto equal = [](const std::map<std::string, at::Tensor>& a,
+                  const std::map<std::string, at::Tensor>& b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& [k, v] : a) EXPECT_TRUE(at::equal(v, b.at(k))) << k;
+  };
+  // The layout to save from: TP over pairs of ranks on 4 ranks, else TP over the world.
+  tp::GroupPtr from = tp_group();
+  if (w.size() == 4) from = w.init_device_mesh({2, 2}, {"dp", "tp"})->group("tp");
+  models::Llama a(cfg);
+  auto ta = tp::parallelize_llama(*a, from);
+  train(a, ta, 3);
+  auto whole = tp::full_parameters(*a, ta);
+  // Into the world's layout (TP 2 on 2 ranks, TP 4 on 4), from another seed.
+  cfg.seed = 99;
+  models::Llama b(cfg);
+  auto tb = tp::parallelize_llama(*b, tp_group());
+  tp::load_full_parameters(*b, tb, whole);
+  equal(tp::full_parameters(*b, tb), whole);
+  // Into one process.
+  models::Llama one(cfg);
+  tp::load_full_parameters(*one, tp::TensorParallel(tp_group(), {}), whole);
+  for (const auto& p : one->named_parameters()) EXPECT_TRUE(at::equal(p.value(), whole.at(p.key())));
+  // Missing and mis-shaped tensors are named.
+  auto bad = whole;
+  bad.erase("norm.weight");
+  EXPECT_THROW(tp::load_full_parameters(*b, tb, bad), ConfigError);
+}
+
 // One forward and backward of the Llama plan, counted against the formulas of
 // docs/tensor-parallel.md.
 TEST(TensorParallel, LlamaCommunicationMatchesFormulas) {

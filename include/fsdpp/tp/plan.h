@@ -69,6 +69,13 @@ at::Tensor full_tensor(const at::Tensor& local, const Placement& placement, cons
 std::map<std::string, at::Tensor> full_parameters(const torch::nn::Module& root,
                                                   const TensorParallel& tp);
 
+// The reverse: copies into every parameter of `root` its slice of the whole tensor of the same
+// name (bit for bit), so whole parameters saved from any layout (one process, TP 2, TP 4, or a
+// TP x FSDP run gathered over both dims) load into this one. Every parameter must be in `full`
+// with its whole shape; extra entries are an error too. Not for parameters FSDP has sharded.
+void load_full_parameters(torch::nn::Module& root, const TensorParallel& tp,
+                          const std::map<std::string, at::Tensor>& full);
+
 // Clips the gradients of `root` to a global 2-norm of max_norm, as torch's clip_grad_norm_ over
 // the whole model: sharded parameters' squared norms are summed over the group (one all-reduce
 // of one double), replicated ones counted once. Returns the total norm before clipping.
