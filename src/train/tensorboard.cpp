@@ -218,7 +218,8 @@ std::vector<TensorBoardScalar> tensorboard_scalars(const nlohmann::json& metrics
 EventFileWriter::EventFileWriter(const std::filesystem::path& log_dir) {
   std::error_code ec;
   std::filesystem::create_directories(log_dir, ec);
-  FSDPP_CHECK(!ec, "[train] cannot create the TensorBoard directory '{}' (training.logging_dir): {}",
+  FSDPP_CHECK(!ec,
+              "[train] cannot create the TensorBoard directory '{}' (training.logging_dir): {}",
               log_dir.string(), ec.message());
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::strcpy(host, "localhost");

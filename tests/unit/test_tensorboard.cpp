@@ -120,7 +120,8 @@ TEST(TensorBoard, FileHoldsWholeRecordsInOrder) {
     w.add_scalars(1, {{"train/loss", 3.0f}});
     // Each record is in the file as soon as the call returns (no buffering to lose on a kill).
     EXPECT_EQ(std::filesystem::file_size(path),
-              tfrecord(event::file_version(0)).size() + tfrecord(event::text(0, 0, "config", "x")).size() +
+              tfrecord(event::file_version(0)).size() +
+                  tfrecord(event::text(0, 0, "config", "x")).size() +
                   tfrecord(event::scalars(0, 1, {{"train/loss", 3.0f}})).size());
   }
   std::ifstream in(path, std::ios::binary);
@@ -186,4 +187,21 @@ TEST(TensorBoardConfig, ReportToAndLoggingDir) {
             "tensorboard, all or none");
   EXPECT_NE(error_of("training.report_to={a: 1}").find("[config] training.report_to is a map"),
             std::string::npos);
+}
+
+TEST(TensorBoard, UnusableLogDirIsAnErrorNamingIt) {
+  const auto file = std::filesystem::temp_directory_path() /
+                    ("fsdpp_tb_file_" + std::to_string(::getpid()));
+  std::ofstream(file) << "a file, not a directory";
+  try {
+    EventFileWriter w(file / "runs");
+    ADD_FAILURE() << "no error for a log directory under a regular file";
+  } catch (const fsdpp::Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("[train] cannot create the TensorBoard directory '" +
+                                              (file / "runs").string() + "' (training.logging_dir)",
+                                          0),
+              0u)
+        << e.what();
+  }
+  std::filesystem::remove(file);
 }
