@@ -219,6 +219,7 @@ TEST(TensorParallel, LlamaTrainingEqualsSingleProcess) {
 // the block's forward collectives again inside backward), with and without SP.
 TEST(TensorParallel, LlamaTiedFrozenCheckpointedEqualsSingleProcess) {
   auto g = tp_group();
+  constexpr int kVariantSteps = 4;  // the 10-step parity is above; this keeps CI time short
   auto cfg = tiny_llama();
   cfg.tie_embeddings = true;
   const std::vector<std::string> frozen{"layers.0.attention.wq.weight", "layers.1.ffn_norm.weight"};
@@ -240,7 +241,7 @@ TEST(TensorParallel, LlamaTiedFrozenCheckpointedEqualsSingleProcess) {
   freeze(*ref);
   auto ref_opt = adamw(trainable(*ref));
   std::vector<double> ref_losses;
-  for (int s = 0; s < kSteps; ++s) {
+  for (int s = 0; s < kVariantSteps; ++s) {
     auto b = batch(s);
     auto loss = ref->forward(b.x, b.y).loss;
     loss.backward();
@@ -256,7 +257,7 @@ TEST(TensorParallel, LlamaTiedFrozenCheckpointedEqualsSingleProcess) {
     ASSERT_EQ(apply_activation_checkpointing(*model, {"TransformerBlock"}).size(), 2u);
     auto opt = adamw(trainable(*model));
     double loss_diff = 0;
-    for (int s = 0; s < kSteps; ++s) {
+    for (int s = 0; s < kVariantSteps; ++s) {
       auto b = batch(s);
       auto loss = model->forward(b.x, b.y).loss;
       loss.backward();
