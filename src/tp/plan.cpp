@@ -49,6 +49,14 @@ TensorParallel parallelize_module(torch::nn::Module& root, const GroupPtr& group
                    "[tp] parallelize_module: the plan names '{}', which is not a submodule", name);
     auto& module = **found;
     if (auto* linear = dynamic_cast<torch::nn::LinearImpl*>(&module)) {
+      // The module's options keep the whole size: a weight of another shape was split before.
+      const auto& lo = linear->options;
+      FSDPP_CHECK_AS(ConfigError,
+                     linear->weight.size(0) == lo.out_features() &&
+                         linear->weight.size(1) == lo.in_features(),
+                     "[tp] parallelize_module: '{}' has a weight of shape {} but is a Linear({}, "
+                     "{}): it was split already (a plan applied twice?)",
+                     name, linear->weight.sizes(), lo.in_features(), lo.out_features());
       if (style == ParallelStyle::COLWISE) {
         placements[name + ".weight"] =
             shard_param(linear->weight, 0, name, "out_features", group);
@@ -59,6 +67,10 @@ TensorParallel parallelize_module(torch::nn::Module& root, const GroupPtr& group
         placements[name + ".weight"] = shard_param(linear->weight, 1, name, "in_features", group);
       }
     } else if (auto* emb = dynamic_cast<torch::nn::EmbeddingImpl*>(&module)) {
+      FSDPP_CHECK_AS(ConfigError, emb->weight.size(0) == emb->options.num_embeddings(),
+                     "[tp] parallelize_module: '{}' has {} rows but is an Embedding of {}: it "
+                     "was split already (a plan applied twice?)",
+                     name, emb->weight.size(0), emb->options.num_embeddings());
       FSDPP_CHECK_AS(ConfigError, style == ParallelStyle::ROWWISE,
                      "[tp] parallelize_module: '{}' is an Embedding planned {}; only ROWWISE "
                      "(split along the vocabulary) is supported",

@@ -437,6 +437,11 @@ TEST(TensorParallel, BadConfigurationsAreErrors) {
                  {"[tp]", "layers.0.nope"});
     expect_error([&] { tp::parallelize_module(*m, g, {{"norm", tp::ParallelStyle::COLWISE}}); },
                  {"[tp]", "'norm'", "Linear"});
+    // Applying a plan twice would slice the slices.
+    tp::parallelize_module(*m, g, {{"layers.0.attention.wq", tp::ParallelStyle::COLWISE}});
+    expect_error([&] {
+      tp::parallelize_module(*m, g, {{"layers.0.attention.wq", tp::ParallelStyle::COLWISE}});
+    }, {"[tp]", "layers.0.attention.wq", "split already"});
   }
 }
 
