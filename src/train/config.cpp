@@ -471,6 +471,7 @@ const Key& schema() {
                       FSDPP_KEY(model, rope_theta),
                       FSDPP_KEY(model, init_std),
                       FSDPP_KEY(model, tie_embeddings),
+                      FSDPP_KEY(model, init_from),
                   }),
           section("data",
                   {

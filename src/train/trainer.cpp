@@ -37,6 +37,7 @@
 #include "checkpointer.h"
 #include "faults.h"
 #include "heartbeat.h"
+#include "init_from.h"
 #include "metrics_log.h"
 #include "output_dir.h"
 #include "progress.h"
@@ -194,7 +195,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<dist::World> world)
 Trainer::~Trainer() = default;
 
 TrainResult Trainer::run() {
-  const auto& cfg = s_->cfg;
+  auto& cfg = s_->cfg;  // model.init_from may replace the model section below
   const auto& t = cfg.training;
   auto& world = *s_->world;
   const bool lead = world.rank() == 0;
@@ -233,6 +234,17 @@ TrainResult Trainer::run() {
   }
   std::optional<TrainerState> resumed;
   if (!resume_dir.empty()) resumed = read_trainer_state(resume_dir);
+  // model.init_from: the source's shape becomes the model section (config.yaml records it); a
+  // resume has its own weights and ignores it.
+  std::optional<detail::InitSource> init;
+  if (!cfg.model.init_from.empty() && resumed) {
+    say(fmt::format("[train] model.init_from='{}' is not used: resuming from {} instead",
+                    cfg.model.init_from, resume_dir.string()));
+  } else if (!cfg.model.init_from.empty()) {
+    init.emplace(cfg.model.init_from);
+    for (const auto& note : init->apply_shape(cfg.model)) say("[train] model.init_from: " + note);
+    cfg.validate();
+  }
   world.group()->barrier({"resume"});  // every rank has read before rank 0 touches output_dir
   // Rank 0 alone writes output_dir; a failure there (or in any rank-0-only step below) stops
   // every rank with one line instead of a hang or a page of c10d frames on the others.
@@ -250,7 +262,14 @@ TrainResult Trainer::run() {
   });
   if (!lock_warning.empty()) say(lock_warning);
   const fs::path corpus = corpus_file(cfg.data, cache_dir, world);
-  auto tokenizer = make_tokenizer(cfg.data, corpus, cache_dir, world);
+  // A model starts from its own tokenizer: the one stored with model.init_from's weights.
+  std::unique_ptr<data::Tokenizer> tokenizer = init ? init->take_tokenizer() : nullptr;
+  if (tokenizer) {
+    say(fmt::format("[train] tokenizer {} from model.init_from (data.tokenizer is not used)",
+                    tokenizer->name()));
+  } else {
+    tokenizer = make_tokenizer(cfg.data, corpus, cache_dir, world);
+  }
   data::TokenDatasetOptions dopts;
   dopts.cache_dir = cache_dir;
   // Rank 0 encodes; the others then map the cached token file.
@@ -292,6 +311,7 @@ TrainResult Trainer::run() {
     });
   }
   models::Llama model(cfg.llama_config(vocab));
+  if (init) init->load_before_sharding(model);
   const int64_t n_params = models::num_parameters(*model);
   say(fmt::format("[train] model: Llama dim {} x {} layers, {} heads ({} kv), vocab {}: {:.2f} M parameters",
                   cfg.model.dim, cfg.model.n_layers, cfg.model.n_heads,
@@ -354,6 +374,12 @@ TrainResult Trainer::run() {
                     cfg.model.n_layers));
   }
   auto units = apply_fully_shard(*model, policy, fopts);
+  if (init) {
+    init->load_after_sharding(model, world.group());
+    say(fmt::format("[train] weights from {} (model.init_from); optimizer, schedule and data "
+                    "start afresh at step 1",
+                    init->dir().string()));
+  }
   say(fmt::format("[train] fsdp: {} over {} ranks{}, {} units ({}), {:.2f} M parameters held per rank",
                   to_string(t.fsdp), world.size(),
                   hybrid ? fmt::format(" ({} replicas x {} shards)", fopts.mesh->size(0),

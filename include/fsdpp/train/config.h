@@ -42,6 +42,10 @@ struct ModelSection {
   double rope_theta = 10000;
   double init_std = 0.02;
   bool tie_embeddings = false;
+  // Fine-tuning: start from the weights (and the tokenizer) of an fsdpp checkpoint of any layout
+  // or a Hugging Face model directory, whose shape then replaces the keys above; a new run
+  // (step 1, fresh optimizer, schedule and data position), unlike a resume.
+  std::string init_from;
 };
 
 // `data:`
