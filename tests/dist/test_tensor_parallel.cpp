@@ -93,7 +93,8 @@ TEST(TensorParallel, ParallelLinearsMatchUnsharded) {
     const double tol = 1e-5;
     EXPECT_LT(max_diff(y, ry.narrow(1, t0, tn)), tol) << "sp " << sp;
     EXPECT_LT(max_diff(lx.grad(), rx.grad().narrow(1, t0, tn)), tol) << "sp " << sp;
-    EXPECT_LT(max_diff(up->weight.grad(), rw1.grad().narrow(0, up->rows.offset, up->rows.size)), tol);
+    EXPECT_LT(max_diff(up->weight.grad(), rw1.grad().narrow(0, up->rows.offset, up->rows.size)),
+              tol);
     EXPECT_LT(max_diff(up->bias.grad(), rb1.grad().narrow(0, up->rows.offset, up->rows.size)), tol);
     EXPECT_LT(max_diff(down->weight.grad(),
                        rw2.grad().narrow(1, down->cols.offset, down->cols.size)), tol);
@@ -341,7 +342,9 @@ TEST(TensorParallel, WholeParametersMoveBetweenLayouts) {
   // Into one process.
   models::Llama one(cfg);
   tp::load_full_parameters(*one, tp::TensorParallel(tp_group(), {}), whole);
-  for (const auto& p : one->named_parameters()) EXPECT_TRUE(at::equal(p.value(), whole.at(p.key())));
+  for (const auto& p : one->named_parameters()) {
+    EXPECT_TRUE(at::equal(p.value(), whole.at(p.key()))) << p.key();
+  }
   // Missing and mis-shaped tensors are named.
   auto bad = whole;
   bad.erase("norm.weight");
@@ -440,7 +443,9 @@ TEST(TensorParallel, BadConfigurationsAreErrors) {
   }
   {
     models::Llama m(tiny_llama());
-    expect_error([&] { tp::parallelize_module(*m, g, {{"layers.0.nope", tp::ParallelStyle::COLWISE}}); },
+    expect_error([&] {
+      tp::parallelize_module(*m, g, {{"layers.0.nope", tp::ParallelStyle::COLWISE}});
+    },
                  {"[tp]", "layers.0.nope"});
     expect_error([&] { tp::parallelize_module(*m, g, {{"norm", tp::ParallelStyle::COLWISE}}); },
                  {"[tp]", "'norm'", "Linear"});
@@ -536,7 +541,8 @@ TEST(TensorParallelFsdp, LlamaTp2Fsdp2EqualsSingleProcess) {
       const uint64_t loss_bytes = 2 * (N - 1) * (M * 4) / N + 2 * (N - 1) * (2 * M * 4) / N;
       if (!sp) {
         EXPECT_EQ(ct.calls_of(Collective::ALL_REDUCE), (2 * L + 1) * 2 + 2);
-        EXPECT_EQ(ct.bytes_of(Collective::ALL_REDUCE), (4 * L + 2) * (2 * (N - 1) * A / N) + loss_bytes);
+        EXPECT_EQ(ct.bytes_of(Collective::ALL_REDUCE),
+                  (4 * L + 2) * (2 * (N - 1) * A / N) + loss_bytes);
       } else {
         EXPECT_EQ(ct.bytes_of(Collective::ALL_GATHER), (4 * L + 2) * (A * (N - 1) / N));
         EXPECT_EQ(ct.bytes_of(Collective::REDUCE_SCATTER), (4 * L + 2) * (A * (N - 1) / N));

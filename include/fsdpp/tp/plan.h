@@ -1,8 +1,9 @@
 #pragma once
 // A tensor-parallel plan applied to a module by names, as PyTorch's parallelize_module:
 //
-//   auto tp = tp::parallelize_module(*model, group, {{"attention.wq", tp::ParallelStyle::COLWISE},
-//                                                    {"attention.wo", tp::ParallelStyle::ROWWISE}});
+//   using tp::ParallelStyle;
+//   auto tp = tp::parallelize_module(*model, group, {{"attention.wq", ParallelStyle::COLWISE},
+//                                                    {"attention.wo", ParallelStyle::ROWWISE}});
 //   tp.placement("attention.wq.weight");   // Shard(0), rows [offset, offset + size) of 64
 //   tp::clip_grad_norm_(*model, tp, 1.0);  // each parameter counted once across the group
 //

@@ -27,7 +27,8 @@ namespace fsdpp::tp {
 using GroupPtr = std::shared_ptr<dist::ProcessGroup>;
 
 // `what` names the layer in collective error messages ("layers.1.attention").
-at::Tensor copy_to_region(const at::Tensor& x, const GroupPtr& group, const std::string& what = "tp");
+at::Tensor copy_to_region(const at::Tensor& x, const GroupPtr& group,
+                          const std::string& what = "tp");
 at::Tensor reduce_from_region(const at::Tensor& x, const GroupPtr& group,
                               const std::string& what = "tp");
 // x: this rank's chunk along `dim` (size n) -> the whole (size N*n), chunks in rank order.
