@@ -62,6 +62,60 @@ TEST(TensorParallel, VocabParallelLossEqualsCrossEntropy) {
   check_vocab_parallel_loss(29);  // not divisible by 2 or 4: uneven shards
 }
 
+// Each region's forward and backward against the same sums computed from every rank's tensors,
+// which each rank can draw itself (seeded by rank).
+TEST(TensorParallel, RegionsMatchUnsharded) {
+  auto g = tp_group();
+  const int n = g->size(), r = g->rank();
+  const int64_t B = 2, T = 3, C = 5;  // chunks along dim 1
+  auto x_of = [&](int k) { return torch::randn({B, T, C}, gen(50 + k)); };
+  auto w_of = [&](int k, int64_t t) { return torch::randn({B, t, C}, gen(70 + k)); };
+  std::vector<at::Tensor> xs, ws, wide;
+  for (int k = 0; k < n; ++k) {
+    xs.push_back(x_of(k));
+    ws.push_back(w_of(k, T));
+    wide.push_back(w_of(k, T * n));
+  }
+  auto sum = [](const std::vector<at::Tensor>& v) {
+    auto out = at::zeros_like(v[0]);
+    for (const auto& t : v) out += t;
+    return out;
+  };
+  const double tol = 1e-6;
+  {  // copy: identity forward, gradients summed over ranks
+    auto x = xs[r].clone().requires_grad_();
+    auto y = tp::copy_to_region(x, g);
+    (y * ws[r]).sum().backward();
+    EXPECT_LT(max_diff(y, xs[r]), tol);
+    EXPECT_LT(max_diff(x.grad(), sum(ws)), tol);
+  }
+  {  // reduce: sum forward, gradient passed through
+    auto x = xs[r].clone().requires_grad_();
+    auto y = tp::reduce_from_region(x, g);
+    (y * ws[r]).sum().backward();
+    EXPECT_LT(max_diff(y, sum(xs)), tol);
+    EXPECT_LT(max_diff(x.grad(), ws[r]), tol);
+  }
+  {  // gather along dim 1, backward: this rank's chunk of the summed gradient
+    auto x = xs[r].clone().requires_grad_();
+    auto y = tp::gather_from_sequence(x, g, 1);
+    (y * wide[r]).sum().backward();
+    EXPECT_LT(max_diff(y, at::cat(xs, 1)), tol);
+    EXPECT_LT(max_diff(x.grad(), sum(wide).narrow(1, r * T, T)), tol);
+  }
+  {  // scatter: this rank's chunk of the sum, backward: every rank's chunk gradient gathered
+    std::vector<at::Tensor> xs_wide;
+    for (int k = 0; k < n; ++k) {
+      xs_wide.push_back(at::cat(std::vector<at::Tensor>(n, xs[k]), 1) * (k + 1));  // (B,N*T,C)
+    }
+    auto x = xs_wide[r].clone().requires_grad_();
+    auto y = tp::scatter_to_sequence(x, g, 1);
+    (y * ws[r]).sum().backward();
+    EXPECT_LT(max_diff(y, sum(xs_wide).narrow(1, r * T, T)), tol);
+    EXPECT_LT(max_diff(x.grad(), at::cat(ws, 1)), tol);
+  }
+}
+
 // Column- then row-parallel MLP with biases, with and without sequence parallelism, against the
 // whole MLP: output, input gradient and every parameter gradient.
 TEST(TensorParallel, ParallelLinearsMatchUnsharded) {
