@@ -448,6 +448,29 @@ TEST(TensorParallel, LlamaCommunicationMatchesFormulas) {
     c = g->counters();
     EXPECT_EQ(c.calls_of(Collective::ALL_REDUCE), 1u);
     EXPECT_EQ(c.total_bytes(), ar * 8 / N);
+    // One transformer block alone (per layer): without SP 2 all-reduces of A forward (wo, w2)
+    // and 2 backward (attention and ffn inputs); with SP 2 all-gathers and 2 reduce-scatters
+    // each way, and the 2 norms' weight gradients.
+    {
+      auto& block = *model->layers->ptr<models::TransformerBlockImpl>(0);
+      const int64_t t = sp ? kSeq / static_cast<int64_t>(N) : kSeq;
+      auto x = torch::randn({kBatch, t, cfg.dim}, gen(9)).requires_grad_();
+      g->reset_counters();
+      block.forward(x).sum().backward();
+      const auto fwd_bwd = g->counters();
+      if (!sp) {
+        EXPECT_EQ(fwd_bwd.calls_of(Collective::ALL_REDUCE), 4u);
+        EXPECT_EQ(fwd_bwd.bytes_of(Collective::ALL_REDUCE), 4 * (ar * A / N));
+      } else {
+        EXPECT_EQ(fwd_bwd.calls_of(Collective::ALL_GATHER), 4u);
+        EXPECT_EQ(fwd_bwd.bytes_of(Collective::ALL_GATHER), 4 * (A * (N - 1) / N));
+        EXPECT_EQ(fwd_bwd.calls_of(Collective::REDUCE_SCATTER), 4u);
+        EXPECT_EQ(fwd_bwd.bytes_of(Collective::REDUCE_SCATTER), 4 * (A * (N - 1) / N));
+        EXPECT_EQ(fwd_bwd.calls_of(Collective::ALL_REDUCE), 2u);
+        EXPECT_EQ(fwd_bwd.bytes_of(Collective::ALL_REDUCE), 2 * (ar * (cfg.dim * 4) / N));
+      }
+      model->zero_grad();
+    }
     if (g->rank() == 0) {
       std::printf("[tp comm] TP %d sp=%d: counters equal the formulas\n", g->size(), sp);
     }
