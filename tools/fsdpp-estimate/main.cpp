@@ -19,6 +19,7 @@
 #include "fsdpp/fsdp/memory_estimate.h"
 #include "fsdpp/models/llama.h"
 #include "fsdpp/train/config.h"
+#include "fsdpp/train/memory_check.h"
 
 namespace {
 
@@ -165,36 +166,35 @@ int main(int argc, char** argv) {
         if (cfg.model.vocab_size == 0)
           notes.push_back(fmt::format("vocabulary taken as data.tokenizer_vocab_size={}", tok_vocab));
       }
-      const auto lc = cfg.llama_config(cfg.model.vocab_size > 0 ? cfg.model.vocab_size : tok_vocab);
-      vocab = vocab ? vocab : lc.vocab_size;
-      dim = dim ? dim : lc.dim;
-      n_layers = n_layers ? n_layers : lc.n_layers;
-      n_heads = n_heads ? n_heads : lc.n_heads;
-      n_kv_heads = n_kv_heads ? n_kv_heads : lc.kv_heads();
-      ffn_hidden = ffn_hidden ? ffn_hidden : lc.ffn_hidden_dim();
-      tie = tie || lc.tie_embeddings;
-      if (max_seq_len == 0) max_seq_len = lc.max_seq_len;
-      const auto& t = cfg.training;
-      if (batch == 0) batch = t.per_device_train_batch_size;
-      if (seq_len == 0) seq_len = cfg.data.seq_len;
-      if (strategy_text.empty()) o.strategy = t.fsdp;
-      // The trainer fixes glibc's mmap threshold itself (training.malloc_mmap_threshold).
-      if (mmap_threshold < 0 && t.malloc_mmap_threshold > 0) mmap_threshold = t.malloc_mmap_threshold;
-      if (t.bf16 && mixed.empty()) mixed = "bf16";
-      if (t.fp16 && mixed.empty()) mixed = "fp16";
-      ckpt = ckpt || t.gradient_checkpointing;
-      offload = offload || t.fsdp_config.offload_params;
-      const auto& fc = t.fsdp_config;
-      if (backward_prefetch < 0) backward_prefetch = fc.backward_prefetch == "NO_PREFETCH" ? 0 : 1;
-      backward_post = backward_post || fc.backward_prefetch == "BACKWARD_POST";
-      if (forward_prefetch < 0) forward_prefetch = fc.forward_prefetch ? 1 : 0;
-      if (limit_all_gathers < 0) limit_all_gathers = fc.limit_all_gathers ? 2 : 0;
-      if (t.fsdp_config.auto_wrap_policy != "TRANSFORMER_BASED_WRAP" ||
-          t.fsdp_config.transformer_layer_cls_to_wrap != std::vector<std::string>{"TransformerBlock"}) {
-        notes.push_back(fmt::format("units taken as one per TransformerBlock plus the root (the config's "
-                                    "wrap policy {} is not modelled)",
-                                    t.fsdp_config.auto_wrap_policy));
+      // What fsdpp-train will run (the same function its memory check uses); flags override it.
+      const auto ce = fsdpp::train::configured_estimate(cfg, tok_vocab, /*world_size=*/1,
+                                                        /*local_world_size=*/0);
+      const auto& sh = *ce.model.shape;
+      vocab = vocab ? vocab : sh.vocab_size;
+      dim = dim ? dim : sh.dim;
+      n_layers = n_layers ? n_layers : sh.n_layers;
+      n_heads = n_heads ? n_heads : sh.n_heads;
+      n_kv_heads = n_kv_heads ? n_kv_heads : sh.n_kv_heads;
+      ffn_hidden = ffn_hidden ? ffn_hidden : sh.ffn_hidden;
+      tie = tie || sh.tie_embeddings;
+      if (max_seq_len == 0) max_seq_len = sh.max_seq_len;
+      const auto& co = ce.options;
+      if (batch == 0) batch = co.batch;
+      if (seq_len == 0) seq_len = co.seq_len;
+      if (strategy_text.empty()) o.strategy = co.strategy;
+      if (mmap_threshold < 0 && co.mmap_threshold > 0) mmap_threshold = co.mmap_threshold;
+      if (mixed.empty() && param_dtype.empty() && co.param_dtype != fsdpp::EstimateDType::FP32) {
+        param_dtype = fsdpp::to_string(co.param_dtype);
+        if (reduce_dtype.empty()) reduce_dtype = fsdpp::to_string(co.reduce_dtype);
       }
+      ckpt = ckpt || co.activation_checkpointing;
+      offload = offload || co.cpu_offload;
+      if (backward_prefetch < 0) backward_prefetch = co.backward_prefetch;
+      backward_post = backward_post || co.backward_prefetch_post;
+      if (forward_prefetch < 0) forward_prefetch = co.forward_prefetch;
+      if (limit_all_gathers < 0) limit_all_gathers = co.limit_all_gathers;
+      if (shard_group == 0) shard_group = co.shard_group_size;
+      notes.insert(notes.end(), ce.notes.begin(), ce.notes.end());
     }
     if (!strategy_text.empty()) o.strategy = parse_strategy(strategy_text);
     if (dim > 0) {
