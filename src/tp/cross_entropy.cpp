@@ -43,7 +43,8 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     ctx->save_for_backward({exp / sum_exp.unsqueeze(1), local_t, in_range, valid, count});
     ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
     ctx->saved_data["shape"] = logits.sizes().vec();
-    return (per_token.sum() / count).to(logits.scalar_type());
+    // In the compute dtype (float32 or wider), as models::token_cross_entropy returns it.
+    return per_token.sum() / count;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {

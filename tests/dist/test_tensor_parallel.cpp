@@ -60,6 +60,18 @@ void check_vocab_parallel_loss(int64_t vocab) {
 TEST(TensorParallel, VocabParallelLossEqualsCrossEntropy) {
   check_vocab_parallel_loss(32);
   check_vocab_parallel_loss(29);  // not divisible by 2 or 4: uneven shards
+  // bf16 logits: computed in float32 as the model's own loss is, gradient back in bf16.
+  auto g = tp_group();
+  auto logits = (torch::randn({8, 29}, gen(21)) * 3).to(at::kBFloat16);
+  auto targets = torch::randint(0, 29, {8}, gen(22));
+  auto r = tp::shard_range(29, g->size(), g->rank());
+  auto local = logits.narrow(1, r.offset, r.size).clone().requires_grad_();
+  auto loss = tp::vocab_parallel_cross_entropy(local, targets, r.offset, g);
+  loss.backward();
+  EXPECT_EQ(loss.scalar_type(), at::kFloat);
+  EXPECT_EQ(local.grad().scalar_type(), at::kBFloat16);
+  EXPECT_LT(std::abs(loss.item<double>() -
+                     models::token_cross_entropy(logits, targets).item<double>()), 1e-5);
 }
 
 // Each region's forward and backward against the same sums computed from every rank's tensors,

@@ -7,7 +7,7 @@
 // local_logits (..., V_r) are this rank's columns [vocab_offset, vocab_offset + V_r) of the
 // (..., V) logits; targets (...) are global token ids, -100 ignored. Returns the mean over the
 // targets that are not ignored, the same value on every rank, equal to torch's cross_entropy of
-// the gathered logits. Communication per call, for M = targets.numel() positions: one all-reduce
+// the gathered logits, computed and returned in float32 or wider whatever the logits' dtype. Communication per call, for M = targets.numel() positions: one all-reduce
 // MAX of M floats (the row maxima) and one all-reduce SUM of 2M floats (sum of exp and the
 // target logit, fused). Backward needs no communication: the gradient of each rank's columns is
 // (softmax - one_hot) / count on those columns, from what forward saved. Uneven vocab shards
