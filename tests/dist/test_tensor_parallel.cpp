@@ -15,7 +15,7 @@
 #include "fsdpp/tp/cross_entropy.h"
 #include "fsdpp/tp/embedding.h"
 #include "fsdpp/tp/linear.h"
-#include "fsdpp/tp/llama_plan.h"
+#include "fsdpp/models/llama_tp_plan.h"
 #include "fsdpp/tp/plan.h"
 #include "world_fixture.h"
 
@@ -246,7 +246,7 @@ TEST(TensorParallel, LlamaTrainingEqualsSingleProcess) {
   }
   for (bool sp : {false, true}) {
     models::Llama model(cfg);
-    auto tpi = tp::parallelize_llama(*model, g, {.sequence_parallel = sp});
+    auto tpi = models::parallelize_llama(*model, g, {.sequence_parallel = sp});
     auto opt = adamw(model->parameters());
     double loss_diff = 0, norm_seen = 0, norm_diff = 0;  // norm_diff: relative
     for (int s = 0; s < kSteps; ++s) {
@@ -319,7 +319,7 @@ TEST(TensorParallel, LlamaTiedFrozenCheckpointedEqualsSingleProcess) {
   }
   for (bool sp : {false, true}) {
     models::Llama model(cfg);
-    auto tpi = tp::parallelize_llama(*model, g, {.sequence_parallel = sp});
+    auto tpi = models::parallelize_llama(*model, g, {.sequence_parallel = sp});
     freeze(*model);
     ASSERT_EQ(apply_activation_checkpointing(*model, {"TransformerBlock"}).size(), 2u);
     auto opt = adamw(trainable(*model));
@@ -396,13 +396,13 @@ TEST(TensorParallel, WholeParametersMoveBetweenLayouts) {
   tp::GroupPtr from = tp_group();
   if (w.size() == 4) from = w.init_device_mesh({2, 2}, {"dp", "tp"})->group("tp");
   models::Llama a(cfg);
-  auto ta = tp::parallelize_llama(*a, from);
+  auto ta = models::parallelize_llama(*a, from);
   train(a, ta, 3);
   auto whole = tp::full_parameters(*a, ta);
   // Into the world's layout (TP 2 on 2 ranks, TP 4 on 4), from another seed.
   cfg.seed = 99;
   models::Llama b(cfg);
-  auto tb = tp::parallelize_llama(*b, tp_group());
+  auto tb = models::parallelize_llama(*b, tp_group());
   tp::load_full_parameters(*b, tb, whole);
   equal(tp::full_parameters(*b, tb), whole);
   // Into one process.
@@ -428,7 +428,7 @@ TEST(TensorParallel, LlamaCommunicationMatchesFormulas) {
   const uint64_t ar = 2 * (N - 1);    // an all-reduce sends 2(N-1)/N of its buffer
   for (bool sp : {false, true}) {
     models::Llama model(cfg);
-    auto tpi = tp::parallelize_llama(*model, g, {.sequence_parallel = sp});
+    auto tpi = models::parallelize_llama(*model, g, {.sequence_parallel = sp});
     auto b = batch(0);
     g->reset_counters();
     model->forward(b.x, b.y).loss.backward();
@@ -508,7 +508,7 @@ TEST(TensorParallel, BadConfigurationsAreErrors) {
     cfg.n_kv_heads = 0;
     cfg.dim = 4 * (n + 1);
     models::Llama m(cfg);
-    expect_error([&] { tp::parallelize_llama(*m, g); },
+    expect_error([&] { models::parallelize_llama(*m, g); },
                  {"[tp]", "n_heads=" + std::to_string(n + 1), degree});
   }
   {
@@ -516,11 +516,11 @@ TEST(TensorParallel, BadConfigurationsAreErrors) {
     cfg.n_heads = 4 * n;
     cfg.n_kv_heads = 1;  // grouped-query with fewer kv heads than ranks
     models::Llama m(cfg);
-    expect_error([&] { tp::parallelize_llama(*m, g); }, {"[tp]", "n_kv_heads=1", degree});
+    expect_error([&] { models::parallelize_llama(*m, g); }, {"[tp]", "n_kv_heads=1", degree});
   }
   {
     models::Llama m(tiny_llama());
-    tp::parallelize_llama(*m, g, {.sequence_parallel = true});
+    models::parallelize_llama(*m, g, {.sequence_parallel = true});
     auto x = torch::randint(0, 61, {1, 4 * n + 1}, gen(1));
     expect_error([&] { m->forward(x, x); },
                  {"[tp]", "size " + std::to_string(4 * n + 1), degree});
@@ -575,7 +575,7 @@ TEST(TensorParallelFsdp, LlamaTp2Fsdp2EqualsSingleProcess) {
   }
   for (bool sp : {false, true}) {
     models::Llama model(cfg);
-    auto tpi = tp::parallelize_llama(*model, tpg, {.sequence_parallel = sp});
+    auto tpi = models::parallelize_llama(*model, tpg, {.sequence_parallel = sp});
     FullyShardOptions o;
     o.mesh = mesh->sub({"dp_shard"});
     o.strategy = ShardingStrategy::FULL_SHARD;
@@ -697,7 +697,7 @@ TEST(TensorParallelFsdp, LlamaTp2Hybrid2EqualsSingleProcess) {
     ref_losses.push_back(loss.item<double>());
   }
   models::Llama model(cfg);
-  auto tpi = tp::parallelize_llama(*model, tpg, {.sequence_parallel = true});
+  auto tpi = models::parallelize_llama(*model, tpg, {.sequence_parallel = true});
   FullyShardOptions o;
   o.mesh = mesh->sub({"replicate", "shard"});
   o.strategy = ShardingStrategy::HYBRID_SHARD;

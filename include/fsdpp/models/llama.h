@@ -51,8 +51,8 @@ struct LlamaConfig {
   int64_t ffn_hidden_dim() const;  // ffn_hidden, or Llama's rule when it is 0
 };
 
-// Where tensor parallelism communicates inside the model. fsdpp::tp::parallelize_llama
-// (fsdpp/tp/llama_plan.h) installs one on every module below; null, the default, runs the model
+// Where tensor parallelism communicates inside the model. fsdpp::models::parallelize_llama
+// (fsdpp/models/llama_tp_plan.h) installs one on every module below; null, the default, runs the model
 // whole. Abstract so that the model knows nothing of process groups.
 class LlamaParallelHooks {
  public:
@@ -150,7 +150,7 @@ class LlamaImpl : public torch::nn::Module {
   torch::nn::ModuleList layers{nullptr};  // of TransformerBlock
   RMSNorm norm{nullptr};
   torch::nn::Linear output{nullptr};  // null when cfg.tie_embeddings
-  // Under tensor parallelism logits are this rank's vocabulary columns (fsdpp/tp/llama_plan.h).
+  // Under tensor parallelism logits are this rank's vocabulary columns (fsdpp/models/llama_tp_plan.h).
   std::shared_ptr<LlamaParallelHooks> parallel;
 
  private:

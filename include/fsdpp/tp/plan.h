@@ -12,7 +12,7 @@
 // built whole from its seed and then parallelized starts exactly where the single-process
 // model does. LibTorch's modules have no forward hooks, so the plan cannot reroute the model's
 // own calls: the forward must call the communication (tp::column_parallel_linear, ...,
-// or a model hook such as the Llama plan's, tp/llama_plan.h). The returned TensorParallel
+// or a model hook such as the Llama plan's, models/llama_tp_plan.h). The returned TensorParallel
 // records every parameter's placement for clipping, gathering and checkpoints.
 //
 // Styles (the dimension of the weight that is split):

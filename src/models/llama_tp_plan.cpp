@@ -1,4 +1,4 @@
-#include "fsdpp/tp/llama_plan.h"
+#include "fsdpp/models/llama_tp_plan.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -8,7 +8,9 @@
 #include "fsdpp/tp/embedding.h"
 #include "fsdpp/tp/linear.h"
 
-namespace fsdpp::tp {
+namespace fsdpp::models {
+
+using namespace fsdpp::tp;  // the plan is written in tp's vocabulary
 namespace {
 
 // The communication of the plan (docs/tensor-parallel.md has the collectives per layer).
@@ -106,4 +108,4 @@ TensorParallel parallelize_llama(models::LlamaImpl& model, const GroupPtr& group
   return tp;
 }
 
-}  // namespace fsdpp::tp
+}  // namespace fsdpp::models

@@ -5,7 +5,7 @@
 // parallelism, norms and residuals on sequence shards.
 //
 //   models::Llama model(cfg);                                  // built whole from cfg.seed
-//   auto tp = tp::parallelize_llama(*model, mesh->group("tp"), {.sequence_parallel = true});
+//   auto tp = models::parallelize_llama(*model, mesh->group("tp"), {.sequence_parallel = true});
 //   auto out = model->forward(tokens, targets);   // out.logits: this rank's vocab columns
 //   out.loss.backward();                          // the same loss on every rank of the group
 //   tp::clip_grad_norm_(*model, tp, 1.0);
@@ -20,18 +20,20 @@
 #include "fsdpp/models/llama.h"
 #include "fsdpp/tp/plan.h"
 
-namespace fsdpp::tp {
+// In models, beside the model it splits, as torchtitan keeps its plans: tp/ knows no model.
+
+namespace fsdpp::models {
 
 struct LlamaTensorParallelOptions {
   bool sequence_parallel = false;
 };
 
 // The plan by parameter-owning module names ("layers.0.attention.wq": COLWISE, ...).
-ParallelPlan llama_plan(const models::LlamaConfig& cfg);
+tp::ParallelPlan llama_plan(const LlamaConfig& cfg);
 
 // Checks the config against the group's size, reshards the parameters by llama_plan, sets each
 // attention's local head counts and installs the communication hooks.
-TensorParallel parallelize_llama(models::LlamaImpl& model, const GroupPtr& group,
+tp::TensorParallel parallelize_llama(LlamaImpl& model, const tp::GroupPtr& group,
                                  LlamaTensorParallelOptions options = {});
 
-}  // namespace fsdpp::tp
+}  // namespace fsdpp::models
