@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/data/hf_tokenizer.h"
+#include "fsdpp/data/tokenizer_files.h"
 #include "fsdpp/state/atomic_dir.h"
 #include "fsdpp/state/consolidate.h"
 #include "fsdpp/state/safetensors.h"
@@ -331,14 +333,19 @@ HfLlama load_hf_llama(const fs::path& dir) {
   return out;
 }
 
-void save_hf_llama(const fs::path& dir, const LlamaConfig& cfg, const NamedTensors& fsdpp) {
+void save_hf_llama(const fs::path& dir, const LlamaConfig& cfg, const NamedTensors& fsdpp,
+                   const std::map<std::string, std::string>& extra_files) {
   const auto hf = llama_tensors_to_hf(cfg, fsdpp);
   state::AtomicDir adir(dir);
   state::save_safetensors(adir.path() / "model.safetensors", hf, {{"format", "pt"}});
-  std::ofstream f(adir.path() / "config.json");
-  f << llama_config_to_hf(cfg);
-  f.close();
-  FSDPP_CHECK_AS(CheckpointError, f.good(), "[models] cannot write '{}'", (adir.path() / "config.json").string());
+  std::map<std::string, std::string> files = extra_files;
+  files["config.json"] = llama_config_to_hf(cfg);
+  for (const auto& [name, bytes] : files) {
+    std::ofstream f(adir.path() / name, std::ios::binary);
+    f << bytes;
+    f.close();
+    FSDPP_CHECK_AS(CheckpointError, f.good(), "[models] cannot write '{}'", (adir.path() / name).string());
+  }
   adir.commit();
 }
 
@@ -362,7 +369,11 @@ void load_named_tensors(torch::nn::Module& model, const NamedTensors& tensors) {
 
 void import_hf_checkpoint(const fs::path& hf_dir, const fs::path& out) {
   const auto hf = load_hf_llama(hf_dir);
-  state::write_full_checkpoint(out, hf.tensors, {}, {{"model_config.json", llama_config_to_json(hf.config)}});
+  // A directory fsdpp exported holds fsdpp's own tokenizer files too: keep them with the model.
+  std::map<std::string, std::string> files;
+  if (const auto tok = data::load_tokenizer(hf_dir)) files = data::tokenizer_files(*tok);
+  files["model_config.json"] = llama_config_to_json(hf.config);
+  state::write_full_checkpoint(out, hf.tensors, {}, files);
 }
 
 void export_hf_checkpoint(const fs::path& ckpt, const fs::path& out, const fs::path& model_config) {
@@ -371,7 +382,14 @@ void export_hf_checkpoint(const fs::path& ckpt, const fs::path& out, const fs::p
                  "[models] '{}' has no model_config.json (fsdpp-train writes one into every "
                  "checkpoint); give the model's config with --model-config FILE", ckpt.string());
   const LlamaConfig cfg = llama_config_from_json(read_text(cfg_path), cfg_path.string());
-  save_hf_llama(out, cfg, state::read_full_model(ckpt));
+  // The tokenizer travels: fsdpp's own files (for fsdpp-generate and model.init_from on the
+  // exported directory) and transformers' (for AutoTokenizer.from_pretrained).
+  std::map<std::string, std::string> files;
+  if (const auto tok = data::load_tokenizer(ckpt)) {
+    files = data::hf_tokenizer_files(*tok, cfg.max_seq_len);
+    for (auto& [name, bytes] : data::tokenizer_files(*tok)) files[name] = std::move(bytes);
+  }
+  save_hf_llama(out, cfg, state::read_full_model(ckpt), files);
 }
 
 }  // namespace fsdpp::models

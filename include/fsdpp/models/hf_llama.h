@@ -33,6 +33,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,19 +66,25 @@ struct HfLlama {
 // A save_pretrained directory: config.json, and model.safetensors or the shards that
 // model.safetensors.index.json lists.
 HfLlama load_hf_llama(const std::filesystem::path& dir);
-// Writes config.json and model.safetensors (HF names, HF row order) into `dir` atomically.
-void save_hf_llama(const std::filesystem::path& dir, const LlamaConfig& cfg, const NamedTensors& fsdpp);
+// Writes config.json and model.safetensors (HF names, HF row order), and `extra_files` (name ->
+// contents, e.g. tokenizer files), into `dir` atomically.
+void save_hf_llama(const std::filesystem::path& dir, const LlamaConfig& cfg, const NamedTensors& fsdpp,
+                   const std::map<std::string, std::string>& extra_files = {});
 
 // Copies named tensors (fsdpp names) into a model's parameters, which must all be named once.
 void load_named_tensors(torch::nn::Module& model, const NamedTensors& tensors);
 
 // fsdpp-ckpt import-hf / export-hf:
 // HF directory -> an fsdpp FULL checkpoint (model.safetensors, index.json, model_config.json)
-// that load_state_dict loads on any number of ranks.
+// that load_state_dict loads on any number of ranks; fsdpp's tokenizer files come along when the
+// directory holds them (one that export-hf wrote).
 void import_hf_checkpoint(const std::filesystem::path& hf_dir, const std::filesystem::path& out);
 // An fsdpp checkpoint (SHARDED or FULL, e.g. fsdpp-train's checkpoint-<step>) -> an HF
 // directory. The model's config comes from `model_config` when given (a model_config.json), else
-// from the checkpoint's own model_config.json.
+// from the checkpoint's own model_config.json. When the checkpoint holds its tokenizer
+// (data/tokenizer_files.h), the directory gets it twice: transformers' files
+// (data/hf_tokenizer.h: tokenizer.json, tokenizer_config.json, tokenizer.model) and fsdpp's
+// (fsdpp_tokenizer.json), for fsdpp-generate and model.init_from on the exported directory.
 void export_hf_checkpoint(const std::filesystem::path& ckpt, const std::filesystem::path& out,
                           const std::filesystem::path& model_config = {});
 
