@@ -1,0 +1,207 @@
+#pragma once
+// A Qwen3-MoE decoder, as Hugging Face transformers' Qwen3MoeForCausalLM computes it: pre-norm
+// blocks of Qwen3 attention (RMSNorm on each q and k head, rotate-half RoPE, grouped-query heads,
+// head_dim from the config, no biases) and sparse Mixture-of-Experts MLPs (a bias-free router,
+// softmax in float32, top-k token choice, SwiGLU experts), with dense SwiGLU MLPs on the layers
+// `mlp_only_layers` and `decoder_sparse_step` leave dense.
+//
+//   fsdpp::models::Qwen3MoeConfig cfg{.vocab_size = 256, .hidden_size = 64, ...};
+//   fsdpp::models::Qwen3Moe model(cfg);
+//   fsdpp::apply_fully_shard(*model, fsdpp::transformer_layer_policy({"Qwen3MoeDecoderLayer"}), o);
+//   auto out = fsdpp::forward(model, tokens, targets, /*output_router_logits=*/true);
+//   // out.logits (B,T,V), out.loss = cross entropy + router_aux_loss_coef * out.aux_loss
+//
+// Parameter names are Hugging Face's without the leading "model." (embed_tokens.weight,
+// layers.0.self_attn.q_proj.weight, layers.0.mlp.gate.weight, norm.weight, lm_head.weight); the
+// experts of a sparse layer are three stacked tensors, layers.i.mlp.experts.{gate,up,down}_proj
+// of shapes (E, I, D), (E, I, D), (E, D, I), whose slice e is the published checkpoints'
+// model.layers.i.mlp.experts.e.{gate,up,down}_proj.weight (fsdpp/models/hf_qwen3_moe.h converts).
+// Since the RoPE is transformers' own, no rows are permuted (unlike fsdpp's Llama).
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "fsdpp/models/llama.h"  // RMSNorm (the same maths as Qwen3MoeRMSNorm)
+
+namespace fsdpp::models {
+
+// Field names are Hugging Face's config.json keys (Qwen3MoeConfig).
+struct Qwen3MoeConfig {
+  int64_t vocab_size = 256;
+  int64_t hidden_size = 64;
+  int64_t intermediate_size = 128;      // the dense MLP's hidden size (mlp_only_layers, ...)
+  int64_t moe_intermediate_size = 32;   // each expert's hidden size
+  int64_t num_hidden_layers = 2;
+  int64_t num_attention_heads = 4;
+  int64_t num_key_value_heads = 2;
+  int64_t head_dim = 16;                // independent of hidden_size / num_attention_heads
+  int64_t num_experts = 8;              // config.json may also call it num_local_experts
+  int64_t num_experts_per_tok = 2;      // top-k
+  bool norm_topk_prob = false;          // renormalise the k chosen probabilities to sum to 1
+  int64_t decoder_sparse_step = 1;      // layer i is sparse when (i + 1) % step == 0 ...
+  std::vector<int64_t> mlp_only_layers; // ... and i is not listed here
+  double router_aux_loss_coef = 0.001;
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000;
+  bool tie_word_embeddings = false;
+  double initializer_range = 0.02;
+  uint64_t seed = 0;  // fsdpp's own: weights depend on this alone
+
+  // Throws ConfigError ("[models] Qwen3MoeConfig.<field>=<value> ...; expected ...").
+  void validate() const;
+  bool is_sparse_layer(int64_t layer) const;
+};
+
+// Qwen3 attention: q/k/v projections, RMSNorm over each head's head_dim on q and k, RoPE, causal
+// grouped-query attention scaled by head_dim^-0.5, output projection.
+class Qwen3MoeAttentionImpl : public torch::nn::Module {
+ public:
+  explicit Qwen3MoeAttentionImpl(const Qwen3MoeConfig& cfg);
+  // x (B,T,D); cos, sin (T, head_dim) in rotate-half layout -> (B,T,D)
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};
+  int64_t n_heads, n_kv_heads, head_dim;
+};
+TORCH_MODULE(Qwen3MoeAttention);
+
+// The dense SwiGLU MLP: down_proj(silu(gate_proj x) * up_proj x).
+class Qwen3MoeMLPImpl : public torch::nn::Module {
+ public:
+  Qwen3MoeMLPImpl(int64_t hidden, int64_t intermediate);
+  at::Tensor forward(const at::Tensor& x);
+
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(Qwen3MoeMLP);
+
+// E SwiGLU experts stored stacked, so that one matmul serves every token routed to an expert.
+class Qwen3MoeExpertsImpl : public torch::nn::Module {
+ public:
+  Qwen3MoeExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermediate);
+  // x (N,D); top-k expert ids (N,k) int64 and weights (N,k) -> sum_j w[n,j] * expert_j(x[n]),
+  // (N,D). The (token, choice) pairs are sorted by expert; each expert with tokens gathers them
+  // (index_select), runs one SwiGLU over all of them and adds them back weighted (index_add).
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& expert_ids,
+                     const at::Tensor& weights);
+
+  at::Tensor gate_proj, up_proj;  // (E, I, D)
+  at::Tensor down_proj;           // (E, D, I)
+  int64_t num_experts;
+};
+TORCH_MODULE(Qwen3MoeExperts);
+
+// The router: logits = x W^T (no bias), probabilities by softmax in float32.
+class Qwen3MoeRouterImpl : public torch::nn::Module {
+ public:
+  Qwen3MoeRouterImpl(int64_t num_experts, int64_t hidden);
+  at::Tensor forward(const at::Tensor& x);  // (N,D) -> logits (N,E)
+  at::Tensor weight;                        // (E, D)
+};
+TORCH_MODULE(Qwen3MoeRouter);
+
+struct Qwen3MoeRouting {
+  at::Tensor logits;      // (N,E) in x's dtype, as transformers records them
+  at::Tensor expert_ids;  // (N,k) int64, most probable first
+  at::Tensor weights;     // (N,k) in x's dtype: the top-k probabilities, renormalised if asked
+};
+// softmax(logits) in float32, top-k, optional renormalisation: Qwen3MoeTopKRouter's arithmetic.
+Qwen3MoeRouting route_top_k(const at::Tensor& logits, int64_t top_k, bool norm_topk_prob);
+
+// What a decoder layer (and a sparse block) returns.
+struct Qwen3MoeLayerOutput {
+  at::Tensor hidden;         // (B,T,D)
+  at::Tensor router_logits;  // (B*T,E) on sparse layers; undefined on dense ones
+};
+template <class F>
+void fsdpp_visit_tensors(Qwen3MoeLayerOutput& o, F&& f) {
+  f(o.hidden);
+  if (o.router_logits.defined()) f(o.router_logits);
+}
+
+// A sparse MoE block: route, then the experts.
+class Qwen3MoeSparseMoeBlockImpl : public torch::nn::Module {
+ public:
+  explicit Qwen3MoeSparseMoeBlockImpl(const Qwen3MoeConfig& cfg);
+  // x (B,T,D) -> {hidden (B,T,D), router_logits (B*T,E)}; a struct rather than an
+  // out-parameter so that, when the block is an FSDP unit of its own, fsdpp::forward hooks the
+  // router logits' backward too (the load-balancing loss reaches the router through them).
+  Qwen3MoeLayerOutput forward(const at::Tensor& x);
+
+  Qwen3MoeRouter gate{nullptr};
+  Qwen3MoeExperts experts{nullptr};
+  int64_t top_k;
+  bool norm_topk_prob;
+};
+TORCH_MODULE(Qwen3MoeSparseMoeBlock);
+
+// Pre-norm residual block. Named Qwen3MoeDecoderLayer (as transformers' class), so that
+// transformer_layer_policy({"Qwen3MoeDecoderLayer"}) makes every layer an FSDP unit.
+class Qwen3MoeDecoderLayerImpl : public torch::nn::Module {
+ public:
+  Qwen3MoeDecoderLayerImpl(const Qwen3MoeConfig& cfg, int64_t layer);
+  Qwen3MoeLayerOutput forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+  RMSNorm input_layernorm{nullptr};
+  Qwen3MoeAttention self_attn{nullptr};
+  RMSNorm post_attention_layernorm{nullptr};
+  // Exactly one of these is set, registered under transformers' name "mlp".
+  Qwen3MoeSparseMoeBlock moe{nullptr};
+  Qwen3MoeMLP dense{nullptr};
+};
+TORCH_MODULE(Qwen3MoeDecoderLayer);
+
+struct Qwen3MoeOutput {
+  at::Tensor logits;    // (B,T,V)
+  at::Tensor loss;      // () with targets: mean cross entropy (+ coef * aux_loss when asked)
+  at::Tensor aux_loss;  // () load-balancing loss, unscaled, when output_router_logits
+  std::vector<at::Tensor> router_logits;  // one (B*T,E) per sparse layer, when asked
+};
+template <class F>
+void fsdpp_visit_tensors(Qwen3MoeOutput& o, F&& f) {
+  f(o.logits);
+  if (o.loss.defined()) f(o.loss);
+  if (o.aux_loss.defined()) f(o.aux_loss);
+  for (auto& t : o.router_logits) f(t);
+}
+
+class Qwen3MoeImpl : public torch::nn::Module {
+ public:
+  explicit Qwen3MoeImpl(const Qwen3MoeConfig& cfg);  // validates cfg, then init_weights()
+
+  at::Tensor forward(const at::Tensor& tokens);  // (B,T) int64 -> logits (B,T,V)
+  // targets (B,T) int64 aligned with tokens (the next tokens; -100 ignored), or undefined for no
+  // loss. Unlike transformers' labels, targets are not shifted here (as fsdpp's Llama).
+  Qwen3MoeOutput forward(const at::Tensor& tokens, const at::Tensor& targets,
+                         bool output_router_logits);
+
+  // Redraws every weight from cfg.seed (normal(0, initializer_range), norms at 1).
+  void init_weights();
+  const Qwen3MoeConfig& config() const { return cfg_; }
+
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};  // of Qwen3MoeDecoderLayer
+  RMSNorm norm{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // null when cfg.tie_word_embeddings
+
+ private:
+  Qwen3MoeConfig cfg_;
+};
+TORCH_MODULE(Qwen3Moe);
+
+// transformers' load_balancing_loss_func without an attention mask (Switch Transformer eq. 4-6
+// over all sparse layers' tokens together): num_experts * sum_e f_e * P_e, with f_e the fraction
+// of top-k choices that went to e and P_e the mean router probability of e. Not yet multiplied by
+// router_aux_loss_coef. Computed in float32.
+at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t num_experts,
+                               int64_t top_k);
+
+}  // namespace fsdpp::models

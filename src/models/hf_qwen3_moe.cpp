@@ -1,0 +1,345 @@
+// Hugging Face Qwen3-MoE <-> fsdpp Qwen3Moe: config, names, experts stacked and split. See
+// include/fsdpp/models/hf_qwen3_moe.h.
+#include "fsdpp/models/hf_qwen3_moe.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/state/atomic_dir.h"
+#include "fsdpp/state/safetensors.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace fsdpp::models {
+namespace {
+
+// These three small readers repeat hf_llama.cpp's private ones, to keep the two converters
+// independent while that file changes.
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  FSDPP_CHECK_AS(ConfigError, in.good(), "[models] cannot read '{}'", path.string());
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+json parse(const std::string& text, const std::string& source) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    FSDPP_THROW(ConfigError, "[models] '{}' is not valid JSON: {}", source, e.what());
+  }
+}
+
+template <typename T>
+T field(const json& j, const std::string& key, const std::string& source,
+        std::optional<T> fallback = std::nullopt) {
+  if (!j.contains(key) || j.at(key).is_null()) {
+    FSDPP_CHECK_AS(ConfigError, fallback.has_value(),
+                   "[models] '{}': config field '{}' is missing", source, key);
+    return *fallback;
+  }
+  try {
+    return j.at(key).get<T>();
+  } catch (const json::exception&) {
+    FSDPP_THROW(ConfigError, "[models] '{}': config field '{}' is {}, of the wrong type", source,
+                key, j.at(key).dump());
+  }
+}
+
+// Every fsdpp parameter of this config with its shape, in the model's order.
+std::vector<std::pair<std::string, std::vector<int64_t>>> expected_shapes(const Qwen3MoeConfig& c) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> s;
+  const int64_t D = c.hidden_size, hd = c.head_dim, H = c.num_attention_heads;
+  const int64_t Hkv = c.num_key_value_heads, E = c.num_experts, I = c.moe_intermediate_size;
+  s.push_back({"embed_tokens.weight", {c.vocab_size, D}});
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = fmt::format("layers.{}.", i);
+    s.push_back({p + "self_attn.q_proj.weight", {H * hd, D}});
+    s.push_back({p + "self_attn.k_proj.weight", {Hkv * hd, D}});
+    s.push_back({p + "self_attn.v_proj.weight", {Hkv * hd, D}});
+    s.push_back({p + "self_attn.o_proj.weight", {D, H * hd}});
+    s.push_back({p + "self_attn.q_norm.weight", {hd}});
+    s.push_back({p + "self_attn.k_norm.weight", {hd}});
+    if (c.is_sparse_layer(i)) {
+      s.push_back({p + "mlp.experts.gate_proj", {E, I, D}});
+      s.push_back({p + "mlp.experts.up_proj", {E, I, D}});
+      s.push_back({p + "mlp.experts.down_proj", {E, D, I}});
+      s.push_back({p + "mlp.gate.weight", {E, D}});
+    } else {
+      s.push_back({p + "mlp.gate_proj.weight", {c.intermediate_size, D}});
+      s.push_back({p + "mlp.up_proj.weight", {c.intermediate_size, D}});
+      s.push_back({p + "mlp.down_proj.weight", {D, c.intermediate_size}});
+    }
+    s.push_back({p + "input_layernorm.weight", {D}});
+    s.push_back({p + "post_attention_layernorm.weight", {D}});
+  }
+  s.push_back({"norm.weight", {D}});
+  if (!c.tie_word_embeddings) s.push_back({"lm_head.weight", {c.vocab_size, D}});
+  return s;
+}
+
+// fsdpp name of a non-expert tensor -> HF name.
+std::string hf_name(const std::string& name) {
+  return name == "lm_head.weight" ? name : "model." + name;
+}
+
+bool is_stacked_expert(const std::string& name) {
+  return name.find(".mlp.experts.") != std::string::npos;
+}
+
+// "layers.3.mlp.experts.gate_proj" -> ("model.layers.3.mlp.experts.", "gate_proj").
+std::pair<std::string, std::string> split_expert_name(const std::string& name) {
+  const auto at = name.rfind('.');
+  return {"model." + name.substr(0, at + 1), name.substr(at + 1)};
+}
+
+void check_shape(const std::string& what, const at::Tensor& t, const std::vector<int64_t>& want) {
+  FSDPP_CHECK_AS(ConfigError, t.sizes().vec() == want,
+                 "[models] '{}' has shape {} but the config gives {}", what, t.sizes().vec(), want);
+}
+
+}  // namespace
+
+Qwen3MoeConfig qwen3_moe_config_from_hf(const std::string& config_json, const std::string& source) {
+  const json j = parse(config_json, source);
+  FSDPP_CHECK_AS(ConfigError, j.is_object(), "[models] '{}' is not a JSON object", source);
+  const std::string type = field<std::string>(j, "model_type", source, std::string("qwen3_moe"));
+  FSDPP_CHECK_AS(ConfigError, type == "qwen3_moe",
+                 "[models] '{}': model_type '{}' is not supported here; expected 'qwen3_moe'",
+                 source, type);
+  const std::string act = field<std::string>(j, "hidden_act", source, std::string("silu"));
+  FSDPP_CHECK_AS(ConfigError, act == "silu",
+                 "[models] '{}': hidden_act '{}' is not supported; expected 'silu'", source, act);
+  FSDPP_CHECK_AS(ConfigError, !field<bool>(j, "attention_bias", source, false),
+                 "[models] '{}': attention_bias=true is not supported (fsdpp's Qwen3Moe has no "
+                 "biases)", source);
+  FSDPP_CHECK_AS(ConfigError, !field<bool>(j, "use_sliding_window", source, false),
+                 "[models] '{}': use_sliding_window=true is not supported; expected false",
+                 source);
+  Qwen3MoeConfig c;
+  // Defaults are Qwen3MoeConfig's (transformers) where a key may be left out.
+  c.vocab_size = field<int64_t>(j, "vocab_size", source);
+  c.hidden_size = field<int64_t>(j, "hidden_size", source);
+  c.intermediate_size = field<int64_t>(j, "intermediate_size", source);
+  c.moe_intermediate_size = field<int64_t>(j, "moe_intermediate_size", source);
+  c.num_hidden_layers = field<int64_t>(j, "num_hidden_layers", source);
+  c.num_attention_heads = field<int64_t>(j, "num_attention_heads", source);
+  c.num_key_value_heads =
+      field<int64_t>(j, "num_key_value_heads", source, c.num_attention_heads);
+  c.head_dim = field<int64_t>(j, "head_dim", source,
+                              c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads
+                                                        : int64_t{0});
+  // transformers 5 writes num_local_experts (num_experts is its attribute_map alias); published
+  // checkpoints write num_experts.
+  c.num_experts = j.contains("num_experts") && !j["num_experts"].is_null()
+                      ? field<int64_t>(j, "num_experts", source)
+                      : field<int64_t>(j, "num_local_experts", source, int64_t{128});
+  c.num_experts_per_tok = field<int64_t>(j, "num_experts_per_tok", source, int64_t{8});
+  c.norm_topk_prob = field<bool>(j, "norm_topk_prob", source, false);
+  c.decoder_sparse_step = field<int64_t>(j, "decoder_sparse_step", source, int64_t{1});
+  c.mlp_only_layers = field<std::vector<int64_t>>(j, "mlp_only_layers", source,
+                                                  std::vector<int64_t>{});
+  c.router_aux_loss_coef = field<double>(j, "router_aux_loss_coef", source, 0.001);
+  c.max_position_embeddings = field<int64_t>(j, "max_position_embeddings", source, int64_t{32768});
+  c.rms_norm_eps = field<double>(j, "rms_norm_eps", source, 1e-6);
+  c.tie_word_embeddings = field<bool>(j, "tie_word_embeddings", source, false);
+  c.initializer_range = field<double>(j, "initializer_range", source, 0.02);
+  // transformers 4 writes rope_theta (and rope_scaling); 5 writes rope_parameters.
+  c.rope_theta = field<double>(j, "rope_theta", source, 10000.0);
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+    const auto& rp = j["rope_parameters"];
+    c.rope_theta = field<double>(rp, "rope_theta", source + " rope_parameters", c.rope_theta);
+    const std::string rt = field<std::string>(rp, "rope_type", source + " rope_parameters",
+                                              std::string("default"));
+    FSDPP_CHECK_AS(ConfigError, rt == "default",
+                   "[models] '{}': rope_parameters.rope_type '{}' (RoPE scaling) is not "
+                   "supported; expected 'default'", source, rt);
+  }
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    FSDPP_THROW(ConfigError, "[models] '{}': rope_scaling {} is not supported; expected null",
+                source, j["rope_scaling"].dump());
+  }
+  c.validate();
+  return c;
+}
+
+std::string qwen3_moe_config_to_hf(const Qwen3MoeConfig& c, at::ScalarType dtype) {
+  json j;
+  j["architectures"] = {"Qwen3MoeForCausalLM"};
+  j["model_type"] = "qwen3_moe";
+  j["vocab_size"] = c.vocab_size;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["moe_intermediate_size"] = c.moe_intermediate_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["head_dim"] = c.head_dim;
+  j["num_experts"] = c.num_experts;        // published checkpoints' key
+  j["num_local_experts"] = c.num_experts;  // transformers 5's
+  j["num_experts_per_tok"] = c.num_experts_per_tok;
+  j["norm_topk_prob"] = c.norm_topk_prob;
+  j["decoder_sparse_step"] = c.decoder_sparse_step;
+  j["mlp_only_layers"] = c.mlp_only_layers;
+  j["router_aux_loss_coef"] = c.router_aux_loss_coef;
+  j["output_router_logits"] = false;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;                                                   // 4
+  j["rope_parameters"] = {{"rope_theta", c.rope_theta}, {"rope_type", "default"}};  // 5
+  j["rope_scaling"] = nullptr;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["use_sliding_window"] = false;
+  j["sliding_window"] = nullptr;
+  j["initializer_range"] = c.initializer_range;
+  const std::string dt = dtype == at::kBFloat16 ? "bfloat16"
+                         : dtype == at::kHalf   ? "float16"
+                                                : "float32";
+  j["torch_dtype"] = dt;  // transformers 4
+  j["dtype"] = dt;        // 5
+  j["use_cache"] = true;
+  return j.dump(2) + "\n";
+}
+
+NamedTensors qwen3_moe_tensors_from_hf(const Qwen3MoeConfig& cfg, const NamedTensors& hf) {
+  std::map<std::string, at::Tensor> got(hf.begin(), hf.end());
+  FSDPP_CHECK_AS(ConfigError, got.size() == hf.size(),
+                 "[models] the Hugging Face checkpoint names a tensor twice");
+  std::set<std::string> used;
+  auto take = [&](const std::string& name) -> at::Tensor {
+    auto it = got.find(name);
+    FSDPP_CHECK_AS(ConfigError, it != got.end(),
+                   "[models] tensor '{}' is missing from the Hugging Face checkpoint", name);
+    used.insert(name);
+    return it->second;
+  };
+  const int64_t E = cfg.num_experts, I = cfg.moe_intermediate_size;
+  NamedTensors out;
+  for (const auto& [name, shape] : expected_shapes(cfg)) {
+    at::Tensor t;
+    if (is_stacked_expert(name)) {
+      const auto [prefix, proj] = split_expert_name(name);
+      // transformers 5's in-memory layout (a state_dict saved without its conversion).
+      const std::string fused = prefix + (proj == "down_proj" ? "down_proj" : "gate_up_proj");
+      if (got.count(fused) && !got.count(prefix + "0." + proj + ".weight")) {
+        t = take(fused);
+        if (proj != "down_proj") {
+          check_shape(fused, t, {E, 2 * I, cfg.hidden_size});
+          t = t.narrow(1, proj == "gate_proj" ? 0 : I, I).contiguous();
+        }
+      } else {
+        std::vector<at::Tensor> per_expert;
+        for (int64_t e = 0; e < E; ++e) {
+          const std::string n = fmt::format("{}{}.{}.weight", prefix, e, proj);
+          per_expert.push_back(take(n));
+          check_shape(n, per_expert.back(), {shape.begin() + 1, shape.end()});
+        }
+        t = at::stack(per_expert);
+      }
+    } else {
+      t = take(hf_name(name));
+    }
+    check_shape(hf_name(name), t, shape);
+    out.emplace_back(name, t);
+  }
+  for (const auto& [name, t] : hf) {
+    if (used.count(name) || name.ends_with("rotary_emb.inv_freq")) continue;
+    // transformers may write the tied head; it is the embedding, so it must equal it.
+    if (name == "lm_head.weight" && cfg.tie_word_embeddings) continue;
+    FSDPP_THROW(ConfigError,
+                "[models] unexpected tensor '{}' in the Hugging Face checkpoint: a Qwen3Moe of "
+                "this config has no counterpart", name);
+  }
+  return out;
+}
+
+NamedTensors qwen3_moe_tensors_to_hf(const Qwen3MoeConfig& cfg, const NamedTensors& fsdpp) {
+  std::map<std::string, at::Tensor> got(fsdpp.begin(), fsdpp.end());
+  const auto want = expected_shapes(cfg);
+  std::set<std::string> known;
+  for (const auto& [name, shape] : want) known.insert(name);
+  for (const auto& [name, t] : fsdpp) {
+    FSDPP_CHECK_AS(ConfigError, known.count(name),
+                   "[models] unexpected tensor '{}': a Qwen3Moe of this config has no such "
+                   "parameter", name);
+  }
+  NamedTensors out;
+  for (const auto& [name, shape] : want) {
+    auto it = got.find(name);
+    FSDPP_CHECK_AS(ConfigError, it != got.end(), "[models] parameter '{}' is missing", name);
+    check_shape(name, it->second, shape);
+    if (is_stacked_expert(name)) {
+      const auto [prefix, proj] = split_expert_name(name);
+      for (int64_t e = 0; e < cfg.num_experts; ++e) {
+        out.emplace_back(fmt::format("{}{}.{}.weight", prefix, e, proj),
+                         it->second[e].contiguous());
+      }
+    } else {
+      out.emplace_back(hf_name(name), it->second);
+    }
+  }
+  return out;
+}
+
+HfQwen3Moe load_hf_qwen3_moe(const fs::path& dir) {
+  const fs::path config = dir / "config.json";
+  FSDPP_CHECK_AS(ConfigError, fs::exists(config),
+                 "[models] '{}' has no config.json; expected a save_pretrained directory",
+                 dir.string());
+  HfQwen3Moe out;
+  out.config = qwen3_moe_config_from_hf(read_text(config), config.string());
+  std::vector<fs::path> files;
+  if (fs::exists(dir / "model.safetensors")) {
+    files.push_back(dir / "model.safetensors");
+  } else {
+    const fs::path index = dir / "model.safetensors.index.json";
+    FSDPP_CHECK_AS(ConfigError, fs::exists(index),
+                   "[models] '{}' has neither model.safetensors nor model.safetensors.index.json "
+                   "(only safetensors weights are read)", dir.string());
+    const json j = parse(read_text(index), index.string());
+    FSDPP_CHECK_AS(ConfigError, j.contains("weight_map") && j["weight_map"].is_object(),
+                   "[models] '{}' has no weight_map object", index.string());
+    std::set<std::string> names;
+    for (const auto& [tensor, file] : j["weight_map"].items()) {
+      names.insert(file.get<std::string>());
+    }
+    for (const auto& n : names) files.push_back(dir / n);
+  }
+  NamedTensors hf;
+  for (const auto& f : files) {
+    auto st = state::SafetensorsFile::open(f);
+    for (const auto& name : st.names()) hf.emplace_back(name, st.get(name));
+  }
+  out.tensors = qwen3_moe_tensors_from_hf(out.config, hf);
+  return out;
+}
+
+void save_hf_qwen3_moe(const fs::path& dir, const Qwen3MoeConfig& cfg, const NamedTensors& fsdpp) {
+  const auto hf = qwen3_moe_tensors_to_hf(cfg, fsdpp);
+  const at::ScalarType dtype = hf.front().second.scalar_type();  // the embedding's
+  state::AtomicDir adir(dir);
+  state::save_safetensors(adir.path() / "model.safetensors", hf, {{"format", "pt"}});
+  std::ofstream f(adir.path() / "config.json");
+  f << qwen3_moe_config_to_hf(cfg, dtype);
+  f.close();
+  FSDPP_CHECK_AS(CheckpointError, f.good(), "[models] cannot write '{}'",
+                 (adir.path() / "config.json").string());
+  adir.commit();
+}
+
+}  // namespace fsdpp::models

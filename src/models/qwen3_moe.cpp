@@ -1,0 +1,374 @@
+// Qwen3-MoE, following transformers' modeling_qwen3_moe.py operation for operation so that its
+// weights give the same logits. See include/fsdpp/models/qwen3_moe.h.
+#include "fsdpp/models/qwen3_moe.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/fully_shard.h"
+
+namespace fsdpp::models {
+namespace {
+
+void check_positive(std::string_view field, int64_t value) {
+  FSDPP_CHECK_AS(ConfigError, value > 0,
+                 "[models] Qwen3MoeConfig.{}={} is not positive; expected > 0", field, value);
+}
+
+torch::nn::Linear linear(int64_t in, int64_t out) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+}
+
+// transformers' rotate_half: (x1, x2) -> (-x2, x1) over the two halves of the last dim.
+at::Tensor rotate_half(const at::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// cos and sin (T, head_dim) as Qwen3MoeRotaryEmbedding computes them: inverse frequencies and
+// angles in float32 (not double, unlike fsdpp's Llama), so that they round as transformers'.
+std::pair<at::Tensor, at::Tensor> rope_tables(int64_t T, int64_t head_dim, double theta,
+                                              const at::Device& device) {
+  auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
+  auto exponent = at::arange(0, head_dim, 2, f32) / static_cast<double>(head_dim);
+  auto inv_freq = 1.0 / at::pow(theta, exponent);                  // (D/2)
+  auto freqs = at::arange(T, f32).unsqueeze(1) * inv_freq.unsqueeze(0);  // (T, D/2)
+  auto emb = at::cat({freqs, freqs}, -1);                          // (T, D)
+  return {emb.cos(), emb.sin()};
+}
+
+// (B,T,Hkv,D) -> (B,T,Hkv*n_rep,D): kv head j serves query heads j*n_rep .. (j+1)*n_rep-1.
+at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
+  if (n_rep == 1) return x;
+  const auto B = x.size(0), T = x.size(1), Hkv = x.size(2), D = x.size(3);
+  return x.unsqueeze(3).expand({B, T, Hkv, n_rep, D}).reshape({B, T, Hkv * n_rep, D});
+}
+
+// As llama.cpp's: module constructors draw from the global generator; put it back as found.
+class GlobalRngRestorer {
+ public:
+  GlobalRngRestorer() {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    state_ = gen.get_state();
+  }
+  ~GlobalRngRestorer() {
+    try {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(state_);
+    } catch (...) {  // destructors never throw; losing the restore only costs reproducibility
+    }
+  }
+
+ private:
+  at::Tensor state_;
+};
+
+}  // namespace
+
+// ---- config ----
+
+void Qwen3MoeConfig::validate() const {
+  check_positive("vocab_size", vocab_size);
+  check_positive("hidden_size", hidden_size);
+  check_positive("intermediate_size", intermediate_size);
+  check_positive("num_hidden_layers", num_hidden_layers);
+  check_positive("num_attention_heads", num_attention_heads);
+  check_positive("num_key_value_heads", num_key_value_heads);
+  check_positive("head_dim", head_dim);
+  check_positive("max_position_embeddings", max_position_embeddings);
+  check_positive("decoder_sparse_step", decoder_sparse_step);
+  FSDPP_CHECK_AS(ConfigError, num_experts >= 0,
+                 "[models] Qwen3MoeConfig.num_experts={} is negative; expected >= 0 (0: every "
+                 "layer dense)", num_experts);
+  if (num_experts > 0) {
+    check_positive("moe_intermediate_size", moe_intermediate_size);
+    FSDPP_CHECK_AS(ConfigError, num_experts_per_tok >= 1 && num_experts_per_tok <= num_experts,
+                   "[models] Qwen3MoeConfig.num_experts_per_tok={} is out of range; expected 1 "
+                   "<= num_experts_per_tok <= num_experts={}",
+                   num_experts_per_tok, num_experts);
+  }
+  FSDPP_CHECK_AS(ConfigError, num_attention_heads % num_key_value_heads == 0,
+                 "[models] Qwen3MoeConfig.num_key_value_heads={} does not divide "
+                 "num_attention_heads={}; expected num_attention_heads % num_key_value_heads == 0",
+                 num_key_value_heads, num_attention_heads);
+  FSDPP_CHECK_AS(ConfigError, head_dim % 2 == 0,
+                 "[models] Qwen3MoeConfig.head_dim={} is odd; rotary embedding needs an even "
+                 "head_dim", head_dim);
+  for (int64_t layer : mlp_only_layers) {
+    FSDPP_CHECK_AS(ConfigError, layer >= 0 && layer < num_hidden_layers,
+                   "[models] Qwen3MoeConfig.mlp_only_layers holds {}, which is not a layer; "
+                   "expected 0 <= layer < num_hidden_layers={}", layer, num_hidden_layers);
+  }
+  FSDPP_CHECK_AS(ConfigError, rms_norm_eps > 0 && std::isfinite(rms_norm_eps),
+                 "[models] Qwen3MoeConfig.rms_norm_eps={} is not a positive number; expected > 0",
+                 rms_norm_eps);
+  FSDPP_CHECK_AS(ConfigError, rope_theta > 0 && std::isfinite(rope_theta),
+                 "[models] Qwen3MoeConfig.rope_theta={} is not a positive number; expected > 0",
+                 rope_theta);
+  FSDPP_CHECK_AS(ConfigError, router_aux_loss_coef >= 0 && std::isfinite(router_aux_loss_coef),
+                 "[models] Qwen3MoeConfig.router_aux_loss_coef={} is not a number >= 0",
+                 router_aux_loss_coef);
+  FSDPP_CHECK_AS(ConfigError, initializer_range >= 0 && std::isfinite(initializer_range),
+                 "[models] Qwen3MoeConfig.initializer_range={} is not a number >= 0",
+                 initializer_range);
+}
+
+// Qwen3MoeDecoderLayer.__init__'s rule.
+bool Qwen3MoeConfig::is_sparse_layer(int64_t layer) const {
+  const bool mlp_only =
+      std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end();
+  return !mlp_only && num_experts > 0 && (layer + 1) % decoder_sparse_step == 0;
+}
+
+// ---- attention ----
+
+Qwen3MoeAttentionImpl::Qwen3MoeAttentionImpl(const Qwen3MoeConfig& cfg)
+    : n_heads(cfg.num_attention_heads), n_kv_heads(cfg.num_key_value_heads),
+      head_dim(cfg.head_dim) {
+  q_proj = register_module("q_proj", linear(cfg.hidden_size, n_heads * head_dim));
+  k_proj = register_module("k_proj", linear(cfg.hidden_size, n_kv_heads * head_dim));
+  v_proj = register_module("v_proj", linear(cfg.hidden_size, n_kv_heads * head_dim));
+  o_proj = register_module("o_proj", linear(n_heads * head_dim, cfg.hidden_size));
+  q_norm = register_module("q_norm", RMSNorm(head_dim, cfg.rms_norm_eps));
+  k_norm = register_module("k_norm", RMSNorm(head_dim, cfg.rms_norm_eps));
+}
+
+at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
+                                          const at::Tensor& sin) {
+  const int64_t B = x.size(0), T = x.size(1);
+  // The norms act on each head's vector, before RoPE (Qwen3's q_norm / k_norm).
+  auto q = q_norm(q_proj(x).view({B, T, n_heads, head_dim}));
+  auto k = k_norm(k_proj(x).view({B, T, n_kv_heads, head_dim}));
+  auto v = v_proj(x).view({B, T, n_kv_heads, head_dim});
+  auto c = cos.view({1, T, 1, head_dim}).to(q.scalar_type());
+  auto s = sin.view({1, T, 1, head_dim}).to(q.scalar_type());
+  q = q * c + rotate_half(q) * s;
+  k = k * c + rotate_half(k) * s;
+  k = repeat_kv(k, n_heads / n_kv_heads);
+  v = repeat_kv(v, n_heads / n_kv_heads);
+  // SDPA's default scale is head_dim^-0.5, transformers' `scaling`.
+  auto y = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                            v.transpose(1, 2), /*attn_mask=*/{},
+                                            /*dropout_p=*/0.0, /*is_causal=*/true);
+  return o_proj(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
+}
+
+// ---- dense MLP ----
+
+Qwen3MoeMLPImpl::Qwen3MoeMLPImpl(int64_t hidden, int64_t intermediate) {
+  gate_proj = register_module("gate_proj", linear(hidden, intermediate));
+  up_proj = register_module("up_proj", linear(hidden, intermediate));
+  down_proj = register_module("down_proj", linear(intermediate, hidden));
+}
+
+at::Tensor Qwen3MoeMLPImpl::forward(const at::Tensor& x) {
+  return down_proj(at::silu(gate_proj(x)) * up_proj(x));
+}
+
+// ---- experts ----
+
+Qwen3MoeExpertsImpl::Qwen3MoeExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermediate)
+    : num_experts(num_experts) {
+  gate_proj = register_parameter("gate_proj", at::zeros({num_experts, intermediate, hidden}));
+  up_proj = register_parameter("up_proj", at::zeros({num_experts, intermediate, hidden}));
+  down_proj = register_parameter("down_proj", at::zeros({num_experts, hidden, intermediate}));
+}
+
+at::Tensor Qwen3MoeExpertsImpl::forward(const at::Tensor& x, const at::Tensor& expert_ids,
+                                        const at::Tensor& weights) {
+  const int64_t k = expert_ids.size(1);
+  // Pair p = n*k + j is token n's j-th choice. A stable sort by expert keeps each expert's
+  // tokens in token order, the order transformers' loop adds them in.
+  const auto flat_ids = expert_ids.reshape({-1});
+  const auto order = at::argsort(flat_ids, /*stable=*/true);
+  const auto token_of = at::floor_divide(order, k);
+  const auto weight_of = weights.reshape({-1}).index_select(0, order);
+  // The only host sync: how many pairs each expert has, to slice the sorted pairs.
+  const auto counts = at::bincount(flat_ids, /*weights=*/{}, num_experts).to(at::kCPU);
+  const auto* count = counts.data_ptr<int64_t>();
+  auto out = at::zeros_like(x);
+  int64_t start = 0;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const int64_t n = count[e];
+    if (n == 0) continue;
+    auto tokens = token_of.narrow(0, start, n);
+    auto xe = x.index_select(0, tokens);                                      // (n, D)
+    auto h = at::silu(at::linear(xe, gate_proj[e])) * at::linear(xe, up_proj[e]);  // (n, I)
+    auto y = at::linear(h, down_proj[e]) * weight_of.narrow(0, start, n).unsqueeze(1);
+    out = out.index_add(0, tokens, y.to(out.scalar_type()));
+    start += n;
+  }
+  return out;
+}
+
+// ---- router ----
+
+Qwen3MoeRouterImpl::Qwen3MoeRouterImpl(int64_t num_experts, int64_t hidden) {
+  weight = register_parameter("weight", at::zeros({num_experts, hidden}));
+}
+
+at::Tensor Qwen3MoeRouterImpl::forward(const at::Tensor& x) { return at::linear(x, weight); }
+
+Qwen3MoeRouting route_top_k(const at::Tensor& logits, int64_t top_k, bool norm_topk_prob) {
+  auto probs = at::softmax(logits, -1, at::kFloat);
+  auto [top, ids] = at::topk(probs, top_k, -1);
+  if (norm_topk_prob) top = top / top.sum(-1, /*keepdim=*/true);
+  return {logits, ids, top.to(logits.scalar_type())};
+}
+
+// ---- sparse block ----
+
+Qwen3MoeSparseMoeBlockImpl::Qwen3MoeSparseMoeBlockImpl(const Qwen3MoeConfig& cfg)
+    : top_k(cfg.num_experts_per_tok), norm_topk_prob(cfg.norm_topk_prob) {
+  // Registered in transformers' order (experts, then gate), so parameter lists line up.
+  experts = register_module(
+      "experts", Qwen3MoeExperts(cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size));
+  gate = register_module("gate", Qwen3MoeRouter(cfg.num_experts, cfg.hidden_size));
+}
+
+Qwen3MoeLayerOutput Qwen3MoeSparseMoeBlockImpl::forward(const at::Tensor& x) {
+  const auto flat = x.reshape({-1, x.size(-1)});  // (N, D)
+  auto routing = route_top_k(gate(flat), top_k, norm_topk_prob);
+  auto y = experts(flat, routing.expert_ids, routing.weights);
+  return {y.view(x.sizes()), routing.logits};
+}
+
+// ---- decoder layer ----
+
+Qwen3MoeDecoderLayerImpl::Qwen3MoeDecoderLayerImpl(const Qwen3MoeConfig& cfg, int64_t layer) {
+  self_attn = register_module("self_attn", Qwen3MoeAttention(cfg));
+  if (cfg.is_sparse_layer(layer)) {
+    moe = register_module("mlp", Qwen3MoeSparseMoeBlock(cfg));
+  } else {
+    dense = register_module("mlp", Qwen3MoeMLP(cfg.hidden_size, cfg.intermediate_size));
+  }
+  input_layernorm = register_module("input_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps));
+}
+
+// The sub-modules go through fsdpp::forward so that a size-based policy may make them units.
+Qwen3MoeLayerOutput Qwen3MoeDecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos,
+                                                      const at::Tensor& sin) {
+  auto h = x + fsdpp::forward(self_attn, input_layernorm(x), cos, sin);
+  auto normed = post_attention_layernorm(h);
+  if (moe) {
+    auto out = fsdpp::forward(moe, normed);
+    return {h + out.hidden, out.router_logits};
+  }
+  return {h + fsdpp::forward(dense, normed), at::Tensor()};
+}
+
+// ---- the model ----
+
+Qwen3MoeImpl::Qwen3MoeImpl(const Qwen3MoeConfig& cfg) : cfg_(cfg) {
+  cfg_.validate();
+  GlobalRngRestorer restore_global_rng;
+  embed_tokens = register_module("embed_tokens",
+                                 torch::nn::Embedding(cfg.vocab_size, cfg.hidden_size));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+    layers->push_back(Qwen3MoeDecoderLayer(cfg_, i));
+  }
+  norm = register_module("norm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps));
+  if (!cfg.tie_word_embeddings) {
+    lm_head = register_module("lm_head", linear(cfg.hidden_size, cfg.vocab_size));
+  }
+  init_weights();
+}
+
+// transformers' _init_weights: normal(0, initializer_range) for every matrix (embeddings,
+// projections, router, experts), ones for the norms; drawn in float32 on the CPU from a private
+// generator in parameter order, so the values depend on the seed alone.
+void Qwen3MoeImpl::init_weights() {
+  torch::NoGradGuard no_grad;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(cfg_.seed);
+  for (auto& item : named_parameters(/*recurse=*/true)) {
+    auto& w = item.value();
+    if (item.key().ends_with("norm.weight")) {
+      w.fill_(1.0);
+      continue;
+    }
+    auto values = at::empty(w.sizes(), at::TensorOptions().dtype(at::kFloat));
+    values.normal_(0.0, cfg_.initializer_range, gen);
+    w.copy_(values);
+  }
+}
+
+at::Tensor Qwen3MoeImpl::forward(const at::Tensor& tokens) {
+  return forward(tokens, at::Tensor(), /*output_router_logits=*/false).logits;
+}
+
+Qwen3MoeOutput Qwen3MoeImpl::forward(const at::Tensor& tokens, const at::Tensor& targets,
+                                     bool output_router_logits) {
+  FSDPP_CHECK_AS(ConfigError, tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
+                 "[models] Qwen3Moe tokens must be (B,T) int64; got {} dims of {}", tokens.dim(),
+                 c10::toString(tokens.scalar_type()));
+  const int64_t T = tokens.size(1);
+  FSDPP_CHECK_AS(ConfigError, T >= 1 && T <= cfg_.max_position_embeddings,
+                 "[models] Qwen3Moe sequence length T={} is out of range; expected 1 <= T <= "
+                 "max_position_embeddings={}", T, cfg_.max_position_embeddings);
+  FSDPP_CHECK_AS(ConfigError, !targets.defined() || targets.sizes() == tokens.sizes(),
+                 "[models] Qwen3Moe targets have shape {}; expected the tokens' shape {}",
+                 targets.sizes(), tokens.sizes());
+  auto h = embed_tokens(tokens);  // (B,T,D)
+  // Made once per forward, as transformers does, and cast to the activations' dtype there too.
+  auto [cos, sin] = rope_tables(T, cfg_.head_dim, cfg_.rope_theta, h.device());
+  cos = cos.to(h.scalar_type());
+  sin = sin.to(h.scalar_type());
+  Qwen3MoeOutput out;
+  for (size_t i = 0; i < layers->size(); ++i) {
+    auto o = fsdpp::forward(*layers->ptr<Qwen3MoeDecoderLayerImpl>(i), h, cos, sin);
+    h = o.hidden;
+    if (output_router_logits && o.router_logits.defined()) {
+      out.router_logits.push_back(o.router_logits);
+    }
+  }
+  h = norm(h);
+  out.logits = lm_head ? lm_head(h) : at::linear(h, embed_tokens->weight);
+  if (output_router_logits) {
+    out.aux_loss = load_balancing_loss(out.router_logits, cfg_.num_experts,
+                                       cfg_.num_experts_per_tok);
+  }
+  if (targets.defined()) {
+    out.loss = token_cross_entropy(out.logits, targets);
+    if (output_router_logits) {
+      out.loss = out.loss + cfg_.router_aux_loss_coef * out.aux_loss.to(out.loss.scalar_type());
+    }
+  }
+  return out;
+}
+
+// ---- load balancing ----
+
+at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t num_experts,
+                               int64_t top_k) {
+  if (router_logits.empty()) return at::zeros({}, at::kFloat);  // no sparse layer: no loss
+  const auto device = router_logits.front().device();
+  auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
+  auto tokens_per_expert = at::zeros({num_experts}, f32);
+  auto prob_per_expert = at::zeros({num_experts}, f32);
+  int64_t rows = 0;
+  for (const auto& logits : router_logits) {
+    // transformers takes the softmax in the logits' own dtype here (unlike the router's).
+    auto probs = at::softmax(logits.to(device), -1);
+    auto selected = std::get<1>(at::topk(probs, top_k, -1));
+    // Counting needs no gradient; the probabilities carry it (Switch Transformer's f_e * P_e).
+    tokens_per_expert = tokens_per_expert +
+                        at::bincount(selected.reshape({-1}), {}, num_experts).to(at::kFloat);
+    prob_per_expert = prob_per_expert + probs.to(at::kFloat).sum(0);
+    rows += probs.size(0);
+  }
+  tokens_per_expert = tokens_per_expert / static_cast<double>(rows);
+  prob_per_expert = prob_per_expert / static_cast<double>(rows);
+  return (tokens_per_expert * prob_per_expert).sum() * static_cast<double>(num_experts);
+}
+
+}  // namespace fsdpp::models
