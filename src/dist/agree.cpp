@@ -4,22 +4,13 @@
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/dist/string_collectives.h"
+#include "comm_queue.h"  // detail::exception_text
 
 namespace fsdpp::dist {
 namespace {
 
 // Codes exchanged: 0 is success; the kinds keep their exit codes on every rank.
 enum Kind : int64_t { kOk = 0, kConfig = 1, kCheckpoint = 2, kOther = 3 };
-
-std::string message_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    return ex.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
 
 Kind kind_of(const std::exception_ptr& e) {
   if (!e) return kOk;
@@ -54,7 +45,7 @@ void agree_outcome(ProcessGroup& group, std::string_view what, std::exception_pt
     if (codes[r] == kOk) continue;
     std::string msg;
     if (message == AgreedMessage::kShared) {
-      if (r == group.rank()) msg = message_of(error);
+      if (r == group.rank()) msg = detail::exception_text(error);
       broadcast_string(group, msg, r, {"agree_on_failure"});
     }
     if (r == group.rank()) std::rethrow_exception(error);

@@ -20,6 +20,7 @@
 #include "fsdpp/data/sampler.h"
 #include "fsdpp/data/token_dataset.h"
 #include "fsdpp/data/tokenizer.h"
+#include "fsdpp/data/printable_text.h"
 #include "fsdpp/data/tokenizer_files.h"
 #include "fsdpp/dist/agree.h"
 #include "fsdpp/fsdp/checkpoint.h"
@@ -647,7 +648,7 @@ TrainResult Trainer::run() {
     std::vector<int32_t> v(tail.data_ptr<int32_t>(), tail.data_ptr<int32_t>() + tail.numel());
     result.sample = t.sample_prompt + tokenizer->decode(v);
     if (lead) write_atomically(out_dir / "sample.txt", result.sample + "\n");
-    say("[train] sample:\n" + result.sample + "\n");
+    say("[train] sample:\n" + data::printable_text(result.sample) + "\n");
   }
   say(fmt::format("[train] done: {} steps, final loss {:.4f}, validation loss {:.4f}", result.steps,
                   result.final_loss, result.final_val_loss));

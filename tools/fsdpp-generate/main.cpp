@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/data/printable_text.h"
 #include "fsdpp/data/tokenizer.h"
 #include "fsdpp/data/tokenizer_files.h"
 #include "fsdpp/dist/world.h"
@@ -96,26 +97,6 @@ Loaded load(const fs::path& dir, const std::string& tokenizer_flag, fsdpp::dist:
   FSDPP_CHECK_AS(ConfigError, out.tokenizer->vocab_size() <= cfg.vocab_size,
                  "[generate] the tokenizer has {} tokens but the model only {}",
                  out.tokenizer->vocab_size(), cfg.vocab_size);
-  return out;
-}
-
-// Bytes that are not valid UTF-8 become \xNN, so that an untrained model cannot write binary to
-// the terminal.
-std::string printable(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    bool ok = n > 0 && i + n <= s.size() && (n == 1 ? (c >= 0x20 || c == '\n' || c == '\t') : true);
-    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 0x2;
-    if (ok) {
-      out.append(s, i, n);
-      i += n;
-    } else {
-      out += fmt::format("\\x{:02x}", c);
-      ++i;
-    }
-  }
   return out;
 }
 
@@ -202,9 +183,8 @@ int main(int argc, char** argv) {
         if (auto at = text.find(stop); at != std::string::npos) text.resize(at);
       }
       if (lead) {
-        const std::string whole = p + text;
-        std::fwrite(raw ? whole.data() : printable(whole).data(), 1,
-                    raw ? whole.size() : printable(whole).size(), stdout);
+        const std::string whole = raw ? p + text : fsdpp::data::printable_text(p + text);
+        std::fwrite(whole.data(), 1, whole.size(), stdout);
         std::fputc('\n', stdout);
         std::fflush(stdout);
       }
