@@ -1,0 +1,390 @@
+// Pipeline schedules as action lists (docs/pipeline.md): every generator verifies for p in {2, 4}
+// and m in {1, p, 2p, odd}; the verifier names rank, action and microbatch of a broken schedule;
+// CSV round trip; the simulated bubble against (p-1)/(m+p-1); activations in flight.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/pipeline/communication.h"
+#include "fsdpp/pipeline/csv.h"
+#include "fsdpp/pipeline/schedules.h"
+#include "fsdpp/pipeline/simulate.h"
+#include "fsdpp/pipeline/verify.h"
+
+namespace pp = fsdpp::pipeline;
+using pp::Action;
+using pp::ActionKind;
+
+namespace {
+
+std::vector<int> microbatch_counts(int p) { return {1, p, 2 * p, p + 1, 2 * p + 1}; }
+
+// The index of `a` in rank r's list; fails the test when absent.
+size_t index_of(const pp::PipelineSchedule& s, int r, Action a) {
+  const auto& list = s.actions[static_cast<size_t>(r)];
+  auto it = std::find(list.begin(), list.end(), a);
+  EXPECT_NE(it, list.end()) << pp::describe(a) << " not on rank " << r;
+  return static_cast<size_t>(it - list.begin());
+}
+
+std::string problem(const pp::PipelineSchedule& s) {
+  auto p = pp::find_problem(s);
+  return p ? *p : "";
+}
+
+}  // namespace
+
+TEST(PipelineSchedule, ActionTextRoundTrip) {
+  for (int k = 0; k <= static_cast<int>(ActionKind::REDUCE_GRAD); ++k) {
+    auto kind = static_cast<ActionKind>(k);
+    Action a{12, kind, pp::is_stage_wide(kind) ? -1 : 34};
+    EXPECT_EQ(pp::parse_action(pp::to_string(a)), a) << pp::to_string(a);
+  }
+  EXPECT_EQ(pp::to_string({0, ActionKind::F, 1}), "0F1");
+  EXPECT_EQ(pp::to_string({3, ActionKind::RECV_B, 12}), "3RECV_B12");
+  EXPECT_EQ(pp::to_string({2, ActionKind::UNSHARD, -1}), "2UNSHARD");
+  EXPECT_EQ(pp::describe({1, ActionKind::RECV_F, 2}), "RECV_F stage 1 microbatch 2");
+  for (const char* bad : {"", "F1", "0X1", "0F", "0F1x", "0UNSHARD3", "0SEND1"})
+    EXPECT_THROW(pp::parse_action(bad), fsdpp::Error) << bad;
+}
+
+TEST(PipelineSchedule, EveryScheduleVerifies) {
+  for (int p : {2, 4}) {
+    for (int m : microbatch_counts(p)) {
+      for (auto name : pp::schedule_names()) {
+        SCOPED_TRACE(fmt::format("{} p={} m={}", name, p, m));
+        // The interleaved schedules take PyTorch's rule: rounds of equal size, so m = 2p+1 is
+        // refused with a sentence (and m <= p or a multiple of p is accepted).
+        bool interleaved = name.starts_with("Interleaved");
+        if (interleaved && m % std::max(1, m / p) != 0) {
+          EXPECT_THROW(pp::make_schedule(name, p, m), fsdpp::ConfigError);
+          continue;
+        }
+        auto s = pp::make_schedule(name, p, m);
+        EXPECT_EQ(problem(s), "");
+        EXPECT_EQ(problem(pp::add_fsdp_actions(s)), "");
+        // Every microbatch forwarded and backwarded exactly once per stage (also a verifier
+        // check; counted here independently).
+        std::vector<int> forwards(static_cast<size_t>(s.num_stages)), backwards = forwards;
+        for (const auto& list : s.actions)
+          for (const Action& a : list) {
+            if (a.kind == ActionKind::F) ++forwards[static_cast<size_t>(a.stage)];
+            if (a.kind == ActionKind::B || a.kind == ActionKind::W)
+              ++backwards[static_cast<size_t>(a.stage)];
+          }
+        for (int st = 0; st < s.num_stages; ++st) {
+          EXPECT_EQ(forwards[static_cast<size_t>(st)], m);
+          EXPECT_EQ(backwards[static_cast<size_t>(st)], m);
+        }
+      }
+    }
+  }
+}
+
+// Beyond the cases above: every size up to p=6, m=13, v=3 either verifies or is refused with a
+// ConfigError before any action list exists; none deadlocks.
+TEST(PipelineSchedule, EverySizeVerifiesOrIsRefused) {
+  int refused = 0, verified = 0;
+  for (int p = 1; p <= 6; ++p)
+    for (int m = 1; m <= 13; ++m)
+      for (int v = 1; v <= 3; ++v)
+        for (auto name : pp::schedule_names()) {
+          if (v > 1 && !name.starts_with("Interleaved")) continue;
+          try {
+            auto s = pp::make_schedule(name, p, m, v);
+            EXPECT_EQ(problem(s), "") << name << " p=" << p << " m=" << m << " v=" << v;
+            ++verified;
+          } catch (const fsdpp::ConfigError&) {
+            EXPECT_NE(m % std::max(1, m / p), 0) << name << " p=" << p << " m=" << m;
+            ++refused;
+          }
+        }
+  EXPECT_GT(verified, 500);
+  std::cout << verified << " schedules verified, " << refused << " refused\n";
+}
+
+TEST(PipelineSchedule, InterleavedPlacementAndRounds) {
+  auto s = pp::make_schedule("Interleaved1F1B", 4, 8, 3);
+  EXPECT_EQ(s.num_stages, 12);
+  for (int st = 0; st < 12; ++st) EXPECT_EQ(s.rank_of(st), st % 4);
+  EXPECT_EQ(problem(s), "");
+  // PyTorch's rule: rounds of equal size; p=4, m=9 has 2 rounds of 4.5.
+  try {
+    pp::interleaved_1f1b(4, 2, 9);
+    ADD_FAILURE() << "m=9 on 4 ranks was accepted";
+  } catch (const fsdpp::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot split 9 microbatches"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(pp::interleaved_zero_bubble(4, 2, 9), fsdpp::ConfigError);
+  EXPECT_EQ(problem(pp::make_schedule("Interleaved1F1B", 4, 10, 2)), "");  // 2 rounds of 5
+  for (int m : {1, 2, 3, 5, 7, 8, 12, 16})
+    EXPECT_EQ(problem(pp::make_schedule("InterleavedZeroBubble", 4, m, 2)), "") << m;
+  EXPECT_THROW(pp::make_schedule("Pipedream", 2, 2), fsdpp::ConfigError);
+  EXPECT_EQ(pp::make_schedule("ScheduleGPipe", 2, 2).name, "GPipe");
+  EXPECT_THROW(pp::gpipe(2, 0), fsdpp::ConfigError);
+}
+
+TEST(PipelineSchedule, OneRankNeedsNoCommunication) {
+  for (auto name : pp::schedule_names()) {
+    auto s = pp::make_schedule(name, 1, 3);
+    for (const Action& a : s.actions[0])
+      EXPECT_FALSE(pp::is_send(a.kind) || pp::is_recv(a.kind)) << name;
+    EXPECT_EQ(problem(s), "") << name;
+  }
+}
+
+TEST(PipelineSchedule, VerifierNamesAMissingRecv) {
+  auto s = pp::make_schedule("1F1B", 2, 4);
+  auto& rank1 = s.actions[1];
+  size_t recv = index_of(s, 1, {1, ActionKind::RECV_F, 2});
+  rank1.erase(rank1.begin() + static_cast<long>(recv));
+  size_t send = index_of(s, 0, {0, ActionKind::SEND_F, 2});
+  EXPECT_EQ(problem(s), fmt::format("[pipeline] rank 0, action {} (SEND_F stage 0 microbatch 2): "
+                                    "rank 1 never receives it (no RECV_F stage 1 microbatch 2)",
+                                    send));
+  EXPECT_THROW(pp::verify(s), fsdpp::Error);
+}
+
+TEST(PipelineSchedule, VerifierNamesARecvThatNobodySends) {
+  auto s = pp::make_schedule("1F1B", 2, 4);
+  auto& rank0 = s.actions[0];
+  rank0.erase(rank0.begin() + static_cast<long>(index_of(s, 0, {0, ActionKind::SEND_F, 2})));
+  size_t recv = index_of(s, 1, {1, ActionKind::RECV_F, 2});
+  EXPECT_EQ(problem(s), fmt::format("[pipeline] rank 1, action {} (RECV_F stage 1 microbatch 2): "
+                                    "no rank sends it (expected SEND_F stage 0 microbatch 2 on "
+                                    "rank 0)",
+                                    recv));
+}
+
+TEST(PipelineSchedule, VerifierNamesADeadlock) {
+  // Two ranks, each receiving before it sends: rank 0 waits for the gradient of a microbatch it
+  // has not sent forward yet, rank 1 for that forward.
+  pp::PipelineSchedule s;
+  s.name = "hand-written";
+  s.num_ranks = 2;
+  s.num_stages = 2;
+  s.num_microbatches = 1;
+  s.stage_to_rank = {0, 1};
+  s.actions = {
+      {{0, ActionKind::F, 0}, {0, ActionKind::RECV_B, 0}, {0, ActionKind::SEND_F, 0},
+       {0, ActionKind::B, 0}},
+      {{1, ActionKind::RECV_F, 0}, {1, ActionKind::F, 0}, {1, ActionKind::B, 0},
+       {1, ActionKind::SEND_B, 0}},
+  };
+  std::string msg = problem(s);
+  EXPECT_NE(msg.find("[pipeline] deadlock"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rank 0 waits at action 1 (RECV_B stage 0 microbatch 0), rank 1 at action 0 "
+                     "(RECV_F stage 1 microbatch 0)"),
+            std::string::npos)
+      << msg;
+  EXPECT_THROW(pp::simulate(s), fsdpp::Error);
+  // The same actions in a working order pass.
+  std::swap(s.actions[0][1], s.actions[0][2]);
+  EXPECT_EQ(problem(s), "");
+}
+
+TEST(PipelineSchedule, VerifierNamesOrderAndCountMistakes) {
+  {  // backward before forward
+    auto s = pp::gpipe(1, 2);
+    std::swap(s.actions[0][0], s.actions[0][2]);  // B0 first
+    EXPECT_EQ(problem(s), "[pipeline] rank 0, action 0 (B stage 0 microbatch 0): microbatch 0 is "
+                          "backwarded before it is forwarded on stage 0");
+  }
+  {  // W before I
+    auto s = pp::zb_h1(1, 1);  // F0 I0 W0
+    std::swap(s.actions[0][1], s.actions[0][2]);
+    EXPECT_EQ(problem(s), "[pipeline] rank 0, action 1 (W stage 0 microbatch 0): the W of "
+                          "microbatch 0 comes before its I");
+  }
+  {  // a microbatch missing on a stage
+    auto s = pp::make_schedule("GPipe", 2, 3);
+    auto& r1 = s.actions[1];
+    r1.erase(std::remove(r1.begin(), r1.end(), Action{1, ActionKind::B, 2}), r1.end());
+    EXPECT_EQ(problem(s), "[pipeline] stage 1 (rank 1), microbatch 2: is never backwarded (no B "
+                          "or I)");
+  }
+  {  // a forward twice
+    auto s = pp::gpipe(1, 2);
+    s.actions[0].insert(s.actions[0].begin() + 1, Action{0, ActionKind::F, 0});
+    EXPECT_EQ(problem(s), "[pipeline] rank 0, action 1 (F stage 0 microbatch 0): runs a second "
+                          "time");
+  }
+  {  // compute-only schedule on two ranks: stage 1's input never arrives
+    auto s = pp::gpipe(2, 1);
+    EXPECT_EQ(problem(s), "[pipeline] rank 0, action 1 (B stage 0 microbatch 0): its output "
+                          "gradient has not arrived (no RECV_B stage 0 microbatch 0 before it)");
+  }
+  {  // an action on the wrong rank
+    auto s = pp::make_schedule("1F1B", 2, 2);
+    s.actions[0].push_back({1, ActionKind::F, 0});
+    EXPECT_NE(problem(s).find("stage 1 lives on rank 1"), std::string::npos) << problem(s);
+  }
+  {  // FSDP: compute after RESHARD
+    auto s = pp::add_fsdp_actions(pp::gpipe(1, 2));
+    auto& list = s.actions[0];
+    auto reshard = std::find(list.begin(), list.end(), Action{0, ActionKind::RESHARD, -1});
+    std::rotate(list.begin() + 2, reshard, reshard + 1);  // UNSHARD F0 RESHARD F1 ...
+    EXPECT_NE(problem(s).find("stage 0's parameters are not gathered"), std::string::npos)
+        << problem(s);
+  }
+  {  // FSDP: REDUCE_GRAD before the last backward
+    auto s = pp::add_fsdp_actions(pp::gpipe(1, 2));
+    auto& list = s.actions[0];
+    auto rg = std::find(list.begin(), list.end(), Action{0, ActionKind::REDUCE_GRAD, -1});
+    std::rotate(rg - 1, rg, rg + 1);  // REDUCE_GRAD before B1
+    EXPECT_NE(problem(s).find("before the weight gradient of microbatch 1"), std::string::npos)
+        << problem(s);
+  }
+}
+
+TEST(PipelineSchedule, FsdpActionsWrapEachStage) {
+  auto s = pp::add_fsdp_actions(pp::make_schedule("Interleaved1F1B", 2, 4, 2));
+  for (int r = 0; r < 2; ++r) {
+    int unshards = 0, reshards = 0, reduces = 0;
+    for (const Action& a : s.actions[static_cast<size_t>(r)]) {
+      unshards += a.kind == ActionKind::UNSHARD;
+      reshards += a.kind == ActionKind::RESHARD;
+      reduces += a.kind == ActionKind::REDUCE_GRAD;
+    }
+    EXPECT_EQ(unshards, 2);
+    EXPECT_EQ(reshards, 2);
+    EXPECT_EQ(reduces, 2);
+  }
+  EXPECT_EQ(problem(s), "");
+}
+
+TEST(PipelineSchedule, CsvRoundTrip) {
+  EXPECT_EQ(pp::to_csv(pp::make_schedule("GPipe", 2, 2)),
+            "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+            "1RECV_F0,1F0,1RECV_F1,1F1,1B0,1SEND_B0,1B1,1SEND_B1\n");
+  for (auto name : pp::schedule_names()) {
+    for (bool fsdp : {false, true}) {
+      auto s = pp::make_schedule(name, 4, 8);
+      if (fsdp) s = pp::add_fsdp_actions(s);
+      auto back = pp::from_csv(pp::to_csv(s), std::string(name));
+      EXPECT_EQ(back.num_ranks, s.num_ranks) << name;
+      EXPECT_EQ(back.num_stages, s.num_stages) << name;
+      EXPECT_EQ(back.num_microbatches, s.num_microbatches) << name;
+      EXPECT_EQ(back.stage_to_rank, s.stage_to_rank) << name;
+      EXPECT_EQ(back.actions, s.actions) << name;
+      EXPECT_EQ(pp::to_csv(back), pp::to_csv(s)) << name;
+      EXPECT_EQ(problem(back), "") << name;
+    }
+  }
+  // Files, spaces and empty cells (PyTorch writes None as an empty cell).
+  auto path = ::testing::TempDir() + "pipeline_schedule.csv";
+  auto s = pp::make_schedule("ZBH1", 2, 3);
+  pp::save_csv(s, path);
+  EXPECT_EQ(pp::load_csv(path).actions, s.actions);
+  auto spaced = pp::from_csv(" 0F0 ,,0B0\n1F0,, \n");
+  EXPECT_EQ(spaced.actions[0], (std::vector<Action>{{0, ActionKind::F, 0}, {0, ActionKind::B, 0}}));
+  EXPECT_EQ(spaced.actions[1].size(), 1u);
+  // Errors name the line.
+  try {
+    pp::from_csv("0F0,0B0\n1F0,1Q0\n");
+    ADD_FAILURE();
+  } catch (const fsdpp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("csv line 2 (rank 1)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(pp::from_csv("0F0,1F0\n1B0\n"), fsdpp::Error);  // stage 1 in two rows
+  EXPECT_THROW(pp::from_csv("0F0\n2F0\n"), fsdpp::Error);      // stage 1 nowhere
+  EXPECT_THROW(pp::load_csv("/nonexistent/schedule.csv"), fsdpp::Error);
+}
+
+TEST(PipelineSchedule, BubbleOfGPipeAnd1F1BIsTheFormula) {
+  for (auto costs : {pp::Costs{}, pp::Costs::paper()}) {
+    for (int p : {1, 2, 3, 4, 8}) {
+      for (int m = 1; m <= 17; ++m) {
+        for (auto name : {"GPipe", "1F1B"}) {
+          auto s = pp::make_schedule(name, p, m);
+          auto sim = pp::simulate(s, costs);
+          double theory = double(p - 1) / (m + p - 1);
+          EXPECT_NEAR(sim.bubble_fraction, theory, 1e-12) << name << " p=" << p << " m=" << m;
+          EXPECT_NEAR(pp::theoretical_bubble(s, costs), theory, 1e-12);
+          EXPECT_NEAR(sim.makespan, (m + p - 1) * (costs.forward + costs.backward), 1e-9);
+        }
+      }
+    }
+  }
+}
+
+TEST(PipelineSchedule, ZeroBubbleAndInterleavingShrinkTheBubble) {
+  for (auto costs : {pp::Costs{}, pp::Costs::paper()}) {
+    for (int p : {2, 4}) {
+      for (int m : {p, 2 * p, 4 * p}) {
+        SCOPED_TRACE(fmt::format("p={} m={} B={}", p, m, costs.backward));
+        double one_f_one_b = pp::simulate(pp::make_schedule("1F1B", p, m), costs).bubble_fraction;
+        double zb = pp::simulate(pp::make_schedule("ZBH1", p, m), costs).bubble_fraction;
+        double il = pp::simulate(pp::make_schedule("Interleaved1F1B", p, m, 2), costs)
+                        .bubble_fraction;
+        double izb = pp::simulate(pp::make_schedule("InterleavedZeroBubble", p, m, 2), costs)
+                         .bubble_fraction;
+        EXPECT_LE(zb, one_f_one_b + 1e-12);
+        EXPECT_LE(il, one_f_one_b + 1e-12);
+        EXPECT_LE(izb, one_f_one_b + 1e-12);
+        // ZB-H1 reaches the paper's bubble (p-1)(F+I-W) exactly.
+        auto s = pp::make_schedule("ZBH1", p, m);
+        EXPECT_NEAR(zb, pp::theoretical_bubble(s, costs), 1e-12);
+      }
+    }
+  }
+}
+
+TEST(PipelineSchedule, ActivationsInFlight) {
+  for (int p : {2, 4}) {
+    for (int m : microbatch_counts(p)) {
+      SCOPED_TRACE(fmt::format("p={} m={}", p, m));
+      auto gpipe = pp::simulate(pp::make_schedule("GPipe", p, m));
+      auto ofob = pp::simulate(pp::make_schedule("1F1B", p, m));
+      auto zb = pp::simulate(pp::make_schedule("ZBH1", p, m));
+      for (int st = 0; st < p; ++st) {
+        EXPECT_EQ(gpipe.peak_activations[static_cast<size_t>(st)], m);
+        EXPECT_EQ(ofob.peak_activations[static_cast<size_t>(st)], std::min(m, p - st));
+        EXPECT_EQ(zb.peak_activations[static_cast<size_t>(st)], std::min(m, p - st));
+      }
+    }
+  }
+}
+
+TEST(PipelineSchedule, RendersATimeline) {
+  auto sim = pp::simulate(pp::make_schedule("1F1B", 2, 2), pp::Costs::paper());
+  EXPECT_EQ(pp::render_timeline(sim),
+            "rank 0 | F0 F1 .  .  B0 B0 .  B1 B1\n"
+            "rank 1 | .  F0 B0 B0 F1 B1 B1 .  . \n");
+}
+
+// Prints the table and pictures of docs/pipeline.md.
+TEST(PipelineSchedule, PrintsBubbleTableAndTimelines) {
+  const int p = 4;
+  std::cout << "| schedule | m | v | bubble (unit) | theory | bubble (paper costs) | theory | "
+               "peak act. stage 0 |\n";
+  for (int m : {4, 8, 16}) {
+    for (auto name : pp::schedule_names()) {
+      auto s = pp::make_schedule(name, p, m);
+      auto unit = pp::simulate(s);
+      auto paper = pp::simulate(s, pp::Costs::paper());
+      std::cout << fmt::format("| {} | {} | {} | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {} |\n", name,
+                               m, s.stages_per_rank(0), unit.bubble_fraction,
+                               pp::theoretical_bubble(s), paper.bubble_fraction,
+                               pp::theoretical_bubble(s, pp::Costs::paper()),
+                               unit.peak_activations[0]);
+    }
+  }
+  for (auto name : pp::schedule_names()) {
+    auto sim = pp::simulate(pp::make_schedule(name, p, 8), pp::Costs::paper());
+    std::string picture = pp::render_timeline(sim);
+    EXPECT_NE(picture.find("rank 3 |"), std::string::npos);
+    std::cout << name << " p=4 m=8 (F=1, B=2, I=W=1), bubble " << sim.bubble_fraction << "\n"
+              << picture << "\n";
+  }
+}
