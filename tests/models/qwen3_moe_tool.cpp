@@ -91,7 +91,8 @@ int main(int argc, char** argv) {
     auto model = load(argv[2]);  // every rank the whole model, then shards of it
     FullyShardOptions o;
     o.mesh = world->mesh();
-    const auto units = apply_fully_shard(*model, transformer_layer_policy({"Qwen3MoeDecoderLayer"}), o);
+    const auto units =
+        apply_fully_shard(*model, transformer_layer_policy({"Qwen3MoeDecoderLayer"}), o);
     auto out = fsdpp::forward(model, ids, next_tokens(ids), true);
     out.loss.backward();
     const double norm = clip_grad_norm_(*model, 1e9);

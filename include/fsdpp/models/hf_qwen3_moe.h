@@ -10,13 +10,11 @@
 //
 // Names: fsdpp's are HF's without "model." (lm_head.weight keeps its name), except the experts.
 // Published checkpoints, and transformers 5's save_pretrained, store each expert apart:
-//   model.layers.i.mlp.experts.e.gate_proj.weight (I, D)   slice e of layers.i.mlp.experts.gate_proj
-//   model.layers.i.mlp.experts.e.up_proj.weight   (I, D)   slice e of layers.i.mlp.experts.up_proj
-//   model.layers.i.mlp.experts.e.down_proj.weight (D, I)   slice e of layers.i.mlp.experts.down_proj
-// fsdpp stacks them (E, I, D) / (E, D, I) on load and splits them on save. transformers 5's
-// in-memory fused names (mlp.experts.gate_up_proj (E, 2I, D), gate rows first, and
-// mlp.experts.down_proj (E, D, I)) are read too. No rows are permuted: fsdpp's Qwen3Moe uses
-// transformers' rotate-half RoPE.
+// model.layers.i.mlp.experts.e.P.weight for P in gate_proj (I, D), up_proj (I, D) and
+// down_proj (D, I). fsdpp stacks them into layers.i.mlp.experts.P, (E, I, D) / (E, D, I), on
+// load and splits them on save. transformers 5's in-memory fused names
+// (mlp.experts.gate_up_proj (E, 2I, D), gate rows first, and mlp.experts.down_proj (E, D, I))
+// are read too. No rows are permuted: fsdpp's Qwen3Moe uses transformers' rotate-half RoPE.
 //
 // Config keys are HF's own (see Qwen3MoeConfig); num_experts is read from num_experts or
 // num_local_experts (what transformers 5 writes) and written as both. Refused with a ConfigError
