@@ -88,7 +88,10 @@ with tempfile.TemporaryDirectory() as d:
        "training.per_device_train_batch_size=2", f"training.output_dir={out}")
     ck = f"{out}/checkpoint-3"
     sh(ckpt, "export-hf", ck, f"{d}/exported")
-    assert sorted(os.listdir(f"{d}/exported")) == ["config.json", "model.safetensors"], os.listdir(f"{d}/exported")
+    # The weights, and the byte tokenizer as transformers and fsdpp read it (train.hf_tokenizer).
+    assert sorted(os.listdir(f"{d}/exported")) == [
+        "config.json", "fsdpp_tokenizer.json", "model.safetensors", "tokenizer.json",
+        "tokenizer_config.json"], os.listdir(f"{d}/exported")
     back = LlamaForCausalLM.from_pretrained(f"{d}/exported").eval()
     assert back.config.num_key_value_heads == 2 and abs(back.config.rms_norm_eps - 1e-6) < 1e-12
     ids = [b % 256 for b in b"To be, or not"]

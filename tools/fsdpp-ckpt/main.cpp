@@ -6,6 +6,7 @@
 //   fsdpp-ckpt import-hf [--force] HF_DIR OUT                (fsdpp FULL checkpoint)
 // Every subcommand that writes refuses an OUT that exists unless --force, and refuses an OUT
 // inside its input (or holding it) even with --force: state::check_output_path.
+#include <filesystem>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -118,7 +119,9 @@ int main(int argc, char** argv) {
       fsdpp::state::check_output_path("export-hf", args[1], {args[0], model_config},
                                       OutputKind::kDirectory, force);
       fsdpp::models::export_hf_checkpoint(args[0], args[1], model_config);
-      std::printf("wrote a Hugging Face Llama (config.json, model.safetensors) to %s\n", args[1].c_str());
+      const bool tokenizer = std::filesystem::exists(std::filesystem::path(args[1]) / "tokenizer_config.json");
+      std::printf("wrote a Hugging Face Llama (config.json, model.safetensors%s) to %s\n",
+                  tokenizer ? ", the tokenizer" : "; the checkpoint holds no tokenizer", args[1].c_str());
       return 0;
     }
     if (cmd == "import-hf" && args.size() == 2) {
