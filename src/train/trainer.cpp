@@ -181,6 +181,11 @@ void inject_nan_grad(torch::nn::Module& model, const std::string& name) {
               grad ? grad->rank : 0, step - 1);
 }
 
+// "1 rank", "2 ranks": counts in messages read as English.
+std::string count_of(int64_t n, std::string_view noun) {
+  return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
+}
+
 }  // namespace
 
 struct Trainer::State {
@@ -295,8 +300,21 @@ TrainResult Trainer::run() {
   sopts.seed = t.seed;
   data::DistributedSampler sampler(train_data, sopts);
   FSDPP_CHECK_AS(ConfigError, sampler.windows_per_rank() >= 1,
-                 "[train] the training split has {} tokens: too few for seq_len={} on {} ranks",
-                 train_data.size(), cfg.data.seq_len, world.size());
+                 "[train] the training split has {} tokens: too few for seq_len={} on {}",
+                 train_data.size(), cfg.data.seq_len, count_of(world.size(), "rank"));
+  // The validation split is evaluated at the end of every run (and every eval_steps): a split
+  // without a window of seq_len+1 tokens for every rank would fail there, after the training
+  // steps and before the final save, so it is refused here, before any step.
+  if (val_data.size() > 0) {
+    const int64_t val_windows = (val_data.size() - 1) / cfg.data.seq_len;
+    FSDPP_CHECK_AS(ConfigError, val_windows >= world.size(),
+                   "[train] the validation split (data.val_fraction={}) has {} tokens: {} of "
+                   "seq_len+1={} tokens for {}; expected at least one window per rank (raise "
+                   "data.val_fraction, use more text, shorten data.seq_len, or set "
+                   "data.val_fraction=0 to train without validation)",
+                   cfg.data.val_fraction, val_data.size(), count_of(val_windows, "window"),
+                   cfg.data.seq_len + 1, count_of(world.size(), "rank"));
+  }
 
   // ---- model ------------------------------------------------------------------------------
   const int64_t vocab = cfg.model.vocab_size > 0 ? cfg.model.vocab_size : tokenizer->vocab_size();
@@ -381,12 +399,13 @@ TrainResult Trainer::run() {
                     "start afresh at step 1",
                     init->dir().string()));
   }
-  say(fmt::format("[train] fsdp: {} over {} ranks{}, {} units ({}), {:.2f} M parameters held per rank",
-                  to_string(t.fsdp), world.size(),
+  say(fmt::format("[train] fsdp: {} over {}{}, {} ({}), {:.2f} M parameters held per rank",
+                  to_string(t.fsdp), count_of(world.size(), "rank"),
                   hybrid ? fmt::format(" ({} replicas x {} shards)", fopts.mesh->size(0),
                                        fopts.mesh->size(1))
                          : "",
-                  units.size(), fc.auto_wrap_policy, models::num_parameters(*model) / 1e6));
+                  count_of(static_cast<int64_t>(units.size()), "unit"), fc.auto_wrap_policy,
+                  models::num_parameters(*model) / 1e6));
   // Bytes over the shard groups (inside a node under hybrid_shard) and over the replicate
   // groups (across nodes) for metrics.jsonl: the units communicate over the mesh's groups only.
   const auto comm_split = [&] {
@@ -452,13 +471,13 @@ TrainResult Trainer::run() {
     if (ss.position >= sampler.windows_per_rank()) ss = {ss.epoch + 1, 0};
     sampler.load_state(ss);
     first_step = resumed->step + 1;
-    say(fmt::format("[train] resumed from {} (step {}, saved on {} ranks): epoch {}, {} windows "
-                    "consumed{}",
-                    resume_dir.string(), resumed->step, resumed->world_size, resumed->epoch,
-                    resumed->windows_consumed,
+    say(fmt::format("[train] resumed from {} (step {}, saved on {}): epoch {}, {} consumed{}",
+                    resume_dir.string(), resumed->step, count_of(resumed->world_size, "rank"),
+                    resumed->epoch, count_of(resumed->windows_consumed, "window"),
                     resumed->windows_consumed % world.size() == 0
                         ? ""
-                        : fmt::format(" (not a multiple of {} ranks: {} skipped)", world.size(),
+                        : fmt::format(" (not a multiple of {}: {} skipped)",
+                                      count_of(world.size(), "rank"),
                                       resumed->windows_consumed % world.size())));
   } else if (!t.resume_from_checkpoint.empty()) {
     say(fmt::format("[train] no complete checkpoint in {} to resume from: starting at step 1",

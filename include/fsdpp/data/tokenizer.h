@@ -50,7 +50,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::vector<int32_t> encode(std::string_view text) const override;
   std::string decode(std::span<const int32_t> ids) const override;
   int64_t vocab_size() const override;
-  // "sentencepiece:<xxh64 of the model file, hex>": two different models never share a cache.
+  // "sentencepiece:<XXH3-64 of the model file, hex>": two different models never share a cache.
   std::string name() const override { return name_; }
   // The model file's bytes (what the constructor read): to store the tokenizer with a model.
   const std::string& serialized_model() const { return proto_; }
