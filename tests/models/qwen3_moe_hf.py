@@ -4,7 +4,8 @@ For two tiny random models made here (GQA, head_dim apart from hidden/heads, a d
 mlp_only_layers or decoder_sparse_step, norm_topk_prob on and off, tied and untied head):
 1. save_pretrained (one file, and sharded with an index) -> fsdpp's load_hf_qwen3_moe: logits,
    every sparse layer's router logits, the load-balancing loss and the loss (with
-   output_router_logits) equal transformers' within 1e-5.
+   output_router_logits) equal transformers' within 1e-5, and so does every parameter's
+   gradient after the loss's backward (relative to the largest entry of that gradient).
 2. fsdpp's save_hf_qwen3_moe -> transformers' from_pretrained: equal logits; the tensors are
    the original ones bit for bit, and load -> save -> load -> save gives the same file.
 3. the same model made FSDP units by transformer_layer_policy({"Qwen3MoeDecoderLayer"}) on 2
@@ -73,6 +74,23 @@ def hf_forward(model):
     return out
 
 
+def fsdpp_grads(model, cfg):
+    """transformers' gradients under fsdpp's names (experts gate_up_proj split in two)."""
+    out = {}
+    inter = cfg.moe_intermediate_size
+    for n, p in model.named_parameters():
+        if p.grad is None:
+            continue
+        n = n.removeprefix("model.")
+        if n.endswith("mlp.experts.gate_up_proj"):
+            base = n.removesuffix("gate_up_proj")
+            out[base + "gate_proj"] = p.grad[:, :inter]
+            out[base + "up_proj"] = p.grad[:, inter:]
+        else:
+            out[n] = p.grad
+    return out
+
+
 def tensors_of(d):
     files = sorted(f for f in os.listdir(d) if f.endswith(".safetensors"))
     t = {}
@@ -110,6 +128,13 @@ with tempfile.TemporaryDirectory() as tmp:
             compare(f"{tag} loss", got["loss"], ref.loss.detach())
             for k, rl in enumerate(ref.router_logits):
                 compare(f"{tag} router_logits.{k}", got[f"router_logits.{k}"], rl.detach())
+            if src == hf:
+                grad_gap = 0.0
+                for n, g in fsdpp_grads(model, cfg).items():
+                    mine = got["grad." + n]
+                    assert mine.shape == g.shape, (n, mine.shape, g.shape)
+                    grad_gap = max(grad_gap, ((mine - g).abs().max() / g.abs().max().clamp_min(1e-3)).item())
+                compare(f"{tag} every parameter's gradient (relative to its largest)", grad_gap, 0.0)
 
         # 2. fsdpp -> transformers, and load -> save -> load bit for bit
         rt, rt2 = os.path.join(tmp, name + "_rt"), os.path.join(tmp, name + "_rt2")

@@ -3,7 +3,8 @@
 //   fsdpp_qwen3_moe_tool forward HF_DIR IDS OUT.safetensors
 //       one process: load_hf_qwen3_moe into a plain Qwen3Moe; writes logits (B,T,V), aux_loss,
 //       loss (cross entropy against IDS shifted by one, plus the weighted aux loss) and
-//       router_logits.<k> of the k-th sparse layer.
+//       router_logits.<k> of the k-th sparse layer, and grad.<name> of every parameter after
+//       the loss's backward.
 //   fsdpp_qwen3_moe_tool save HF_DIR OUT_DIR
 //       load_hf_qwen3_moe, into the model, then save_hf_qwen3_moe of the model's parameters.
 //   fsdpp_qwen3_moe_tool sharded HF_DIR IDS OUT.safetensors
@@ -75,13 +76,17 @@ int main(int argc, char** argv) {
     if (argc != 5) return 2;
     const auto ids = parse_ids(argv[3]);
     if (mode == "forward") {
-      torch::NoGradGuard no_grad;
       auto model = load(argv[2]);
       auto out = model->forward(ids, next_tokens(ids), /*output_router_logits=*/true);
-      std::vector<std::pair<std::string, at::Tensor>> tensors = {
-          {"logits", out.logits}, {"aux_loss", out.aux_loss}, {"loss", out.loss}};
+      out.loss.backward();
+      std::vector<std::pair<std::string, at::Tensor>> tensors = {{"logits", out.logits.detach()},
+                                                                 {"aux_loss", out.aux_loss.detach()},
+                                                                 {"loss", out.loss.detach()}};
       for (size_t k = 0; k < out.router_logits.size(); ++k) {
-        tensors.emplace_back("router_logits." + std::to_string(k), out.router_logits[k]);
+        tensors.emplace_back("router_logits." + std::to_string(k), out.router_logits[k].detach());
+      }
+      for (const auto& p : model->named_parameters()) {
+        tensors.emplace_back("grad." + p.key(), p.value().grad());
       }
       state::save_safetensors(argv[4], tensors);
       return 0;
