@@ -184,3 +184,20 @@ TEST(Qwen3Moe, ConverterRefusesMissingAndUnknownTensors) {
   EXPECT_THROW(qwen3_moe_tensors_from_hf(cfg, extra), ConfigError);  // layer 1 is dense
   EXPECT_THROW(qwen3_moe_config_from_hf(R"({"model_type": "llama"})", "x"), ConfigError);
 }
+
+TEST(Qwen3Moe, Bfloat16RunsCloseToFloat32) {
+  // Router softmax and norms in float32 inside; the routing weights and experts in bf16.
+  Qwen3Moe model(tiny());
+  auto tokens = torch::randint(40, {2, 8}, torch::kLong);
+  auto ref = model->forward(tokens, tokens, /*output_router_logits=*/true);
+  model->to(torch::kBFloat16);
+  auto out = model->forward(tokens, tokens, /*output_router_logits=*/true);
+  EXPECT_EQ(out.logits.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(out.loss.scalar_type(), torch::kFloat);  // cross entropy in float32 or wider
+  EXPECT_NEAR(out.loss.item<double>(), ref.loss.item<double>(), 0.05);
+  out.loss.backward();
+  for (const auto& p : model->named_parameters()) {
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+    ASSERT_TRUE(p.value().grad().isfinite().all().item<bool>()) << p.key();
+  }
+}
