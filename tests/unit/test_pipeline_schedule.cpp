@@ -367,17 +367,19 @@ TEST(PipelineSchedule, RendersATimeline) {
 TEST(PipelineSchedule, PrintsBubbleTableAndTimelines) {
   const int p = 4;
   std::cout << "| schedule | m | v | bubble (unit) | theory | bubble (paper costs) | theory | "
-               "peak act. stage 0 |\n";
+               "peak act. stage 0 | peak act. rank 0 / v |\n";
   for (int m : {4, 8, 16}) {
     for (auto name : pp::schedule_names()) {
       auto s = pp::make_schedule(name, p, m);
       auto unit = pp::simulate(s);
       auto paper = pp::simulate(s, pp::Costs::paper());
-      std::cout << fmt::format("| {} | {} | {} | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {} |\n", name,
-                               m, s.stages_per_rank(0), unit.bubble_fraction,
-                               pp::theoretical_bubble(s), paper.bubble_fraction,
+      const int v = s.stages_per_rank(0);
+      std::cout << fmt::format("| {} | {} | {} | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {} | {} |\n",
+                               name, m, v, unit.bubble_fraction, pp::theoretical_bubble(s),
+                               paper.bubble_fraction,
                                pp::theoretical_bubble(s, pp::Costs::paper()),
-                               unit.peak_activations[0]);
+                               unit.peak_activations[0],
+                               double(unit.ranks[0].peak_activations) / v);
     }
   }
   for (auto name : pp::schedule_names()) {
