@@ -26,6 +26,7 @@
 #include <vector>
 
 namespace fsdpp::dist {
+class TraceRecorder;
 namespace detail {
 
 class CollectiveMonitor;
@@ -49,6 +50,12 @@ struct WorkState {
   std::shared_ptr<CollectiveMonitor> monitor;
   // Gives up on this collective while it still runs; see CommQueue::abandon.
   std::function<void(const std::string&)> abandon;
+  // Set when issued during a profiled step: wait() records the time it blocked on `trace`'s
+  // thread track, named `trace_name` ("wait all_gather").
+  std::shared_ptr<TraceRecorder> trace;
+  std::string trace_name;
+  std::string trace_module;
+  std::string trace_group;
 };
 
 }  // namespace detail

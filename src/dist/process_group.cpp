@@ -15,6 +15,7 @@
 #include "comm_queue.h"
 #include "flight_recorder.h"
 #include "fsdpp/common/error.h"
+#include "fsdpp/dist/trace.h"
 #include "nccl_backend.h"
 
 namespace fsdpp::dist {
@@ -133,7 +134,14 @@ void Work::wait() {
                 "collective (it is behind, took another branch, or died)",
                 s.description, limit.count());
   }
-  if (!s.error) return;
+  if (!s.error) {
+    if (s.trace && s.trace->active()) {
+      s.trace->complete(s.trace->thread_track(), s.trace_name, started, Clock::now(),
+                        {{"seq", static_cast<int64_t>(s.seq)}, {"module", s.trace_module},
+                         {"group", s.trace_group}});
+    }
+    return;
+  }
   const std::string why = message_of(s.error);
   // An earlier collective failed: when the store's host is frozen, that is what to say.
   if (s.not_run) FSDPP_THROW(CommError, "{}{}", why, s.monitor ? s.monitor->store_note() : "");
@@ -347,6 +355,7 @@ Work ProcessGroup::submit(Collective kind, uint64_t bytes_sent, std::string what
       fmt::format("rank {} (group '{}', {} of {}): collective #{}, {} of {}{}", global_rank(),
                   options_.name, rank_, size_, rec.seq, to_string(kind), what,
                   tag.module.empty() ? "" : fmt::format(" for module '{}'", tag.module));
+  if (trace_ && trace_->active()) trace_collective(*state, kind, bytes_sent, tag, body);
   if (monitor_->check_each()) {
     body = [monitor = monitor_, rec, body = std::move(body)] {
       monitor->verify(rec);
@@ -643,6 +652,41 @@ Work ProcessGroup::submit_p2p(bool is_send, const at::Tensor& tensor, int peer, 
     };
   });
   return Work(std::move(state));
+}
+
+void ProcessGroup::set_trace(std::shared_ptr<TraceRecorder> trace) {
+  trace_ = std::move(trace);
+  if (trace_) trace_track_ = trace_->named_track("comm " + options_.name);
+}
+
+// The collective's event spans the queue thread running it (the group's collectives run one at
+// a time, so its track never overlaps itself); how long it queued behind earlier ones is an arg.
+void ProcessGroup::trace_collective(detail::WorkState& state, Collective kind, uint64_t bytes_sent,
+                                    const CollectiveTag& tag, std::function<void()>& body) {
+  const std::string name = tag.module.empty() ? std::string(to_string(kind))
+                                               : fmt::format("{} {}", to_string(kind), tag.module);
+  state.trace = trace_;
+  state.trace_name = "wait " + name;
+  state.trace_module = tag.module;
+  state.trace_group = options_.name;
+  body = [trace = trace_, track = trace_track_, name, kind = std::string(to_string(kind)),
+          seq = static_cast<int64_t>(state.seq), bytes = static_cast<int64_t>(bytes_sent),
+          module = tag.module, issued = Clock::now(), body = std::move(body)] {
+    const auto start = Clock::now();
+    auto record = [&] {
+      trace->complete(track, name, start, Clock::now(),
+                      {{"kind", kind}, {"seq", seq}, {"bytes_sent", bytes}, {"module", module},
+                       {"queued_us", static_cast<int64_t>(std::chrono::duration_cast<
+                                         std::chrono::microseconds>(start - issued).count())}});
+    };
+    try {
+      body();
+    } catch (...) {
+      record();
+      throw;
+    }
+    record();
+  };
 }
 
 CommCounters ProcessGroup::counters() const {

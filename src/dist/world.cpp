@@ -13,6 +13,7 @@
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/dist/gloo_address.h"
+#include "fsdpp/dist/trace.h"
 #include "deadline_store.h"
 #include "nccl_backend.h"
 
@@ -105,6 +106,8 @@ World::World(DistEnv env, c10::intrusive_ptr<c10d::Store> store, BackendKind bac
   o.gloo_hostname = gloo_address_;
   o.device_index = backend_ == BackendKind::NCCL ? env_.local_rank : -1;
   group_ = ProcessGroup::create(store_, env_.rank, env_.world_size, o);
+  trace_ = TraceRecorder::from_env(env_.rank);  // FSDPP_PROFILE_STEPS
+  group_->set_trace(trace_);
   mesh_ = std::make_shared<DeviceMesh>(*this, std::vector<int>{env_.world_size},
                                        std::vector<std::string>{"shard"});
 }
@@ -130,8 +133,19 @@ std::shared_ptr<ProcessGroup> World::new_group(const std::vector<int>& ranks,
   o.master_addr = env_.master_addr;
   o.gloo_hostname = gloo_address_;
   o.device_index = group_->global_rank() >= 0 && backend_ == BackendKind::NCCL ? env_.local_rank : -1;
-  return ProcessGroup::create(store_, static_cast<int>(it - ranks.begin()),
-                              static_cast<int>(ranks.size()), o);
+  auto group = ProcessGroup::create(store_, static_cast<int>(it - ranks.begin()),
+                                    static_cast<int>(ranks.size()), o);
+  group->set_trace(trace_);
+  made_groups_.push_back(group);
+  return group;
+}
+
+void World::set_trace(std::shared_ptr<TraceRecorder> trace) {
+  trace_ = std::move(trace);
+  group_->set_trace(trace_);
+  for (const auto& weak : made_groups_) {
+    if (auto g = weak.lock()) g->set_trace(trace_);
+  }
 }
 
 std::shared_ptr<DeviceMesh> World::init_device_mesh(std::vector<int> shape,

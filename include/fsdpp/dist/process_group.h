@@ -90,6 +90,7 @@ class Work {
 };
 
 class CommQueue;
+class TraceRecorder;
 
 class ProcessGroup {
  public:
@@ -198,6 +199,11 @@ class ProcessGroup {
   // Collectives issued on this group so far (the index of the last one).
   uint64_t collectives_issued() const;
 
+  // The timeline recorder its collectives record into during profiled steps (null: none);
+  // the World sets it on every group it makes (docs/observability.md#timeline-traces).
+  void set_trace(std::shared_ptr<TraceRecorder> trace);
+  const std::shared_ptr<TraceRecorder>& trace() const { return trace_; }
+
   // The c10d backend, for what the facade does not cover.
   const c10::intrusive_ptr<c10d::Backend>& backend() const { return backend_; }
 
@@ -213,6 +219,10 @@ class ProcessGroup {
   Work submit(Collective kind, uint64_t bytes_sent, std::string what, std::string op,
               const at::Tensor* input, const CollectiveTag& tag, std::function<void()> body,
               RecordAs record_as = {});
+  // During a profiled step: `body` also records its run on this group's trace track, and the
+  // Work's wait records the time it blocked.
+  void trace_collective(detail::WorkState& state, Collective kind, uint64_t bytes_sent,
+                        const CollectiveTag& tag, std::function<void()>& body);
   // A send or recv: counted, described, started on the queue in issue order, finished off it.
   Work submit_p2p(bool is_send, const at::Tensor& tensor, int peer, int tag,
                   const CollectiveTag& what);
@@ -229,6 +239,8 @@ class ProcessGroup {
   std::array<std::atomic<uint64_t>, kNumCollectives> bytes_{};
   std::array<std::atomic<uint64_t>, kNumCollectives> calls_{};
   std::atomic<uint64_t> p2p_issued_{0};  // numbers sends and recvs in messages
+  std::shared_ptr<TraceRecorder> trace_;
+  int trace_track_ = 0;  // "comm <name>" in trace_
 };
 
 }  // namespace fsdpp::dist

@@ -57,6 +57,12 @@ class World {
   // Used by DeviceMesh to name its groups uniquely.
   int next_mesh_id() { return mesh_count_++; }
 
+  // This rank's timeline recorder (null: none). FSDPP_PROFILE_STEPS makes one when the World
+  // is made; set_trace replaces it on the world's groups, those made so far and those to come
+  // (docs/observability.md#timeline-traces). Call it before communicating.
+  const std::shared_ptr<TraceRecorder>& trace() const { return trace_; }
+  void set_trace(std::shared_ptr<TraceRecorder> trace);
+
  private:
   DistEnv env_;
   c10::intrusive_ptr<c10d::Store> store_;
@@ -65,6 +71,8 @@ class World {
   std::shared_ptr<ProcessGroup> group_;
   std::shared_ptr<DeviceMesh> mesh_;
   int mesh_count_ = 0;
+  std::shared_ptr<TraceRecorder> trace_;
+  std::vector<std::weak_ptr<ProcessGroup>> made_groups_;  // by new_group, for set_trace
 };
 
 // Reads the torchrun variables (see DistEnv), rendezvous through c10d's TCPStore (rank 0 hosts
