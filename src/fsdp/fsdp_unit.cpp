@@ -318,8 +318,23 @@ void FSDPUnit::reshard(bool free_unsharded) {
 // ---------------------------------------------------------------------------------------------
 // Forward
 
+dist::TraceRecorder::Clock::time_point FSDPUnit::trace_begin() const {
+  auto* t = trace();
+  return t && t->active() ? dist::TraceRecorder::Clock::now() : dist::TraceRecorder::Clock::time_point{};
+}
+
+void FSDPUnit::trace_end(const char* what, dist::TraceRecorder::Clock::time_point begin) const {
+  auto* t = trace();
+  if (!t || !t->active() || begin == dist::TraceRecorder::Clock::time_point{}) return;
+  t->complete(t->thread_track(), fmt::format("{} {}", what, name_), begin,
+              dist::TraceRecorder::Clock::now(), {{"unit", name_}});
+}
+
 void FSDPUnit::pre_forward() {
   const auto phase = detail::checkpoint_phase();
+  // A program without a trainer counts its steps by the root's training forwards (trace.h).
+  if (auto* t = trace(); t && is_root() && at::GradMode::is_enabled()) t->auto_step();
+  forward_began_ = trace_begin();
   if (is_root()) {
     lazy_init();
     if (phase != detail::CheckpointPhase::RECOMPUTE) {
@@ -366,6 +381,7 @@ std::vector<at::Tensor> FSDPUnit::post_forward(std::vector<at::Tensor> outputs) 
       if (u->sharded_) u->drop_prefetch();  // prefetched for a unit that did not run
     }
   }
+  trace_end(phase == detail::CheckpointPhase::RECOMPUTE ? "recompute" : "forward", forward_began_);
   if (const auto& out_dtype = options_.mp_policy.output_dtype) {
     for (auto& o : outputs) {
       if (o.defined() && o.is_floating_point() && o.scalar_type() != *out_dtype) o = o.to(*out_dtype);
@@ -406,6 +422,7 @@ void FSDPUnit::pre_backward() {
     torch::autograd::Engine::get_default_engine().queue_callback([r] { r->root_end_backward(); });
   }
   if (state_ == UnitState::PRE_BACKWARD) return;  // a unit called twice in one forward
+  backward_began_ = trace_begin();
   unshard();
   state_ = UnitState::PRE_BACKWARD;
   grads_ready_ = 0;
@@ -431,6 +448,7 @@ void FSDPUnit::post_backward() {
   }
   reduce_gradients();
   reshard(!keep_unsharded_between_steps());
+  trace_end("backward", backward_began_);
 }
 
 // One flat reduce-scatter for the whole unit: row k of the (shard_world, total) input holds,

@@ -25,7 +25,9 @@
 #include <vector>
 
 #include "fsdp_param.h"
+#include "fsdpp/dist/device_mesh.h"
 #include "fsdpp/dist/process_group.h"
+#include "fsdpp/dist/trace.h"
 #include "fsdpp/fsdp/fully_shard.h"
 
 namespace fsdpp {
@@ -94,6 +96,11 @@ class FSDPUnit : public torch::nn::Module {
                       int depth);
   at::Tensor gather_input() const;
   dist::CollectiveTag tag() const { return {name_}; }
+  // The timeline recorder, reached through the unit's groups (null: none); see trace.h.
+  dist::TraceRecorder* trace() const { return options_.mesh->group(0)->trace().get(); }
+  // Now when a profiled step is being recorded, else the epoch (nothing to record at the end).
+  dist::TraceRecorder::Clock::time_point trace_begin() const;
+  void trace_end(const char* what, dist::TraceRecorder::Clock::time_point begin) const;
 
   torch::nn::Module* module_;  // owns this unit as its child kChildName
   FullyShardOptions options_;
@@ -145,6 +152,8 @@ class FSDPUnit : public torch::nn::Module {
   std::vector<FSDPUnit*> forward_order_, backward_order_;
   std::vector<FSDPUnit*> recording_forward_, recording_backward_;
   int gathers_in_flight_ = 0;  // prefetched all-gathers issued and not yet used
+  // When this unit's forward / backward began, for its trace event.
+  dist::TraceRecorder::Clock::time_point forward_began_{}, backward_began_{};
 };
 
 // The unit a module was made into, or nullptr.
