@@ -285,6 +285,20 @@ std::vector<std::string> read_value<std::vector<std::string>>(const YAML::Node& 
   return out;
 }
 
+// A list of integers, or one comma-separated string ("10,11") as a command-line override gives.
+template <>
+std::vector<int64_t> read_value<std::vector<int64_t>>(const YAML::Node& value, const Loc& loc) {
+  constexpr std::string_view kExpected = "a list of integers or a comma-separated string";
+  std::vector<int64_t> out;
+  if (value.IsNull()) return out;
+  for (const auto& item : read_value<std::vector<std::string>>(value, loc)) {
+    int64_t v = 0;
+    if (!parse_int(item, v)) type_error(loc, value, kExpected);
+    out.push_back(v);
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Writing values back.
 
@@ -335,6 +349,11 @@ void emit_value(YAML::Emitter& out, const std::string& v) { emit_string(out, v);
 void emit_value(YAML::Emitter& out, const std::vector<std::string>& v) {
   out << YAML::Flow << YAML::BeginSeq;
   for (const auto& s : v) emit_string(out, s);
+  out << YAML::EndSeq;
+}
+void emit_value(YAML::Emitter& out, const std::vector<int64_t>& v) {
+  out << YAML::Flow << YAML::BeginSeq;
+  for (int64_t i : v) out << i;
   out << YAML::EndSeq;
 }
 
@@ -537,6 +556,7 @@ const Key& schema() {
                       FSDPP_KEY(training, sample_temperature),
                       FSDPP_KEY(training, sample_top_k),
                       FSDPP_KEY(training, malloc_mmap_threshold),
+                      FSDPP_KEY(training, profile_steps),
                   }),
       });
   return root;
@@ -1085,6 +1105,9 @@ void TrainConfig::validate() const {
         t.sample_temperature);
   check(t.sample_top_k >= 0, "[config] training.sample_top_k={}: expected >= 0 (0: no top-k)",
         t.sample_top_k);
+  for (int64_t step : t.profile_steps) {
+    check(step >= 1, "[config] training.profile_steps has {}: expected steps >= 1", step);
+  }
 
 }
 

@@ -23,6 +23,7 @@
 #include "fsdpp/data/printable_text.h"
 #include "fsdpp/data/tokenizer_files.h"
 #include "fsdpp/dist/agree.h"
+#include "fsdpp/dist/trace.h"
 #include "fsdpp/fsdp/checkpoint.h"
 #include "fsdpp/fsdp/disk_offload.h"
 #include "fsdpp/fsdp/fully_shard.h"
@@ -518,6 +519,18 @@ TrainResult Trainer::run() {
     return v.item<double>();
   };
 
+  // ---- timeline traces ---------------------------------------------------------------------
+  // training.profile_steps, else the recorder FSDPP_PROFILE_STEPS gave the World: each rank
+  // writes its profiled steps to <output_dir>/traces (docs/observability.md#timeline-traces).
+  std::shared_ptr<dist::TraceRecorder> trace = world.trace();
+  if (!t.profile_steps.empty()) {
+    trace = std::make_shared<dist::TraceRecorder>(
+        dist::TraceOptions{world.rank(), t.profile_steps, out_dir / "traces"});
+    s_->world->set_trace(trace);
+  } else if (trace && std::getenv("FSDPP_TRACE_DIR") == nullptr) {
+    trace->set_dir(out_dir / "traces");
+  }
+
   // ---- loop -------------------------------------------------------------------------------
   std::optional<detail::MetricsLog> metrics;
   if (lead) metrics.emplace(out_dir / "metrics.jsonl", resumed.has_value());
@@ -549,6 +562,7 @@ TrainResult Trainer::run() {
   double val_loss = std::nan("");
   for (int64_t step = first_step; step <= total_steps; ++step) {
     const auto t0 = Clock::now();
+    if (trace) trace->begin_step(step);
     const auto comm_before = comm_counters(*model);
     const auto split_before = comm_split();
     const double lr = schedule.at(step);
@@ -558,13 +572,19 @@ TrainResult Trainer::run() {
     double loss_sum = 0;
     const bool inject_nan = faults.nan_step == step;
     for (int64_t micro = 0; micro < accum; ++micro) {
+      dist::TraceSpan data_span(trace.get(), "data");
       auto [x, y] = sampler.next_batch(B);
+      data_span.end();
+      dist::TraceSpan forward_span(trace.get(), "forward");
       auto out = fsdpp::forward(model, x, y);
       auto loss = out.loss;
+      forward_span.end();
+      dist::TraceSpan backward_span(trace.get(), "backward");
       if (inject_nan && faults.nan_param.empty() && lead) loss = loss * std::nan("");
       scaler.scale(loss / static_cast<double>(accum)).backward();
       loss_sum += loss.item<double>();
     }
+    dist::TraceSpan clip_span(trace.get(), "clip_grad_norm");
     if (inject_nan && !faults.nan_param.empty()) inject_nan_grad(*model, faults.nan_param);
     if (faults.kill_step == step) detail::kill_self(world.rank(), step);
     scaler.unscale_();  // fp16: the gradients divided back, and inf/nan agreed over the ranks
@@ -572,6 +592,8 @@ TrainResult Trainer::run() {
     // The norm is non-finite exactly when a gradient element is: one check per step, and the
     // search for the culprit only then. Under fp16 the loss scaler skips such steps instead.
     if (!t.fp16 && !std::isfinite(grad_norm)) stop_on_nonfinite(*model, world, step, loss_sum);
+    clip_span.end();
+    dist::TraceSpan optimizer_span(trace.get(), "optimizer");
     const bool stepped = !scaler.found_inf();  // an overflow skips the step on every rank
     if (stepped && offload) {
       offload->step();
@@ -581,7 +603,12 @@ TrainResult Trainer::run() {
     const double loss_scale = scaler.get_scale();
     scaler.update();
     opt.zero_grad();
-    const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    optimizer_span.end();
+    const auto step_end = Clock::now();
+    // The step's collectives, per kind, for its trace event (what the trace must hold).
+    const auto step_comm = trace && trace->active() ? dist::counter_args(comm_counters(*model) - comm_before)
+                                                    : std::vector<dist::TraceArg>{};
+    const double step_ms = std::chrono::duration<double, std::milli>(step_end - t0).count();
     // Loss over the global batch and memory over the ranks: one small all-reduce each. A stop
     // signal rides along, so that every rank stops after the same step.
     auto stats = torch::tensor({loss_sum / accum, stop_signal.received() != 0 ? 1.0 : 0.0},
@@ -594,7 +621,10 @@ TrainResult Trainer::run() {
     result.steps = step;
     const bool eval_now = val_data.size() > 0 &&
                           ((t.eval_steps > 0 && step % t.eval_steps == 0) || step == total_steps);
-    if (eval_now) val_loss = evaluate();
+    if (eval_now) {
+      dist::TraceSpan eval_span(trace.get(), "eval");
+      val_loss = evaluate();
+    }
     if (step % t.logging_steps == 0 || step == first_step || step == total_steps || eval_now) {
       auto rss = torch::tensor({peak_rss_mb()}, torch::kDouble);
       world.group()->all_reduce(rss, dist::ReduceOp::MAX, {"metrics"});
@@ -627,8 +657,13 @@ TrainResult Trainer::run() {
     } else {
       progress.tick(step, loss, lr, std::chrono::duration<double>(Clock::now() - start).count());
     }
-    if (save_due(step)) save_checkpoint(step);
+    if (save_due(step)) {
+      dist::TraceSpan save_span(trace.get(), "checkpoint_save");
+      save_checkpoint(step);
+    }
     heartbeat.beat(fmt::format("step {} of {}", step, total_steps));
+    // The step's event spans what step_ms measures; eval and saves follow it in the trace.
+    if (trace) trace->end_step(step, step_end, step_comm);
     if (stop_now) {
       result.stopped_by_signal = stop_signal.received() != 0 ? stop_signal.received() : SIGTERM;
       break;

@@ -140,6 +140,9 @@ struct TrainingSection {
   // Less peak RSS for some step time (page faults); 0: glibc's dynamic threshold
   // (docs/fully-shard.md#memory).
   int64_t malloc_mmap_threshold = 1 << 20;
+  // Steps whose timeline each rank writes as a Chrome trace (Perfetto, chrome://tracing) to
+  // <output_dir>/traces/rank<R>.trace.json; fsdpp's key (docs/observability.md#timeline-traces).
+  std::vector<int64_t> profile_steps;
 };
 
 struct TrainConfig {
