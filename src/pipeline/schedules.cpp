@@ -163,8 +163,64 @@ PipelineSchedule interleaved_zero_bubble(int p, int v, int m) {
   return s;
 }
 
+PipelineSchedule zbv_zero_bubble(int p, int m) {
+  check_sizes("ZBVZeroBubble", p, 2, m);
+  auto s = empty("ZBVZeroBubble", p, 2, m);
+  // V placement: rank r holds stage r going down and stage 2p-1-r coming back, so rank 0 holds
+  // the first and the last stage and the turn (stages p-1 and p) is on rank p-1 with no message.
+  for (int stage = p; stage < 2 * p; ++stage) s.stage_to_rank[static_cast<size_t>(stage)] =
+      2 * p - 1 - stage;
+  // The shape of PyTorch's ScheduleZBVZeroBubble, written for n = max(m, 2p-1) microbatches,
+  // the fewest that fill the V; with fewer, the actions of the microbatches that do not exist
+  // are dropped (the order of the others still respects the data flow, which verify checks).
+  const int n = std::max(m, 2 * p - 1);
+  for (int r = 0; r < p; ++r) {
+    const int down = r, up = 2 * p - 1 - r;
+    int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+    std::vector<Action> ops;
+    auto add = [&](int stage, ActionKind kind, int& counter) {
+      ops.push_back({stage, kind, counter++});
+    };
+    auto add_iw = [&](int stage, int& counter) {
+      ops.push_back({stage, ActionKind::I, counter});
+      ops.push_back({stage, ActionKind::W, counter++});
+    };
+    for (int i = 0; i < 2 * (p - r) - 1; ++i) add(down, ActionKind::F, f0);
+    for (int i = 0; i < r; ++i) {
+      add(up, ActionKind::F, f1);
+      add(down, ActionKind::F, f0);
+    }
+    for (int i = 0; i < p - r; ++i) {
+      add(up, ActionKind::F, f1);
+      add_iw(up, b1);
+    }
+    while (f1 < f0 || f0 < n) {
+      if (f0 < n) add(down, ActionKind::F, f0);
+      add_iw(down, b0);
+      add(up, ActionKind::F, f1);
+      add_iw(up, b1);
+    }
+    // Cool-down: the input gradients first, the weight gradients fill in after.
+    int w0 = b0, w1 = b1;
+    for (int i = 0; i < r; ++i) {
+      ops.push_back({down, ActionKind::I, b0++});
+      ops.push_back({up, ActionKind::I, b1++});
+    }
+    for (int i = 0; i < p - r; ++i) {
+      ops.push_back({down, ActionKind::I, b0++});
+      ops.push_back({down, ActionKind::W, w0++});
+    }
+    while (w1 < b1) ops.push_back({up, ActionKind::W, w1++});
+    while (w0 < b0) ops.push_back({down, ActionKind::W, w0++});
+    auto& list = s.actions[static_cast<size_t>(r)];
+    for (const Action& a : ops)
+      if (a.microbatch < m) list.push_back(a);
+  }
+  return s;
+}
+
 std::vector<std::string_view> schedule_names() {
-  return {"GPipe", "1F1B", "Interleaved1F1B", "ZBH1", "InterleavedZeroBubble"};
+  return {"GPipe", "1F1B", "Interleaved1F1B", "ZBH1", "InterleavedZeroBubble", "ZBVZeroBubble"};
 }
 
 PipelineSchedule make_schedule(std::string_view name, int p, int m, int v) {
@@ -172,12 +228,13 @@ PipelineSchedule make_schedule(std::string_view name, int p, int m, int v) {
   if (key == "gpipe") return add_communication(gpipe(p, m));
   if (key == "1f1b") return add_communication(schedule_1f1b(p, m));
   if (key == "zbh1") return add_communication(zb_h1(p, m));
+  if (key == "zbvzerobubble" || key == "zbv") return add_communication(zbv_zero_bubble(p, m));
   if (key == "interleaved1f1b") return add_communication(interleaved_1f1b(p, v > 0 ? v : 2, m));
   if (key == "interleavedzerobubble")
     return add_communication(interleaved_zero_bubble(p, v > 0 ? v : 2, m));
   FSDPP_THROW(ConfigError,
-              "[pipeline] unknown schedule '{}'; expected GPipe, 1F1B, Interleaved1F1B, ZBH1 or "
-              "InterleavedZeroBubble",
+              "[pipeline] unknown schedule '{}'; expected GPipe, 1F1B, Interleaved1F1B, ZBH1, "
+              "InterleavedZeroBubble or ZBVZeroBubble",
               name);
 }
 

@@ -131,6 +131,8 @@ TEST(PipelineSchedule, InterleavedPlacementAndRounds) {
     EXPECT_EQ(problem(pp::make_schedule("InterleavedZeroBubble", 4, m, 2)), "") << m;
   EXPECT_THROW(pp::make_schedule("Pipedream", 2, 2), fsdpp::ConfigError);
   EXPECT_EQ(pp::make_schedule("ScheduleGPipe", 2, 2).name, "GPipe");
+  auto v = pp::make_schedule("ZBV", 4, 8);  // V placement: rank r holds stages r and 7-r
+  EXPECT_EQ(v.stage_to_rank, (std::vector<int>{0, 1, 2, 3, 3, 2, 1, 0}));
   EXPECT_THROW(pp::gpipe(2, 0), fsdpp::ConfigError);
 }
 
@@ -332,6 +334,8 @@ TEST(PipelineSchedule, ZeroBubbleAndInterleavingShrinkTheBubble) {
         EXPECT_LE(zb, one_f_one_b + 1e-12);
         EXPECT_LE(il, one_f_one_b + 1e-12);
         EXPECT_LE(izb, one_f_one_b + 1e-12);
+        double zbv = pp::simulate(pp::make_schedule("ZBVZeroBubble", p, m), costs).bubble_fraction;
+        EXPECT_LE(zbv, zb + 1e-12);
         // ZB-H1 reaches the paper's bubble (p-1)(F+I-W) exactly.
         auto s = pp::make_schedule("ZBH1", p, m);
         EXPECT_NEAR(zb, pp::theoretical_bubble(s, costs), 1e-12);
@@ -352,6 +356,9 @@ TEST(PipelineSchedule, ActivationsInFlight) {
         EXPECT_EQ(ofob.peak_activations[static_cast<size_t>(st)], std::min(m, p - st));
         EXPECT_EQ(zb.peak_activations[static_cast<size_t>(st)], std::min(m, p - st));
       }
+      // ZB-V holds at most p microbatches' worth on a rank (2p stage-halves), 1F1B's memory.
+      auto zbv = pp::simulate(pp::make_schedule("ZBVZeroBubble", p, m));
+      for (const auto& rank : zbv.ranks) EXPECT_LE(rank.peak_activations, 2 * std::min(m, p));
     }
   }
 }

@@ -19,6 +19,8 @@
 //    the tail that 1F1B leaves idle; peak activations as 1F1B.
 //  - InterleavedZeroBubble: Interleaved1F1B's placement and rounds with I/W split and the
 //    zero-bubble warm-up ((v-1)g + p-1-r forwards), PyTorch's ScheduleInterleavedZeroBubble.
+//  - ZBVZeroBubble: ZB-V of Qi et al., PyTorch's ScheduleZBVZeroBubble: two stages per rank in a
+//    V (rank r holds stages r and 2p-1-r), I/W split; any m (shaped for max(m, 2p-1)).
 
 #include <string_view>
 #include <vector>
@@ -33,8 +35,10 @@ PipelineSchedule interleaved_1f1b(int num_ranks, int stages_per_rank, int num_mi
 PipelineSchedule zb_h1(int num_ranks, int num_microbatches);
 PipelineSchedule interleaved_zero_bubble(int num_ranks, int stages_per_rank,
                                          int num_microbatches);
+PipelineSchedule zbv_zero_bubble(int num_ranks, int num_microbatches);
 
-// By name: "GPipe", "1F1B", "Interleaved1F1B", "ZBH1", "InterleavedZeroBubble" (PyTorch's
+// By name: "GPipe", "1F1B", "Interleaved1F1B", "ZBH1", "InterleavedZeroBubble",
+// "ZBVZeroBubble" (PyTorch's
 // "Schedule" prefix and case are ignored: "ScheduleGPipe", "zbh1"). stages_per_rank is used by
 // the interleaved schedules only (default 2 there). Returns the schedule with communication.
 PipelineSchedule make_schedule(std::string_view name, int num_ranks, int num_microbatches,
