@@ -19,7 +19,8 @@
 //   has byte fallback. Control pieces (<s>, </s>) are not special tokens: fsdpp never adds them
 //   and SentencePiece never matches them in text. A model trained with other settings (a dummy
 //   prefix, another normaliser, unigram) gets tokenizer.model and a LlamaTokenizer config only:
-//   transformers converts it itself, which need not match SentencePiece exactly.
+//   transformers converts it itself (with Python's sentencepiece package), which need not match
+//   SentencePiece exactly. The tokenizer.json route needs no sentencepiece in Python.
 
 #include <cstdint>
 #include <map>
