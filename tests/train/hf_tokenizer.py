@@ -8,7 +8,8 @@ AutoModelForCausalLM + greedy generate() give the text `fsdpp-generate --tempera
    non-ASCII characters, digits, tabs, runs of spaces): the HF ids of the whole training text
    equal the token file fsdpp-train wrote (its last tokens: the cache is a header then uint16
    ids), decode round-trips, greedy text equal to fsdpp-generate's.
-3. fsdpp-generate and fsdpp's own tokenizer file work on the exported directory.
+3. fsdpp-generate works on the exported directory (fsdpp's own tokenizer files are there), and
+   `import-hf` of the export keeps them: its checkpoint generates the same text.
 
 usage: hf_tokenizer.py FSDPP_RUN FSDPP_TRAIN FSDPP_CKPT FSDPP_GENERATE SOURCE_DIR
 """
@@ -118,4 +119,14 @@ with tempfile.TemporaryDirectory() as d:
         assert tok.decode(tok(s).input_ids) == s.replace("\t", " \u2047 "), s
     print(f"  the {len(hf_ids)} ids of the whole training text ({len(text)} characters) == fsdpp's "
           "token file; decode round-trips (unknown characters: SentencePiece's \u2047)")
+
+    # 3. import-hf keeps fsdpp's tokenizer files: the imported checkpoint generates the same text.
+    imported = os.path.join(d, "imported-spm")
+    sh(ckpt, "import-hf", hf, imported)
+    assert open(os.path.join(imported, "tokenizer.model"), "rb").read() == \
+        open(os.path.join(ck, "tokenizer.model"), "rb").read()
+    again = sh(generate, imported, "--prompt", "The ", "--max-new-tokens", str(N), "--temperature",
+               "0", "--raw")[:-1]
+    assert again == raw, (again, raw)
+    print("  import-hf of the export keeps the tokenizer: fsdpp-generate gives the same text")
 print("hf_tokenizer: OK")
