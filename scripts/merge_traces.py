@@ -42,8 +42,10 @@ def main():
             if not found:
                 sys.exit(f"[trace] {p} holds no rank<R>.trace.json files")
             paths += [os.path.join(p, f) for f in found]
-        else:
+        elif os.path.isfile(p):
             paths.append(p)
+        else:
+            sys.exit(f"[trace] {p} does not exist (a run writes <output_dir>/traces after its last profiled step)")
     traces = [load(p) for p in paths]
     ranks = [t.get("otherData", {}).get("rank") for t in traces]
     if len(set(ranks)) != len(ranks):

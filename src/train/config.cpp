@@ -285,16 +285,24 @@ std::vector<std::string> read_value<std::vector<std::string>>(const YAML::Node& 
   return out;
 }
 
-// A list of integers, or one comma-separated string ("10,11") as a command-line override gives.
+// A list of integers, or one comma-separated string ("10,11") as a command-line override gives;
+// an item "10-12" is the range 10, 11, 12 (as FSDPP_PROFILE_STEPS writes it).
 template <>
 std::vector<int64_t> read_value<std::vector<int64_t>>(const YAML::Node& value, const Loc& loc) {
-  constexpr std::string_view kExpected = "a list of integers or a comma-separated string";
+  constexpr std::string_view kExpected =
+      "a list of integers or ranges (10-12), or a comma-separated string of them";
   std::vector<int64_t> out;
   if (value.IsNull()) return out;
   for (const auto& item : read_value<std::vector<std::string>>(value, loc)) {
-    int64_t v = 0;
-    if (!parse_int(item, v)) type_error(loc, value, kExpected);
-    out.push_back(v);
+    int64_t a = 0, b = 0;
+    const auto dash = item.find('-', 1);
+    const bool ok = dash == std::string::npos
+                        ? parse_int(item, a) && (b = a, true)
+                        : parse_int(trim(item.substr(0, dash)), a) &&
+                              parse_int(trim(item.substr(dash + 1)), b) && a <= b &&
+                              b - a < 100000;
+    if (!ok) type_error(loc, value, kExpected);
+    for (int64_t v = a; v <= b; ++v) out.push_back(v);
   }
   return out;
 }

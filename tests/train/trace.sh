@@ -3,8 +3,8 @@
 # FULL_SHARD, a tiny model: each rank writes traces/rank<R>.trace.json after the last profiled
 # step; trace_check.py checks that they load, nest, hold every collective the counters saw and
 # the step time metrics.jsonl has, and scripts/merge_traces.py joins them into one timeline.
-# FSDPP_PROFILE_STEPS (the library's variable) gives the trainer its steps too, and a malformed
-# value is refused naming the variable.
+# FSDPP_PROFILE_STEPS (the library's variable) gives the trainer its steps too; a malformed
+# value is refused naming the variable, and a step 0 in training.profile_steps naming the key.
 set -euo pipefail
 run=$1 train=$2 python=$3 src=$4
 dir=$(mktemp -d)
@@ -15,7 +15,7 @@ small=(data.path="$src/configs" data.seq_len=32 data.val_fraction=0.1 model.dim=
        training.save_strategy=no training.eval_steps=0 data.cache_dir="$dir/cache")
 np2=("$run" --nproc-per-node 2 --timeout-s 120 "$train" "$src/configs/default.yaml" "${small[@]}")
 
-"${np2[@]}" training.max_steps=5 training.profile_steps=[3,4] training.output_dir="$dir/A" \
+"${np2[@]}" training.max_steps=5 training.profile_steps=3-4 training.output_dir="$dir/A" \
   > "$dir/A.log" 2>&1 || { cat "$dir/A.log"; exit 1; }
 "$python" "$src/scripts/merge_traces.py" "$dir/A/traces"
 "$python" "$src/tests/train/trace_check.py" "$dir/A" 2 3 4
@@ -32,4 +32,10 @@ if FSDPP_PROFILE_STEPS=2,x "${np2[@]}" training.max_steps=1 training.output_dir=
 fi
 grep -q "\[trace\] FSDPP_PROFILE_STEPS='2,x': 'x' is not a step" "$dir/C.log" ||
   { echo "FAIL: FSDPP_PROFILE_STEPS=2,x"; cat "$dir/C.log"; exit 1; }
+if "$train" "$src/configs/default.yaml" "${small[@]}" training.profile_steps=[0,2] \
+     training.output_dir="$dir/D" > "$dir/D.log" 2>&1; then
+  echo "FAIL: training.profile_steps=[0,2] was accepted"; exit 1
+fi
+grep -q "\[config\] training.profile_steps has 0: expected steps >= 1" "$dir/D.log" ||
+  { echo "FAIL: training.profile_steps=[0,2]"; cat "$dir/D.log"; exit 1; }
 echo "trace.sh: ok"
