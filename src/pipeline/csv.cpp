@@ -68,8 +68,9 @@ PipelineSchedule read_csv(std::istream& in, const std::string& name) {
     }
     s.actions.push_back(std::move(row));
   }
-  // A file written by write_csv ends with a newline; a blank last row would be a rank with
-  // nothing to do, which getline does not produce, so every line read is a rank.
+  // Blank lines at the end (an editor's extra newline) are not ranks; a blank row between
+  // others is a rank with nothing to do.
+  while (!s.actions.empty() && s.actions.back().empty()) s.actions.pop_back();
   s.num_ranks = static_cast<int>(s.actions.size());
   FSDPP_CHECK(s.num_ranks > 0, "[pipeline] the csv schedule '{}' has no rows (one per rank)", name);
   s.num_stages = max_stage + 1;

@@ -65,7 +65,9 @@ std::optional<std::string> check_shape(const PipelineSchedule& s) {
 
 // Every microbatch forwarded once and backwarded once (B, or I and W) on every stage.
 std::optional<std::string> check_counts(const PipelineSchedule& s) {
-  // (stage, microbatch) -> counts of F, B, I, W
+  // (stage, microbatch) -> counts of F, B, I, W, indexed by ActionKind's value
+  static_assert(static_cast<int>(ActionKind::F) == 0 && static_cast<int>(ActionKind::B) == 1 &&
+                static_cast<int>(ActionKind::I) == 2 && static_cast<int>(ActionKind::W) == 3);
   std::map<std::pair<int, int>, std::array<int, 4>> counts;
   for (int r = 0; r < s.num_ranks; ++r) {
     const auto& list = s.actions[static_cast<size_t>(r)];

@@ -368,6 +368,7 @@ TEST(PipelineSchedule, CsvRoundTrip) {
   auto spaced = pp::from_csv(" 0F0 ,,0B0\n1F0,, \n");
   EXPECT_EQ(spaced.actions[0], (std::vector<Action>{{0, ActionKind::F, 0}, {0, ActionKind::B, 0}}));
   EXPECT_EQ(spaced.actions[1].size(), 1u);
+  EXPECT_EQ(pp::from_csv("0F0,0B0\n\n\n").num_ranks, 1);  // trailing blank lines are not ranks
   // Errors name the line.
   try {
     pp::from_csv("0F0,0B0\n1F0,1Q0\n");
@@ -395,6 +396,17 @@ TEST(PipelineSchedule, BubbleOfGPipeAnd1F1BIsTheFormula) {
       }
     }
   }
+}
+
+TEST(PipelineSchedule, PointToPointLatencyWidensTheBubble) {
+  // GPipe, p = 2, m = 1: F on rank 0, the message, F and B on rank 1, the message, B on rank 0.
+  pp::Costs costs;
+  costs.p2p = 0.5;
+  auto sim = pp::simulate(pp::make_schedule("GPipe", 2, 1), costs);
+  EXPECT_DOUBLE_EQ(sim.makespan, 5.0);
+  EXPECT_DOUBLE_EQ(sim.ranks[0].busy, 2.0);
+  EXPECT_DOUBLE_EQ(sim.ranks[0].idle, 3.0);
+  EXPECT_DOUBLE_EQ(sim.bubble_fraction, 0.6);
 }
 
 TEST(PipelineSchedule, ZeroBubbleAndInterleavingShrinkTheBubble) {
