@@ -1024,9 +1024,10 @@ void load_state_dict(const fs::path& dir, torch::nn::Module& root,
   agreed(c, [&] {
     if (local) {
       FSDPP_CHECK_AS(CheckpointError, ck.world_size == c.size(),
-                     "[state] '{}': a LOCAL checkpoint saved on {} ranks cannot be loaded on {} "
-                     "ranks; save it as SHARDED or FULL to change the world size",
-                     where, ck.world_size, c.size());
+                     "[state] '{}': a LOCAL checkpoint saved on {} rank{} cannot be loaded on {} "
+                     "rank{}; save it as SHARDED or FULL to change the world size",
+                     where, ck.world_size, ck.world_size == 1 ? "" : "s", c.size(),
+                     c.size() == 1 ? "" : "s");
     }
     std::set<std::string> model_names;
     for (const auto& r : params) {

@@ -294,8 +294,8 @@ TEST(StateDict, LocalOnOtherWorldSizeRefused) {
     state::load_state_dict(dir, *a.model, a.opt.get(), w.group());
     ADD_FAILURE() << "LOCAL loaded on another world size";
   } catch (const CheckpointError& e) {
-    EXPECT_NE(std::string(e.what()).find(fmt::format("saved on {} ranks cannot be loaded on {} ranks",
-                                                     w.size() + 1, w.size())),
+    EXPECT_NE(std::string(e.what()).find(fmt::format("saved on {} ranks cannot be loaded on {} rank{}",
+                                                     w.size() + 1, w.size(), w.size() == 1 ? "" : "s")),
               std::string::npos)
         << e.what();
   }

@@ -161,7 +161,8 @@ int main(int argc, char** argv) {
       fail(rank, "LOCAL checkpoint loaded on another world size");
     } catch (const CheckpointError& e) {
       const std::string msg = e.what();
-      if (msg.find("cannot be loaded on " + std::to_string(n) + " ranks") == std::string::npos) {
+      if (msg.find("cannot be loaded on " + std::to_string(n) + (n == 1 ? " rank;" : " ranks;")) ==
+          std::string::npos) {
         fail(rank, "unexpected LOCAL error: " + msg);
       }
     }
