@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdpp/common/error.h"
+#include "hf_directory.h"
 #include "fsdpp/data/hf_tokenizer.h"
 #include "fsdpp/data/tokenizer_files.h"
 #include "fsdpp/state/atomic_dir.h"
@@ -23,41 +24,12 @@
 
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
+using fsdpp::models::detail::field;
+using fsdpp::models::detail::parse_json;
+using fsdpp::models::detail::read_text;
 
 namespace fsdpp::models {
 namespace {
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  FSDPP_CHECK_AS(ConfigError, in.good(), "[models] cannot read '{}'", path.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-json parse(const std::string& text, const std::string& source) {
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    FSDPP_THROW(ConfigError, "[models] '{}' is not valid JSON: {}", source, e.what());
-  }
-}
-
-// A required or defaulted field of an HF config, with its type checked.
-template <typename T>
-T field(const json& j, const std::string& key, const std::string& source, std::optional<T> fallback = std::nullopt) {
-  if (!j.contains(key) || j.at(key).is_null()) {
-    FSDPP_CHECK_AS(ConfigError, fallback.has_value(), "[models] '{}': config field '{}' is missing",
-                   source, key);
-    return *fallback;
-  }
-  try {
-    return j.at(key).get<T>();
-  } catch (const json::exception&) {
-    FSDPP_THROW(ConfigError, "[models] '{}': config field '{}' is {}, of the wrong type", source, key,
-                j.at(key).dump());
-  }
-}
 
 struct Shapes {
   std::map<std::string, std::vector<int64_t>> by_name;  // fsdpp name -> shape
@@ -152,7 +124,7 @@ std::string llama_config_to_json(const LlamaConfig& c) {
 }
 
 LlamaConfig llama_config_from_json(const std::string& text, const std::string& source) {
-  const json j = parse(text, source);
+  const json j = parse_json(text, source);
   FSDPP_CHECK_AS(ConfigError, j.is_object() && j.value("format", std::string()) == "fsdpp.llama_config",
                  "[models] '{}' is not an fsdpp model config (expected \"format\": "
                  "\"fsdpp.llama_config\")", source);
@@ -175,7 +147,7 @@ LlamaConfig llama_config_from_json(const std::string& text, const std::string& s
 }
 
 LlamaConfig llama_config_from_hf(const std::string& config_json, const std::string& source) {
-  const json j = parse(config_json, source);
+  const json j = parse_json(config_json, source);
   FSDPP_CHECK_AS(ConfigError, j.is_object(), "[models] '{}' is not a JSON object", source);
   const std::string type = field<std::string>(j, "model_type", source, std::string("llama"));
   FSDPP_CHECK_AS(ConfigError, type == "llama",
@@ -306,30 +278,9 @@ NamedTensors llama_tensors_to_hf(const LlamaConfig& cfg, const NamedTensors& fsd
 }
 
 HfLlama load_hf_llama(const fs::path& dir) {
-  const fs::path config = dir / "config.json";
-  FSDPP_CHECK_AS(ConfigError, fs::exists(config),
-                 "[models] '{}' has no config.json; expected a save_pretrained directory", dir.string());
   HfLlama out;
-  out.config = llama_config_from_hf(read_text(config), config.string());
-  NamedTensors hf;
-  std::vector<fs::path> files;
-  if (fs::exists(dir / "model.safetensors")) {
-    files.push_back(dir / "model.safetensors");
-  } else {
-    const fs::path index = dir / "model.safetensors.index.json";
-    FSDPP_CHECK_AS(ConfigError, fs::exists(index),
-                   "[models] '{}' has neither model.safetensors nor model.safetensors.index.json "
-                   "(only safetensors weights are read)", dir.string());
-    const json j = parse(read_text(index), index.string());
-    std::set<std::string> names;
-    for (const auto& [tensor, file] : j.at("weight_map").items()) names.insert(file.get<std::string>());
-    for (const auto& n : names) files.push_back(dir / n);
-  }
-  for (const auto& f : files) {
-    auto st = state::SafetensorsFile::open(f);
-    for (const auto& name : st.names()) hf.emplace_back(name, st.get(name));
-  }
-  out.tensors = llama_tensors_from_hf(out.config, hf);
+  out.config = llama_config_from_hf(detail::read_hf_config(dir), (dir / "config.json").string());
+  out.tensors = llama_tensors_from_hf(out.config, detail::read_hf_tensors(dir));
   return out;
 }
 

@@ -15,48 +15,17 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdpp/common/error.h"
+#include "hf_directory.h"
 #include "fsdpp/state/atomic_dir.h"
 #include "fsdpp/state/safetensors.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
+using fsdpp::models::detail::field;
+using fsdpp::models::detail::parse_json;
 
 namespace fsdpp::models {
 namespace {
-
-// These three small readers repeat hf_llama.cpp's private ones, to keep the two converters
-// independent while that file changes.
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  FSDPP_CHECK_AS(ConfigError, in.good(), "[models] cannot read '{}'", path.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-json parse(const std::string& text, const std::string& source) {
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    FSDPP_THROW(ConfigError, "[models] '{}' is not valid JSON: {}", source, e.what());
-  }
-}
-
-template <typename T>
-T field(const json& j, const std::string& key, const std::string& source,
-        std::optional<T> fallback = std::nullopt) {
-  if (!j.contains(key) || j.at(key).is_null()) {
-    FSDPP_CHECK_AS(ConfigError, fallback.has_value(),
-                   "[models] '{}': config field '{}' is missing", source, key);
-    return *fallback;
-  }
-  try {
-    return j.at(key).get<T>();
-  } catch (const json::exception&) {
-    FSDPP_THROW(ConfigError, "[models] '{}': config field '{}' is {}, of the wrong type", source,
-                key, j.at(key).dump());
-  }
-}
 
 // Every fsdpp parameter of this config with its shape, in the model's order.
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_shapes(const Qwen3MoeConfig& c) {
@@ -113,7 +82,7 @@ void check_shape(const std::string& what, const at::Tensor& t, const std::vector
 }  // namespace
 
 Qwen3MoeConfig qwen3_moe_config_from_hf(const std::string& config_json, const std::string& source) {
-  const json j = parse(config_json, source);
+  const json j = parse_json(config_json, source);
   FSDPP_CHECK_AS(ConfigError, j.is_object(), "[models] '{}' is not a JSON object", source);
   const std::string type = field<std::string>(j, "model_type", source, std::string("qwen3_moe"));
   FSDPP_CHECK_AS(ConfigError, type == "qwen3_moe",
@@ -297,35 +266,9 @@ NamedTensors qwen3_moe_tensors_to_hf(const Qwen3MoeConfig& cfg, const NamedTenso
 }
 
 HfQwen3Moe load_hf_qwen3_moe(const fs::path& dir) {
-  const fs::path config = dir / "config.json";
-  FSDPP_CHECK_AS(ConfigError, fs::exists(config),
-                 "[models] '{}' has no config.json; expected a save_pretrained directory",
-                 dir.string());
   HfQwen3Moe out;
-  out.config = qwen3_moe_config_from_hf(read_text(config), config.string());
-  std::vector<fs::path> files;
-  if (fs::exists(dir / "model.safetensors")) {
-    files.push_back(dir / "model.safetensors");
-  } else {
-    const fs::path index = dir / "model.safetensors.index.json";
-    FSDPP_CHECK_AS(ConfigError, fs::exists(index),
-                   "[models] '{}' has neither model.safetensors nor model.safetensors.index.json "
-                   "(only safetensors weights are read)", dir.string());
-    const json j = parse(read_text(index), index.string());
-    FSDPP_CHECK_AS(ConfigError, j.contains("weight_map") && j["weight_map"].is_object(),
-                   "[models] '{}' has no weight_map object", index.string());
-    std::set<std::string> names;
-    for (const auto& [tensor, file] : j["weight_map"].items()) {
-      names.insert(file.get<std::string>());
-    }
-    for (const auto& n : names) files.push_back(dir / n);
-  }
-  NamedTensors hf;
-  for (const auto& f : files) {
-    auto st = state::SafetensorsFile::open(f);
-    for (const auto& name : st.names()) hf.emplace_back(name, st.get(name));
-  }
-  out.tensors = qwen3_moe_tensors_from_hf(out.config, hf);
+  out.config = qwen3_moe_config_from_hf(detail::read_hf_config(dir), (dir / "config.json").string());
+  out.tensors = qwen3_moe_tensors_from_hf(out.config, detail::read_hf_tensors(dir));
   return out;
 }
 
