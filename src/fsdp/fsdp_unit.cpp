@@ -10,7 +10,7 @@
 #include <cmath>
 #include <unordered_set>
 
-#include "checkpoint_region.h"
+#include "activation_checkpoint_region.h"
 #include "fsdpp/common/error.h"
 
 namespace fsdpp {

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "../support/test_models.h"
-#include "fsdpp/fsdp/disk_offload.h"
+#include "fsdpp/optim/disk_offload.h"
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/state/atomic_dir.h"
 #include "fsdpp/state/state_dict.h"

@@ -10,7 +10,7 @@
 
 #include "../support/test_models.h"
 #include "fsdpp/common/error.h"
-#include "fsdpp/fsdp/checkpoint.h"
+#include "fsdpp/fsdp/activation_checkpoint.h"
 #include "fsdpp/fsdp/grad_scaler.h"
 #include "fsdpp/fsdp/inspect.h"
 #include "world_fixture.h"

@@ -8,7 +8,7 @@
 #include <cstdio>
 
 #include "fsdpp/common/error.h"
-#include "fsdpp/fsdp/checkpoint.h"
+#include "fsdpp/fsdp/activation_checkpoint.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/models/llama.h"

@@ -4,7 +4,7 @@
 #include <torch/torch.h>
 
 #include "fsdpp/common/error.h"
-#include "fsdpp/fsdp/checkpoint.h"
+#include "fsdpp/fsdp/activation_checkpoint.h"
 #include "fsdpp/fsdp/fully_shard.h"
 
 namespace {

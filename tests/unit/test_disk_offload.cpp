@@ -18,7 +18,7 @@
 #include <string>
 
 #include "fsdpp/common/error.h"
-#include "fsdpp/fsdp/disk_offload.h"
+#include "fsdpp/optim/disk_offload.h"
 #include "fsdpp/state/atomic_dir.h"
 
 using fsdpp::DiskOffloadedOptimizer;

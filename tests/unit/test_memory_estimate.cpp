@@ -1,4 +1,4 @@
-// fsdpp-estimate's model (src/fsdp/memory_estimate.cpp) against references computed other ways:
+// fsdpp-estimate's model (src/estimate/memory_estimate.cpp) against references computed other ways:
 // the ZeRO paper's published figures, the parameter counts and shard sizes of the real model under
 // fully_shard, and the peak of live tensor bytes measured by a counting CPU allocator while the
 // real model trains three steps (one rank, and 2 or 4 ranks as threads, each rank's bytes
@@ -18,7 +18,7 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/inspect.h"
-#include "fsdpp/fsdp/memory_estimate.h"
+#include "fsdpp/estimate/memory_estimate.h"
 #include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/models/llama.h"
 

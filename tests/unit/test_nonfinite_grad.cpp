@@ -10,7 +10,7 @@
 #include "../support/test_models.h"
 #include "../support/thread_world.h"
 #include "fsdpp/fsdp/fully_shard.h"
-#include "fsdpp/fsdp/nonfinite_grad.h"
+#include "fsdpp/optim/nonfinite_grad.h"
 
 using namespace fsdpp;
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "fsdpp/common/error.h"
-#include "fsdpp/fsdp/memory_estimate.h"
+#include "fsdpp/estimate/memory_estimate.h"
 #include "fsdpp/models/llama.h"
 #include "fsdpp/train/config.h"
 #include "fsdpp/train/memory_check.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "fsdpp/fsdp/memory_estimate.h"
+#include "fsdpp/estimate/memory_estimate.h"
 #include "fsdpp/train/config.h"
 
 namespace fsdpp::train {

@@ -1,4 +1,4 @@
-#include "fsdpp/fsdp/nonfinite_grad.h"
+#include "fsdpp/optim/nonfinite_grad.h"
 
 #include <ATen/ATen.h>
 

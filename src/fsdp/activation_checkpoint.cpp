@@ -1,4 +1,4 @@
-#include "fsdpp/fsdp/checkpoint.h"
+#include "fsdpp/fsdp/activation_checkpoint.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <mutex>
 
-#include "checkpoint_region.h"
+#include "activation_checkpoint_region.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/wrap_policy.h"

@@ -1,4 +1,4 @@
-#include "fsdpp/fsdp/memory_estimate.h"
+#include "fsdpp/estimate/memory_estimate.h"
 
 #include <algorithm>
 #include <array>

@@ -1,6 +1,6 @@
 // Disk offload of optimizer state: every state tensor is a MAP_SHARED mapping of a region of
 // one file per wrapper, and a step updates one parameter at a time with only its state mapped in.
-#include "fsdpp/fsdp/disk_offload.h"
+#include "fsdpp/optim/disk_offload.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
