@@ -8,6 +8,7 @@
 #include <set>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/strategy_traits.h"
 
 namespace fsdpp {
 namespace {
@@ -161,10 +162,6 @@ int64_t shard_numel(const ModelDescription::Unit& u, int shard_world) {
   int64_t n = 0;
   for (const auto& p : u.params) n += ceil_div(p.rows, shard_world) * p.row_numel;
   return n;
-}
-
-bool is_hybrid(ShardingStrategy s) {
-  return s == ShardingStrategy::HYBRID_SHARD || s == ShardingStrategy::HYBRID_SHARD_ZERO2;
 }
 
 std::string lower(std::string s) {
@@ -451,16 +448,17 @@ MemoryEstimate estimate_memory(const ModelDescription& model, const EstimateOpti
                  "[estimate] forward_prefetch={} and backward_prefetch={} must be >= 0", o.forward_prefetch,
                  o.backward_prefetch);
   const ShardingStrategy s = o.strategy;
+  const StrategyTraits& traits = traits_of(s);
   int shard_world = o.world_size;
-  if (s == ShardingStrategy::NO_SHARD) shard_world = 1;
-  if (is_hybrid(s)) {
+  if (!traits.shards) shard_world = 1;
+  if (traits.hybrid) {
     shard_world = o.shard_group_size > 0 ? o.shard_group_size : std::min(o.world_size, 8);
     FSDPP_CHECK_AS(ConfigError, o.world_size % shard_world == 0,
                    "[estimate] {} over {} ranks: shard groups of {} ranks do not divide the world",
                    to_string(s), o.world_size, shard_world);
   }
-  const bool reshard_after_forward = s == ShardingStrategy::FULL_SHARD || s == ShardingStrategy::HYBRID_SHARD;
-  const bool keep_unsharded = s == ShardingStrategy::ZERO1;
+  const bool reshard_after_forward = traits.reshard_after_forward;
+  const bool keep_unsharded = traits.keep_unsharded_between_steps;
   // ZERO1 shards the optimizer state (and, as fsdpp implements it, the gradients) but keeps every
   // parameter gathered.
   const bool gather = shard_world > 1;
@@ -495,8 +493,8 @@ MemoryEstimate estimate_memory(const ModelDescription& model, const EstimateOpti
   for (size_t k = 1; k < root_params.size(); ++k) param_shards.push_back(shard_of(root_params[k]));
   const double psi = static_cast<double>(model.num_params());
   e.model_states = static_cast<int64_t>(
-      s == ShardingStrategy::NO_SHARD ? psi * (f32 + f32 + optim_per_elem)
-      : s == ShardingStrategy::ZERO1  ? psi * f32 + psi * (f32 + optim_per_elem) / o.world_size
+      !traits.shards  ? psi * (f32 + f32 + optim_per_elem)
+      : keep_unsharded ? psi * f32 + psi * (f32 + optim_per_elem) / o.world_size
                                       : psi * (f32 + f32 + optim_per_elem) / shard_world);
 
   // On the CPU every tensor comes from glibc's malloc (see HeapModel).

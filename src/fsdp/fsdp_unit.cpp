@@ -12,6 +12,7 @@
 
 #include "activation_checkpoint_region.h"
 #include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/strategy_traits.h"
 
 namespace fsdpp {
 namespace {
@@ -46,10 +47,6 @@ struct GradReadyHook : public torch::autograd::PostAccumulateGradHook {
   FSDPUnit* unit_;
 };
 
-bool is_hybrid(ShardingStrategy s) {
-  return s == ShardingStrategy::HYBRID_SHARD || s == ShardingStrategy::HYBRID_SHARD_ZERO2;
-}
-
 }  // namespace
 
 FSDPUnit* find_unit(torch::nn::Module& module) {
@@ -64,7 +61,8 @@ FSDPUnit::FSDPUnit(torch::nn::Module& module, const FullyShardOptions& options,
     : torch::nn::Module("FSDPUnit"), module_(&module), options_(options), name_(module.name()) {
   const auto& mesh = *options_.mesh;
   const auto s = options_.strategy;
-  if (is_hybrid(s)) {
+  const StrategyTraits& traits = traits_of(s);
+  if (traits.hybrid) {
     FSDPP_CHECK_AS(ConfigError, mesh.ndim() == 2,
                    "[fsdp] {} needs a 2-D mesh with dims \"replicate\" and \"shard\"; got a {}-D "
                    "mesh",
@@ -75,7 +73,7 @@ FSDPUnit::FSDPUnit(torch::nn::Module& module, const FullyShardOptions& options,
     FSDPP_CHECK_AS(ConfigError, mesh.ndim() == 1,
                    "[fsdp] {} shards over a 1-D mesh; got a {}-D mesh (use HYBRID_SHARD for 2-D)",
                    to_string(s), mesh.ndim());
-    if (s == ShardingStrategy::NO_SHARD) {
+    if (!traits.shards) {
       replicate_group_ = mesh.group(0);
     } else {
       shard_group_ = mesh.group(0);
@@ -150,12 +148,11 @@ FSDPUnit::FSDPUnit(torch::nn::Module& module, const FullyShardOptions& options,
 }
 
 bool FSDPUnit::reshard_after_forward() const {
-  return options_.strategy == ShardingStrategy::FULL_SHARD ||
-         options_.strategy == ShardingStrategy::HYBRID_SHARD;
+  return traits_of(options_.strategy).reshard_after_forward;
 }
 
 bool FSDPUnit::keep_unsharded_between_steps() const {
-  return options_.strategy == ShardingStrategy::ZERO1;
+  return traits_of(options_.strategy).keep_unsharded_between_steps;
 }
 
 void FSDPUnit::adopt_children() {
