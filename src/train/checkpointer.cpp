@@ -116,12 +116,6 @@ bool same_schedule(const LrSchedule& a, const LrSchedule& b) {
          a.total_steps == b.total_steps && a.min_lr_ratio == b.min_lr_ratio;
 }
 
-state::StateDictType state_dict_type(const FsdpSection& f) {
-  if (f.state_dict_type == "FULL_STATE_DICT") return state::StateDictType::FULL;
-  if (f.state_dict_type == "LOCAL_STATE_DICT") return state::StateDictType::LOCAL;
-  return state::StateDictType::SHARDED;
-}
-
 bool skip_buffer(const std::string& name) { return models::is_non_persistent_buffer(name); }
 
 // data.path as trainer_state.json records it: the same file spelled "data/x.txt" or
@@ -259,7 +253,7 @@ TrainerState trainer_state_from_json(const std::string& text, const std::string&
       sch.min_lr_ratio = l.at("min_lr_ratio").get<double>();
       s.schedule = sch;
       s.lr = l.at("lr").get<double>();
-      check(sch.type == "cosine" || sch.type == "linear" || sch.type == "constant", "lr_schedule.type",
+      check(Choice<LrSchedulerType>::find(sch.type).has_value(), "lr_schedule.type",
             "'" + sch.type + "'", "cosine, linear or constant");
       check(std::isfinite(sch.base_lr) && sch.base_lr > 0, "lr_schedule.base_lr", sch.base_lr,
             "a finite number > 0");
@@ -506,8 +500,7 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
   ts.seed = t.seed;
   ts.data_path = resolved_data_path(s.cfg.data.path);
   ts.seq_len = s.cfg.data.seq_len;
-  state::SaveOptions so;
-  so.type = state_dict_type(t.fsdp_config);
+  state::SaveOptions so = s.cfg.state_dict_options();
   so.skip_buffer = skip_buffer;
   ts.state_dict_type = state::to_string(so.type);
   // Every rank's generators: the ones of later ranks may differ (per-rank draws).

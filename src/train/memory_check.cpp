@@ -8,7 +8,6 @@
 #include <sstream>
 
 #include "fsdpp/common/error.h"
-#include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/models/llama.h"
 
 namespace fsdpp::train {
@@ -66,28 +65,9 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
   const DecoderShape shape{lc.vocab_size, lc.dim,          lc.n_layers,     lc.n_heads,
                            lc.kv_heads(), lc.ffn_hidden_dim(), lc.tie_embeddings, lc.max_seq_len};
   out.model = describe_decoder(shape);
-  const auto& t = cfg.training;
-  const auto& fc = t.fsdp_config;
-  auto& o = out.options;
-  o.strategy = t.fsdp;
-  o.world_size = world_size;
-  o.shard_group_size = fc.hybrid_shard_group_size > 0 ? static_cast<int>(fc.hybrid_shard_group_size)
-                                                      : local_world_size;
-  if (t.bf16 || t.fp16) {
-    o.param_dtype = t.bf16 ? EstimateDType::BF16 : EstimateDType::FP16;
-    o.reduce_dtype = EstimateDType::FP32;  // as the trainer reduces (trainer.cpp)
-  }
-  o.activation_checkpointing = t.gradient_checkpointing;
-  o.cpu_offload = fc.offload_params;
-  o.batch = t.per_device_train_batch_size;
-  o.seq_len = cfg.data.seq_len;
-  const BackwardPrefetch bp = parse_backward_prefetch(fc.backward_prefetch);
-  o.backward_prefetch = bp == BackwardPrefetch::NONE ? 0 : 1;
-  o.backward_prefetch_post = bp == BackwardPrefetch::BACKWARD_POST;
-  o.forward_prefetch = fc.forward_prefetch ? 1 : 0;
-  o.limit_all_gathers = fc.limit_all_gathers ? 2 : 0;
-  o.mmap_threshold = t.malloc_mmap_threshold;
-  if (fc.auto_wrap_policy != "TRANSFORMER_BASED_WRAP" ||
+  out.options = cfg.estimate_options(world_size, local_world_size);
+  const auto& fc = cfg.training.fsdp_config;
+  if (fc.auto_wrap_policy != AutoWrapPolicy::TRANSFORMER_BASED_WRAP ||
       fc.transformer_layer_cls_to_wrap != std::vector<std::string>{"TransformerBlock"}) {
     out.notes.push_back(fmt::format("units taken as one per TransformerBlock plus the root (the "
                                     "config's wrap policy {} is not modelled)",

@@ -30,6 +30,7 @@
 #include "fsdpp/fsdp/grad_scaler.h"
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/optim/nonfinite_grad.h"
+#include "fsdpp/fsdp/strategy_traits.h"
 #include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/models/llama.h"
 #include "fsdpp/state/atomic_dir.h"
@@ -105,7 +106,7 @@ fs::path corpus_file(const DataSection& data, const fs::path& cache_dir, dist::W
 
 std::unique_ptr<data::Tokenizer> make_tokenizer(const DataSection& data, const fs::path& corpus,
                                                 const fs::path& cache_dir, dist::World& world) {
-  if (data.tokenizer == "byte") return std::make_unique<data::ByteTokenizer>();
+  if (data.tokenizer == TokenizerType::BYTE) return std::make_unique<data::ByteTokenizer>();
   std::string model = data.tokenizer_model;
   if (model.empty()) {
     // Keyed by the corpus's content: a shared cache_dir never hands this run another text's model.
@@ -348,16 +349,12 @@ TrainResult Trainer::run() {
                 "[train] glibc refused training.malloc_mmap_threshold={}",
                 t.malloc_mmap_threshold);
   }
-  FullyShardOptions fopts;
-  fopts.strategy = t.fsdp;
-  const bool hybrid =
-      t.fsdp == ShardingStrategy::HYBRID_SHARD || t.fsdp == ShardingStrategy::HYBRID_SHARD_ZERO2;
+  const bool hybrid = traits_of(t.fsdp).hybrid;
+  std::shared_ptr<dist::DeviceMesh> mesh = world.mesh();
   if (hybrid) {
     // Shard inside a node (fast links), replicate across nodes: fsdp-run lays ranks out node by
     // node, so the mesh's rows of LOCAL_WORLD_SIZE ranks are the nodes.
-    const int shard = t.fsdp_config.hybrid_shard_group_size > 0
-                          ? static_cast<int>(t.fsdp_config.hybrid_shard_group_size)
-                          : world.env().local_world_size;
+    const int shard = cfg.hybrid_shard_group_size(world.env().local_world_size);
     FSDPP_CHECK_AS(ConfigError, shard <= world.size() && world.size() % shard == 0,
                    "[train] training.fsdp={} shards over groups of {} ranks ({}), which must "
                    "divide the world size {}",
@@ -366,27 +363,11 @@ TrainResult Trainer::run() {
                        ? "training.fsdp_config.fsdp_hybrid_shard_group_size"
                        : "LOCAL_WORLD_SIZE",
                    world.size());
-    fopts.mesh = world.init_device_mesh({world.size() / shard, shard}, {"replicate", "shard"});
-  } else {
-    fopts.mesh = world.mesh();
+    mesh = world.init_device_mesh({world.size() / shard, shard}, {"replicate", "shard"});
   }
-  WrapPolicy policy;
+  const FullyShardOptions fopts = cfg.fully_shard_options(mesh);
+  const WrapPolicy policy = cfg.wrap_policy();
   const auto& fc = t.fsdp_config;
-  if (fc.auto_wrap_policy == "TRANSFORMER_BASED_WRAP") {
-    policy = transformer_layer_policy(fc.transformer_layer_cls_to_wrap);
-  } else if (fc.auto_wrap_policy == "SIZE_BASED_WRAP") {
-    policy = size_based_policy(fc.min_num_params, {"TransformerBlock", "Attention", "FeedForward"});
-  }
-  // Mixed precision: bf16/fp16 compute and gathers; gradients reduced in float32 (as exact as
-  // full precision for twice the reduce bytes of bf16) into float32 master shards.
-  if (t.bf16 || t.fp16) {
-    fopts.mp_policy.param_dtype = t.bf16 ? torch::kBFloat16 : torch::kHalf;
-    fopts.mp_policy.reduce_dtype = torch::kFloat;
-  }
-  fopts.offload_policy.offload_params = fc.offload_params;
-  fopts.backward_prefetch = parse_backward_prefetch(fc.backward_prefetch);
-  fopts.forward_prefetch = fc.forward_prefetch ? 1 : 0;
-  fopts.limit_all_gathers = fc.limit_all_gathers ? 2 : 0;
   if (t.gradient_checkpointing) {
     const auto marked = apply_activation_checkpointing(
         *model, fc.transformer_layer_cls_to_wrap, static_cast<int>(t.gradient_checkpointing_every));
@@ -414,7 +395,7 @@ TrainResult Trainer::run() {
     if (hybrid) {
       intra_inter = {fopts.mesh->counters("shard").total_bytes(),
                      fopts.mesh->counters("replicate").total_bytes()};
-    } else if (t.fsdp == ShardingStrategy::NO_SHARD) {
+    } else if (!traits_of(t.fsdp).shards) {
       intra_inter.second = comm_counters(*model).total_bytes();
     } else {
       intra_inter.first = comm_counters(*model).total_bytes();
@@ -447,7 +428,7 @@ TrainResult Trainer::run() {
     const int64_t per_epoch = std::max<int64_t>(1, sampler.windows_per_rank() / (B * accum));
     total_steps = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(t.num_train_epochs * per_epoch)));
   }
-  LrSchedule schedule{t.lr_scheduler_type, t.learning_rate, t.warmup_steps, total_steps, t.min_lr_ratio};
+  const LrSchedule schedule = cfg.lr_schedule(total_steps);
   const int64_t tokens_per_step = B * accum * cfg.data.seq_len * world.size();
   say(fmt::format("[train] {} steps of {} sequences x {} tokens ({} tokens per step), AdamW lr {} {} warmup {}",
                   total_steps, B * accum * world.size(), cfg.data.seq_len, tokens_per_step,
@@ -494,8 +475,8 @@ TrainResult Trainer::run() {
     last_saved = step;
   };
   auto save_due = [&](int64_t step) {
-    if (t.save_strategy == "steps") return t.save_steps > 0 && step % t.save_steps == 0;
-    if (t.save_strategy == "epoch") return step % steps_per_epoch == 0;
+    if (t.save_strategy == SaveStrategy::STEPS) return t.save_steps > 0 && step % t.save_steps == 0;
+    if (t.save_strategy == SaveStrategy::EPOCH) return step % steps_per_epoch == 0;
     return false;
   };
 
@@ -670,7 +651,7 @@ TrainResult Trainer::run() {
     }
   }
   progress.finish();
-  if (t.save_strategy != "no" && result.stopped_by_signal == 0 && result.steps > last_saved) {
+  if (t.save_strategy != SaveStrategy::NO && result.stopped_by_signal == 0 && result.steps > last_saved) {
     save_checkpoint(result.steps);  // the final model
   }
   checkpointer.finish();  // an asynchronous save still being written: wait, report its error

@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
     if (!config_path.empty()) {
       const auto cfg = fsdpp::train::TrainConfig::from_file(config_path, overrides);
       int64_t tok_vocab = 256;
-      if (cfg.data.tokenizer == "sentencepiece") {
+      if (cfg.data.tokenizer == fsdpp::train::TokenizerType::SENTENCEPIECE) {
         tok_vocab = cfg.data.tokenizer_vocab_size;
         if (cfg.model.vocab_size == 0)
           notes.push_back(fmt::format("vocabulary taken as data.tokenizer_vocab_size={}", tok_vocab));

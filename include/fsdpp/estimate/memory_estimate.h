@@ -120,6 +120,11 @@ struct EstimateOptions {
   int64_t mmap_threshold = 0;
 };
 
+// The strategy, mixed precision, offload and prefetch fields as fully_shard runs with `fsdp`
+// (its mesh is not looked at); the rest keep their defaults. ConfigError for a mixed-precision
+// dtype the estimate does not know (float32, bfloat16 and float16 it does).
+EstimateOptions estimate_options_of(const FullyShardOptions& fsdp);
+
 // Bytes per rank at the step's peak (the moment the ledger is highest), by what holds them.
 struct MemoryEstimate {
   int64_t parameters = 0;        // parameter shards (or replicas under NO_SHARD), master copy

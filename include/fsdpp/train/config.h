@@ -20,11 +20,17 @@
 // wrong types and out-of-range values.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "fsdpp/estimate/memory_estimate.h"
 #include "fsdpp/fsdp/fully_shard.h"
+#include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/models/llama.h"
+#include "fsdpp/state/state_dict.h"
+#include "fsdpp/train/config_enums.h"
+#include "fsdpp/train/lr_schedule.h"
 
 namespace fsdpp::train {
 
@@ -53,8 +59,8 @@ struct DataSection {
   // A text file, or a directory whose regular files (not symlinks, not named *.dat or *.u8)
   // are concatenated in name order; see resolve_data_files.
   std::string path;
-  std::string tokenizer = "byte";  // byte | sentencepiece
-  std::string tokenizer_model;     // sentencepiece .model file; empty: train one on the data
+  Choice<TokenizerType> tokenizer = TokenizerType::BYTE;  // byte | sentencepiece
+  std::string tokenizer_model;  // sentencepiece .model file; empty: train one on the data
   int64_t tokenizer_vocab_size = 512;  // the vocabulary of a sentencepiece model trained here
   int64_t seq_len = 128;               // tokens per training window, <= model.max_seq_len
   double val_fraction = 0.05;          // the last fraction of tokens is the validation split
@@ -63,14 +69,14 @@ struct DataSection {
 
 // `training.fsdp_config:` (keys spelled with Hugging Face's `fsdp_` prefix, which is optional).
 struct FsdpSection {
-  std::string auto_wrap_policy = "TRANSFORMER_BASED_WRAP";  // | SIZE_BASED_WRAP | NO_WRAP
+  Choice<AutoWrapPolicy> auto_wrap_policy = AutoWrapPolicy::TRANSFORMER_BASED_WRAP;
   std::vector<std::string> transformer_layer_cls_to_wrap = {"TransformerBlock"};
   int64_t min_num_params = 100000000;  // SIZE_BASED_WRAP: a unit per subtree of this many params
-  std::string backward_prefetch = "BACKWARD_PRE";  // | BACKWARD_POST | NO_PREFETCH
+  Choice<BackwardPrefetch> backward_prefetch = BackwardPrefetch::BACKWARD_PRE;
   bool forward_prefetch = false;
   // At most two prefetched all-gathers in flight (false: as many as the prefetch asks for).
   bool limit_all_gathers = true;
-  std::string state_dict_type = "SHARDED_STATE_DICT";  // | FULL_STATE_DICT | LOCAL_STATE_DICT
+  Choice<state::StateDictType> state_dict_type = state::StateDictType::SHARDED;
   bool offload_params = false;
   // Disk offload of the optimizer state (DiskOffloadedOptimizer): a directory for the per-rank
   // memory-mapped state files; empty: the state stays in memory.
@@ -105,7 +111,7 @@ struct TrainingSection {
   int64_t eval_max_batches = 20;
   // Hugging Face's names. steps: every save_steps (0: none on the way); epoch: at the end of each
   // pass over the data; no: never. Unless no, the run also saves its last step when it ends.
-  std::string save_strategy = "steps";
+  Choice<SaveStrategy> save_strategy = SaveStrategy::STEPS;
   int64_t save_steps = 0;        // with save_strategy steps: <output_dir>/checkpoint-<step>
   bool save_only_model = false;  // checkpoints without optimizer state (smaller; resumes warn)
   int64_t save_total_limit = 0;  // 0: keep every checkpoint
@@ -129,7 +135,7 @@ struct TrainingSection {
   std::string logging_dir;  // empty: <output_dir>/runs
   // Whether report_to names tensorboard (or all).
   bool report_to_tensorboard() const;
-  std::string lr_scheduler_type = "cosine";  // cosine | linear | constant
+  Choice<LrSchedulerType> lr_scheduler_type = LrSchedulerType::COSINE;
   double min_lr_ratio = 0.1;                 // the schedule decays to learning_rate * this
   int64_t sample_tokens = 200;               // text sampled after training; 0: none
   std::string sample_prompt = "\n";
@@ -171,6 +177,27 @@ struct TrainConfig {
   // tokenizer's vocabulary: the model uses it when model.vocab_size is 0, else model.vocab_size,
   // which must then be at least as large. Validated.
   models::LlamaConfig llama_config(int64_t tokenizer_vocab_size) const;
+
+  // What the trainer, its checkpointer, its memory check and fsdpp-estimate run with, derived
+  // here once from the keys above.
+
+  // fully_shard's options for every unit, sharding over `mesh` (see hybrid_shard_group_size):
+  // training.fsdp, bf16/fp16 compute with float32 reductions, offload and prefetch.
+  FullyShardOptions fully_shard_options(std::shared_ptr<dist::DeviceMesh> mesh) const;
+  // The units fsdp_auto_wrap_policy chooses (empty for NO_WRAP: the root alone).
+  WrapPolicy wrap_policy() const;
+  // How checkpoints are written (fsdp_state_dict_type); the caller adds buffers to skip and
+  // extra files.
+  state::SaveOptions state_dict_options() const;
+  // Ranks per shard group of the hybrid strategies: fsdp_hybrid_shard_group_size, or
+  // `local_world_size` (one group per node) when that is 0.
+  int hybrid_shard_group_size(int local_world_size) const;
+  // The estimator's options for this config on `world_size` ranks, `local_world_size` of them
+  // per node (0: the estimator's default shard groups); units as TRANSFORMER_BASED_WRAP makes
+  // them, whatever fsdp_auto_wrap_policy says.
+  EstimateOptions estimate_options(int world_size, int local_world_size) const;
+  // The learning-rate schedule over `total_steps` optimizer steps.
+  LrSchedule lr_schedule(int64_t total_steps) const;
 };
 
 // The text files data.path names, in the order they are concatenated: the path itself when it is

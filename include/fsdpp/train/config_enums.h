@@ -1,0 +1,92 @@
+#pragma once
+// The choices of TrainConfig and the names the YAML spells them with (Hugging Face's where it
+// has one): the one table the config reader accepts, to_yaml writes and error messages list.
+
+#include <array>
+#include <string_view>
+#include <utility>
+
+#include "fsdpp/fsdp/fully_shard.h"
+#include "fsdpp/state/state_dict.h"
+#include "fsdpp/train/choice.h"
+
+namespace fsdpp::train {
+
+// data.tokenizer
+enum class TokenizerType { BYTE, SENTENCEPIECE };
+// training.fsdp_config.fsdp_auto_wrap_policy: one unit per transformer_layer_cls_to_wrap module,
+// one per subtree of min_num_params parameters, or only the root.
+enum class AutoWrapPolicy { TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP };
+// training.save_strategy: every save_steps, at the end of each epoch, never.
+enum class SaveStrategy { STEPS, EPOCH, NO };
+// training.lr_scheduler_type (see LrSchedule).
+enum class LrSchedulerType { COSINE, LINEAR, CONSTANT };
+
+template <>
+struct ChoiceNames<TokenizerType> {
+  static constexpr std::string_view kWhat = "tokenizer";
+  static constexpr bool kAnyCase = false;
+  static constexpr std::array<std::pair<TokenizerType, std::string_view>, 2> kNames{{
+      {TokenizerType::BYTE, "byte"},
+      {TokenizerType::SENTENCEPIECE, "sentencepiece"},
+  }};
+};
+
+template <>
+struct ChoiceNames<AutoWrapPolicy> {
+  static constexpr std::string_view kWhat = "auto wrap policy";
+  static constexpr bool kAnyCase = true;
+  static constexpr std::array<std::pair<AutoWrapPolicy, std::string_view>, 3> kNames{{
+      {AutoWrapPolicy::TRANSFORMER_BASED_WRAP, "TRANSFORMER_BASED_WRAP"},
+      {AutoWrapPolicy::SIZE_BASED_WRAP, "SIZE_BASED_WRAP"},
+      {AutoWrapPolicy::NO_WRAP, "NO_WRAP"},
+  }};
+};
+
+// Hugging Face's spelling of fully_shard's BackwardPrefetch (NONE is NO_PREFETCH).
+template <>
+struct ChoiceNames<BackwardPrefetch> {
+  static constexpr std::string_view kWhat = "backward prefetch";
+  static constexpr bool kAnyCase = true;
+  static constexpr std::array<std::pair<BackwardPrefetch, std::string_view>, 3> kNames{{
+      {BackwardPrefetch::BACKWARD_PRE, "BACKWARD_PRE"},
+      {BackwardPrefetch::BACKWARD_POST, "BACKWARD_POST"},
+      {BackwardPrefetch::NONE, "NO_PREFETCH"},
+  }};
+};
+
+// PyTorch FSDP's StateDictType names of fsdpp::state's layouts.
+template <>
+struct ChoiceNames<state::StateDictType> {
+  static constexpr std::string_view kWhat = "state dict type";
+  static constexpr bool kAnyCase = true;
+  static constexpr std::array<std::pair<state::StateDictType, std::string_view>, 3> kNames{{
+      {state::StateDictType::FULL, "FULL_STATE_DICT"},
+      {state::StateDictType::SHARDED, "SHARDED_STATE_DICT"},
+      {state::StateDictType::LOCAL, "LOCAL_STATE_DICT"},
+  }};
+};
+
+template <>
+struct ChoiceNames<SaveStrategy> {
+  static constexpr std::string_view kWhat = "save strategy";
+  static constexpr bool kAnyCase = false;
+  static constexpr std::array<std::pair<SaveStrategy, std::string_view>, 3> kNames{{
+      {SaveStrategy::STEPS, "steps"},
+      {SaveStrategy::EPOCH, "epoch"},
+      {SaveStrategy::NO, "no"},
+  }};
+};
+
+template <>
+struct ChoiceNames<LrSchedulerType> {
+  static constexpr std::string_view kWhat = "learning-rate schedule";
+  static constexpr bool kAnyCase = false;
+  static constexpr std::array<std::pair<LrSchedulerType, std::string_view>, 3> kNames{{
+      {LrSchedulerType::COSINE, "cosine"},
+      {LrSchedulerType::LINEAR, "linear"},
+      {LrSchedulerType::CONSTANT, "constant"},
+  }};
+};
+
+}  // namespace fsdpp::train
