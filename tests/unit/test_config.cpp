@@ -633,3 +633,73 @@ TEST(Config, RepositoryConfigsParse) {
   EXPECT_EQ(small.data.tokenizer, "sentencepiece");
   EXPECT_EQ(small.training.fsdp_config.auto_wrap_policy, "SIZE_BASED_WRAP");
 }
+
+TEST(Config, HandsOutWhatTheTrainerRuns) {
+  const auto c = parse(kMinimal, {"training.bf16=true", "training.fsdp=hybrid_shard",
+                                  "training.fsdp_config.fsdp_backward_prefetch=backward_post",
+                                  "training.fsdp_config.fsdp_forward_prefetch=true",
+                                  "training.fsdp_config.fsdp_limit_all_gathers=false",
+                                  "training.fsdp_config.fsdp_offload_params=true",
+                                  "training.fsdp_config.fsdp_state_dict_type=full_state_dict",
+                                  "training.fsdp_config.fsdp_hybrid_shard_group_size=2",
+                                  "training.lr_scheduler_type=linear"});
+  const auto f = c.fully_shard_options(nullptr);
+  EXPECT_EQ(f.strategy, ShardingStrategy::HYBRID_SHARD);
+  EXPECT_EQ(f.mp_policy.param_dtype, at::kBFloat16);
+  EXPECT_EQ(f.mp_policy.reduce_dtype, at::kFloat);
+  EXPECT_TRUE(f.offload_policy.offload_params);
+  EXPECT_EQ(f.backward_prefetch, fsdpp::BackwardPrefetch::BACKWARD_POST);
+  EXPECT_EQ(f.forward_prefetch, 1);
+  EXPECT_EQ(f.limit_all_gathers, 0);
+  // The estimate models the same run.
+  const auto e = c.estimate_options(/*world_size=*/4, /*local_world_size=*/8);
+  EXPECT_EQ(e.strategy, ShardingStrategy::HYBRID_SHARD);
+  EXPECT_EQ(e.world_size, 4);
+  EXPECT_EQ(e.shard_group_size, 2);
+  EXPECT_EQ(e.param_dtype, fsdpp::EstimateDType::BF16);
+  EXPECT_EQ(e.reduce_dtype, fsdpp::EstimateDType::FP32);
+  EXPECT_TRUE(e.cpu_offload);
+  EXPECT_EQ(e.backward_prefetch, 1);
+  EXPECT_TRUE(e.backward_prefetch_post);
+  EXPECT_EQ(e.forward_prefetch, 1);
+  EXPECT_EQ(e.limit_all_gathers, 0);
+  EXPECT_EQ(e.batch, 8);
+  EXPECT_EQ(e.seq_len, 128);
+  EXPECT_EQ(c.state_dict_options().type, fsdpp::state::StateDictType::FULL);
+  EXPECT_EQ(c.lr_schedule(100).type, "linear");
+  EXPECT_EQ(c.lr_schedule(100).total_steps, 100);
+  EXPECT_TRUE(c.wrap_policy());
+  EXPECT_FALSE(parse(kMinimal, {"training.fsdp_config.fsdp_auto_wrap_policy=NO_WRAP"}).wrap_policy());
+  // Defaults: fully_shard's own bound on gathers in flight, one unit prefetched in backward,
+  // shard groups of LOCAL_WORLD_SIZE.
+  const auto d = parse(kMinimal);
+  EXPECT_EQ(d.fully_shard_options(nullptr).limit_all_gathers,
+            fsdpp::FullyShardOptions{}.limit_all_gathers);
+  EXPECT_EQ(d.fully_shard_options(nullptr).backward_prefetch,
+            fsdpp::BackwardPrefetch::BACKWARD_PRE);
+  EXPECT_FALSE(d.fully_shard_options(nullptr).mp_policy.param_dtype.has_value());
+  EXPECT_EQ(d.estimate_options(2, 2).limit_all_gathers, fsdpp::FullyShardOptions{}.limit_all_gathers);
+  EXPECT_EQ(d.estimate_options(2, 2).backward_prefetch, 1);
+  EXPECT_EQ(d.estimate_options(2, 2).param_dtype, fsdpp::EstimateDType::FP32);
+  EXPECT_EQ(d.hybrid_shard_group_size(8), 8);
+  EXPECT_EQ(d.state_dict_options().type, fsdpp::state::StateDictType::SHARDED);
+}
+
+TEST(Config, ChoicesAreTypedWhenRead) {
+  // A misspelt name is refused where it is read, naming the accepted ones and the nearest.
+  expect_message(yaml_error(kMinimal + "training:\n  lr_scheduler_type: cosin\n"),
+                 {"training.lr_scheduler_type='cosin' (test.yaml, line 4)",
+                  "expected one of cosine, linear, constant", "did you mean 'cosine'?"});
+  expect_message(yaml_error(kMinimal, {"training.save_strategy=step"}),
+                 {"training.save_strategy='step'", "steps, epoch, no", "did you mean 'steps'?"});
+  // The value is the enum; code may still assign and compare names.
+  auto c = parse(kMinimal, {"training.save_strategy=epoch"});
+  EXPECT_EQ(c.training.save_strategy, fsdpp::train::SaveStrategy::EPOCH);
+  EXPECT_EQ(c.training.save_strategy, "epoch");
+  c.training.fsdp_config.backward_prefetch = "no_prefetch";
+  EXPECT_EQ(c.training.fsdp_config.backward_prefetch, fsdpp::BackwardPrefetch::NONE);
+  EXPECT_NE(c.to_yaml().find("fsdp_backward_prefetch: NO_PREFETCH\n"), std::string::npos);
+  expect_message(error_of([&] { c.training.lr_scheduler_type = "cosine_with_restarts"; }),
+                 {"unknown learning-rate schedule 'cosine_with_restarts'",
+                  "expected one of cosine, linear, constant"});
+}
