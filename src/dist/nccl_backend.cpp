@@ -4,6 +4,7 @@
 
 #ifdef FSDPP_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -11,30 +12,78 @@ namespace fsdpp::dist {
 
 #ifdef FSDPP_WITH_CUDA
 
-c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
-                                                    int rank, int size,
-                                                    std::chrono::milliseconds timeout,
-                                                    int device_index) {
+bool cuda_available() { return c10::cuda::device_count() > 0; }
+
+namespace detail {
+namespace {
+
+class NcclBackend final : public Backend {
+ public:
+  NcclBackend(c10::intrusive_ptr<c10d::Backend> c10d, int rank, int size,
+              std::chrono::milliseconds timeout, int device_index)
+      : Backend(std::move(c10d), rank, size, timeout), device_index_(device_index) {}
+
+  at::Device device() const override {
+    return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_index_));
+  }
+
+  void reduce_scatter(const at::Tensor& output, const at::Tensor& input,
+                      ReduceOp op) const override {
+    auto out = output;
+    auto in = input;
+    c10d::ReduceScatterOptions o;
+    o.reduceOp = to_c10d(op);
+    wait_c10d(c10d()->_reduce_scatter_base(out, in, o));
+  }
+
+  void all_reduce(const at::Tensor& tensor, ReduceOp op) const override {
+    std::vector<at::Tensor> ts{tensor};
+    c10d::AllreduceOptions o;
+    o.reduceOp = to_c10d(op);
+    wait_c10d(c10d()->allreduce(ts, o));
+  }
+
+  // NCCL's barrier needs a device guess; a one-element all-reduce is the same thing.
+  void barrier() const override {
+    std::vector<at::Tensor> ts{at::zeros({1}, at::TensorOptions().device(device()))};
+    wait_c10d(c10d()->allreduce(ts));
+  }
+
+ private:
+  int device_index_;
+};
+
+}  // namespace
+
+std::shared_ptr<Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                           int size, const ProcessGroup::Options& options) {
   FSDPP_CHECK_AS(ConfigError, cuda_available(),
                  "[dist] the NCCL backend needs a CUDA device, and none is visible; use Gloo "
                  "(FSDPP_BACKEND=gloo) on CPU");
   auto opts = c10d::ProcessGroupNCCL::Options::create();
-  opts->timeout = timeout;
-  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, opts);
+  opts->timeout = options.timeout;
+  auto nccl_store = c10::make_intrusive<c10d::PrefixStore>("nccl", store);
+  return std::make_shared<NcclBackend>(
+      c10::make_intrusive<c10d::ProcessGroupNCCL>(nccl_store, rank, size, opts), rank, size,
+      options.timeout, options.device_index);
 }
 
-bool cuda_available() { return c10::cuda::device_count() > 0; }
+}  // namespace detail
 
 #else
 
-c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>&, int,
-                                                    int, std::chrono::milliseconds, int) {
+bool cuda_available() { return false; }
+
+namespace detail {
+
+std::shared_ptr<Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>&, int, int,
+                                           const ProcessGroup::Options&) {
   FSDPP_THROW(ConfigError,
               "[dist] the NCCL backend was asked for, but fsdpp was built without CUDA "
               "(configure with -DFSDPP_WITH_CUDA=ON); use Gloo on CPU");
 }
 
-bool cuda_available() { return false; }
+}  // namespace detail
 
 #endif
 

@@ -2,21 +2,18 @@
 // The NCCL backend lives in its own file so that only it includes NCCL's headers; without
 // FSDPP_WITH_CUDA asking for it is an error that says so.
 
-#include <chrono>
-
-#include <c10/util/intrusive_ptr.h>
-
-namespace c10d {
-class Backend;
-class Store;
-}  // namespace c10d
+#include "backend.h"
 
 namespace fsdpp::dist {
 
-c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
-                                                    int rank, int size,
-                                                    std::chrono::milliseconds timeout,
-                                                    int device_index);
 bool cuda_available();
 
+namespace detail {
+
+// Buffers live on CUDA device options.device_index (-1: the current device). Without
+// FSDPP_WITH_CUDA, or without a visible device: a ConfigError that says what to do instead.
+std::shared_ptr<Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                           int size, const ProcessGroup::Options& options);
+
+}  // namespace detail
 }  // namespace fsdpp::dist

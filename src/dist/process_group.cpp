@@ -1,26 +1,29 @@
 #include "fsdpp/dist/process_group.h"
 
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <algorithm>
-#include <cstdlib>
 #include <numeric>
 #include <thread>
 
 #include <fmt/ranges.h>
 
+#include "backend.h"
 #include "collective_monitor.h"
 #include "comm_queue.h"
 #include "flight_recorder.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/dist/trace.h"
-#include "nccl_backend.h"
 
 namespace fsdpp::dist {
 
-const char* to_string(BackendKind kind) { return kind == BackendKind::GLOO ? "gloo" : "nccl"; }
+const char* to_string(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::GLOO: return "gloo";
+    case BackendKind::NCCL: return "nccl";
+  }
+  return "?";
+}
 
 const char* to_string(Collective c) {
   switch (c) {
@@ -198,35 +201,7 @@ bool Work::is_completed() const {
 // ---------------------------------------------------------------------------------------------
 // Creation
 
-namespace detail {
-
-// What a collective's body needs, held by value so that a body the caller abandoned (it stalls
-// in the backend after its ranks diverged) may outlive its ProcessGroup.
-struct BackendCore {
-  c10::intrusive_ptr<c10d::Backend> backend;
-  BackendKind kind;
-  int rank;
-  int size;
-  std::chrono::milliseconds timeout;
-  int device_index;
-};
-
-}  // namespace detail
-
 namespace {
-
-bool is_loopback(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
-}
-
-std::shared_ptr<::gloo::transport::Device> make_gloo_device(const ProcessGroup::Options& o) {
-  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
-    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
-  }
-  if (!o.gloo_hostname.empty()) return c10d::ProcessGroupGloo::createDeviceForHostname(o.gloo_hostname);
-  if (is_loopback(o.master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
-  return c10d::ProcessGroupGloo::createDefaultDevice();
-}
 
 // Every member announces itself before the backend connects, so that a rank that never comes
 // is named instead of surfacing as a bare connection timeout.
@@ -279,16 +254,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const c10::intrusive_ptr<c10d
   wait_for_members(prefixed, rank, size, options, pg->global_ranks_);
   detail::configure_flight_recorder();
   try {
-    if (options.backend == BackendKind::GLOO) {
-      auto opts = c10d::ProcessGroupGloo::Options::create();
-      opts->timeout = options.timeout;
-      opts->devices.push_back(make_gloo_device(options));
-      auto gloo_store = c10::make_intrusive<c10d::PrefixStore>("gloo", prefixed);
-      pg->backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(gloo_store, rank, size, opts);
-    } else {
-      pg->backend_ = make_nccl_backend(c10::make_intrusive<c10d::PrefixStore>("nccl", prefixed),
-                                       rank, size, options.timeout, options.device_index);
-    }
+    pg->backend_ = detail::make_backend(prefixed, rank, size, options);
   } catch (const fsdpp::Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -297,8 +263,6 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const c10::intrusive_ptr<c10d
     FSDPP_THROW(CommError, "[dist] rank {}: cannot create the {} group '{}' ({} ranks): {}",
                 pg->global_rank(), to_string(options.backend), options.name, size, why);
   }
-  pg->core_ = std::make_shared<detail::BackendCore>(detail::BackendCore{
-      pg->backend_, options.backend, rank, size, options.timeout, options.device_index});
   pg->monitor_ = std::make_shared<detail::CollectiveMonitor>(
       prefixed, options.name, rank, size, pg->global_ranks_, options.timeout,
       options.collective_check ? *options.collective_check : detail::collective_check_from_env());
@@ -314,20 +278,6 @@ namespace {
 
 std::string describe_tensor(const at::Tensor& t) {
   return fmt::format("{} B {}", t.nbytes(), c10::toString(t.scalar_type()));
-}
-
-c10d::ReduceOp to_c10d(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::SUM: return c10d::ReduceOp::SUM;
-    case ReduceOp::AVG: return c10d::ReduceOp::AVG;
-    case ReduceOp::MAX: return c10d::ReduceOp::MAX;
-  }
-  return c10d::ReduceOp::SUM;
-}
-
-void wait_c10d(const c10::intrusive_ptr<c10d::Work>& work) {
-  work->wait();
-  work->synchronize();
 }
 
 }  // namespace
@@ -377,56 +327,6 @@ const char* reduce_name(ReduceOp op) {
   return "?";
 }
 
-// Ring reduce-scatter: at step s rank r sends its running sum of chunk (r-s-1) to the right and
-// adds its own part of chunk (r-s-2) to what arrives from the left; after size-1 steps it holds
-// the full sum of chunk r. Each rank sends (size-1) chunks: (size-1)/size of the input, half of
-// what c10d's Gloo reduce_scatter_tensor (an all-reduce of the whole input) moves, and it needs
-// two chunk-sized buffers instead of a full-size clone.
-void ring_reduce_scatter(const detail::BackendCore& core, const at::Tensor& output,
-                         const at::Tensor& input, ReduceOp op) {
-  const int n = core.size;
-  const int r = core.rank;
-  const int64_t c = output.numel();
-  auto flat = input.view({-1});
-  auto out = output.view({-1});
-  auto chunk = [&](int k) { return flat.narrow(0, static_cast<int64_t>(k) * c, c); };
-  auto combine = [&](at::Tensor dst, const at::Tensor& a, const at::Tensor& b) {
-    if (op == ReduceOp::MAX) {
-      at::maximum_out(dst, a, b);
-    } else {
-      at::add_out(dst, a, b);
-    }
-  };
-  if (n == 1) {
-    out.copy_(flat);
-    return;
-  }
-  // Above the users' send/recv tags: a user's message in flight between the same two ranks
-  // must never be taken for a step of the ring.
-  constexpr int kRingTag = ProcessGroup::kMaxP2PTag + 1;
-  auto recv_buf = at::empty({c}, input.options());
-  auto send_buf = at::empty({c}, input.options());
-  at::Tensor to_send = chunk((r - 1 + n) % n);
-  const int right = (r + 1) % n;
-  const int left = (r - 1 + n) % n;
-  for (int s = 0; s < n - 1; ++s) {
-    std::vector<at::Tensor> rv{recv_buf};
-    std::vector<at::Tensor> sv{to_send};
-    auto recv_work = core.backend->recv(rv, left, kRingTag + s);
-    auto send_work = core.backend->send(sv, right, kRingTag + s);
-    recv_work->wait(core.timeout);
-    send_work->wait(core.timeout);
-    const int k = ((r - s - 2) % n + n) % n;
-    if (s == n - 2) {
-      combine(out, recv_buf, chunk(k));  // k == r
-    } else {
-      combine(send_buf, recv_buf, chunk(k));
-      to_send = send_buf;
-    }
-  }
-  if (op == ReduceOp::AVG) out.div_(n);
-}
-
 }  // namespace
 
 Work ProcessGroup::all_gather_into_tensor_async(const at::Tensor& output, const at::Tensor& input,
@@ -440,10 +340,10 @@ Work ProcessGroup::all_gather_into_tensor_async(const at::Tensor& output, const 
               "[dist] all_gather_into_tensor needs contiguous tensors");
   const uint64_t sent = static_cast<uint64_t>(input.nbytes()) * (size_ - 1);
   return submit(Collective::ALL_GATHER, sent, describe_tensor(output), "all_gather", &input, tag,
-                [core = core_, output, input] {
+                [backend = backend_, output, input] {
                   auto out = output;
                   auto in = input;
-                  wait_c10d(core->backend->_allgather_base(out, in));
+                  detail::wait_c10d(backend->c10d()->_allgather_base(out, in));
                 });
 }
 
@@ -459,16 +359,8 @@ Work ProcessGroup::reduce_scatter_tensor_async(const at::Tensor& output, const a
   const uint64_t sent = static_cast<uint64_t>(output.nbytes()) * (size_ - 1);
   return submit(Collective::REDUCE_SCATTER, sent, describe_tensor(input),
                 fmt::format("reduce_scatter({})", reduce_name(op)), &input, tag,
-                [core = core_, output, input, op] {
-                  if (core->kind == BackendKind::GLOO) {
-                    ring_reduce_scatter(*core, output, input, op);
-                  } else {
-                    auto out = output;
-                    auto in = input;
-                    c10d::ReduceScatterOptions o;
-                    o.reduceOp = to_c10d(op);
-                    wait_c10d(core->backend->_reduce_scatter_base(out, in, o));
-                  }
+                [backend = backend_, output, input, op] {
+                  backend->reduce_scatter(output, input, op);
                 });
 }
 
@@ -478,14 +370,7 @@ Work ProcessGroup::all_reduce_async(const at::Tensor& tensor, ReduceOp op,
   const uint64_t sent = 2 * static_cast<uint64_t>(tensor.nbytes()) * (size_ - 1) / size_;
   return submit(Collective::ALL_REDUCE, sent, describe_tensor(tensor),
                 fmt::format("all_reduce({})", reduce_name(op)), &tensor, tag,
-                [core = core_, tensor, op] {
-                  std::vector<at::Tensor> ts{tensor};
-                  c10d::AllreduceOptions o;
-                  const bool emulate_avg = op == ReduceOp::AVG && core->kind == BackendKind::GLOO;
-                  o.reduceOp = emulate_avg ? c10d::ReduceOp(c10d::ReduceOp::SUM) : to_c10d(op);
-                  wait_c10d(core->backend->allreduce(ts, o));
-                  if (emulate_avg) tensor.div_(core->size);
-                });
+                [backend = backend_, tensor, op] { backend->all_reduce(tensor, op); });
 }
 
 Work ProcessGroup::broadcast_async(const at::Tensor& tensor, int root, const CollectiveTag& tag) {
@@ -494,25 +379,17 @@ Work ProcessGroup::broadcast_async(const at::Tensor& tensor, int root, const Col
   const uint64_t sent = rank_ == root ? static_cast<uint64_t>(tensor.nbytes()) * (size_ - 1) : 0;
   return submit(Collective::BROADCAST, sent, describe_tensor(tensor),
                 fmt::format("broadcast(root {})", root), &tensor, tag,
-                [core = core_, tensor, root] {
+                [backend = backend_, tensor, root] {
                   std::vector<at::Tensor> ts{tensor};
                   c10d::BroadcastOptions o;
                   o.rootRank = root;
-                  wait_c10d(core->backend->broadcast(ts, o));
+                  detail::wait_c10d(backend->c10d()->broadcast(ts, o));
                 });
 }
 
 Work ProcessGroup::barrier_async(const CollectiveTag& tag) {
-  return submit(Collective::BARRIER, 0, "0 B", "barrier", nullptr, tag, [core = core_] {
-    if (core->kind == BackendKind::GLOO) {
-      wait_c10d(core->backend->barrier());
-    } else {
-      // NCCL's barrier needs a device guess; a one-element all-reduce is the same thing.
-      std::vector<at::Tensor> ts{
-          at::zeros({1}, at::TensorOptions().device(at::kCUDA, core->device_index))};
-      wait_c10d(core->backend->allreduce(ts));
-    }
-  });
+  return submit(Collective::BARRIER, 0, "0 B", "barrier", nullptr, tag,
+                [backend = backend_] { backend->barrier(); });
 }
 
 namespace {
@@ -590,16 +467,17 @@ Work ProcessGroup::all_to_all_single_async(const at::Tensor& output, const at::T
                                        c10::toString(input.scalar_type()),
                                        fmt::join(in_splits, ", "), fmt::join(out_splits, ", "));
   return submit(Collective::ALL_TO_ALL, sent, what, "all_to_all_single", nullptr, tag,
-                [core = core_, output, input, out_splits, in_splits]() mutable {
-                  if (core->size == 1) {
+                [backend = backend_, output, input, out_splits, in_splits]() mutable {
+                  if (backend->size() == 1) {
                     output.copy_(input);
                     return;
                   }
                   auto out = rows_as_bytes(output);
                   auto in = rows_as_bytes(input);
                   c10d::AllToAllOptions o;
-                  o.timeout = core->timeout;
-                  wait_c10d(core->backend->alltoall_base(out, in, out_splits, in_splits, o));
+                  o.timeout = backend->timeout();
+                  detail::wait_c10d(
+                      backend->c10d()->alltoall_base(out, in, out_splits, in_splits, o));
                 },
                 RecordAs{row_shape, c10::toString(input.scalar_type())});
 }
@@ -643,16 +521,20 @@ Work ProcessGroup::submit_p2p(bool is_send, const at::Tensor& tensor, int peer, 
     state->done = true;
     return Work(std::move(state));
   }
-  queue_->push_started(state, [core = core_, tensor, peer, tag, is_send]() -> CommQueue::Finish {
+  queue_->push_started(state, [backend = backend_, tensor, peer, tag,
+                               is_send]() -> CommQueue::Finish {
     std::vector<at::Tensor> ts{tensor};
-    auto work = is_send ? core->backend->send(ts, peer, tag) : core->backend->recv(ts, peer, tag);
-    return [work, timeout = core->timeout] {
+    const auto& c10d = backend->c10d();
+    auto work = is_send ? c10d->send(ts, peer, tag) : c10d->recv(ts, peer, tag);
+    return [work, timeout = backend->timeout()] {
       work->wait(timeout);
       work->synchronize();
     };
   });
   return Work(std::move(state));
 }
+
+const c10::intrusive_ptr<c10d::Backend>& ProcessGroup::backend() const { return backend_->c10d(); }
 
 void ProcessGroup::set_trace(std::shared_ptr<TraceRecorder> trace) {
   trace_ = std::move(trace);

@@ -69,7 +69,7 @@ struct CollectiveTag {
 
 namespace detail {
 struct WorkState;
-struct BackendCore;
+class Backend;
 class CollectiveMonitor;
 }  // namespace detail
 
@@ -205,7 +205,7 @@ class ProcessGroup {
   const std::shared_ptr<TraceRecorder>& trace() const { return trace_; }
 
   // The c10d backend, for what the facade does not cover.
-  const c10::intrusive_ptr<c10d::Backend>& backend() const { return backend_; }
+  const c10::intrusive_ptr<c10d::Backend>& backend() const;
 
  private:
   ProcessGroup(int rank, int size, Options options);
@@ -231,8 +231,7 @@ class ProcessGroup {
   int size_;
   Options options_;
   std::vector<int> global_ranks_;
-  c10::intrusive_ptr<c10d::Backend> backend_;
-  std::shared_ptr<detail::BackendCore> core_;  // what collective bodies use
+  std::shared_ptr<detail::Backend> backend_;  // held by value by collective bodies
   std::shared_ptr<detail::CollectiveMonitor> monitor_;
   std::mutex submit_mutex_;  // records are numbered in queue order
   std::unique_ptr<CommQueue> queue_;
