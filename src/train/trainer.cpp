@@ -38,12 +38,12 @@
 #include "fsdpp/train/lr_schedule.h"
 #include "fsdpp/train/memory_check.h"
 #include "checkpointer.h"
-#include "faults.h"
 #include "heartbeat.h"
 #include "init_from.h"
 #include "metrics_log.h"
 #include "output_dir.h"
 #include "progress.h"
+#include "restart_count.h"
 #include "stop_signal.h"
 #include "tensorboard.h"
 
@@ -148,16 +148,6 @@ void truncate_metrics(const fs::path& path, int64_t step) {
   write_atomically(path, kept);
 }
 
-// FSDPP_FAULT_NAN=STEP:PARAM: this rank's part of PARAM's gradient becomes NaN.
-void inject_nan_grad(torch::nn::Module& model, const std::string& name) {
-  torch::NoGradGuard no_grad;
-  const auto params = model.named_parameters();  // find() points into it: keep it alive
-  const auto* p = params.find(name);
-  FSDPP_CHECK_AS(ConfigError, p != nullptr,
-                 "[train] FSDPP_FAULT_NAN names parameter '{}', which the model does not have", name);
-  if (p->grad().defined()) p->grad().fill_(std::nan(""));
-}
-
 // Throws naming the step and where the non-finite values came from: the loss when some rank's
 // loss is non-finite (then every gradient is too), else the first parameter whose gradient is.
 // Collective: every rank gets here together, after the all-reduce inside clip_grad_norm_.
@@ -193,10 +183,11 @@ std::string count_of(int64_t n, std::string_view noun) {
 struct Trainer::State {
   TrainConfig cfg;
   std::shared_ptr<dist::World> world;
+  TrainerHooks hooks;
 };
 
-Trainer::Trainer(TrainConfig config, std::shared_ptr<dist::World> world)
-    : s_(std::make_unique<State>(State{std::move(config), std::move(world)})) {
+Trainer::Trainer(TrainConfig config, std::shared_ptr<dist::World> world, TrainerHooks hooks)
+    : s_(std::make_unique<State>(State{std::move(config), std::move(world), std::move(hooks)})) {
   s_->cfg.validate();
 }
 
@@ -223,7 +214,6 @@ TrainResult Trainer::run() {
   // newest complete checkpoint of output_dir, whatever resume_from_checkpoint says: restarting
   // from an older one (or from scratch) would throw away the steps the failed attempt saved.
   const int restart_count = detail::restart_count_from_env();
-  const auto faults = detail::FaultPlan::from_env(world.rank(), restart_count);
   if (restart_count > 0) {
     const auto found = list_checkpoints(out_dir);
     if (!found.empty()) resume_dir = found.back().second;
@@ -551,7 +541,7 @@ TrainResult Trainer::run() {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     }
     double loss_sum = 0;
-    const bool inject_nan = faults.nan_step == step;
+    const StepContext hook_context{step, world.rank(), restart_count, *model};
     for (int64_t micro = 0; micro < accum; ++micro) {
       dist::TraceSpan data_span(trace.get(), "data");
       auto [x, y] = sampler.next_batch(B);
@@ -561,13 +551,12 @@ TrainResult Trainer::run() {
       auto loss = out.loss;
       forward_span.end();
       dist::TraceSpan backward_span(trace.get(), "backward");
-      if (inject_nan && faults.nan_param.empty() && lead) loss = loss * std::nan("");
+      if (s_->hooks.after_loss) s_->hooks.after_loss(hook_context, loss);
       scaler.scale(loss / static_cast<double>(accum)).backward();
       loss_sum += loss.item<double>();
     }
     dist::TraceSpan clip_span(trace.get(), "clip_grad_norm");
-    if (inject_nan && !faults.nan_param.empty()) inject_nan_grad(*model, faults.nan_param);
-    if (faults.kill_step == step) detail::kill_self(world.rank(), step);
+    if (s_->hooks.after_backward) s_->hooks.after_backward(hook_context);
     scaler.unscale_();  // fp16: the gradients divided back, and inf/nan agreed over the ranks
     const double grad_norm = clip_grad_norm_(*model, t.max_grad_norm > 0 ? t.max_grad_norm : INFINITY);
     // The norm is non-finite exactly when a gradient element is: one check per step, and the

@@ -3,10 +3,11 @@
 # (exit 2 for configuration, 1 for the rest and for anything through fsdpp-run; never a crash,
 # a signal or a hang) and leaves good state as it was. docs/faults.md lists the cases; this
 # script is what keeps that table true.
-#   bad_input.sh config RUN TRAIN CKPT SRC       config files, environment, data files
-#   bad_input.sh checkpoint RUN TRAIN CKPT SRC   checkpoints: truncated, bit-flipped, ...
+#   bad_input.sh config RUN TRAIN CKPT SRC TRAIN_FAULTS       config files, environment, data files
+#   bad_input.sh checkpoint RUN TRAIN CKPT SRC TRAIN_FAULTS   checkpoints: truncated, bit-flipped, ...
+# TRAIN_FAULTS is fsdpp-train-faults (tests/support/): fsdpp-train that reads FSDPP_FAULT_*.
 set -euo pipefail
-part=$1 run=$2 train=$3 ckpt=$4 src=$5
+part=$1 run=$2 train=$3 ckpt=$4 src=$5 train_faults=$6
 FAULT_DIR=$(mktemp -d)
 trap 'rm -rf "$FAULT_DIR"' EXIT
 source "$(dirname "$0")/lib.sh"
@@ -61,7 +62,13 @@ if [ "$part" = config ]; then
     "${e[@]}" FSDPP_COLLECTIVE_CHECK=yes "${one[@]}"
   expect_fail env_restart_count 2 "FSDPP_RESTART_COUNT='-1': expected a whole number >= 0" -- \
     "${e[@]}" FSDPP_RESTART_COUNT=-1 "${one[@]}"
-  expect_fail env_fault_kill 2 "FSDPP_FAULT_KILL='x': expected RANK:STEP" -- "${e[@]}" FSDPP_FAULT_KILL=x "${one[@]}"
+  expect_fail env_fault_kill 2 "FSDPP_FAULT_KILL='x': expected RANK:STEP" -- \
+    "${e[@]}" FSDPP_FAULT_KILL=x "$train_faults" "${one[@]:1}"
+  # The shipped fsdpp-train reads no fault variables: the same job trains.
+  "${e[@]}" FSDPP_FAULT_KILL=x FSDPP_FAULT_NAN=1 "${one[@]}" training.output_dir="$D/env-faults" \
+    > "$D/env_fault_ignored.log" 2>&1 ||
+    { echo "FAIL env_fault_ignored: fsdpp-train read FSDPP_FAULT_*:"; tail -n 20 "$D/env_fault_ignored.log"; exit 1; }
+  echo "ok   env_fault_ignored: fsdpp-train trains with FSDPP_FAULT_KILL=x FSDPP_FAULT_NAN=1 set"
   expect_fail launcher_bad_nproc 2 "\[fsdpp-run\] --nproc-per-node: expects a whole number, got 'two'" -- \
     "$run" --nproc-per-node two "$train" "$cfg"
   expect_fail launcher_missing_program 1 "\[fsdpp-run\] cannot execute 'no-such-program'" -- \

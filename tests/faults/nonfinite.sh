@@ -5,6 +5,7 @@
 #   FSDPP_FAULT_NAN=3:PARAM    PARAM's gradient at step 3 is NaN      -> that parameter
 #   training.learning_rate=1e30 (a finite, absurd value), no clipping  -> step 2 names where
 # and no checkpoint is written for the failed step.
+# TRAIN is fsdpp-train-faults (tests/support/): fsdpp-train that carries out FSDPP_FAULT_NAN.
 set -euo pipefail
 run=$1 train=$2 src=$3
 FAULT_DIR=$(mktemp -d)

@@ -7,6 +7,7 @@
 #   B: A's job with the kill and --max-restarts 1: attempt 2 resumes from checkpoint-4 by itself
 #      (FSDPP_RESTART_COUNT=1) and ends with a checkpoint-8 whose files are byte for byte A's,
 #      and the same losses at every step.
+# TRAIN is fsdpp-train-faults (tests/support/): fsdpp-train that carries out FSDPP_FAULT_KILL.
 set -euo pipefail
 run=$1 train=$2 python=$3 src=$4
 FAULT_DIR=$(mktemp -d)

@@ -11,8 +11,10 @@
 #      checkpoint-3 to step 10: the directory's two files read as the final metrics.jsonl (the
 #      resumed run's session start drops the first file's steps 4 and 5).
 #   C: report_to=none writes no event file; report_to=wandb is refused before training.
+# TRAIN_FAULTS is fsdpp-train-faults (tests/support/), the fsdpp-train that carries out
+# FSDPP_FAULT_KILL.
 set -euo pipefail
-run=$1 train=$2 python=$3 src=$4
+run=$1 train=$2 python=$3 src=$4 train_faults=$5
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 small=(data.path="$src/configs" data.seq_len=32 data.val_fraction=0.1 model.dim=32 model.n_layers=2
@@ -25,10 +27,12 @@ np2=("$run" --nproc-per-node 2 --timeout-s 120 "$train" "$src/configs/default.ya
 grep -q "\[train\] TensorBoard: $dir/A/runs/events.out.tfevents." "$dir/A.log" ||
   { echo "FAIL: no TensorBoard line naming the file"; cat "$dir/A.log"; exit 1; }
 
-b=("${np2[@]}" training.fsdp=no_shard training.max_steps=10 training.eval_steps=3
-   training.save_steps=3 training.report_to=tensorboard training.logging_dir="$dir/tb-B"
-   training.output_dir="$dir/B")
-if FSDPP_FAULT_KILL=0:6 "${b[@]}" > "$dir/B1.log" 2>&1; then
+b_args=(training.fsdp=no_shard training.max_steps=10 training.eval_steps=3
+        training.save_steps=3 training.report_to=tensorboard training.logging_dir="$dir/tb-B"
+        training.output_dir="$dir/B")
+b=("${np2[@]}" "${b_args[@]}")
+if FSDPP_FAULT_KILL=0:6 "$run" --nproc-per-node 2 --timeout-s 120 "$train_faults" \
+     "$src/configs/default.yaml" "${small[@]}" "${b_args[@]}" > "$dir/B1.log" 2>&1; then
   echo "FAIL: the run with rank 0 killed at step 6 succeeded"; cat "$dir/B1.log"; exit 1
 fi
 mkdir "$dir/B-killed"

@@ -1,35 +1,5 @@
 // fsdpp-train CONFIG.yaml [key.path=value ...]: config-driven training of a Llama-style model.
 //   fsdpp-run --nproc-per-node 2 fsdpp-train configs/default.yaml training.max_steps=100
-#include <cstdio>
-#include <string>
-#include <vector>
+#include "train_cli.h"
 
-#include "fsdpp/common/error.h"
-#include "fsdpp/dist/world.h"
-#include "fsdpp/train/config.h"
-#include "fsdpp/train/trainer.h"
-
-int main(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    std::fprintf(stderr,
-                 "usage: fsdpp-train CONFIG.yaml [key.path=value ...]\n"
-                 "  trains the model of CONFIG (see docs/config.md); start it with fsdpp-run, e.g.\n"
-                 "  fsdpp-run --nproc-per-node 2 fsdpp-train configs/default.yaml "
-                 "training.max_steps=100\n");
-    return argc < 2 ? 2 : 0;
-  }
-  try {
-    std::vector<std::string> overrides(argv + 2, argv + argc);
-    auto config = fsdpp::train::TrainConfig::from_file(argv[1], overrides);
-    auto world = fsdpp::dist::init_from_env();
-    fsdpp::train::Trainer trainer(std::move(config), world);
-    const auto result = trainer.run();
-    return result.stopped_by_signal != 0 ? 128 + result.stopped_by_signal : 0;
-  } catch (const fsdpp::ConfigError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return fsdpp::tools::run_fsdpp_train(argc, argv); }

@@ -8,6 +8,7 @@
 
 #include "fsdpp/dist/world.h"
 #include "fsdpp/train/config.h"
+#include "fsdpp/train/hooks.h"
 
 namespace fsdpp::train {
 
@@ -24,7 +25,8 @@ struct TrainResult {
 
 class Trainer {
  public:
-  Trainer(TrainConfig config, std::shared_ptr<dist::World> world);
+  // `hooks` run at their points of every step (hooks.h); none by default.
+  Trainer(TrainConfig config, std::shared_ptr<dist::World> world, TrainerHooks hooks = {});
   ~Trainer();
   TrainResult run();
 

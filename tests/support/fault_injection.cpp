@@ -1,17 +1,20 @@
-#include "faults.h"
+#include "fault_injection.h"
 
 #include <signal.h>
 #include <unistd.h>
 
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
 
+#include <torch/torch.h>
+
 #include "fsdpp/common/error.h"
 
-namespace fsdpp::train::detail {
+namespace fsdpp::testing {
 namespace {
 
 std::optional<int64_t> parse_whole(std::string_view s) {
@@ -23,20 +26,7 @@ std::optional<int64_t> parse_whole(std::string_view s) {
 
 }  // namespace
 
-int restart_count_from_env() {
-  for (const char* var : {"FSDPP_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"}) {
-    const char* text = std::getenv(var);
-    if (text == nullptr || *text == '\0') continue;
-    const auto v = parse_whole(text);
-    FSDPP_CHECK_AS(ConfigError, v && *v >= 0 && *v <= 1'000'000,
-                   "[train] {}='{}': expected a whole number >= 0 (the launcher's restart count)",
-                   var, text);
-    return static_cast<int>(*v);
-  }
-  return 0;
-}
-
-FaultPlan FaultPlan::from_env(int rank, int restart_count) {
+FaultPlan FaultPlan::from_env() {
   FaultPlan plan;
   if (const char* text = std::getenv("FSDPP_FAULT_KILL"); text && *text) {
     const std::string_view s(text);
@@ -47,7 +37,8 @@ FaultPlan FaultPlan::from_env(int rank, int restart_count) {
                    "[train] FSDPP_FAULT_KILL='{}': expected RANK:STEP such as 1:5 (rank >= 0, "
                    "step >= 1)",
                    text);
-    if (*r == rank && restart_count == 0) plan.kill_step = *step;
+    plan.kill_rank = *r;
+    plan.kill_step = *step;
   }
   if (const char* text = std::getenv("FSDPP_FAULT_NAN"); text && *text) {
     const std::string_view s(text);
@@ -63,6 +54,34 @@ FaultPlan FaultPlan::from_env(int rank, int restart_count) {
   return plan;
 }
 
+train::TrainerHooks fault_hooks(const FaultPlan& plan) {
+  train::TrainerHooks hooks;
+  if (plan.nan_step && plan.nan_param.empty()) {
+    hooks.after_loss = [step = *plan.nan_step](const train::StepContext& c, torch::Tensor& loss) {
+      if (c.step == step && c.rank == 0) loss = loss * std::nan("");
+    };
+  }
+  if ((plan.nan_step && !plan.nan_param.empty()) || plan.kill_step) {
+    hooks.after_backward = [plan](const train::StepContext& c) {
+      if (plan.nan_step == c.step && !plan.nan_param.empty()) inject_nan_grad(c.model, plan.nan_param);
+      // Only on the first attempt: the job fsdpp-run restarts must get past the kill.
+      if (plan.kill_step == c.step && plan.kill_rank == c.rank && c.restart_count == 0) {
+        kill_self(c.rank, c.step);
+      }
+    };
+  }
+  return hooks;
+}
+
+void inject_nan_grad(torch::nn::Module& model, const std::string& name) {
+  torch::NoGradGuard no_grad;
+  const auto params = model.named_parameters();  // find() points into it: keep it alive
+  const auto* p = params.find(name);
+  FSDPP_CHECK_AS(ConfigError, p != nullptr,
+                 "[train] FSDPP_FAULT_NAN names parameter '{}', which the model does not have", name);
+  if (p->grad().defined()) p->grad().fill_(std::nan(""));
+}
+
 void kill_self(int rank, int64_t step) {
   const double now = std::chrono::duration<double>(
                          std::chrono::system_clock::now().time_since_epoch())
@@ -74,4 +93,4 @@ void kill_self(int rank, int64_t step) {
   for (;;) ::pause();  // SIGKILL cannot be caught; this only keeps the compiler's promise
 }
 
-}  // namespace fsdpp::train::detail
+}  // namespace fsdpp::testing

@@ -1,7 +1,8 @@
 #pragma once
-// Faults the trainer injects into itself on request, so that the reliability tests
+// Faults a training job injects into itself on request, so that the reliability tests
 // (tests/faults/, docs/faults.md) hit the same point every run instead of racing a kill from
-// outside. Off unless the variables are set; nothing here runs in a normal job.
+// outside. Test support only: the shipped fsdpp-train reads none of these variables; the tests
+// start fsdpp-train-faults (fsdpp_train_faults.cpp), which installs these hooks.
 //
 //   FSDPP_FAULT_KILL=RANK:STEP   global rank RANK sends itself SIGKILL at training step STEP,
 //                                after its backward and before the optimizer step, and only on
@@ -15,25 +16,30 @@
 #include <optional>
 #include <string>
 
-namespace fsdpp::train::detail {
+#include "fsdpp/train/hooks.h"
 
-// FSDPP_RESTART_COUNT (fsdpp-run sets it: 0 on the first attempt, then 1, 2, ...), else
-// TORCHELASTIC_RESTART_COUNT (torchrun's), else 0. Throws ConfigError for a value that is not a
-// whole number >= 0.
-int restart_count_from_env();
+namespace fsdpp::testing {
 
 struct FaultPlan {
-  std::optional<int64_t> kill_step;  // this rank kills itself at this step
+  std::optional<int64_t> kill_rank;  // with kill_step: that rank kills itself on the first attempt
+  std::optional<int64_t> kill_step;
   std::optional<int64_t> nan_step;
   std::string nan_param;  // empty: the loss
 
-  // Reads FSDPP_FAULT_KILL and FSDPP_FAULT_NAN for global rank `rank`; throws ConfigError naming
-  // the variable for a malformed value.
-  static FaultPlan from_env(int rank, int restart_count);
+  // Reads FSDPP_FAULT_KILL and FSDPP_FAULT_NAN; throws ConfigError naming the variable for a
+  // malformed value.
+  static FaultPlan from_env();
 };
+
+// The trainer hooks that carry out `plan` (none when the plan is empty).
+train::TrainerHooks fault_hooks(const FaultPlan& plan);
 
 // Prints "[fault] FSDPP_FAULT_KILL: rank R sends itself SIGKILL at step S (t=<unix seconds>)"
 // to stderr and does so; does not return.
 [[noreturn]] void kill_self(int rank, int64_t step);
 
-}  // namespace fsdpp::train::detail
+// This rank's part of the gradient of parameter `name` becomes NaN; throws ConfigError when the
+// model has no such parameter.
+void inject_nan_grad(torch::nn::Module& model, const std::string& name);
+
+}  // namespace fsdpp::testing

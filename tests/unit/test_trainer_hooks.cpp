@@ -1,0 +1,116 @@
+// Trainer's hooks (fsdpp/train/hooks.h) on a tiny 1-rank run: each runs at its point of every
+// step, in order, with the step's context, and a loss the after_loss hook replaces is the loss the
+// run logs. The fault tests (tests/faults/) use the same hooks through fsdpp-train-faults.
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <unistd.h>
+
+#include <filesystem>
+#include <system_error>
+#include <string>
+#include <vector>
+
+#include "fsdpp/dist/world.h"
+#include "fsdpp/train/config.h"
+#include "fsdpp/train/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path source_dir() {
+#ifdef FSDPP_SOURCE_DIR
+  return fs::path(FSDPP_SOURCE_DIR);
+#else
+  return fs::path(__FILE__).parent_path().parent_path().parent_path();
+#endif
+}
+
+// Not std::filesystem::remove_all: libtorch.so exports its own copy of it, which crashes.
+void remove_tree(const fs::path& p) {
+  std::error_code ec;
+  if (fs::is_directory(fs::symlink_status(p, ec))) {
+    for (const auto& e : fs::directory_iterator(p)) remove_tree(e.path());
+  }
+  fs::remove(p, ec);
+}
+
+std::shared_ptr<fsdpp::dist::World> one_rank_world() {
+  fsdpp::dist::DistEnv env;
+  env.rank = 0;
+  env.world_size = 1;
+  env.local_rank = 0;
+  env.local_world_size = 1;
+  env.launched = true;
+  fsdpp::dist::InitOptions o;
+  o.backend = fsdpp::dist::BackendKind::GLOO;
+  o.num_threads = 1;
+  return fsdpp::dist::init_world(env, c10::make_intrusive<c10d::HashStore>(), o);
+}
+
+fsdpp::train::TrainConfig tiny_config(const fs::path& out) {
+  return fsdpp::train::TrainConfig::from_yaml_string(
+      "model: {dim: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, max_seq_len: 32}\n", {
+          "data.path=" + (source_dir() / "configs").string(),
+          "data.seq_len=32",
+          "data.val_fraction=0",
+          "data.cache_dir=" + (out / "cache").string(),
+          "training.output_dir=" + out.string(),
+          "training.max_steps=3",
+          "training.gradient_accumulation_steps=2",
+          "training.per_device_train_batch_size=2",
+          "training.logging_steps=1",
+          "training.save_strategy=no",
+          "training.sample_tokens=0",
+          "training.report_to=none",
+      });
+}
+
+class TrainerHooks : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("fsdpp_test_trainer_hooks_" + std::to_string(::getpid()) + "_" + info->name());
+    remove_tree(dir_);
+  }
+  void TearDown() override { remove_tree(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(TrainerHooks, RunAtTheirPointsOfEveryStep) {
+  std::vector<std::string> calls;
+  fsdpp::train::TrainerHooks hooks;
+  hooks.after_loss = [&](const fsdpp::train::StepContext& c, torch::Tensor& loss) {
+    EXPECT_EQ(c.rank, 0);
+    EXPECT_EQ(c.restart_count, 0);
+    EXPECT_TRUE(loss.requires_grad());
+    calls.push_back("loss " + std::to_string(c.step));
+  };
+  hooks.after_backward = [&](const fsdpp::train::StepContext& c) {
+    // The gradients of the step are there, in the model the context names.
+    int64_t with_grad = 0;
+    for (const auto& p : c.model.parameters()) with_grad += p.grad().defined() ? 1 : 0;
+    EXPECT_GT(with_grad, 0);
+    calls.push_back("backward " + std::to_string(c.step));
+  };
+  fsdpp::train::Trainer trainer(tiny_config(dir_), one_rank_world(), hooks);
+  const auto result = trainer.run();
+  EXPECT_EQ(result.steps, 3);
+  const std::vector<std::string> expected = {"loss 1", "loss 1", "backward 1", "loss 2", "loss 2",
+                                             "backward 2", "loss 3", "loss 3", "backward 3"};
+  EXPECT_EQ(calls, expected);
+}
+
+TEST_F(TrainerHooks, AReplacedLossIsTheLoggedLoss) {
+  fsdpp::train::TrainerHooks hooks;
+  hooks.after_loss = [](const fsdpp::train::StepContext&, torch::Tensor& loss) {
+    loss = loss * 0 + 7.0;  // still a function of the parameters: backward runs as before
+  };
+  fsdpp::train::Trainer trainer(tiny_config(dir_), one_rank_world(), hooks);
+  const auto result = trainer.run();
+  EXPECT_EQ(result.steps, 3);
+  EXPECT_DOUBLE_EQ(result.final_loss, 7.0);
+}
+
+}  // namespace
