@@ -8,13 +8,12 @@
 
 #include <ATen/ops/empty.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <vector>
 
+#include "fsdpp/common/atomic_file.h"
 #include "fsdpp/common/error.h"
 
 namespace fsdpp::data {
@@ -118,20 +117,13 @@ bool cache_matches(const MappedFile& file, const Header& expected, const std::st
   return file.size() == h.data_offset + h.count * h.token_bytes;
 }
 
-void write_all(std::ofstream& out, const void* p, size_t n) {
-  out.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
-}
-
-// Encodes the text chunk by chunk (cut after a newline) into `tmp`; returns the token count.
-uint64_t encode_into(const std::filesystem::path& tmp, std::string_view text, const Tokenizer& tok,
-                     Header header, const std::string& name, const std::filesystem::path& src) {
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  FSDPP_CHECK(out.good(), "[data] cannot create token cache '{}': {}", tmp.string(),
-              std::strerror(errno));
-  write_all(out, &header, sizeof(header));  // count is filled in at the end
-  write_all(out, name.data(), name.size());
+// Encodes the text chunk by chunk (cut after a newline) into `out`; returns the token count.
+uint64_t encode_into(AtomicFile& out, std::string_view text, const Tokenizer& tok, Header header,
+                     const std::string& name, const std::filesystem::path& src) {
+  out.write(&header, sizeof(header));  // count is filled in at the end
+  out.write(name.data(), name.size());
   const std::string pad(header.data_offset - sizeof(Header) - name.size(), '\0');
-  write_all(out, pad.data(), pad.size());
+  out.write(pad.data(), pad.size());
 
   const int64_t vocab = tok.vocab_size();
   uint64_t count = 0;
@@ -154,20 +146,16 @@ uint64_t encode_into(const std::filesystem::path& tmp, std::string_view text, co
     }
     if (header.token_bytes == 2) {
       u16.assign(ids.begin(), ids.end());
-      write_all(out, u16.data(), u16.size() * 2);
+      out.write(u16.data(), u16.size() * 2);
     } else {
       u32.assign(ids.begin(), ids.end());
-      write_all(out, u32.data(), u32.size() * 4);
+      out.write(u32.data(), u32.size() * 4);
     }
     count += ids.size();
     pos = end;
   }
   header.count = count;
-  out.seekp(0);
-  write_all(out, &header, sizeof(header));
-  out.flush();
-  FSDPP_CHECK(out.good(), "[data] writing token cache '{}' failed: {}", tmp.string(),
-              std::strerror(errno));
+  out.pwrite(&header, sizeof(header), 0);
   return count;
 }
 
@@ -270,18 +258,11 @@ TokenDataset TokenDataset::open(const std::filesystem::path& text_path, const To
   if (!mapping->reused) {
     std::filesystem::create_directories(dir, ec);
     FSDPP_CHECK(!ec, "[data] cannot create cache directory '{}': {}", dir.string(), ec.message());
-    // A name of its own per writer: ranks (or threads) encoding the same text at once each
-    // write their own file, and the last rename wins with identical content.
-    static std::atomic<uint64_t> writer_count{0};
-    const auto tmp = std::filesystem::path(
-        fmt::format("{}.tmp.{}.{}", cache.string(), ::getpid(), writer_count.fetch_add(1)));
-    try {
-      encode_into(tmp, view, tokenizer, expected, name, text_path);
-      std::filesystem::rename(tmp, cache);
-    } catch (...) {
-      std::filesystem::remove(tmp, ec);
-      throw;
-    }
+    // Ranks (or threads) encoding the same text at once each write a file of their own, and
+    // the last rename wins with identical content.
+    AtomicFile out(cache, "data");
+    encode_into(out, view, tokenizer, expected, name, text_path);
+    out.commit();
     file = MappedFile(cache);
     FSDPP_CHECK(cache_matches(file, expected, name),
                 "[data] token cache '{}' does not match what was just written to it",

@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <set>
 
 #include <fmt/format.h>
 
+#include "fsdpp/common/atomic_file.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/dist/process_group.h"
 
@@ -267,17 +267,8 @@ std::filesystem::path TraceRecorder::write() {
   std::filesystem::create_directories(options_.dir, ec);
   FSDPP_CHECK(!ec, "[trace] cannot create the trace directory '{}': {}", options_.dir.string(),
               ec.message());
-  // Through a temporary file and a rename: a reader never sees half a trace.
-  const auto tmp = std::filesystem::path(file.string() + ".tmp." + std::to_string(::getpid()));
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << out;
-    f.close();
-    FSDPP_CHECK(f.good(), "[trace] cannot write the trace file '{}'", tmp.string());
-  }
-  std::filesystem::rename(tmp, file, ec);
-  FSDPP_CHECK(!ec, "[trace] cannot rename '{}' to '{}': {}", tmp.string(), file.string(),
-              ec.message());
+  // A reader never sees half a trace.
+  write_file_atomically(file, out, "trace");
   return file;
 }
 

@@ -16,11 +16,13 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "fsdpp/common/atomic_file.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/state/atomic_dir.h"
 
@@ -235,24 +237,14 @@ void SafetensorsWriter::commit() {
                    "[state] '{}': tensor '{}' was declared but never written", path_.string(),
                    e.name);
   if (!header_written_) write_header();
-  int rc;
-  do rc = ::fsync(fd_);
-  while (rc != 0 && errno == EINTR);
-  if (rc != 0)
-    FSDPP_THROW(CheckpointError, "[state] fsync of '{}' failed: {}", tmp_path_.string(),
-                std::strerror(errno));
-  const int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0)
-    FSDPP_THROW(CheckpointError, "[state] closing '{}' failed: {}", tmp_path_.string(),
-                std::strerror(errno));
-  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0)
-    FSDPP_THROW(CheckpointError, "[state] cannot rename '{}' to '{}': {}", tmp_path_.string(),
-                path_.string(), std::strerror(errno));
+  // fsync, rename over path_, fsync of the directory; failing there, the checkpoint was not
+  // written.
+  try {
+    commit_file_atomically(UniqueFd(std::exchange(fd_, -1)), tmp_path_, path_, "state");
+  } catch (const Error& e) {
+    throw CheckpointError(e.what());
+  }
   committed_ = true;
-  // The rename is only durable once the directory entry is.
-  const fs::path dir = path_.parent_path();
-  fsync_path(dir.empty() ? fs::path(".") : dir);
 }
 
 void save_safetensors(const fs::path& path,
