@@ -1,0 +1,37 @@
+// evaluate (phases.h): the validation loss, in order over the validation split on every rank
+// (no shuffle), averaged over the ranks.
+#include <algorithm>
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "phases.h"
+
+namespace fsdpp::train::detail {
+
+double evaluate(TrainSession& s) {
+  const auto& cfg = s.cfg;
+  const auto& t = cfg.training;
+  auto& world = s.world;
+  auto& model = s.model;
+  const auto& val_data = *s.val_data;
+  const auto& sopts = s.sopts;
+  if (val_data.size() <= cfg.data.seq_len) return std::nan("");
+  data::SamplerOptions vo = sopts;
+  vo.shuffle = false;
+  data::DistributedSampler val(val_data, vo);
+  if (val.windows_per_rank() < 1) return std::nan("");
+  torch::NoGradGuard no_grad;
+  const int64_t eb = std::min<int64_t>(t.per_device_eval_batch_size, val.windows_per_rank());
+  const int64_t batches = std::max<int64_t>(1, std::min<int64_t>(t.eval_max_batches, val.windows_per_rank() / eb));
+  double sum = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    auto [x, y] = val.next_batch(eb);
+    sum += fsdpp::forward(model, x, y).loss.item<double>();
+  }
+  auto v = torch::tensor({sum / batches}, torch::kDouble);
+  world.group()->all_reduce(v, dist::ReduceOp::AVG, {"eval"});
+  return v.item<double>();
+}
+
+}  // namespace fsdpp::train::detail

@@ -1,0 +1,72 @@
+// finish (phases.h): the last step's save (unless save_strategy is no or a signal stopped the
+// run), the wait for an asynchronous save, then the closing lines and the sample text.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "fsdpp/common/atomic_file.h"
+#include "fsdpp/data/printable_text.h"
+#include "phases.h"
+
+namespace fsdpp::train::detail {
+
+TrainResult finish(TrainSession& s) {
+  const auto& cfg = s.cfg;
+  const auto& t = cfg.training;
+  const bool lead = s.lead;
+  const auto& out_dir = s.out_dir;
+  auto& model = s.model;
+  const auto& tokenizer = s.tokenizer;
+  const int64_t first_step = s.first_step;
+  const int64_t total_steps = s.total_steps;
+  const double val_loss = s.val_loss;
+  TrainResult& result = s.result;
+  s.progress->finish();
+  if (t.save_strategy != SaveStrategy::NO && result.stopped_by_signal == 0 && result.steps > s.last_saved) {
+    save_checkpoint(s, result.steps);  // the final model
+  }
+  s.checkpointer->finish();  // an asynchronous save still being written: wait, report its error
+  result.final_val_loss = val_loss;
+  if (result.stopped_by_signal != 0) {
+    const auto saved = list_checkpoints(out_dir);
+    s.say(fmt::format("[train] stopped by {} after step {} of {}; {}", strsignal(result.stopped_by_signal),
+                      result.steps, total_steps,
+                      saved.empty() ? std::string("no checkpoint was saved")
+                                    : fmt::format("the newest checkpoint is {}", saved.back().second.string())));
+    return result;
+  }
+  if (first_step > total_steps) {
+    s.say(fmt::format("[train] nothing to train: resumed at step {} and the run has {} steps "
+                      "(raise training.max_steps or num_train_epochs to go on)",
+                      first_step - 1, total_steps));
+    return result;
+  }
+
+  // Text from the trained model, the same on every rank (one generator seed).
+  if (t.sample_tokens > 0) {
+    auto prompt_ids = tokenizer->encode(t.sample_prompt);
+    if (prompt_ids.empty()) prompt_ids.push_back(0);
+    auto prompt = torch::tensor(std::vector<int64_t>(prompt_ids.begin(), prompt_ids.end()), torch::kLong);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(t.seed + 1);  // the same on every rank
+    torch::NoGradGuard no_grad;
+    auto ids = models::generate(model, prompt, t.sample_tokens, t.sample_temperature, t.sample_top_k, gen);
+    auto tail = ids.narrow(0, static_cast<int64_t>(prompt_ids.size()), t.sample_tokens).to(torch::kInt);
+    std::vector<int32_t> v(tail.data_ptr<int32_t>(), tail.data_ptr<int32_t>() + tail.numel());
+    result.sample = t.sample_prompt + tokenizer->decode(v);
+    if (lead) write_file_atomically(out_dir / "sample.txt", result.sample + "\n", "train");
+    s.say("[train] sample:\n" + data::printable_text(result.sample) + "\n");
+  }
+  s.say(fmt::format("[train] done: {} steps, final loss {:.4f}, validation loss {:.4f}", result.steps,
+                    result.final_loss, result.final_val_loss));
+  s.say(fmt::format("[train] metrics: {}  config: {}{}{}", (out_dir / "metrics.jsonl").string(),
+                    (out_dir / "config.yaml").string(),
+                    t.sample_tokens > 0 ? "  sample: " + (out_dir / "sample.txt").string() : "",
+                    s.last_saved > 0
+                        ? "  checkpoint: " + (out_dir / fmt::format("checkpoint-{}", s.last_saved)).string()
+                        : ""));
+  return result;
+}
+
+}  // namespace fsdpp::train::detail

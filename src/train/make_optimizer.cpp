@@ -1,0 +1,50 @@
+// make_optimizer (phases.h): AdamW over the shards, the fp16 loss scaler, the optimizer state's
+// disk offload, the number of steps and the learning-rate schedule.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "phases.h"
+
+namespace fsdpp::train::detail {
+
+void make_optimizer(TrainSession& s) {
+  const auto& cfg = s.cfg;
+  const auto& t = cfg.training;
+  auto& world = s.world;
+  auto& model = s.model;
+  s.opt = std::make_unique<torch::optim::AdamW>(
+      model->parameters(), torch::optim::AdamWOptions(t.learning_rate)
+                               .betas({t.adam_beta1, t.adam_beta2})
+                               .eps(t.adam_epsilon)
+                               .weight_decay(t.weight_decay));
+  auto& opt = *s.opt;
+  // fsdp_offload_optimizer_state_dir: the AdamW state lives in a per-rank memory-mapped file.
+  // fp16: the sharded dynamic loss scaler (disabled, it is a pass-through for other dtypes).
+  GradScalerOptions scaler_options;
+  scaler_options.enabled = t.fp16;
+  s.scaler = std::make_unique<ShardedGradScaler>(*model, scaler_options);
+  auto& offload = s.offload;
+  if (!t.fsdp_config.offload_optimizer_state_dir.empty()) {
+    DiskOffloadOptions oo;
+    oo.dir = t.fsdp_config.offload_optimizer_state_dir;
+    oo.rank = world.rank();
+    offload = std::make_unique<DiskOffloadedOptimizer>(opt, oo);
+    s.say(fmt::format("[train] optimizer state offloaded to memory-mapped files in {}",
+                      oo.dir.string()));
+  }
+  const int64_t B = s.B = t.per_device_train_batch_size;
+  const int64_t accum = s.accum = t.gradient_accumulation_steps;
+  int64_t& total_steps = s.total_steps = t.max_steps;
+  if (total_steps <= 0) {
+    const int64_t per_epoch = std::max<int64_t>(1, s.sampler->windows_per_rank() / (B * accum));
+    total_steps = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(t.num_train_epochs * per_epoch)));
+  }
+  s.schedule = cfg.lr_schedule(total_steps);
+  const int64_t tokens_per_step = s.tokens_per_step = B * accum * cfg.data.seq_len * world.size();
+  s.say(fmt::format("[train] {} steps of {} sequences x {} tokens ({} tokens per step), AdamW lr {} {} warmup {}",
+                    total_steps, B * accum * world.size(), cfg.data.seq_len, tokens_per_step,
+                    t.learning_rate, t.lr_scheduler_type, t.warmup_steps));
+}
+
+}  // namespace fsdpp::train::detail

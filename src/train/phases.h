@@ -1,0 +1,63 @@
+#pragma once
+// The phases of Trainer::run, in the order it calls them; each reads what the phases before it
+// left in the TrainSession (session.h) and adds its own. Every rank runs every phase: the
+// collectives inside them (barriers, agree_on_failure, all-reduces) are issued in the same
+// order on every rank. Private to src/train.
+//
+//   choose_start        which checkpoint to resume from (FSDPP_RESTART_COUNT, resume_from_checkpoint),
+//                       or model.init_from's shape for a fresh run         (start.cpp)
+//   prepare_output_dir  rank 0's lock on output_dir, the cache dir, config.yaml (start.cpp)
+//   prepare_data        corpus, tokenizer, token cache, splits, the sampler (prepare_data.cpp)
+//   build_model         the memory check, the Llama, init_from's weights before sharding
+//                                                                          (build_model.cpp)
+//   shard_model         the mesh, wrap policy, mixed precision, fully_shard   (shard_model.cpp)
+//   make_optimizer      AdamW, the loss scaler, disk offload, steps and schedule
+//                                                                          (make_optimizer.cpp)
+//   restore             the checkpointer; a resume's state, metrics and data position
+//                                                                          (restore.cpp)
+//   open_logs           traces, metrics.jsonl, TensorBoard, stop signal, heartbeat (open_logs.cpp)
+//   train_loop          train_step, evaluate, metrics, save_due/save_checkpoint (train_loop.cpp)
+//   finish              the final save, the stop or done message, the sample (finish.cpp)
+
+#include <cstdint>
+#include <utility>
+
+#include "session.h"
+
+namespace fsdpp::train::detail {
+
+void choose_start(TrainSession& s);
+void prepare_output_dir(TrainSession& s);
+void prepare_data(TrainSession& s);
+void build_model(TrainSession& s);
+void shard_model(TrainSession& s);
+void make_optimizer(TrainSession& s);
+void restore(TrainSession& s);
+void open_logs(TrainSession& s);
+void train_loop(TrainSession& s);
+TrainResult finish(TrainSession& s);
+
+// Bytes the units moved over the shard groups (inside a node under hybrid_shard) and over the
+// replicate groups (across nodes), for metrics.jsonl (shard_model.cpp).
+std::pair<uint64_t, uint64_t> comm_split(TrainSession& s);
+
+// What one optimizer step did (train_step.cpp).
+struct StepOutcome {
+  double lr = 0;
+  double loss_sum = 0;  // this rank's loss summed over the micro-batches
+  double grad_norm = 0;
+  bool stepped = true;  // false: the fp16 loss scaler skipped the step (an overflow)
+  double loss_scale = 1;
+};
+// Forward and backward of every micro-batch, the hooks, unscale, clip (stopping on non-finite
+// gradients), the optimizer step. Inside the step's trace event.
+StepOutcome train_step(TrainSession& s, int64_t step);
+
+// The validation loss averaged over every rank; NaN without a validation split (evaluate.cpp).
+double evaluate(TrainSession& s);
+
+// Whether training.save_strategy saves after `step`; save_checkpoint saves it (save.cpp).
+bool save_due(const TrainSession& s, int64_t step);
+void save_checkpoint(TrainSession& s, int64_t step);
+
+}  // namespace fsdpp::train::detail

@@ -1,0 +1,132 @@
+// prepare_data (phases.h): the corpus, its tokenizer, the token cache, the training and
+// validation splits and the sampler over the training split.
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fsdpp/common/atomic_file.h"
+#include "fsdpp/common/error.h"
+#include "fsdpp/dist/agree.h"
+#include "phases.h"
+
+namespace fs = std::filesystem;
+
+namespace fsdpp::train::detail {
+namespace {
+
+// data.path is a text file, or a directory whose files (resolve_data_files: regular, not *.dat /
+// *.u8 indexes, not symlinks) are joined in name order into one cached corpus file.
+fs::path corpus_file(const DataSection& data, const fs::path& cache_dir, dist::World& world) {
+  const fs::path path = data.path;
+  FSDPP_CHECK_AS(ConfigError, !data.path.empty(), "[train] data.path is empty; give a text file or a directory of text files");
+  FSDPP_CHECK_AS(ConfigError, fs::exists(path), "[train] data.path '{}' does not exist", data.path);
+  if (!fs::is_directory(path)) return path;
+  std::vector<fs::path> files;
+  for (const auto& f : resolve_data_files(data.path)) files.emplace_back(f);
+  FSDPP_CHECK_AS(ConfigError, !files.empty(), "[train] data.path '{}' is a directory with no text files", data.path);
+  size_t key = std::hash<std::string>{}(fs::absolute(path).string());
+  for (const auto& f : files) {
+    const auto mtime = fs::last_write_time(f).time_since_epoch().count();
+    key ^= std::hash<std::string>{}(fmt::format("{}:{}:{}", f.filename().string(), fs::file_size(f), mtime)) +
+           0x9e3779b97f4a7c15ULL + (key << 6) + (key >> 2);
+  }
+  const fs::path out = cache_dir / fmt::format("corpus-{:016x}.txt", key);
+  dist::agree_on_failure(*world.group(), "joining data.path's files into one corpus", [&] {
+    if (world.rank() != 0 || fs::exists(out)) return;
+    std::string text;
+    for (const auto& f : files) {
+      std::ifstream in(f, std::ios::binary);
+      text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      if (!text.empty() && text.back() != '\n') text.push_back('\n');
+    }
+    write_file_atomically(out, text, "train");
+  });
+  return out;
+}
+
+std::unique_ptr<data::Tokenizer> make_tokenizer(const DataSection& data, const fs::path& corpus,
+                                                const fs::path& cache_dir, dist::World& world) {
+  if (data.tokenizer == TokenizerType::BYTE) return std::make_unique<data::ByteTokenizer>();
+  std::string model = data.tokenizer_model;
+  if (model.empty()) {
+    // Keyed by the corpus's content: a shared cache_dir never hands this run another text's model.
+    model = data::SentencePieceTokenizer::cached_model_path(cache_dir, corpus, data.tokenizer_vocab_size)
+                .string();
+    const fs::path prefix = fs::path(model).replace_extension();
+    dist::agree_on_failure(*world.group(), "training the tokenizer", [&] {
+      if (world.rank() != 0 || fs::exists(model)) return;
+      std::printf("[train] training a sentencepiece BPE tokenizer (vocab %lld) on %s\n",
+                  static_cast<long long>(data.tokenizer_vocab_size), corpus.c_str());
+      data::SentencePieceTokenizer::train(corpus.string(), prefix.string(), data.tokenizer_vocab_size);
+    });
+  }
+  FSDPP_CHECK_AS(ConfigError, fs::exists(model), "[train] data.tokenizer_model '{}' does not exist", model);
+  return std::make_unique<data::SentencePieceTokenizer>(model);
+}
+
+}  // namespace
+
+void prepare_data(TrainSession& s) {
+  const auto& cfg = s.cfg;
+  const auto& t = cfg.training;
+  auto& world = s.world;
+  const bool lead = s.lead;
+  const auto& cache_dir = s.cache_dir;
+  auto& init = s.init;
+  auto& tokenizer = s.tokenizer;
+  const fs::path& corpus = s.corpus = corpus_file(cfg.data, cache_dir, world);
+  // A model starts from its own tokenizer: the one stored with model.init_from's weights.
+  tokenizer = init ? init->take_tokenizer() : nullptr;
+  if (tokenizer) {
+    s.say(fmt::format("[train] tokenizer {} from model.init_from (data.tokenizer is not used)",
+                      tokenizer->name()));
+  } else {
+    tokenizer = make_tokenizer(cfg.data, corpus, cache_dir, world);
+  }
+  data::TokenDatasetOptions dopts;
+  dopts.cache_dir = cache_dir;
+  // Rank 0 encodes; the others then map the cached token file.
+  std::optional<data::TokenDataset> dataset;
+  dist::agree_on_failure(*world.group(), "tokenizing data.path", [&] {
+    if (lead) dataset = data::TokenDataset::open(corpus, *tokenizer, dopts);
+  });
+  dist::agree_on_failure(*world.group(), "opening the token cache", [&] {
+    if (!lead) dataset = data::TokenDataset::open(corpus, *tokenizer, dopts);
+  });
+  auto splits = dataset->split(cfg.data.val_fraction);
+  const data::TokenDataset& train_data = s.train_data.emplace(splits.first);
+  const data::TokenDataset& val_data = s.val_data.emplace(splits.second);
+  s.say(fmt::format("[train] data: {} ({} tokens, tokenizer {}, vocab {}); train {} / validation {} tokens",
+                    cfg.data.path, dataset->size(), tokenizer->name(), tokenizer->vocab_size(),
+                    train_data.size(), val_data.size()));
+
+  data::SamplerOptions& sopts = s.sopts;
+  sopts.seq_len = cfg.data.seq_len;
+  sopts.rank = world.rank();
+  sopts.world_size = world.size();
+  sopts.seed = t.seed;
+  data::DistributedSampler& sampler = s.sampler.emplace(train_data, sopts);
+  FSDPP_CHECK_AS(ConfigError, sampler.windows_per_rank() >= 1,
+                 "[train] the training split has {} tokens: too few for seq_len={} on {}",
+                 train_data.size(), cfg.data.seq_len, count_of(world.size(), "rank"));
+  // The validation split is evaluated at the end of every run (and every eval_steps): a split
+  // without a window of seq_len+1 tokens for every rank would fail there, after the training
+  // steps and before the final save, so it is refused here, before any step.
+  if (val_data.size() > 0) {
+    const int64_t val_windows = (val_data.size() - 1) / cfg.data.seq_len;
+    FSDPP_CHECK_AS(ConfigError, val_windows >= world.size(),
+                   "[train] the validation split (data.val_fraction={}) has {} tokens: {} of "
+                   "seq_len+1={} tokens for {}; expected at least one window per rank (raise "
+                   "data.val_fraction, use more text, shorten data.seq_len, or set "
+                   "data.val_fraction=0 to train without validation)",
+                   cfg.data.val_fraction, val_data.size(), count_of(val_windows, "window"),
+                   cfg.data.seq_len + 1, count_of(world.size(), "rank"));
+  }
+}
+
+}  // namespace fsdpp::train::detail

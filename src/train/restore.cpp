@@ -1,0 +1,92 @@
+// restore (phases.h): the checkpointer (which seeds the generators) and, for a resumed run, the
+// checkpoint's model, optimizer, schedule, loss scale, generator states and data position.
+#include <algorithm>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "fsdpp/common/atomic_file.h"
+#include "fsdpp/data/tokenizer_files.h"
+#include "phases.h"
+
+namespace fs = std::filesystem;
+
+namespace fsdpp::train::detail {
+namespace {
+
+// metrics.jsonl without the lines of steps after `step` (left by a run that went on past the
+// checkpoint it is resumed from), rewritten atomically; then appended to.
+void truncate_metrics(const fs::path& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in.good()) return;
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      if (nlohmann::json::parse(line).at("step").get<int64_t>() > step) continue;
+    } catch (const nlohmann::json::exception&) {
+      continue;  // a half-written last line of a killed run
+    }
+    kept += line + "\n";
+  }
+  in.close();
+  write_file_atomically(path, kept, "train");
+}
+
+}  // namespace
+
+void restore(TrainSession& s) {
+  const auto& cfg = s.cfg;
+  const auto& t = cfg.training;
+  auto& world = s.world;
+  const bool lead = s.lead;
+  const auto& out_dir = s.out_dir;
+  const auto& resume_dir = s.resume_dir;
+  const auto& resumed = s.resumed;
+  auto& model = s.model;
+  auto& opt = *s.opt;
+  auto& scaler = *s.scaler;
+  auto& offload = s.offload;
+  auto& sampler = *s.sampler;
+  auto& schedule = s.schedule;
+  const auto& tokenizer = s.tokenizer;
+  const int64_t B = s.B;
+  const int64_t accum = s.accum;
+  // Seeds the generators, and holds the background writer of training.async_save.
+  s.checkpointer = std::make_unique<Checkpointer>(cfg, s.world_ptr, model->config());
+  auto& checkpointer = *s.checkpointer;
+  checkpointer.track_grad_scaler(&scaler);
+  checkpointer.add_files(data::tokenizer_files(*tokenizer));  // the tokenizer travels with the model
+  int64_t& first_step = s.first_step = 1;
+  if (resumed) {
+    checkpointer.restore(resume_dir, *resumed, *model, opt, schedule);  // + generator states
+    if (resumed->grad_scaler) scaler.load_state(*resumed->grad_scaler);
+    // Only once the checkpoint loaded: a corrupt one must not cost the metrics of the steps
+    // after it.
+    if (lead) truncate_metrics(out_dir / "metrics.jsonl", resumed->step);
+    if (offload) offload->offload_state();  // the loaded state out of memory before step 1
+    // The sampler continues after the windows consumed over all ranks, whatever the world size
+    // was: each rank is at consumed / world_size in the epoch (exact when it divides).
+    data::SamplerState ss{resumed->epoch, resumed->windows_consumed / world.size()};
+    if (ss.position >= sampler.windows_per_rank()) ss = {ss.epoch + 1, 0};
+    sampler.load_state(ss);
+    first_step = resumed->step + 1;
+    s.say(fmt::format("[train] resumed from {} (step {}, saved on {}): epoch {}, {} consumed{}",
+                      resume_dir.string(), resumed->step, count_of(resumed->world_size, "rank"),
+                      resumed->epoch, count_of(resumed->windows_consumed, "window"),
+                      resumed->windows_consumed % world.size() == 0
+                          ? ""
+                          : fmt::format(" (not a multiple of {}: {} skipped)",
+                                        count_of(world.size(), "rank"),
+                                        resumed->windows_consumed % world.size())));
+  } else if (!t.resume_from_checkpoint.empty()) {
+    s.say(fmt::format("[train] no complete checkpoint in {} to resume from: starting at step 1",
+                      out_dir.string()));
+  }
+  // For save_strategy epoch (save.cpp).
+  s.steps_per_epoch = std::max<int64_t>(1, sampler.windows_per_rank() / (B * accum));
+  s.last_saved = resumed ? resumed->step : 0;
+}
+
+}  // namespace fsdpp::train::detail

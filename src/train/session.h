@@ -1,0 +1,112 @@
+#pragma once
+// The state of one Trainer::run, passed from phase to phase (phases.h): what each phase makes,
+// in the order the phases make it. Members are destroyed in the reverse order, as the locals of
+// one long function were: the loop's logs first, then the checkpointer (which waits for its
+// background writer), the optimizer, the model and, last, rank 0's lock on output_dir.
+// Private to src/train.
+
+#include <torch/optim/adamw.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fsdpp/data/sampler.h"
+#include "fsdpp/data/token_dataset.h"
+#include "fsdpp/data/tokenizer.h"
+#include "fsdpp/dist/trace.h"
+#include "fsdpp/dist/world.h"
+#include "fsdpp/fsdp/fully_shard.h"
+#include "fsdpp/fsdp/grad_scaler.h"
+#include "fsdpp/models/llama.h"
+#include "fsdpp/optim/disk_offload.h"
+#include "fsdpp/train/config.h"
+#include "fsdpp/train/hooks.h"
+#include "fsdpp/train/lr_schedule.h"
+#include "fsdpp/train/trainer.h"
+#include "checkpointer.h"
+#include "heartbeat.h"
+#include "init_from.h"
+#include "metrics_log.h"
+#include "output_dir.h"
+#include "progress.h"
+#include "stop_signal.h"
+#include "tensorboard.h"
+
+namespace fsdpp::train::detail {
+
+struct TrainSession {
+  TrainSession(TrainConfig& config, std::shared_ptr<dist::World> world, const TrainerHooks& hooks);
+  TrainSession(const TrainSession&) = delete;
+  TrainSession& operator=(const TrainSession&) = delete;
+
+  // Prints `line` on rank 0.
+  void say(const std::string& line) const;
+
+  // ---- what the run is given
+  TrainConfig& cfg;  // model.init_from may replace the model section (choose_start)
+  std::shared_ptr<dist::World> world_ptr;
+  dist::World& world;
+  const TrainerHooks& hooks;
+  const bool lead;  // rank 0: the rank that writes output_dir and prints
+
+  // ---- choose_start, prepare_output_dir
+  std::filesystem::path out_dir;
+  std::filesystem::path cache_dir;
+  int restart_count = 0;
+  std::filesystem::path resume_dir;  // empty: a fresh run
+  std::optional<TrainerState> resumed;
+  std::optional<InitSource> init;  // model.init_from, unless resuming
+  std::optional<OutputDirLock> dir_lock;  // held by rank 0 until run() returns
+
+  // ---- prepare_data
+  std::filesystem::path corpus;
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  std::optional<data::TokenDataset> train_data;
+  std::optional<data::TokenDataset> val_data;
+  data::SamplerOptions sopts;
+  std::optional<data::DistributedSampler> sampler;
+
+  // ---- build_model, shard_model
+  int64_t vocab = 0;
+  models::Llama model{nullptr};
+  FullyShardOptions fopts;
+  bool hybrid = false;  // hybrid_shard*: a 2-D mesh of replicas x shards
+
+  // ---- make_optimizer
+  std::unique_ptr<torch::optim::AdamW> opt;
+  std::unique_ptr<ShardedGradScaler> scaler;
+  std::unique_ptr<DiskOffloadedOptimizer> offload;
+  int64_t B = 0;      // per_device_train_batch_size
+  int64_t accum = 1;  // gradient_accumulation_steps
+  int64_t total_steps = 0;
+  LrSchedule schedule;
+  int64_t tokens_per_step = 0;
+
+  // ---- restore
+  std::unique_ptr<Checkpointer> checkpointer;
+  int64_t first_step = 1;
+  int64_t steps_per_epoch = 1;
+  int64_t last_saved = 0;
+
+  // ---- open_logs
+  std::shared_ptr<dist::TraceRecorder> trace;
+  std::optional<MetricsLog> metrics;  // rank 0
+  std::optional<EventFileWriter> tensorboard;  // rank 0, with training.report_to tensorboard
+  std::optional<StopSignal> stop_signal;  // SIGTERM/SIGINT: stop after the step in progress
+  std::optional<Heartbeat> heartbeat;     // fsdpp-run --progress-timeout-s counts from here
+  std::optional<Progress> progress;
+
+  // ---- train_loop, finish
+  TrainResult result;
+  double val_loss = 0;  // NaN until evaluated
+};
+
+// "1 rank", "2 ranks": counts in messages read as English.
+std::string count_of(int64_t n, std::string_view noun);
+
+}  // namespace fsdpp::train::detail

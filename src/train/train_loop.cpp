@@ -1,0 +1,131 @@
+// train_loop (phases.h): the steps from first_step to total_steps, each followed by the metrics
+// all-reduce (which carries the stop signal), evaluation, logging and saves as configured; it
+// ends early, after a whole step on every rank, when a signal asks.
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/dist/agree.h"
+#include "fsdpp/fsdp/inspect.h"
+#include "phases.h"
+
+namespace fsdpp::train::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double peak_rss_mb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void train_loop(TrainSession& s) {
+  const auto& cfg = s.cfg;
+  const auto& t = cfg.training;
+  auto& world = s.world;
+  const bool lead = s.lead;
+  const auto& out_dir = s.out_dir;
+  auto& model = s.model;
+  auto& scaler = *s.scaler;
+  const auto& val_data = *s.val_data;
+  const auto& trace = s.trace;
+  auto& metrics = s.metrics;
+  auto& tensorboard = s.tensorboard;
+  auto& stop_signal = s.stop_signal;
+  auto& progress = s.progress;
+  const int64_t first_step = s.first_step;
+  const int64_t total_steps = s.total_steps;
+  const int64_t accum = s.accum;
+  const int64_t tokens_per_step = s.tokens_per_step;
+  TrainResult& result = s.result;
+  result.output_dir = out_dir.string();
+  result.steps = first_step - 1;
+  const auto start = Clock::now();
+  double& val_loss = s.val_loss;
+  for (int64_t step = first_step; step <= total_steps; ++step) {
+    const auto t0 = Clock::now();
+    if (trace) trace->begin_step(step);
+    const auto comm_before = comm_counters(*model);
+    const auto split_before = comm_split(s);
+    const auto [lr, loss_sum, grad_norm, stepped, loss_scale] = train_step(s, step);
+    const auto step_end = Clock::now();
+    // The step's collectives, per kind, for its trace event (what the trace must hold).
+    const auto step_comm = trace && trace->active() ? dist::counter_args(comm_counters(*model) - comm_before)
+                                                    : std::vector<dist::TraceArg>{};
+    const double step_ms = std::chrono::duration<double, std::milli>(step_end - t0).count();
+    // Loss over the global batch and memory over the ranks: one small all-reduce each. A stop
+    // signal rides along, so that every rank stops after the same step.
+    auto stats = torch::tensor({loss_sum / accum, stop_signal->received() != 0 ? 1.0 : 0.0},
+                               torch::kDouble);
+    world.group()->all_reduce(stats, dist::ReduceOp::AVG, {"metrics"});
+    const double loss = stats[0].item<double>();
+    const bool stop_now = stats[1].item<double>() > 0;
+    FSDPP_CHECK(std::isfinite(loss), "[train] the loss became {} at step {}", loss, step);
+    result.final_loss = loss;
+    result.steps = step;
+    const bool eval_now = val_data.size() > 0 &&
+                          ((t.eval_steps > 0 && step % t.eval_steps == 0) || step == total_steps);
+    if (eval_now) {
+      dist::TraceSpan eval_span(trace.get(), "eval");
+      val_loss = evaluate(s);
+    }
+    if (step % t.logging_steps == 0 || step == first_step || step == total_steps || eval_now) {
+      auto rss = torch::tensor({peak_rss_mb()}, torch::kDouble);
+      world.group()->all_reduce(rss, dist::ReduceOp::MAX, {"metrics"});
+      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      nlohmann::json j;
+      j["step"] = step;
+      j["loss"] = loss;
+      if (eval_now && std::isfinite(val_loss)) j["val_loss"] = val_loss;
+      j["lr"] = lr;
+      j["grad_norm"] = grad_norm;
+      if (t.fp16) {
+        j["loss_scale"] = loss_scale;
+        j["skipped_steps"] = scaler.skipped_steps();
+        j["step_skipped"] = !stepped;
+      }
+      j["tokens_per_s"] = tokens_per_step / (step_ms / 1000.0);
+      j["step_ms"] = step_ms;
+      j["peak_rss_mb"] = rss.item<double>();
+      j["comm_bytes"] = (comm_counters(*model) - comm_before).total_bytes();
+      const auto split_after = comm_split(s);
+      j["comm_bytes_intra"] = split_after.first - split_before.first;
+      j["comm_bytes_inter"] = split_after.second - split_before.second;
+      j["elapsed_s"] = elapsed;
+      dist::agree_on_failure(*world.group(), "writing metrics.jsonl", [&] {
+        if (lead) metrics->append(j.dump());
+        if (tensorboard) tensorboard->add_scalars(step, detail::tensorboard_scalars(j));
+      });
+      progress->log(step, loss, eval_now ? val_loss : std::nan(""), lr, grad_norm,
+                    tokens_per_step / (step_ms / 1000.0), step_ms, rss.item<double>(), elapsed);
+    } else {
+      progress->tick(step, loss, lr, std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    if (save_due(s, step)) {
+      dist::TraceSpan save_span(trace.get(), "checkpoint_save");
+      save_checkpoint(s, step);
+    }
+    s.heartbeat->beat(fmt::format("step {} of {}", step, total_steps));
+    // The step's event spans what step_ms measures; eval and saves follow it in the trace.
+    if (trace) trace->end_step(step, step_end, step_comm);
+    if (stop_now) {
+      result.stopped_by_signal = stop_signal->received() != 0 ? stop_signal->received() : SIGTERM;
+      break;
+    }
+  }
+}
+
+}  // namespace fsdpp::train::detail

@@ -1,0 +1,95 @@
+// train_step (phases.h): one optimizer step over gradient_accumulation_steps micro-batches, with
+// the caller's hooks at their points (hooks.h) and the trace's spans around its parts.
+#include <cmath>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/optim/nonfinite_grad.h"
+#include "phases.h"
+
+namespace fsdpp::train::detail {
+namespace {
+
+// Throws naming the step and where the non-finite values came from: the loss when some rank's
+// loss is non-finite (then every gradient is too), else the first parameter whose gradient is.
+// Collective: every rank gets here together, after the all-reduce inside clip_grad_norm_.
+[[noreturn]] void stop_on_nonfinite(torch::nn::Module& model, dist::World& world, int64_t step,
+                                    double loss_sum) {
+  auto flag = torch::tensor({std::isfinite(loss_sum) ? int64_t{0} : int64_t{world.size() - world.rank()}});
+  world.group()->all_reduce(flag, dist::ReduceOp::MAX, {"nonfinite_check"});
+  const int64_t v = flag.item<int64_t>();
+  const auto grad = first_nonfinite_grad(model, world.group().get());
+  if (v > 0) {
+    FSDPP_THROW(Error,
+                "[train] step {}: the loss is not finite on rank {}: non-finite values first "
+                "appeared in 'loss' (every gradient follows from it); stopped before the "
+                "optimizer step, so the parameters are those of step {}. Lower "
+                "training.learning_rate, or check the data",
+                step, world.size() - v, step - 1);
+  }
+  FSDPP_THROW(Error,
+              "[train] step {}: the gradient of parameter '{}' is {} on rank {} while the loss is "
+              "finite: non-finite values first appeared there; stopped before the optimizer "
+              "step, so the parameters are those of step {}",
+              step, grad ? grad->name : std::string("?"), grad ? grad->kind : "not finite",
+              grad ? grad->rank : 0, step - 1);
+}
+
+}  // namespace
+
+StepOutcome train_step(TrainSession& s, int64_t step) {
+  const auto& t = s.cfg.training;
+  auto& world = s.world;
+  auto& model = s.model;
+  auto& opt = *s.opt;
+  auto& scaler = *s.scaler;
+  auto& offload = s.offload;
+  auto& sampler = *s.sampler;
+  const auto& schedule = s.schedule;
+  const auto& trace = s.trace;
+  const int64_t B = s.B;
+  const int64_t accum = s.accum;
+  const double lr = schedule.at(step);
+  for (auto& group : opt.param_groups()) {
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  }
+  double loss_sum = 0;
+  const StepContext hook_context{step, world.rank(), s.restart_count, *model};
+  for (int64_t micro = 0; micro < accum; ++micro) {
+    dist::TraceSpan data_span(trace.get(), "data");
+    auto [x, y] = sampler.next_batch(B);
+    data_span.end();
+    dist::TraceSpan forward_span(trace.get(), "forward");
+    auto out = fsdpp::forward(model, x, y);
+    auto loss = out.loss;
+    forward_span.end();
+    dist::TraceSpan backward_span(trace.get(), "backward");
+    if (s.hooks.after_loss) s.hooks.after_loss(hook_context, loss);
+    scaler.scale(loss / static_cast<double>(accum)).backward();
+    loss_sum += loss.item<double>();
+  }
+  dist::TraceSpan clip_span(trace.get(), "clip_grad_norm");
+  if (s.hooks.after_backward) s.hooks.after_backward(hook_context);
+  scaler.unscale_();  // fp16: the gradients divided back, and inf/nan agreed over the ranks
+  const double grad_norm = clip_grad_norm_(*model, t.max_grad_norm > 0 ? t.max_grad_norm : INFINITY);
+  // The norm is non-finite exactly when a gradient element is: one check per step, and the
+  // search for the culprit only then. Under fp16 the loss scaler skips such steps instead.
+  if (!t.fp16 && !std::isfinite(grad_norm)) stop_on_nonfinite(*model, world, step, loss_sum);
+  clip_span.end();
+  dist::TraceSpan optimizer_span(trace.get(), "optimizer");
+  const bool stepped = !scaler.found_inf();  // an overflow skips the step on every rank
+  if (stepped && offload) {
+    offload->step();
+  } else if (stepped) {
+    opt.step();
+  }
+  const double loss_scale = scaler.get_scale();
+  scaler.update();
+  opt.zero_grad();
+  optimizer_span.end();
+  return {lr, loss_sum, grad_norm, stepped, loss_scale};
+}
+
+}  // namespace fsdpp::train::detail
