@@ -12,8 +12,14 @@ CMAKE_ARGS ?=
 CTEST_ARGS ?=
 JOBS ?= $(shell nproc)
 
+# ccache hits across clones in other directories (cmake/CcachePch.cmake): paths under the clone
+# are hashed relative to it, the precompiled header by the digest written beside it, and neither
+# the working directory (debug builds) nor the locale enters the hash.
 export CCACHE_DIR ?= $(FSDPP_CACHE)/ccache
-export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_file_ctime
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
+export CCACHE_PCH_EXTSUM := 1
+export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_file_ctime,locale
 export CCACHE_MAXSIZE ?= 5G
 
 .PHONY: all setup configure build run test test-unit test-dist test-slow test-asan bench bench-memory clean distclean
