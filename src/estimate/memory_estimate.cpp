@@ -9,6 +9,7 @@
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/strategy_traits.h"
+#include "fsdpp/optim/optimizer_state.h"
 
 namespace fsdpp {
 namespace {
@@ -167,6 +168,21 @@ int64_t shard_numel(const ModelDescription::Unit& u, int shard_world) {
 std::string lower(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
+}
+
+// The optimizer as the optimizer-state adapter knows it, with what decides its state tensors.
+struct EstimatedOptimizer {
+  optim::OptimizerKind kind;
+  optim::StateConfig config;
+};
+EstimatedOptimizer adapter_view(EstimateOptimizer o) {
+  switch (o) {
+    case EstimateOptimizer::ADAMW: return {optim::OptimizerKind::ADAMW, {}};
+    case EstimateOptimizer::ADAM: return {optim::OptimizerKind::ADAM, {}};
+    case EstimateOptimizer::SGD: return {optim::OptimizerKind::SGD, {}};
+    case EstimateOptimizer::SGD_MOMENTUM: return {optim::OptimizerKind::SGD, {.momentum = true}};
+  }
+  return {optim::OptimizerKind::ADAMW, {}};
 }
 
 // The saved tensors of one TransformerBlock (forward of src/models/llama.cpp, as autograd keeps
@@ -471,9 +487,14 @@ MemoryEstimate estimate_memory(const ModelDescription& model, const EstimateOpti
 
   MemoryEstimate e;
   e.shard_world = shard_world;
-  const int64_t optim_per_elem = o.optimizer == EstimateOptimizer::SGD ? 0
-                                 : o.optimizer == EstimateOptimizer::SGD_MOMENTUM ? 4
-                                                                                  : 8;
+  // fp32 state tensors per parameter (the ones its first step creates), and whether the step is
+  // Adam's, with its two temporaries.
+  const auto optimizer = adapter_view(o.optimizer);
+  const auto optim_states =
+      static_cast<int64_t>(optim::created_state_names(optimizer.kind, optimizer.config).size());
+  const int64_t optim_per_elem = optim_states * 4;
+  const bool adam_step =
+      optimizer.kind == optim::OptimizerKind::ADAMW || optimizer.kind == optim::OptimizerKind::ADAM;
   std::vector<UnitState> us(model.units.size());
   // Parameter shards in the optimizer's order (module registration: the embedding, the blocks,
   // then the final norm and the output layer), element counts.
@@ -749,9 +770,9 @@ MemoryEstimate estimate_memory(const ModelDescription& model, const EstimateOpti
     l.at("optimizer step");
     for (int64_t n : param_shards) {
       if (first) {
-        for (int64_t k = 0; k < optim_per_elem / 4; ++k) optim_state.push_back(l.alloc(kOptim, n * f32));
+        for (int64_t k = 0; k < optim_states; ++k) optim_state.push_back(l.alloc(kOptim, n * f32));
       }
-      if (optim_per_elem == 8) {
+      if (adam_step) {
         Id t1 = l.alloc(kOptim, n * f32), t2 = l.alloc(kOptim, n * f32);
         l.free(t1);
         l.free(t2);

@@ -181,26 +181,18 @@ void FSDPUnit::lazy_init() {
 }
 
 std::vector<std::pair<std::string, at::Tensor>> FSDPUnit::full_parameters() {
-  at::NoGradGuard no_grad;
+  // The master values, gathered on the compute device (where the collective runs) and
+  // returned next to the master shards.
+  const auto views = sharded_params();
+  std::vector<const ShardedParam*> ps;
+  std::vector<at::Tensor> shards;
+  for (const auto& v : views) {
+    ps.push_back(&v);
+    shards.push_back(v.local_shard);
+  }
+  auto full = gather_full(ps, shards);
   std::vector<std::pair<std::string, at::Tensor>> out;
-  at::Tensor rows;
-  if (shard_world_ > 1 && !params_.empty()) {
-    // The master values, gathered on the compute device (where the collective runs) and
-    // returned next to the master shards.
-    auto input = flat_shard_.to(compute_device_);
-    auto gathered = at::empty({shard_world_ * total_shard_numel_}, input.options());
-    shard_group_->all_gather_into_tensor(gathered, input, tag());
-    rows = gathered.view({shard_world_, total_shard_numel_});
-  }
-  for (auto& p : params_) {
-    if (shard_world_ == 1) {
-      out.emplace_back(p->fqn, p->shard.view(p->shape).clone());
-      continue;
-    }
-    auto full = at::empty(p->shape, flat_shard_.options().pinned_memory(false));
-    p->copy_out(rows, full);
-    out.emplace_back(p->fqn, full);
-  }
+  for (size_t i = 0; i < views.size(); ++i) out.emplace_back(views[i].fqn, std::move(full[i]));
   return out;
 }
 

@@ -29,6 +29,7 @@
 #include "fsdpp/dist/process_group.h"
 #include "fsdpp/dist/trace.h"
 #include "fsdpp/fsdp/fully_shard.h"
+#include "fsdpp/fsdp/sharded_param.h"
 
 namespace fsdpp {
 
@@ -74,6 +75,8 @@ class FSDPUnit : public torch::nn::Module {
   void set_requires_gradient_sync(bool sync) { requires_grad_sync_ = sync; }
   // Every parameter at full size, by name (collective over the shard group).
   std::vector<std::pair<std::string, at::Tensor>> full_parameters();
+  // The public view of this unit's parameters (sharded_param.cpp).
+  std::vector<ShardedParam> sharded_params() const;
   // Bytes of unsharded parameter storage this unit holds right now.
   int64_t unsharded_bytes() const;
   int64_t shard_numel() const { return total_shard_numel_; }

@@ -6,12 +6,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <torch/optim/adagrad.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/adamw.h>
-#include <torch/optim/rmsprop.h>
-#include <torch/optim/sgd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -22,13 +16,15 @@
 #include <utility>
 #include <vector>
 
+#include "fsdpp/optim/optimizer_state.h"
+
 namespace fsdpp {
 
 namespace fs = std::filesystem;
 
 namespace {
 
-enum Kind { kAdamW = 1, kAdam, kSGD, kRMSprop, kAdagrad };
+using optim::OptimizerKind;
 
 int64_t page_size() {
   static const int64_t kPage = ::sysconf(_SC_PAGESIZE);
@@ -161,39 +157,13 @@ at::Tensor mapped_tensor(const std::shared_ptr<Arena>& arena, at::ScalarType dty
 }
 
 // The state tensors of one parameter's optimizer state.
-std::vector<at::Tensor*> state_tensors(torch::optim::OptimizerParamState& s, int kind) {
-  auto fail = [] {
-    FSDPP_THROW(OffloadError, "[offload] an optimizer state entry is not of the optimizer's own "
-                              "state type; expected the state its step() creates");
-  };
-  switch (kind) {
-    case kAdamW: {
-      auto* a = dynamic_cast<torch::optim::AdamWParamState*>(&s);
-      if (!a) fail();
-      return {&a->exp_avg(), &a->exp_avg_sq(), &a->max_exp_avg_sq()};
-    }
-    case kAdam: {
-      auto* a = dynamic_cast<torch::optim::AdamParamState*>(&s);
-      if (!a) fail();
-      return {&a->exp_avg(), &a->exp_avg_sq(), &a->max_exp_avg_sq()};
-    }
-    case kSGD: {
-      auto* a = dynamic_cast<torch::optim::SGDParamState*>(&s);
-      if (!a) fail();
-      return {&a->momentum_buffer()};
-    }
-    case kRMSprop: {
-      auto* a = dynamic_cast<torch::optim::RMSpropParamState*>(&s);
-      if (!a) fail();
-      return {&a->square_avg(), &a->momentum_buffer(), &a->grad_avg()};
-    }
-    case kAdagrad: {
-      auto* a = dynamic_cast<torch::optim::AdagradParamState*>(&s);
-      if (!a) fail();
-      return {&a->sum()};
-    }
-  }
-  return {};
+std::vector<at::Tensor*> state_tensors_of(torch::optim::OptimizerParamState& s, OptimizerKind kind) {
+  FSDPP_CHECK_AS(OffloadError, optim::is_state_of(s, kind),
+                 "[offload] an optimizer state entry is not of the optimizer's own state type; "
+                 "expected the state its step() creates");
+  std::vector<at::Tensor*> out;
+  for (const auto& ref : optim::state_tensors(s, kind)) out.push_back(&ref.tensor);
+  return out;
 }
 
 bool holds_data(const at::Tensor& t) { return t.defined() && t.numel() > 0; }
@@ -292,22 +262,12 @@ DiskOffloadedOptimizer::DiskOffloadedOptimizer(std::shared_ptr<torch::optim::Opt
 DiskOffloadedOptimizer::~DiskOffloadedOptimizer() = default;
 
 void DiskOffloadedOptimizer::init(DiskOffloadOptions options) {
-  auto* o = optimizer_;
-  if (dynamic_cast<torch::optim::AdamW*>(o)) {
-    kind_ = kAdamW;
-  } else if (dynamic_cast<torch::optim::Adam*>(o)) {
-    kind_ = kAdam;
-  } else if (dynamic_cast<torch::optim::SGD*>(o)) {
-    kind_ = kSGD;
-  } else if (dynamic_cast<torch::optim::RMSprop*>(o)) {
-    kind_ = kRMSprop;
-  } else if (dynamic_cast<torch::optim::Adagrad*>(o)) {
-    kind_ = kAdagrad;
-  } else {
-    FSDPP_THROW(OffloadError,
-                "[offload] disk offload supports torch::optim::AdamW, Adam, SGD, RMSprop and "
-                "Adagrad; got another optimizer (LBFGS keeps state across parameters)");
-  }
+  const auto kind = optim::optimizer_kind(*optimizer_);
+  FSDPP_CHECK_AS(OffloadError, kind.has_value(),
+                 "[offload] disk offload supports {}; got another optimizer (LBFGS keeps state "
+                 "across parameters)",
+                 optim::supported_optimizers());
+  kind_ = *kind;
 
   const fs::path& dir = options.dir;
   FSDPP_CHECK_AS(OffloadError, !dir.empty(),
@@ -360,12 +320,10 @@ at::Tensor DiskOffloadedOptimizer::step(torch::optim::Optimizer::LossClosure clo
   }
   // The parameters with a gradient, in the optimizer's order, and their gradients.
   std::vector<at::Tensor> params, grads;
-  std::vector<bool> amsgrad;
+  std::vector<optim::StateConfig> configs;  // what each parameter's first step creates
   std::unordered_set<const void*> seen;
   for (auto& group : optimizer_->param_groups()) {
-    bool ams = false;
-    if (kind_ == kAdamW) ams = static_cast<torch::optim::AdamWOptions&>(group.options()).amsgrad();
-    if (kind_ == kAdam) ams = static_cast<torch::optim::AdamOptions&>(group.options()).amsgrad();
+    const auto config = optim::state_config(group.options(), kind_);
     for (auto& p : group.params()) {
       if (!p.grad().defined() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
       FSDPP_CHECK_AS(OffloadError, p.device().is_cpu(),
@@ -374,7 +332,7 @@ at::Tensor DiskOffloadedOptimizer::step(torch::optim::Optimizer::LossClosure clo
                      c10::str(p.sizes()), p.device().str());
       params.push_back(p);
       grads.push_back(p.grad());
-      amsgrad.push_back(ams);
+      configs.push_back(config);
     }
   }
   // Every gradient hidden, then shown one at a time: the optimizer's step() updates just that
@@ -395,35 +353,21 @@ at::Tensor DiskOffloadedOptimizer::step(torch::optim::Optimizer::LossClosure clo
     std::vector<Mapping*> maps;
     auto it = state.find(p.unsafeGetTensorImpl());
     if (it != state.end() && it->second) {
-      for (at::Tensor* t : state_tensors(*it->second, kind_)) {
+      for (at::Tensor* t : state_tensors_of(*it->second, kind_)) {
         if (Mapping* m = ensure_mapped(arena_, *t)) maps.push_back(m);
       }
-    } else if ((kind_ == kAdamW || kind_ == kAdam) && p.numel() > 0 &&
+    } else if ((kind_ == OptimizerKind::ADAMW || kind_ == OptimizerKind::ADAM) && p.numel() > 0 &&
                p.is_non_overlapping_and_dense()) {
       // The state Adam's step() would make (zeros like the parameter, step 0), made in the file
       // directly: no in-memory copy to allocate and move.
-      auto zeros = [&] {
+      auto s = optim::new_param_state(kind_);
+      const auto created = optim::created_state_names(kind_, configs[i]);
+      for (const auto& ref : optim::state_tensors(*s, kind_)) {
+        if (std::find(created.begin(), created.end(), ref.name) == created.end()) continue;
         bool fresh = false;
-        auto t = mapped_tensor(arena_, p.scalar_type(), p.sizes(), p.strides(), &fresh);
-        if (!fresh) t.zero_();
-        maps.push_back(mapping_of(t, arena_.get()));
-        return t;
-      };
-      std::unique_ptr<torch::optim::OptimizerParamState> s;
-      if (kind_ == kAdamW) {
-        auto a = std::make_unique<torch::optim::AdamWParamState>();
-        a->step(0);
-        a->exp_avg(zeros());
-        a->exp_avg_sq(zeros());
-        if (amsgrad[i]) a->max_exp_avg_sq(zeros());
-        s = std::move(a);
-      } else {
-        auto a = std::make_unique<torch::optim::AdamParamState>();
-        a->step(0);
-        a->exp_avg(zeros());
-        a->exp_avg_sq(zeros());
-        if (amsgrad[i]) a->max_exp_avg_sq(zeros());
-        s = std::move(a);
+        ref.tensor = mapped_tensor(arena_, p.scalar_type(), p.sizes(), p.strides(), &fresh);
+        if (!fresh) ref.tensor.zero_();
+        maps.push_back(mapping_of(ref.tensor, arena_.get()));
       }
       state[p.unsafeGetTensorImpl()] = std::move(s);
     }
@@ -433,7 +377,7 @@ at::Tensor DiskOffloadedOptimizer::step(torch::optim::Optimizer::LossClosure clo
     if (i + 1 < params.size()) {
       auto next = state.find(params[i + 1].unsafeGetTensorImpl());
       if (next != state.end() && next->second) {
-        for (at::Tensor* t : state_tensors(*next->second, kind_)) {
+        for (at::Tensor* t : state_tensors_of(*next->second, kind_)) {
           if (Mapping* m = mapping_of(*t, arena_.get())) advise(m, MADV_WILLNEED);
         }
       }
@@ -448,7 +392,7 @@ at::Tensor DiskOffloadedOptimizer::step(torch::optim::Optimizer::LossClosure clo
     maps.clear();
     it = state.find(p.unsafeGetTensorImpl());
     if (it != state.end() && it->second) {
-      for (at::Tensor* t : state_tensors(*it->second, kind_)) {
+      for (at::Tensor* t : state_tensors_of(*it->second, kind_)) {
         if (Mapping* m = ensure_mapped(arena_, *t)) maps.push_back(m);
       }
     }
@@ -466,7 +410,7 @@ void DiskOffloadedOptimizer::offload_state() {
   at::NoGradGuard no_grad;
   for (auto& [key, s] : optimizer_->state()) {
     if (!s) continue;
-    for (at::Tensor* t : state_tensors(*s, kind_)) {
+    for (at::Tensor* t : state_tensors_of(*s, kind_)) {
       // One tensor at a time, released at once, so that moving adds one tensor's pages at most.
       if (Mapping* m = ensure_mapped(arena_, *t)) release_pages(m);
     }
@@ -477,7 +421,7 @@ void DiskOffloadedOptimizer::offload_state() {
 void DiskOffloadedOptimizer::release() {
   for (auto& [key, s] : optimizer_->state()) {
     if (!s) continue;
-    for (at::Tensor* t : state_tensors(*s, kind_)) {
+    for (at::Tensor* t : state_tensors_of(*s, kind_)) {
       if (Mapping* m = mapping_of(*t, arena_.get())) {
         release_pages(m);
         if (arena_->drop_page_cache) start_write_back(*arena_, m);
@@ -493,7 +437,7 @@ int64_t DiskOffloadedOptimizer::unmapped_bytes() const {
   int64_t total = 0;
   for (auto& [key, s] : optimizer_->state()) {
     if (!s) continue;
-    for (at::Tensor* t : state_tensors(*s, kind_)) {
+    for (at::Tensor* t : state_tensors_of(*s, kind_)) {
       if (holds_data(*t) && !mapping_of(*t, arena_.get())) total += t->nbytes();
     }
   }
@@ -502,13 +446,13 @@ int64_t DiskOffloadedOptimizer::unmapped_bytes() const {
 
 namespace {
 // The distinct mappings the optimizer's state is in now.
-std::vector<const Mapping*> live_mappings(torch::optim::Optimizer& opt, int kind,
+std::vector<const Mapping*> live_mappings(torch::optim::Optimizer& opt, OptimizerKind kind,
                                           const Arena* arena) {
   std::vector<const Mapping*> out;
   std::unordered_set<const Mapping*> seen;
   for (auto& [key, s] : opt.state()) {
     if (!s) continue;
-    for (at::Tensor* t : state_tensors(*s, kind)) {
+    for (at::Tensor* t : state_tensors_of(*s, kind)) {
       const Mapping* m = mapping_of(*t, arena);
       if (m && seen.insert(m).second) out.push_back(m);
     }

@@ -32,6 +32,7 @@
 #include <memory>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/optim/optimizer_state.h"
 
 namespace fsdpp {
 
@@ -57,9 +58,9 @@ struct DiskOffloadOptions {
 
 class DiskOffloadedOptimizer {
  public:
-  // Supports torch::optim::AdamW, Adam, SGD, RMSprop and Adagrad with CPU parameters; throws
-  // OffloadError for others, or when the directory cannot hold the file. Does not own
-  // `optimizer`, which must outlive this wrapper.
+  // Supports the optimizers of optim::optimizer_kind (torch::optim::AdamW, Adam, SGD, RMSprop
+  // and Adagrad) with CPU parameters; throws OffloadError for others, or when the directory
+  // cannot hold the file. Does not own `optimizer`, which must outlive this wrapper.
   DiskOffloadedOptimizer(torch::optim::Optimizer& optimizer, DiskOffloadOptions options);
   // The same, owning the optimizer.
   DiskOffloadedOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
@@ -108,7 +109,7 @@ class DiskOffloadedOptimizer {
   std::shared_ptr<torch::optim::Optimizer> owned_;
   torch::optim::Optimizer* optimizer_ = nullptr;
   std::shared_ptr<Arena> arena_;
-  int kind_ = 0;
+  optim::OptimizerKind kind_ = optim::OptimizerKind::ADAMW;
 };
 
 }  // namespace fsdpp
