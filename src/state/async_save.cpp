@@ -1,17 +1,185 @@
-// AsyncSaver: the snapshot on the training thread, the files on a writer thread, cross-rank
-// completion through the rendezvous store. See include/fsdpp/state/async_save.h.
+// AsyncSaver: the snapshot on the training thread (PendingSave::begin), the files on a writer
+// thread (write_files), cross-rank completion through the rendezvous store (commit). See
+// include/fsdpp/state/async_save.h.
 #include "fsdpp/state/async_save.h"
 
+#include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "agree.h"
+#include "checkpoint_index.h"
 #include "fsdpp/common/error.h"
-#include "pending_save.h"
+#include "fsdpp/state/atomic_dir.h"
+#include "fsdpp/state/safetensors.h"
+#include "records.h"
 
 namespace fsdpp::state {
+namespace detail {
+
+// A save split in two. begin() (collective, on the training thread) copies what this rank must
+// write to CPU memory and opens the checkpoint's temporary directory; write_files() (no
+// collective, any thread) writes this rank's files and returns its report (what it wrote, with
+// checksums); commit() (rank 0, no collective, once every rank's write_files() has returned)
+// writes index.json and the extra files and moves the directory into place. Destroyed without
+// commit(), rank 0's copy deletes the temporary directory.
+class PendingSave {
+ public:
+  // Collective over `group`, like save_state_dict. FULL gathers every unit and keeps the full
+  // tensors (parameters and optimizer state) on rank 0; SHARDED and LOCAL copy each rank's
+  // own pieces.
+  PendingSave(const std::filesystem::path& dir, torch::nn::Module& root, torch::optim::Optimizer* optimizer,
+              const std::shared_ptr<dist::ProcessGroup>& group, const SaveOptions& options);
+  std::string write_files();
+  // Rank 0: every rank's report in rank order.
+  void commit(const std::vector<std::string>& reports);
+
+  std::filesystem::path dir;
+  std::string tmp;  // the temporary directory, unique to this save
+  int rank = 0, world = 1;
+
+ private:
+  std::unique_ptr<AtomicDir> adir_;  // rank 0
+  StateDictType type_ = StateDictType::SHARDED;
+  std::optional<OptimizerKind> kind_;
+  std::vector<RecordMeta> metas_;
+  std::map<std::string, std::string> extra_files_;
+  // SHARDED / LOCAL: this rank's pieces (record index, rows, CPU copy).
+  std::vector<std::pair<size_t, OwnPiece>> own_;
+  // FULL, rank 0: full CPU copies of the parameters and of the optimizer state.
+  NamedTensors full_model_, full_optim_;
+  std::map<std::string, uint64_t> sums_;  // FULL: filled by write_files
+  NamedTensors buffers_;                  // rank 0, CPU copies
+  bool written_ = false;
+};
+
+namespace {
+at::Tensor cpu_copy(const at::Tensor& t) {
+  return t.detach().to(t.options().device(at::kCPU), /*non_blocking=*/false, /*copy=*/true).contiguous();
+}
+}  // namespace
+
+PendingSave::PendingSave(const std::filesystem::path& target, torch::nn::Module& root,
+                         torch::optim::Optimizer* optimizer,
+                         const std::shared_ptr<dist::ProcessGroup>& group, const SaveOptions& options)
+    : dir(target), type_(options.type), extra_files_(options.extra_files) {
+  const Comm c{group};
+  at::NoGradGuard no_grad;
+  rank = c.rank();
+  world = c.size();
+  std::vector<ShardedParam> params;
+  std::vector<Record> records;
+  agreed(c, [&] {
+    params = model_params(root);
+    kind_ = optimizer_kind_of(optimizer);
+    records = make_records(params, optimizer, kind_);
+    metas_ = metas_of(records);
+    if (c.rank() != 0) return;
+    adir_ = std::make_unique<AtomicDir>(dir);
+    tmp = adir_->path().string();
+  });
+  broadcast_string(c, tmp, 0);
+  if (type_ == StateDictType::FULL) {
+    std::string err;  // rank 0 keeps joining the gathers after an error
+    gather_full_records(records, [&](bool is_optim, const std::string& name, const at::Tensor& full) {
+      if (c.rank() != 0 || !err.empty()) return;
+      try {
+        (is_optim ? full_optim_ : full_model_).emplace_back(name, cpu_copy(full));
+      } catch (const std::exception& e) {
+        err = e.what();
+      }
+    });
+    agreed(c, [&] {
+      if (!err.empty()) throw CheckpointError(err);
+      if (c.rank() != 0) return;
+      for (auto& st : full_steps(metas_)) full_optim_.push_back(std::move(st));
+      for (const auto& [name, t] : model_buffers(root, options.skip_buffer)) {
+        buffers_.emplace_back(name, cpu_copy(t));
+      }
+    });
+  } else {
+    const bool local = type_ == StateDictType::LOCAL;
+    agreed(c, [&] {
+      for (size_t i = 0; i < records.size(); ++i) {
+        auto piece = own_piece(records[i], local);
+        if (!piece.t.defined()) continue;
+        piece.t = cpu_copy(piece.t);
+        own_.emplace_back(i, std::move(piece));
+      }
+      if (c.rank() != 0) return;
+      for (const auto& [name, t] : model_buffers(root, options.skip_buffer)) {
+        buffers_.emplace_back(name, cpu_copy(t));
+      }
+    });
+  }
+}
+
+std::string PendingSave::write_files() {
+  FSDPP_CHECK_AS(CheckpointError, !written_, "[state] '{}': write_files() called twice", dir.string());
+  written_ = true;
+  const std::filesystem::path t = tmp;
+  if (type_ == StateDictType::FULL) {
+    if (rank != 0) return {};
+    NamedTensors model = full_model_;
+    for (const auto& b : buffers_) model.push_back(b);
+    fault_before_write(rank, (t / kModelFile).string());
+    save_safetensors(t / kModelFile, model, {{"format", "pt"}});
+    for (const auto& [name, v] : full_model_) sums_[name] = checksum(v);
+    if (!full_optim_.empty()) {
+      fault_before_write(rank, (t / kOptimFile).string());
+      save_safetensors(t / kOptimFile, full_optim_, {{"format", "pt"}});
+      for (const auto& [name, v] : full_optim_) sums_[name] = checksum(v);
+    }
+    return {};
+  }
+  const bool local = type_ == StateDictType::LOCAL;
+  auto report =
+      at::zeros({static_cast<int64_t>(metas_.size()), kReportFields}, at::TensorOptions(at::kLong));
+  auto rep = report.accessor<int64_t, 2>();
+  NamedTensors tensors;
+  for (const auto& [i, piece] : own_) {
+    tensors.emplace_back(metas_[i].name, piece.t);
+    set_report(rep[i], piece, checksum(piece.t), metas_[i].step);
+  }
+  if (!tensors.empty()) {
+    fault_before_write(rank, (t / rank_file(local, rank)).string());
+    save_safetensors(t / rank_file(local, rank), tensors, {{"format", "pt"}});
+  }
+  if (rank == 0) save_safetensors(t / kBuffersFile, buffers_, {{"format", "pt"}});
+  return std::string(static_cast<const char*>(report.data_ptr()), report.nbytes());
+}
+
+void PendingSave::commit(const std::vector<std::string>& reports) {
+  FSDPP_CHECK_AS(CheckpointError, rank == 0 && adir_ && written_,
+                 "[state] '{}': commit() is rank 0's, after write_files()", dir.string());
+  auto index = new_index(type_, world, kind_);
+  if (type_ == StateDictType::FULL) {
+    add_full_entries(index, metas_, sums_);
+    add_buffers(index, buffers_, kModelFile);
+  } else {
+    const int64_t m = static_cast<int64_t>(metas_.size());
+    FSDPP_CHECK_AS(CheckpointError, static_cast<int>(reports.size()) == world,
+                   "[state] '{}': {} ranks reported; expected {}", dir.string(), reports.size(), world);
+    auto all = at::empty({world, m, kReportFields}, at::TensorOptions(at::kLong));
+    for (int q = 0; q < world; ++q) {
+      FSDPP_CHECK_AS(CheckpointError, reports[q].size() == static_cast<size_t>(m * kReportFields * 8),
+                     "[state] '{}': rank {} reported {} bytes; expected {}", dir.string(), q,
+                     reports[q].size(), m * kReportFields * 8);
+      std::memcpy(all[q].data_ptr(), reports[q].data(), reports[q].size());
+    }
+    add_sharded_entries(index, metas_, type_ == StateDictType::LOCAL, all);
+    add_buffers(index, buffers_, kBuffersFile);
+  }
+  write_extra_files(tmp, extra_files_);
+  write_index(tmp, index);
+  adir_->commit();
+}
+
+}  // namespace detail
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -107,8 +275,7 @@ void AsyncSaver::save(const fs::path& dir, torch::nn::Module& root,
   wait();
   auto& s = *s_;
   const auto t0 = Clock::now();
-  std::shared_ptr<detail::PendingSave> pending =
-      detail::PendingSave::begin(dir, root, optimizer, s.comm.group, options);
+  auto pending = std::make_shared<detail::PendingSave>(dir, root, optimizer, s.comm.group, options);
   s.snapshot_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   s.dir = dir;
   s.error.clear();
@@ -116,12 +283,13 @@ void AsyncSaver::save(const fs::path& dir, torch::nn::Module& root,
   s.in_flight = true;
   // Store keys unique to this save: the temporary directory's name is (pid + random).
   const std::string prefix =
-      "fsdpp/async_save/" + fs::path(pending->tmp()).filename().string() + "/";
+      "fsdpp/async_save/" + fs::path(pending->tmp).filename().string() + "/";
   s.writer = std::thread([this, pending, prefix, on_committed = std::move(on_committed)]() mutable {
     auto& st = *s_;
     const auto w0 = Clock::now();
-    const int rank = pending->rank(), world = pending->world_size();
-    const std::string what = fmt::format("asynchronous save of '{}' (rank {})", pending->dir().string(), rank);
+    const int rank = pending->rank, world = pending->world;
+    const std::string what =
+        fmt::format("asynchronous save of '{}' (rank {})", pending->dir.string(), rank);
     std::string err, report;
     try {
       report = pending->write_files();

@@ -26,10 +26,14 @@
 // every piece a rank reads) before it changes anything, so a failed load leaves the model and
 // the optimizer as they were.
 //
-// Optimizers: torch::optim::AdamW, Adam (exp_avg, exp_avg_sq, max_exp_avg_sq, step) and SGD
-// (momentum_buffer). The optimizer must have been made on the model's parameters after
-// fully_shard (it then sees the shards). Its options (lr, betas, ...) are not saved: they come
-// from the training configuration. Loading creates optimizer state where it is absent.
+// Optimizers: those of fsdpp/optim/optimizer_state.h (torch::optim::AdamW, Adam, SGD, RMSprop
+// and Adagrad), each with the state tensors listed there and its step. The optimizer must have
+// been made on the model's parameters after fully_shard (it then sees the shards). Its options
+// (lr, betas, ...) are not saved: they come from the training configuration. Loading creates
+// optimizer state where it is absent.
+//
+// The parameters are read through fsdp's public view (fsdpp/fsdp/sharded_param.h): a parameter
+// split along dim 0 over one mesh dim, as fully_shard splits it, is what the format holds.
 
 #include <torch/nn/module.h>
 
