@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/estimate/llama_shape.h"
 #include "fsdpp/models/llama.h"
 
 namespace fsdpp::train {
@@ -62,9 +63,7 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
                                        int local_world_size) {
   ConfiguredEstimate out;
   const auto lc = cfg.llama_config(vocab);
-  const DecoderShape shape{lc.vocab_size, lc.dim,          lc.n_layers,     lc.n_heads,
-                           lc.kv_heads(), lc.ffn_hidden_dim(), lc.tie_embeddings, lc.max_seq_len};
-  out.model = describe_decoder(shape);
+  out.model = describe_decoder(decoder_shape_of(lc));
   out.options = cfg.estimate_options(world_size, local_world_size);
   const auto& fc = cfg.training.fsdp_config;
   if (fc.auto_wrap_policy != AutoWrapPolicy::TRANSFORMER_BASED_WRAP ||

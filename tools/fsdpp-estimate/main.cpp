@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/estimate/llama_shape.h"
 #include "fsdpp/estimate/memory_estimate.h"
 #include "fsdpp/models/llama.h"
 #include "fsdpp/train/config.h"
@@ -210,8 +211,8 @@ int main(int argc, char** argv) {
       lc.multiple_of = multiple_of;
       lc.max_seq_len = max_seq_len > 0 ? max_seq_len : std::max<int64_t>(seq_len, 1);
       lc.validate();
-      fsdpp::DecoderShape shape{lc.vocab_size, lc.dim, lc.n_layers, lc.n_heads, lc.kv_heads(),
-                                lc.ffn_hidden_dim(), tie, lc.max_seq_len};
+      lc.tie_embeddings = tie;
+      const auto shape = fsdpp::decoder_shape_of(lc);
       model = fsdpp::describe_decoder(shape);
       model_line = fmt::format("Llama {:.2f} M parameters (dim {}, {} layers, {} heads / {} kv, SwiGLU {}, vocab {}, {} head)",
                                model->num_params() / 1e6, shape.dim, shape.n_layers, shape.n_heads,
