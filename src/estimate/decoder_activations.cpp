@@ -1,0 +1,156 @@
+#include "decoder_activations.h"
+
+namespace fsdpp::estimate_detail {
+// RMSNorm of an input that is already in the ledger: pow's temporary, rsqrt (saved), the
+// normalised fp32 tensor (saved by the multiply with weight) and the output (saved by the next
+// linear); with mixed precision the fp32 copy of the input is saved too.
+void norm_forward(Ledger& l, const Dims& d, std::vector<Id>& saved) {
+  const int64_t f = 4;
+  if (d.mp) saved.push_back(l.alloc(kActs, f * d.BT * d.C));  // xc = x.to(float)
+  l.touch(kActs, f * d.BT * d.C);                              // xc.pow(2)
+  saved.push_back(l.alloc(kActs, f * d.BT));                   // rsqrt(mean + eps)
+  if (d.mp) l.touch(kActs, f * d.BT * d.C);                    // normed in fp32, then cast
+  saved.push_back(l.alloc(kActs, d.e * d.BT * d.C));           // normed
+  saved.push_back(l.alloc(kActs, d.e * d.BT * d.C));           // normed * weight
+}
+
+// Rotary embedding of x (BT x width): four half-size products, their difference and sum, the
+// stacked result; the input itself is not saved (the multiplies save cos and sin).
+Id rope_forward(Ledger& l, const Dims& d, Id x, int64_t width) {
+  const int64_t f = 4, half = f * d.BT * width / 2;
+  Id xc = d.mp ? l.alloc(kActs, f * d.BT * width) : -1;
+  Id p1 = l.alloc(kActs, half), p2 = l.alloc(kActs, half), dd = l.alloc(kActs, half);
+  l.free(p1);
+  l.free(p2);
+  Id p3 = l.alloc(kActs, half), p4 = l.alloc(kActs, half), ee = l.alloc(kActs, half);
+  l.free(p3);
+  l.free(p4);
+  Id st = l.alloc(kActs, f * d.BT * width);
+  l.free(dd);
+  l.free(ee);
+  Id out = st;
+  if (d.mp) {
+    out = l.alloc(kActs, d.e * d.BT * width);
+    l.free(st);
+    l.free(xc);
+  }
+  l.free(x);
+  return out;
+}
+
+BlockSaved block_forward(Ledger& l, const Dims& d, Id x) {
+  BlockSaved s;
+  s.x = x;
+  norm_forward(l, d, s.attn);
+  Id q = l.alloc(kActs, d.e * d.BT * d.Q);
+  Id k = l.alloc(kActs, d.e * d.BT * d.K);
+  Id v = l.alloc(kActs, d.e * d.BT * d.K);
+  Id rq = rope_forward(l, d, q, d.Q);
+  Id rk = rope_forward(l, d, k, d.K);
+  Id kk = rk, vv = v;
+  if (d.rep > 1) {  // repeat_kv: expand + reshape copies the kv heads
+    kk = l.alloc(kActs, d.e * d.BT * d.Q);
+    l.free(rk);
+    vv = l.alloc(kActs, d.e * d.BT * d.Q);
+    l.free(v);
+  }
+  Id y = l.alloc(kActs, d.e * d.BT * d.Q);        // SDPA output (saved by SDPA and wo)
+  Id lse = l.alloc(kActs, 4 * d.B * d.H * d.T);  // SDPA's logsumexp
+  s.attn.insert(s.attn.end(), {rq, kk, vv, y, lse});
+  Id o = l.alloc(kActs, d.e * d.BT * d.C);
+  s.h = l.alloc(kActs, d.e * d.BT * d.C);  // h = x + attention(...)
+  l.free(o);
+  norm_forward(l, d, s.ffn);
+  for (int i = 0; i < 4; ++i) s.ffn.push_back(l.alloc(kActs, d.e * d.BT * d.F));  // w1 x, silu, w3 x, product
+  Id f = l.alloc(kActs, d.e * d.BT * d.C);
+  s.out = l.alloc(kActs, d.e * d.BT * d.C);
+  l.free(f);
+  return s;
+}
+
+// RMSNorm's backward: the gradients of normed, of the input through the multiply, and of the
+// input through mean and pow are alive together with the incoming gradient (4 x BT x C at most);
+// leaves the input's gradient.
+Id norm_backward(Ledger& l, const Dims& d, Id grad_in) {
+  const int64_t f = 4;
+  Id t = l.alloc(kActs, 3 * f * d.BT * d.C);
+  Id g = l.alloc(kActs, d.e * d.BT * d.C);
+  l.free(t);
+  l.free(grad_in);
+  return g;
+}
+
+
+// Backward of one block from the gradient of its output; returns the gradient of its input.
+Id block_backward(Ledger& l, const Dims& d, BlockSaved& s, Id g, const GradAlloc& grad) {
+  auto free_all = [&](std::vector<Id>& ids) {
+    for (Id id : ids) l.free(id);
+    ids.clear();
+  };
+  const std::vector<Id> ffn = s.ffn;  // [xc?] r normed n | a silu b m
+  const size_t nf = ffn.size();
+  const Id a = ffn[nf - 4], si = ffn[nf - 3], b = ffn[nf - 2], m = ffn[nf - 1];
+  // w2: grad of the product; then the product's backward: grads of silu(a) and of b.
+  Id gm = l.alloc(kActs, d.e * d.BT * d.F);
+  grad(d.C * d.F);
+  l.free(m);
+  Id gs = l.alloc(kActs, d.e * d.BT * d.F), gb = l.alloc(kActs, d.e * d.BT * d.F);
+  l.free(si);
+  l.free(b);
+  l.free(gm);
+  Id gn = l.alloc(kActs, d.e * d.BT * d.C);  // w3's input gradient
+  grad(d.C * d.F);
+  l.free(gb);
+  Id ga = l.alloc(kActs, d.e * d.BT * d.F);  // silu backward
+  l.free(a);
+  l.free(gs);
+  l.touch(kActs, d.e * d.BT * d.C);  // w1's input gradient, added into gn
+  grad(d.C * d.F);
+  l.free(ga);
+  free_all(s.ffn);
+  Id gh = norm_backward(l, d, gn);
+  grad(d.C);
+  l.free(s.h);
+  Id ghh = l.alloc(kActs, d.e * d.BT * d.C);  // residual: g + norm's gradient
+  l.free(gh);
+  l.free(g);
+  // Attention: wo, SDPA (grads of q, k, v at full head count), repeat_kv, rotary, projections.
+  Id gy = l.alloc(kActs, d.e * d.BT * d.Q);
+  grad(d.Q * d.C);
+  Id gq = l.alloc(kActs, d.e * d.BT * d.Q), gk = l.alloc(kActs, d.e * d.BT * d.Q),
+     gv = l.alloc(kActs, d.e * d.BT * d.Q);
+  const std::vector<Id> attn = s.attn;
+  const size_t na = attn.size();
+  for (size_t i = na - 5; i < na; ++i) l.free(attn[i]);  // rq kk vv y lse
+  l.free(gy);
+  if (d.rep > 1) {
+    Id k2 = l.alloc(kActs, d.e * d.BT * d.K);
+    l.free(gk);
+    gk = k2;
+    Id v2 = l.alloc(kActs, d.e * d.BT * d.K);
+    l.free(gv);
+    gv = v2;
+  }
+  // Rotary backward: select/stack backward materialise full-size gradients (3 x width at most).
+  l.touch(kActs, 3 * 4 * d.BT * d.Q);
+  l.touch(kActs, 3 * 4 * d.BT * d.K);
+  Id gn1 = l.alloc(kActs, d.e * d.BT * d.C);
+  grad(d.C * d.Q);
+  l.free(gq);
+  l.touch(kActs, d.e * d.BT * d.C);
+  grad(d.C * d.K);
+  l.free(gk);
+  l.touch(kActs, d.e * d.BT * d.C);
+  grad(d.C * d.K);
+  l.free(gv);
+  Id gx1 = norm_backward(l, d, gn1);
+  grad(d.C);
+  free_all(s.attn);
+  l.free(s.x);
+  Id gx = l.alloc(kActs, d.e * d.BT * d.C);
+  l.free(gx1);
+  l.free(ghh);
+  return gx;
+}
+
+}  // namespace fsdpp::estimate_detail

@@ -1,0 +1,57 @@
+#pragma once
+// What autograd keeps of fsdpp's Llama blocks, tensor by tensor, as the estimator's ledger sees
+// them (private to src/estimate/): the forward of src/models/llama.cpp op by op, and the
+// gradients that are alive together in its backward. Sizes in bytes.
+
+#include <cstdint>
+#include <vector>
+
+#include "ledger.h"
+
+namespace fsdpp::estimate_detail {
+
+
+// The saved tensors of one TransformerBlock (forward of src/models/llama.cpp, as autograd keeps
+// them) and the ones that are freed before the block ends. Sizes in bytes.
+struct Dims {
+  int64_t BT, B, T, C, Q, K, F, V, H, rep;
+  int64_t e;  // activation (compute) element bytes: param_dtype
+  bool mp;    // e < 4: RMSNorm and rotary maths run in an fp32 copy
+};
+
+struct BlockSaved {
+  std::vector<Id> attn;  // freed as the attention half's backward runs
+  std::vector<Id> ffn;   // freed as the feed-forward half's backward runs
+  Id x = -1;             // the block's input (saved by attention_norm)
+  Id h = -1;             // the residual after attention (saved by ffn_norm)
+  Id out = -1;           // the block's output: the next block's x
+};
+
+// Gradients of one block's parameters appear one by one in backward (the unsharded gradients).
+struct GradAlloc {
+  Ledger* l;
+  int64_t bytes_per_elem;
+  std::vector<Id>* ids;
+  void operator()(int64_t numel) const { ids->push_back(l->alloc(kGradWork, numel * bytes_per_elem)); }
+};
+
+// RMSNorm of an input that is already in the ledger: pow's temporary, rsqrt (saved), the
+// normalised fp32 tensor (saved by the multiply with weight) and the output (saved by the next
+// linear); with mixed precision the fp32 copy of the input is saved too.
+void norm_forward(Ledger& l, const Dims& d, std::vector<Id>& saved);
+
+// Rotary embedding of x (BT x width): four half-size products, their difference and sum, the
+// stacked result; the input itself is not saved (the multiplies save cos and sin).
+Id rope_forward(Ledger& l, const Dims& d, Id x, int64_t width);
+
+BlockSaved block_forward(Ledger& l, const Dims& d, Id x);
+
+// RMSNorm's backward: the gradients of normed, of the input through the multiply, and of the
+// input through mean and pow are alive together with the incoming gradient (4 x BT x C at most);
+// leaves the input's gradient.
+Id norm_backward(Ledger& l, const Dims& d, Id grad_in);
+
+// Backward of one block from the gradient of its output; returns the gradient of its input.
+Id block_backward(Ledger& l, const Dims& d, BlockSaved& s, Id g, const GradAlloc& grad);
+
+}  // namespace fsdpp::estimate_detail

@@ -1,0 +1,103 @@
+// The estimator's vocabulary: element types and optimizers by name, and models described as
+// FSDP sees them (units of dim-0-sharded parameters).
+#include <cctype>
+#include <string>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/estimate/memory_estimate.h"
+
+namespace fsdpp {
+namespace {
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+int64_t dtype_bytes(EstimateDType t) { return t == EstimateDType::FP32 ? 4 : 2; }
+
+const char* to_string(EstimateDType t) {
+  switch (t) {
+    case EstimateDType::FP32: return "fp32";
+    case EstimateDType::BF16: return "bf16";
+    case EstimateDType::FP16: return "fp16";
+  }
+  return "?";
+}
+
+EstimateDType parse_estimate_dtype(const std::string& name) {
+  const std::string n = lower(name);
+  if (n == "fp32" || n == "float32" || n == "float" || n == "f32") return EstimateDType::FP32;
+  if (n == "bf16" || n == "bfloat16") return EstimateDType::BF16;
+  if (n == "fp16" || n == "float16" || n == "half" || n == "f16") return EstimateDType::FP16;
+  FSDPP_THROW(ConfigError, "[estimate] dtype '{}' is not known; expected fp32, bf16 or fp16", name);
+}
+
+EstimateOptimizer parse_estimate_optimizer(const std::string& name) {
+  const std::string n = lower(name);
+  if (n == "adamw") return EstimateOptimizer::ADAMW;
+  if (n == "adam") return EstimateOptimizer::ADAM;
+  if (n == "sgd") return EstimateOptimizer::SGD;
+  if (n == "sgd_momentum" || n == "sgd-momentum") return EstimateOptimizer::SGD_MOMENTUM;
+  FSDPP_THROW(ConfigError, "[estimate] optimizer '{}' is not known; expected adamw, adam, sgd or sgd_momentum",
+              name);
+}
+
+void DecoderShape::validate() const {
+  auto positive = [](const char* field, int64_t v) {
+    FSDPP_CHECK_AS(ConfigError, v > 0, "[estimate] {}={} is not positive", field, v);
+  };
+  positive("vocab_size", vocab_size);
+  positive("dim", dim);
+  positive("n_layers", n_layers);
+  positive("n_heads", n_heads);
+  positive("n_kv_heads", n_kv_heads);
+  positive("ffn_hidden", ffn_hidden);
+  FSDPP_CHECK_AS(ConfigError, dim % n_heads == 0, "[estimate] dim={} is not divisible by n_heads={}", dim,
+                 n_heads);
+  FSDPP_CHECK_AS(ConfigError, n_heads % n_kv_heads == 0,
+                 "[estimate] n_kv_heads={} does not divide n_heads={}", n_kv_heads, n_heads);
+}
+
+int64_t ModelDescription::Unit::numel() const {
+  int64_t n = 0;
+  for (const auto& p : params) n += p.numel();
+  return n;
+}
+
+int64_t ModelDescription::num_params() const {
+  int64_t n = 0;
+  for (const auto& u : units) n += u.numel();
+  return n;
+}
+
+ModelDescription describe_decoder(const DecoderShape& s) {
+  s.validate();
+  ModelDescription m;
+  m.shape = s;
+  const int64_t C = s.dim, kv = s.n_kv_heads * s.head_dim(), q = s.n_heads * s.head_dim();
+  ModelDescription::Unit root{"(root)", {{s.vocab_size, C}, {C, 1}}};
+  if (!s.tie_embeddings) root.params.push_back({s.vocab_size, C});
+  m.units.push_back(root);
+  for (int64_t i = 0; i < s.n_layers; ++i) {
+    // attention_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3 (Linear weights are (out, in)).
+    m.units.push_back({"layers." + std::to_string(i),
+                       {{C, 1}, {q, C}, {kv, C}, {kv, C}, {C, q}, {C, 1}, {s.ffn_hidden, C},
+                        {C, s.ffn_hidden}, {s.ffn_hidden, C}}});
+  }
+  return m;
+}
+
+ModelDescription describe_parameter_count(int64_t num_params, int64_t n_units) {
+  FSDPP_CHECK_AS(ConfigError, num_params > 0, "[estimate] the parameter count {} is not positive", num_params);
+  FSDPP_CHECK_AS(ConfigError, n_units > 0, "[estimate] the number of units {} is not positive", n_units);
+  ModelDescription m;
+  const int64_t per = num_params / n_units;
+  m.units.push_back({"(root)", {{num_params - per * (n_units - 1), 1}}});
+  for (int64_t i = 1; i < n_units; ++i) m.units.push_back({"unit." + std::to_string(i), {{per, 1}}});
+  return m;
+}
+
+}  // namespace fsdpp
