@@ -54,10 +54,4 @@ void agreed(const Comm& c, F&& fn) {
                          dist::AgreedMessage::kShared);
 }
 
-// Fault injection for tests (documented in docs/state-dicts.md), called before each checkpoint
-// data file (safetensors) a rank writes. Off unless the variables are set:
-//   FSDPP_FAULT_SAVE_DELAY_MS=N  sleep N ms first, so that a test can kill a job mid-save;
-//   FSDPP_FAULT_SAVE_FAIL=R      rank R's write fails with a CheckpointError naming the file.
-void fault_before_write(int rank, const std::string& file);
-
 }  // namespace fsdpp::state::detail

@@ -47,6 +47,7 @@ class PendingSave {
   std::optional<OptimizerKind> kind_;
   std::vector<RecordMeta> metas_;
   std::map<std::string, std::string> extra_files_;
+  std::function<void(int, const std::string&)> before_write_;  // SaveOptions::before_write
   // SHARDED / LOCAL: this rank's pieces (record index, rows, CPU copy).
   std::vector<std::pair<size_t, OwnPiece>> own_;
   // FULL, rank 0: full CPU copies of the parameters and of the optimizer state.
@@ -65,7 +66,8 @@ at::Tensor cpu_copy(const at::Tensor& t) {
 PendingSave::PendingSave(const std::filesystem::path& target, torch::nn::Module& root,
                          torch::optim::Optimizer* optimizer,
                          const std::shared_ptr<dist::ProcessGroup>& group, const SaveOptions& options)
-    : dir(target), type_(options.type), extra_files_(options.extra_files) {
+    : dir(target), type_(options.type), extra_files_(options.extra_files),
+      before_write_(options.before_write) {
   const Comm c{group};
   at::NoGradGuard no_grad;
   rank = c.rank();
@@ -125,11 +127,11 @@ std::string PendingSave::write_files() {
     if (rank != 0) return {};
     NamedTensors model = full_model_;
     for (const auto& b : buffers_) model.push_back(b);
-    fault_before_write(rank, (t / kModelFile).string());
+    if (before_write_) before_write_(rank, (t / kModelFile).string());
     save_safetensors(t / kModelFile, model, {{"format", "pt"}});
     for (const auto& [name, v] : full_model_) sums_[name] = checksum(v);
     if (!full_optim_.empty()) {
-      fault_before_write(rank, (t / kOptimFile).string());
+      if (before_write_) before_write_(rank, (t / kOptimFile).string());
       save_safetensors(t / kOptimFile, full_optim_, {{"format", "pt"}});
       for (const auto& [name, v] : full_optim_) sums_[name] = checksum(v);
     }
@@ -145,7 +147,7 @@ std::string PendingSave::write_files() {
     set_report(rep[i], piece, checksum(piece.t), metas_[i].step);
   }
   if (!tensors.empty()) {
-    fault_before_write(rank, (t / rank_file(local, rank)).string());
+    if (before_write_) before_write_(rank, (t / rank_file(local, rank)).string());
     save_safetensors(t / rank_file(local, rank), tensors, {{"format", "pt"}});
   }
   if (rank == 0) save_safetensors(t / kBuffersFile, buffers_, {{"format", "pt"}});

@@ -2,10 +2,7 @@
 // include/fsdpp/state/state_dict.h; the asynchronous save is in async_save.cpp.
 #include <ATen/ATen.h>
 
-#include <chrono>
-#include <cstdlib>
 #include <memory>
-#include <thread>
 
 #include "agree.h"
 #include "checkpoint_index.h"
@@ -45,7 +42,7 @@ void save_full(const Comm& c, const fs::path& tmp, const std::vector<ShardedPara
   std::map<std::string, uint64_t> sums;
   if (writer) {
     try {
-      fault_before_write(c.rank(), (tmp / kModelFile).string());
+      if (options.before_write) options.before_write(c.rank(), (tmp / kModelFile).string());
       model_w = std::make_unique<SafetensorsWriter>(tmp / kModelFile,
                                                     std::map<std::string, std::string>{{"format", "pt"}});
       for (const auto& p : params) model_w->declare(p.fqn, p.local_shard.scalar_type(), p.global_shape);
@@ -106,7 +103,7 @@ void save_sharded(const Comm& c, const fs::path& tmp, bool local, const std::vec
     }
     if (!tensors.empty()) {
       const fs::path file = tmp / rank_file(local, c.rank());
-      fault_before_write(c.rank(), file.string());
+      if (options.before_write) options.before_write(c.rank(), file.string());
       save_safetensors(file, tensors, {{"format", "pt"}});
     }
   });
@@ -168,19 +165,3 @@ void save_state_dict(const fs::path& dir, torch::nn::Module& root, torch::optim:
 }
 
 }  // namespace fsdpp::state
-
-namespace fsdpp::state::detail {
-
-void fault_before_write(int rank, const std::string& file) {
-  if (const char* v = std::getenv("FSDPP_FAULT_SAVE_DELAY_MS"); v && *v) {
-    char* end = nullptr;
-    const long ms = std::strtol(v, &end, 10);
-    if (end != v && *end == '\0' && ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-  }
-  if (const char* v = std::getenv("FSDPP_FAULT_SAVE_FAIL"); v && *v && std::to_string(rank) == v) {
-    FSDPP_THROW(CheckpointError, "[state] '{}': write failed (FSDPP_FAULT_SAVE_FAIL={} injected it)",
-                file, v);
-  }
-}
-
-}  // namespace fsdpp::state::detail

@@ -330,6 +330,7 @@ struct Checkpointer::State {
   fs::path pending_dir;                       // the background save in flight
   const ShardedGradScaler* scaler = nullptr;  // fp16
   std::map<std::string, std::string> extra_files;  // add_files(): written into every checkpoint
+  std::function<void(int, const std::string&)> before_write;  // set_before_write()
 
   bool lead() const { return world->rank() == 0; }
   void say(const std::string& line) const {
@@ -502,6 +503,7 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
   ts.seq_len = s.cfg.data.seq_len;
   state::SaveOptions so = s.cfg.state_dict_options();
   so.skip_buffer = skip_buffer;
+  so.before_write = s.before_write;
   ts.state_dict_type = state::to_string(so.type);
   // Every rank's generators: the ones of later ranks may differ (per-rank draws).
   const RngState mine = capture_rng();
@@ -547,6 +549,10 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
 void Checkpointer::finish() { s_->wait_async(); }
 
 void Checkpointer::track_grad_scaler(const ShardedGradScaler* scaler) { s_->scaler = scaler; }
+
+void Checkpointer::set_before_write(std::function<void(int rank, const std::string& file)> hook) {
+  s_->before_write = std::move(hook);
+}
 
 void Checkpointer::add_files(std::map<std::string, std::string> files) {
   for (auto& [name, text] : files) s_->extra_files[name] = std::move(text);

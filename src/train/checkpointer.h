@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -107,6 +108,9 @@ class Checkpointer {
   // background thread writes it.
   void save(int64_t step, torch::nn::Module& model, torch::optim::Optimizer& opt,
             const data::SamplerState& sampler, const LrSchedule& schedule);
+  // Runs before each checkpoint data file a rank writes (TrainerHooks::before_checkpoint_write,
+  // passed on as state::SaveOptions::before_write); none by default.
+  void set_before_write(std::function<void(int rank, const std::string& file)> hook);
   // Files written into every checkpoint beside the state (the run's tokenizer, so that it
   // travels with the model: data/tokenizer_files.h).
   void add_files(std::map<std::string, std::string> files);

@@ -57,6 +57,7 @@ void restore(TrainSession& s) {
   s.checkpointer = std::make_unique<Checkpointer>(cfg, s.world_ptr, model->config());
   auto& checkpointer = *s.checkpointer;
   checkpointer.track_grad_scaler(&scaler);
+  checkpointer.set_before_write(s.hooks.before_checkpoint_write);
   checkpointer.add_files(data::tokenizer_files(*tokenizer));  // the tokenizer travels with the model
   int64_t& first_step = s.first_step = 1;
   if (resumed) {

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../support/fault_injection.h"
 #include "../support/test_models.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/inspect.h"
@@ -149,9 +150,12 @@ TEST(AsyncSave, FailedWriteSurfacesAtWaitOnEveryRankNamingTheCheckpoint) {
   train_step(t, 0);
   auto saver = make_saver();
   const std::string failing = std::to_string(w.size() - 1);
-  // Read only by the writer threads, none of which runs while it is set or unset here.
-  ::setenv("FSDPP_FAULT_SAVE_FAIL", failing.c_str(), 1);
-  saver->save(dir / "checkpoint-1", *t.model, t.opt.get());
+  // What fsdpp-train-faults does for FSDPP_FAULT_SAVE_FAIL=<last rank>.
+  fsdpp::testing::FaultPlan plan;
+  plan.save_fail_rank = w.size() - 1;
+  state::SaveOptions so;
+  so.before_write = fsdpp::testing::save_fault_hook(plan);
+  saver->save(dir / "checkpoint-1", *t.model, t.opt.get(), so);
   try {
     saver->wait();
     ADD_FAILURE() << "a failed asynchronous write was not reported";
@@ -161,7 +165,6 @@ TEST(AsyncSave, FailedWriteSurfacesAtWaitOnEveryRankNamingTheCheckpoint) {
               std::string::npos) << msg;
     EXPECT_NE(msg.find("FSDPP_FAULT_SAVE_FAIL=" + failing), std::string::npos) << msg;
   }
-  ::unsetenv("FSDPP_FAULT_SAVE_FAIL");
   w.group()->barrier();
   EXPECT_FALSE(fs::exists(dir / "checkpoint-1"));
   if (w.rank() == 0 && fs::exists(dir)) {

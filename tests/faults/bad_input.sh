@@ -64,11 +64,16 @@ if [ "$part" = config ]; then
     "${e[@]}" FSDPP_RESTART_COUNT=-1 "${one[@]}"
   expect_fail env_fault_kill 2 "FSDPP_FAULT_KILL='x': expected RANK:STEP" -- \
     "${e[@]}" FSDPP_FAULT_KILL=x "$train_faults" "${one[@]:1}"
+  expect_fail env_fault_save_delay 2 "FSDPP_FAULT_SAVE_DELAY_MS='x': expected a whole number of milliseconds" -- \
+    "${e[@]}" FSDPP_FAULT_SAVE_DELAY_MS=x "$train_faults" "${one[@]:1}"
   # The shipped fsdpp-train reads no fault variables: the same job trains.
-  "${e[@]}" FSDPP_FAULT_KILL=x FSDPP_FAULT_NAN=1 "${one[@]}" training.output_dir="$D/env-faults" \
+  "${e[@]}" FSDPP_FAULT_KILL=x FSDPP_FAULT_NAN=1 FSDPP_FAULT_SAVE_FAIL=0 FSDPP_FAULT_SAVE_DELAY_MS=x \
+    "${one[@]}" training.output_dir="$D/env-faults" \
     > "$D/env_fault_ignored.log" 2>&1 ||
     { echo "FAIL env_fault_ignored: fsdpp-train read FSDPP_FAULT_*:"; tail -n 20 "$D/env_fault_ignored.log"; exit 1; }
-  echo "ok   env_fault_ignored: fsdpp-train trains with FSDPP_FAULT_KILL=x FSDPP_FAULT_NAN=1 set"
+  [ -f "$D/env-faults/checkpoint-1/index.json" ] ||
+    { echo "FAIL env_fault_ignored: no checkpoint-1 (FSDPP_FAULT_SAVE_FAIL=0 read?)"; ls "$D/env-faults"; exit 1; }
+  echo "ok   env_fault_ignored: fsdpp-train trains and saves with FSDPP_FAULT_KILL=x FSDPP_FAULT_NAN=1 FSDPP_FAULT_SAVE_FAIL=0 FSDPP_FAULT_SAVE_DELAY_MS=x set"
   expect_fail launcher_bad_nproc 2 "\[fsdpp-run\] --nproc-per-node: expects a whole number, got 'two'" -- \
     "$run" --nproc-per-node two "$train" "$cfg"
   expect_fail launcher_missing_program 1 "\[fsdpp-run\] cannot execute 'no-such-program'" -- \

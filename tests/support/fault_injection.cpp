@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
+#include <thread>
 
 #include <torch/torch.h>
 
@@ -51,7 +52,32 @@ FaultPlan FaultPlan::from_env() {
     plan.nan_step = *step;
     if (colon != std::string_view::npos) plan.nan_param = std::string(s.substr(colon + 1));
   }
+  if (const char* text = std::getenv("FSDPP_FAULT_SAVE_DELAY_MS"); text && *text) {
+    const auto ms = parse_whole(text);
+    FSDPP_CHECK_AS(ConfigError, ms && *ms >= 0,
+                   "[train] FSDPP_FAULT_SAVE_DELAY_MS='{}': expected a whole number of milliseconds "
+                   ">= 0 such as 400",
+                   text);
+    plan.save_delay_ms = *ms;
+  }
+  if (const char* text = std::getenv("FSDPP_FAULT_SAVE_FAIL"); text && *text) {
+    const auto r = parse_whole(text);
+    FSDPP_CHECK_AS(ConfigError, r && *r >= 0,
+                   "[train] FSDPP_FAULT_SAVE_FAIL='{}': expected a rank such as 1 (>= 0)", text);
+    plan.save_fail_rank = *r;
+  }
   return plan;
+}
+
+std::function<void(int rank, const std::string& file)> save_fault_hook(const FaultPlan& plan) {
+  if (plan.save_delay_ms <= 0 && !plan.save_fail_rank) return {};
+  return [delay = plan.save_delay_ms, fail = plan.save_fail_rank](int rank, const std::string& file) {
+    if (delay > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+    if (fail == rank) {
+      FSDPP_THROW(CheckpointError, "[state] '{}': write failed (FSDPP_FAULT_SAVE_FAIL={} injected it)",
+                  file, rank);
+    }
+  };
 }
 
 train::TrainerHooks fault_hooks(const FaultPlan& plan) {
@@ -70,6 +96,7 @@ train::TrainerHooks fault_hooks(const FaultPlan& plan) {
       }
     };
   }
+  hooks.before_checkpoint_write = save_fault_hook(plan);
   return hooks;
 }
 

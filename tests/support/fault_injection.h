@@ -11,8 +11,15 @@
 //   FSDPP_FAULT_NAN=STEP         rank 0's loss at step STEP is NaN (so is every gradient).
 //   FSDPP_FAULT_NAN=STEP:PARAM   at step STEP, after backward, the gradient of parameter PARAM
 //                                is NaN on every rank that holds part of it; the loss is finite.
+//   FSDPP_FAULT_SAVE_DELAY_MS=N  every checkpoint data file (safetensors) a rank writes starts N ms
+//                                late (slow storage; lets a test kill a job in the middle of a
+//                                save). 0: no delay.
+//   FSDPP_FAULT_SAVE_FAIL=R      rank R's checkpoint data files fail to be written:
+//                                "[state] '<file>': write failed (FSDPP_FAULT_SAVE_FAIL=R injected it)".
+// The last two act through TrainerHooks::before_checkpoint_write (state::SaveOptions::before_write).
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -25,14 +32,21 @@ struct FaultPlan {
   std::optional<int64_t> kill_step;
   std::optional<int64_t> nan_step;
   std::string nan_param;  // empty: the loss
+  int64_t save_delay_ms = 0;             // FSDPP_FAULT_SAVE_DELAY_MS
+  std::optional<int64_t> save_fail_rank;  // FSDPP_FAULT_SAVE_FAIL
 
-  // Reads FSDPP_FAULT_KILL and FSDPP_FAULT_NAN; throws ConfigError naming the variable for a
-  // malformed value.
+  // Reads FSDPP_FAULT_KILL, FSDPP_FAULT_NAN, FSDPP_FAULT_SAVE_DELAY_MS and FSDPP_FAULT_SAVE_FAIL;
+  // throws ConfigError naming the variable for a malformed value.
   static FaultPlan from_env();
 };
 
 // The trainer hooks that carry out `plan` (none when the plan is empty).
 train::TrainerHooks fault_hooks(const FaultPlan& plan);
+
+// What FSDPP_FAULT_SAVE_DELAY_MS and FSDPP_FAULT_SAVE_FAIL ask for, as a state::SaveOptions::
+// before_write hook (null when the plan has neither): sleeps save_delay_ms, then throws
+// CheckpointError on rank save_fail_rank.
+std::function<void(int rank, const std::string& file)> save_fault_hook(const FaultPlan& plan);
 
 // Prints "[fault] FSDPP_FAULT_KILL: rank R sends itself SIGKILL at step S (t=<unix seconds>)"
 // to stderr and does so; does not return.

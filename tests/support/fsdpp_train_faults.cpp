@@ -1,6 +1,7 @@
-// fsdpp-train-faults: fsdpp-train that also carries out the faults FSDPP_FAULT_KILL and
-// FSDPP_FAULT_NAN ask for (fault_injection.h); the reliability tests start it in place of
-// fsdpp-train (docs/faults.md#injected-faults). Built with the tests only.
+// fsdpp-train-faults: fsdpp-train that also carries out the faults FSDPP_FAULT_KILL,
+// FSDPP_FAULT_NAN, FSDPP_FAULT_SAVE_DELAY_MS and FSDPP_FAULT_SAVE_FAIL ask for
+// (fault_injection.h); the reliability tests start it in place of fsdpp-train
+// (docs/faults.md#injecting-faults). Built with the tests only.
 #include "fault_injection.h"
 #include "train_cli.h"
 

@@ -10,8 +10,10 @@
 #     FSDPP_FAULT_SAVE_DELAY_MS=400 (every checkpoint file starts 400 ms late) and without:
 #     printed, and the first async save must hold it for less than the emulated delay (later
 #     ones may wait for the previous save when the writes take longer than save_steps steps).
+# TRAIN_FAULTS is fsdpp-train-faults (tests/support/): fsdpp-train that carries out
+# FSDPP_FAULT_SAVE_DELAY_MS and FSDPP_FAULT_SAVE_FAIL; the runs that set them start it.
 set -euo pipefail
-run=$1 train=$2 ckpt=$3 python=$4 src=$5
+run=$1 train=$2 ckpt=$3 python=$4 src=$5 train_faults=$6
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 common=(data.path="$src/docs" data.seq_len=32 data.val_fraction=0.1 data.cache_dir="$dir/cache"
@@ -20,9 +22,10 @@ common=(data.path="$src/docs" data.seq_len=32 data.val_fraction=0.1 data.cache_d
         training.save_total_limit=2 training.sample_tokens=0 training.learning_rate=0.003
         training.lr_scheduler_type=constant training.per_device_train_batch_size=4 training.seed=5)
 job=("$run" --nproc-per-node 2 --timeout-s 120 "$train" "$src/configs/default.yaml" "${common[@]}")
+faulty_job=("$run" --nproc-per-node 2 --timeout-s 120 "$train_faults" "$src/configs/default.yaml" "${common[@]}")
 for mode in sync async; do
   async=false; [ "$mode" = async ] && async=true
-  FSDPP_FAULT_SAVE_DELAY_MS=400 "${job[@]}" training.max_steps=12 training.async_save=$async \
+  FSDPP_FAULT_SAVE_DELAY_MS=400 "${faulty_job[@]}" training.max_steps=12 training.async_save=$async \
     training.output_dir="$dir/$mode" > "$dir/$mode.log"
   "${job[@]}" training.max_steps=12 training.async_save=$async training.output_dir="$dir/$mode-fast" \
     > "$dir/$mode-fast.log"
@@ -34,7 +37,7 @@ cp -r "$dir/async/checkpoint-8" "$dir/async/config.yaml" "$dir/async/metrics.jso
   training.resume_from_checkpoint=latest > "$dir/resumed.log"
 grep -q "resumed from $dir/resumed/checkpoint-8" "$dir/resumed.log"
 # A failed background write: rank 1's files of checkpoint-4 cannot be written.
-if FSDPP_FAULT_SAVE_FAIL=1 "${job[@]}" training.max_steps=12 training.async_save=true \
+if FSDPP_FAULT_SAVE_FAIL=1 "${faulty_job[@]}" training.max_steps=12 training.async_save=true \
     training.output_dir="$dir/failing" > "$dir/failing.log" 2>&1; then
   echo "a job whose checkpoint write failed succeeded"; exit 1
 fi

@@ -6,8 +6,10 @@
 # checkpoint-6 but a checkpoint-6.tmp-* left over, resume_from_checkpoint=latest picks
 # checkpoint-3, removes the leftover and trains to step 9 with the losses of a run that was
 # never interrupted, bit for bit.
+# TRAIN_FAULTS is fsdpp-train-faults (tests/support/): fsdpp-train that carries out
+# FSDPP_FAULT_SAVE_DELAY_MS; the runs that are killed start it.
 set -euo pipefail
-run=$1 train=$2 ckpt=$3 python=$4 src=$5
+run=$1 train=$2 ckpt=$3 python=$4 src=$5 train_faults=$6
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 common=(data.path="$src/docs" data.seq_len=32 data.val_fraction=0.1 data.cache_dir="$dir/cache"
@@ -16,12 +18,13 @@ common=(data.path="$src/docs" data.seq_len=32 data.val_fraction=0.1 data.cache_d
         training.sample_tokens=0 training.learning_rate=0.003 training.lr_scheduler_type=constant
         training.max_steps=9 training.per_device_train_batch_size=4 training.seed=3)
 job=("$run" --nproc-per-node 2 --timeout-s 120 "$train" "$src/configs/default.yaml" "${common[@]}")
+faulty_job=("$run" --nproc-per-node 2 --timeout-s 120 "$train_faults" "$src/configs/default.yaml" "${common[@]}")
 "${job[@]}" training.output_dir="$dir/U" > "$dir/U.log"
 
 for mode in sync async; do
   out="$dir/$mode"
   async=false; [ "$mode" = async ] && async=true
-  FSDPP_FAULT_SAVE_DELAY_MS=1500 "${job[@]}" training.output_dir="$out" training.async_save=$async \
+  FSDPP_FAULT_SAVE_DELAY_MS=1500 "${faulty_job[@]}" training.output_dir="$out" training.async_save=$async \
     > "$dir/$mode-killed.log" 2>&1 &
   pid=$!
   # Wait for checkpoint-3 to be complete and checkpoint-6's temporary directory to appear.

@@ -1,11 +1,15 @@
 // Trainer's hooks (fsdpp/train/hooks.h) on a tiny 1-rank run: each runs at its point of every
 // step, in order, with the step's context, and a loss the after_loss hook replaces is the loss the
-// run logs. The fault tests (tests/faults/) use the same hooks through fsdpp-train-faults.
+// run logs; before_checkpoint_write runs before each checkpoint data file, and a write it fails
+// stops the run. The fault tests (tests/faults/, tests/train/) use the same hooks through
+// fsdpp-train-faults.
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <stdexcept>
 #include <system_error>
 #include <string>
 #include <vector>
@@ -48,7 +52,8 @@ std::shared_ptr<fsdpp::dist::World> one_rank_world() {
   return fsdpp::dist::init_world(env, c10::make_intrusive<c10d::HashStore>(), o);
 }
 
-fsdpp::train::TrainConfig tiny_config(const fs::path& out) {
+// save_steps > 0: a checkpoint every save_steps steps and at the end; 0: none.
+fsdpp::train::TrainConfig tiny_config(const fs::path& out, int64_t save_steps = 0) {
   return fsdpp::train::TrainConfig::from_yaml_string(
       "model: {dim: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, max_seq_len: 32}\n", {
           "data.path=" + (source_dir() / "configs").string(),
@@ -60,7 +65,8 @@ fsdpp::train::TrainConfig tiny_config(const fs::path& out) {
           "training.gradient_accumulation_steps=2",
           "training.per_device_train_batch_size=2",
           "training.logging_steps=1",
-          "training.save_strategy=no",
+          save_steps > 0 ? "training.save_steps=" + std::to_string(save_steps)
+                         : std::string("training.save_strategy=no"),
           "training.sample_tokens=0",
           "training.report_to=none",
       });
@@ -111,6 +117,39 @@ TEST_F(TrainerHooks, AReplacedLossIsTheLoggedLoss) {
   const auto result = trainer.run();
   EXPECT_EQ(result.steps, 3);
   EXPECT_DOUBLE_EQ(result.final_loss, 7.0);
+}
+
+TEST_F(TrainerHooks, BeforeCheckpointWriteRunsBeforeEachDataFile) {
+  // checkpoint-2 (save_steps) and checkpoint-3 (the final save); SHARDED on one rank: one data
+  // file each, announced in the checkpoint's temporary directory before it exists.
+  std::vector<std::string> calls;
+  fsdpp::train::TrainerHooks hooks;
+  hooks.before_checkpoint_write = [&](int rank, const std::string& file) {
+    EXPECT_EQ(rank, 0);
+    EXPECT_FALSE(fs::exists(file)) << file;
+    EXPECT_EQ(fs::path(file).extension(), ".safetensors") << file;
+    calls.push_back(fs::path(file).parent_path().filename().string().substr(0, 16));
+  };
+  fsdpp::train::Trainer trainer(tiny_config(dir_, 2), one_rank_world(), hooks);
+  EXPECT_EQ(trainer.run().steps, 3);
+  const std::vector<std::string> expected = {"checkpoint-2.tmp", "checkpoint-3.tmp"};
+  EXPECT_EQ(calls, expected);
+  EXPECT_TRUE(fs::exists(dir_ / "checkpoint-3" / "index.json"));
+}
+
+TEST_F(TrainerHooks, ACheckpointWriteTheHookFailsStopsTheRunAndLeavesNoCheckpoint) {
+  fsdpp::train::TrainerHooks hooks;
+  hooks.before_checkpoint_write = [](int, const std::string& file) {
+    throw std::runtime_error("[test] refused '" + file + "'");
+  };
+  fsdpp::train::Trainer trainer(tiny_config(dir_, 2), one_rank_world(), hooks);
+  try {
+    trainer.run();
+    ADD_FAILURE() << "a run whose checkpoint write failed succeeded";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("[test] refused '"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "checkpoint-2"));
 }
 
 }  // namespace

@@ -63,6 +63,12 @@ struct SaveOptions {
   // Small files (name -> contents) that rank 0 writes into the directory before it is
   // committed, so they appear with it or not at all (fsdpp-train's trainer_state.json).
   std::map<std::string, std::string> extra_files;
+  // Called before each checkpoint data file (safetensors) a rank writes, with that rank and the
+  // file's path, on the thread that writes it (AsyncSaver's writer thread for an asynchronous
+  // save); the buffers' file of a SHARDED or LOCAL save is not announced. An exception it throws
+  // fails the save as a failed write would: a CheckpointError with its message on every rank.
+  // The reliability tests slow or fail writes with it (tests/support/fault_injection.h).
+  std::function<void(int rank, const std::string& file)> before_write;
 };
 
 struct LoadOptions {

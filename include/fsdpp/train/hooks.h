@@ -1,8 +1,8 @@
 #pragma once
-// Points inside a training step where the caller's code runs. The reliability tests use them to
-// inject a fault at an exact step (tests/support/fault_injection.h: a NaN loss or gradient, a
-// rank that kills itself), so that the library itself reads no fault variables; a tool can use
-// them to look at a step.
+// Points inside a training step (and a checkpoint save) where the caller's code runs. The
+// reliability tests use them to inject a fault at an exact point (tests/support/fault_injection.h:
+// a NaN loss or gradient, a rank that kills itself, a slow or failing checkpoint write), so that
+// the library itself reads no fault variables; a tool can use them to look at a step.
 //
 //   TrainerHooks hooks;
 //   hooks.after_backward = [](const StepContext& c) {
@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 namespace fsdpp::train {
 
@@ -35,6 +36,13 @@ struct TrainerHooks {
   // After the step's last backward (gradients reduced into the shards), before the gradients are
   // unscaled and clipped and before the optimizer step.
   std::function<void(const StepContext&)> after_backward;
+  // Before each checkpoint data file (safetensors) a rank writes, with that rank and the file's
+  // path inside the checkpoint's temporary directory (state::SaveOptions::before_write). With
+  // training.async_save it runs on the background writer's thread, so it must issue no
+  // collectives. An exception it throws fails the save like a failed write: the job stops with a
+  // CheckpointError naming the checkpoint (at the next save or at the end, for an asynchronous
+  // save), and the checkpoint never appears.
+  std::function<void(int rank, const std::string& file)> before_checkpoint_write;
 };
 
 }  // namespace fsdpp::train
