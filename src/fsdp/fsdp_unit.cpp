@@ -1,53 +1,14 @@
 #include "fsdp_unit.h"
 
 #include <ATen/ATen.h>
-#include <torch/autograd.h>
-#include <torch/csrc/autograd/engine.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
 
-#include <algorithm>
 #include <cmath>
-#include <unordered_set>
 
 #include "activation_checkpoint_region.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/strategy_traits.h"
 
 namespace fsdpp {
-namespace {
-
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
-// Identity on a unit's outputs whose backward runs before any of the unit's own backward: the
-// pre-backward point (LibTorch has no module backward hooks).
-struct PreBackwardFn : public torch::autograd::Function<PreBackwardFn> {
-  // The outputs come as a TensorList: autograd treats a std::vector argument as a
-  // non-tensor and would leave the result unconnected to the graph.
-  static variable_list forward(AutogradContext* ctx, int64_t unit, at::TensorList outputs) {
-    ctx->saved_data["unit"] = unit;
-    return outputs.vec();
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    reinterpret_cast<FSDPUnit*>(ctx->saved_data["unit"].toInt())->pre_backward();
-    variable_list out;
-    out.reserve(grads.size() + 1);
-    out.emplace_back();  // the unit pointer
-    for (auto& g : grads) out.push_back(std::move(g));
-    return out;
-  }
-};
-
-// Runs after autograd has accumulated a parameter's gradient: when all of a unit's trainable
-// parameters have theirs, the unit reduces them while backward goes on with earlier units.
-struct GradReadyHook : public torch::autograd::PostAccumulateGradHook {
-  explicit GradReadyHook(FSDPUnit* unit) : unit_(unit) {}
-  void operator()(const torch::autograd::Variable&) override { unit_->on_grad_accumulated(); }
-  FSDPUnit* unit_;
-};
-
-}  // namespace
 
 FSDPUnit* find_unit(torch::nn::Module& module) {
   for (const auto& child : module.named_children()) {
@@ -58,7 +19,11 @@ FSDPUnit* find_unit(torch::nn::Module& module) {
 
 FSDPUnit::FSDPUnit(torch::nn::Module& module, const FullyShardOptions& options,
                    std::vector<std::pair<std::string, at::Tensor>> params)
-    : torch::nn::Module("FSDPUnit"), module_(&module), options_(options), name_(module.name()) {
+    : torch::nn::Module("FSDPUnit"),
+      module_(&module),
+      options_(options),
+      name_(module.name()),
+      root_state_(std::make_unique<FSDPRootState>(*this)) {  // a root until it gets a parent
   const auto& mesh = *options_.mesh;
   const auto s = options_.strategy;
   const StrategyTraits& traits = traits_of(s);
@@ -140,9 +105,7 @@ FSDPUnit::FSDPUnit(torch::nn::Module& module, const FullyShardOptions& options,
   const auto unsharded_options = flat_options.dtype(param_dtype_);
   for (auto& p : params_) {
     p->init_shard(flat_shard_, unsharded_options, separate_unsharded_);
-    if (p->requires_grad) {
-      torch::autograd::impl::set_post_acc_grad_hooks(p->param, std::make_unique<GradReadyHook>(this));
-    }
+    if (p->requires_grad) watch_gradient(p->param);
   }
   gathered_versions_.assign(params_.size(), -1);
 }
@@ -158,26 +121,30 @@ bool FSDPUnit::keep_unsharded_between_steps() const {
 void FSDPUnit::adopt_children() {
   for (const auto& item : module_->named_modules("", /*include_self=*/false)) {
     FSDPUnit* u = find_unit(*item.value());
-    if (u && u != this) u->has_parent_ = true;
+    if (u && u != this) {
+      u->has_parent_ = true;
+      u->root_state_.reset();
+      u->root_ = nullptr;  // until this unit's lazy_init
+    }
   }
 }
 
-void FSDPUnit::lazy_init() {
+FSDPRootState& FSDPUnit::root() {
+  FSDPRootState* r = has_parent_ ? root_ : root_state_.get();
+  FSDPP_CHECK(r, "[fsdp] unit '{}' is inside a root unit that has not run its first forward; "
+              "call the root module through fsdpp::forward(root, ...)", name_);
+  return *r;
+}
+
+const std::vector<FSDPUnit*>& FSDPUnit::all_units() {
   FSDPP_CHECK(is_root(), "[fsdp] lazy_init on unit '{}', which is not a root", name_);
-  if (initialized_) return;
-  initialized_ = true;
-  all_units_.clear();
-  for (const auto& item : module_->named_modules("", /*include_self=*/true)) {
-    FSDPUnit* u = find_unit(*item.value());
-    if (!u) continue;
-    const std::string& prefix = item.key();
-    u->root_ = this;
-    u->name_ = prefix.empty() ? "(root)" : prefix;
-    if (!prefix.empty()) {
-      for (auto& p : u->params_) p->fqn = prefix + "." + p->fqn;
-    }
-    all_units_.push_back(u);
-  }
+  return root_state_->units();
+}
+
+void FSDPUnit::set_requires_gradient_sync(bool sync) {
+  FSDPP_CHECK(is_root(), "[fsdp] set_requires_gradient_sync on unit '{}', which is not a root",
+              name_);
+  root_state_->set_requires_gradient_sync(sync);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> FSDPUnit::full_parameters() {
@@ -235,7 +202,7 @@ void FSDPUnit::start_unshard() {
     g.gathered = g.input;  // one rank: the converted shard is the whole parameter set
   }
   pending_gather_ = std::move(g);
-  ++root()->gathers_in_flight_;
+  root().gather_started();
 }
 
 void FSDPUnit::finish_unshard() {
@@ -243,7 +210,7 @@ void FSDPUnit::finish_unshard() {
   if (!pending_gather_) return;
   auto g = std::move(*pending_gather_);
   pending_gather_.reset();
-  --root()->gathers_in_flight_;
+  root().gather_finished();
   if (g.work.valid()) g.work.wait();
   for (auto& p : params_) p->alloc_unsharded();
   auto rows = g.gathered.view({shard_world_, total_shard_numel_});
@@ -256,25 +223,8 @@ void FSDPUnit::drop_prefetch() {
   if (!pending_gather_) return;
   auto g = std::move(*pending_gather_);
   pending_gather_.reset();
-  --root()->gathers_in_flight_;
+  root().gather_finished();
   if (g.work.valid()) g.work.wait();  // the buffers must outlive the collective
-}
-
-void FSDPUnit::prefetch_after(const std::vector<FSDPUnit*>& order,
-                              const std::vector<FSDPUnit*>& done, int depth) {
-  if (depth <= 0) return;
-  auto it = std::find(order.begin(), order.end(), this);
-  if (it == order.end()) return;
-  FSDPUnit* r = root();
-  const int limit = options_.limit_all_gathers;
-  for (++it; it != order.end() && depth > 0; ++it) {
-    // A unit that already ran in this pass (the root finishes its backward last but begins
-    // it first) would only be gathered to be dropped.
-    if (std::find(done.begin(), done.end(), *it) != done.end()) continue;
-    if (limit > 0 && r->gathers_in_flight_ >= limit) break;
-    (*it)->start_unshard();
-    --depth;
-  }
 }
 
 void FSDPUnit::unshard() {
@@ -325,15 +275,10 @@ void FSDPUnit::pre_forward() {
   if (auto* t = trace(); t && is_root() && at::GradMode::is_enabled()) t->auto_step();
   forward_began_ = trace_begin();
   if (is_root()) {
-    lazy_init();
-    if (phase != detail::CheckpointPhase::RECOMPUTE) {
-      FSDPP_CHECK(!forward_active_,
-                  "[fsdp] the root unit '{}' was called from inside its own forward", name_);
-      forward_active_ = true;
-      recording_forward_.clear();
-    }
+    root_state_->lazy_init();
+    if (phase != detail::CheckpointPhase::RECOMPUTE) root_state_->begin_forward();
   } else {
-    FSDPP_CHECK(root_ && (root_->forward_active_ || phase == detail::CheckpointPhase::RECOMPUTE),
+    FSDPP_CHECK(root_ && (root_->forward_active() || phase == detail::CheckpointPhase::RECOMPUTE),
                 "[fsdp] unit '{}' was called outside its root's forward; its parameters are "
                 "sharded at rest. Call the root module through fsdpp::forward(root, ...), and "
                 "this unit from the root's forward",
@@ -342,10 +287,9 @@ void FSDPUnit::pre_forward() {
   unshard();
   state_ = UnitState::FORWARD;
   if (phase != detail::CheckpointPhase::RECOMPUTE) {
-    FSDPUnit* r = root();
-    auto& rec = r->recording_forward_;
-    if (std::find(rec.begin(), rec.end(), this) == rec.end()) rec.push_back(this);
-    prefetch_after(r->forward_order_, rec, options_.forward_prefetch);
+    FSDPRootState& r = root();
+    r.record_forward(*this);
+    r.prefetch_after(*this, FSDPRootState::Pass::FORWARD, options_.forward_prefetch);
   }
 }
 
@@ -363,13 +307,7 @@ std::vector<at::Tensor> FSDPUnit::post_forward(std::vector<at::Tensor> outputs) 
   }
   if (reshard_now) reshard(!keep_unsharded_between_steps());
   state_ = UnitState::IDLE;
-  if (is_root() && phase != detail::CheckpointPhase::RECOMPUTE) {
-    forward_active_ = false;
-    forward_order_ = recording_forward_;
-    for (auto* u : all_units_) {
-      if (u->sharded_) u->drop_prefetch();  // prefetched for a unit that did not run
-    }
-  }
+  if (is_root() && phase != detail::CheckpointPhase::RECOMPUTE) root_state_->end_forward();
   trace_end(phase == detail::CheckpointPhase::RECOMPUTE ? "recompute" : "forward", forward_began_);
   if (const auto& out_dtype = options_.mp_policy.output_dtype) {
     for (auto& o : outputs) {
@@ -377,151 +315,15 @@ std::vector<at::Tensor> FSDPUnit::post_forward(std::vector<at::Tensor> outputs) 
     }
   }
   if (!grad) return outputs;
-  std::vector<size_t> idx;
-  variable_list hooked;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    if (outputs[i].defined() && outputs[i].requires_grad()) {
-      idx.push_back(i);
-      hooked.push_back(outputs[i]);
-    }
-  }
-  if (hooked.empty()) return outputs;
-  auto wrapped = PreBackwardFn::apply(reinterpret_cast<int64_t>(this), at::TensorList(hooked));
-  for (size_t j = 0; j < idx.size(); ++j) outputs[idx[j]] = wrapped[j];
-  return outputs;
+  return hook_outputs(std::move(outputs));
 }
 
 void FSDPUnit::forward_failed() {
   reshard(!keep_unsharded_between_steps());
   state_ = UnitState::IDLE;
   if (is_root() && detail::checkpoint_phase() != detail::CheckpointPhase::RECOMPUTE) {
-    forward_active_ = false;
-    for (auto* u : all_units_) u->drop_prefetch();
+    root_state_->forward_failed();
   }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Backward
-
-void FSDPUnit::pre_backward() {
-  FSDPUnit* r = root();
-  if (!r->callback_queued_) {
-    r->callback_queued_ = true;
-    r->recording_backward_.clear();
-    torch::autograd::Engine::get_default_engine().queue_callback([r] { r->root_end_backward(); });
-  }
-  if (state_ == UnitState::PRE_BACKWARD) return;  // a unit called twice in one forward
-  backward_began_ = trace_begin();
-  unshard();
-  state_ = UnitState::PRE_BACKWARD;
-  grads_ready_ = 0;
-  auto& rec = r->recording_backward_;
-  if (std::find(rec.begin(), rec.end(), this) == rec.end()) rec.push_back(this);
-  if (options_.backward_prefetch == BackwardPrefetch::BACKWARD_PRE) {
-    prefetch_after(r->backward_order_, rec, options_.backward_prefetch_depth);
-  }
-}
-
-void FSDPUnit::on_grad_accumulated() {
-  if (state_ != UnitState::PRE_BACKWARD) return;
-  if (++grads_ready_ == num_trainable_) post_backward();
-}
-
-void FSDPUnit::post_backward() {
-  state_ = UnitState::IDLE;
-  FSDPUnit* r = root();
-  // Before this unit's reduce-scatter, so the next gather does not queue behind it; not from
-  // the end-of-backward callback, when no unit's backward is left to run.
-  if (options_.backward_prefetch == BackwardPrefetch::BACKWARD_POST && r->callback_queued_) {
-    prefetch_after(r->backward_order_, r->recording_backward_, options_.backward_prefetch_depth);
-  }
-  reduce_gradients();
-  reshard(!keep_unsharded_between_steps());
-  trace_end("backward", backward_began_);
-}
-
-// One flat reduce-scatter for the whole unit: row k of the (shard_world, total) input holds,
-// parameter by parameter, the part of each gradient that rank k's shard covers (zeros where
-// the shard is padding). Summed, then divided once in finish_gradients().
-void FSDPUnit::reduce_gradients() {
-  if (num_trainable_ == 0 || !root()->requires_grad_sync_) return;
-  at::NoGradGuard no_grad;
-  // Every column is written below (gradient or zeros), so no separate zero-fill pass.
-  auto input = at::empty({shard_world_, total_shard_numel_},
-                         flat_shard_.options().dtype(reduce_dtype_).device(compute_device_)
-                             .pinned_memory(false));
-  for (auto& p : params_) {
-    p->copy_in_grad(p->requires_grad ? p->param.grad() : at::Tensor(), input);
-    if (p->requires_grad) p->param.mutable_grad() = at::Tensor();
-  }
-  if (predivide_factor_ != 1) input.div_(predivide_factor_);
-  PendingReduce pending;
-  if (shard_group_) {
-    pending.output = at::empty({total_shard_numel_}, input.options());
-    auto work = shard_group_->reduce_scatter_tensor_async(pending.output, input.view({-1}),
-                                                          dist::ReduceOp::SUM, tag());
-    if (replicate_group_) {
-      work.wait();  // the replicas reduce what the shard group produced
-    } else {
-      pending.works.push_back(std::move(work));
-    }
-  } else {
-    pending.output = input.view({-1});
-  }
-  if (replicate_group_) {
-    pending.works.push_back(
-        replicate_group_->all_reduce_async(pending.output, dist::ReduceOp::SUM, tag()));
-  }
-  pending_ = std::move(pending);
-}
-
-void FSDPUnit::finish_gradients() {
-  if (!pending_) return;
-  auto pending = std::move(*pending_);
-  pending_.reset();
-  for (auto& w : pending.works) w.wait();
-  // ZERO1 keeps its gathered parameters between steps; the optimizer step that follows
-  // synchronised gradients changes the shards (LibTorch's SGD does it through .data(), which
-  // the version counter does not see), so the next forward gathers again.
-  if (keep_unsharded_between_steps()) gathered_valid_ = false;
-  at::NoGradGuard no_grad;
-  // The reduced shard comes back in the master dtype, next to the master shard (host memory
-  // under CPU offload), and is divided there in full precision.
-  auto reduced = pending.output;
-  if (reduced.scalar_type() != flat_shard_.scalar_type() || reduced.device() != flat_shard_.device()) {
-    reduced = reduced.to(flat_shard_.options().pinned_memory(false));
-  }
-  reduced.div_(divide_factor_ / predivide_factor_);
-  for (auto& p : params_) {
-    if (!p->requires_grad) continue;
-    // Shares the reduced buffer's storage without being an autograd view, so that
-    // optimizer.zero_grad() may detach it in place.
-    auto g = at::empty({0}, reduced.options());
-    g.set_(reduced.storage(), reduced.storage_offset() + p->offset, p->shard.sizes(),
-           p->shard.strides());
-    at::Tensor& slot = p->on_shard() ? p->param.mutable_grad() : p->shard_grad_stash;
-    if (slot.defined()) {
-      slot.add_(g);
-    } else {
-      slot = g;
-    }
-  }
-}
-
-void FSDPUnit::root_end_backward() {
-  callback_queued_ = false;
-  // Units whose gradients did not all arrive (unused or frozen-path parameters, outputs that
-  // did not reach the loss) finish here, in the same order on every rank.
-  for (auto it = all_units_.rbegin(); it != all_units_.rend(); ++it) {
-    if ((*it)->state_ == UnitState::PRE_BACKWARD) (*it)->post_backward();
-  }
-  for (auto* u : all_units_) {
-    u->finish_gradients();
-    u->reshard(!u->keep_unsharded_between_steps());
-    u->state_ = UnitState::IDLE;
-    u->drop_prefetch();  // prefetched for a unit whose backward did not run
-  }
-  backward_order_ = recording_backward_;
 }
 
 }  // namespace fsdpp

@@ -7,10 +7,10 @@
 //   IDLE --pre_backward (a gradient reached the unit's outputs)--> PRE_BACKWARD
 //   PRE_BACKWARD --post_backward (all its gradients accumulated, or the end of backward)--> IDLE
 //
-// The root unit (the outermost one) also owns what is per step: lazy initialisation, the list
-// of units in order, the forward and backward orders of the last step (what prefetching
-// follows), the end-of-backward callback that finishes every unit and waits for the gradient
-// reductions, and the gradient-sync switch.
+// The root unit (the outermost one) also owns what is per step, in its FSDPRootState
+// (root_state.h): lazy initialisation, the list of units in order, the forward and backward
+// orders of the last step (what prefetching follows), the end-of-backward callback that
+// finishes every unit and waits for the gradient reductions, and the gradient-sync switch.
 //
 // Data types and places: the flat shard (the master copy the optimizer steps) keeps the
 // parameters' dtype on the offload device (the CPU under OffloadPolicy, else the parameters'
@@ -30,6 +30,7 @@
 #include "fsdpp/dist/trace.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/sharded_param.h"
+#include "root_state.h"
 
 namespace fsdpp {
 
@@ -65,14 +66,15 @@ class FSDPUnit : public torch::nn::Module {
   const std::shared_ptr<dist::ProcessGroup>& shard_group() const { return shard_group_; }
   const std::shared_ptr<dist::ProcessGroup>& replicate_group() const { return replicate_group_; }
   bool is_root() const { return !has_parent_; }
-  // Units inside this one's module were made before it: they get a parent and stop being roots.
+  // Units inside this one's module were made before it: they get a parent, stop being roots
+  // and drop their root state.
   void adopt_children();
-  FSDPUnit* root() { return has_parent_ ? root_ : this; }
+  // The state of this unit's root (its own when it is the root); see root_state.h.
+  FSDPRootState& root();
 
   // Root only.
-  void lazy_init();
-  const std::vector<FSDPUnit*>& all_units() { lazy_init(); return all_units_; }
-  void set_requires_gradient_sync(bool sync) { requires_grad_sync_ = sync; }
+  const std::vector<FSDPUnit*>& all_units();
+  void set_requires_gradient_sync(bool sync);
   // Every parameter at full size, by name (collective over the shard group).
   std::vector<std::pair<std::string, at::Tensor>> full_parameters();
   // The public view of this unit's parameters (sharded_param.cpp).
@@ -84,19 +86,22 @@ class FSDPUnit : public torch::nn::Module {
   at::Tensor cast_forward_input(const at::Tensor& t) const;
 
  private:
+  friend class FSDPRootState;  // initialises the units and finishes their backward
+
+  // Backward (fsdp_unit_backward.cpp).
+  // Registers the hook that counts the parameter's accumulated gradients.
+  void watch_gradient(const at::Tensor& param);
+  // The forward outputs that need a gradient, wrapped so that backward reaches pre_backward().
+  std::vector<at::Tensor> hook_outputs(std::vector<at::Tensor> outputs);
   void post_backward();
   void reduce_gradients();
   void finish_gradients();
-  void root_end_backward();
+
   bool reshard_after_forward() const;
   bool keep_unsharded_between_steps() const;
   bool gathered_current() const;
   void finish_unshard();
   void drop_prefetch();
-  // Starts the gathers of the `depth` units after this one in `order` (a root's recorded order)
-  // that are not in `done` (those that already ran in this pass).
-  void prefetch_after(const std::vector<FSDPUnit*>& order, const std::vector<FSDPUnit*>& done,
-                      int depth);
   at::Tensor gather_input() const;
   dist::CollectiveTag tag() const { return {name_}; }
   // The timeline recorder, reached through the unit's groups (null: none); see trace.h.
@@ -143,18 +148,8 @@ class FSDPUnit : public torch::nn::Module {
 
   // Tree.
   bool has_parent_ = false;
-  FSDPUnit* root_ = nullptr;
-  // Root only.
-  bool initialized_ = false;
-  bool forward_active_ = false;
-  bool callback_queued_ = false;
-  bool requires_grad_sync_ = true;
-  std::vector<FSDPUnit*> all_units_;
-  // Orders of the last complete forward / backward (pre-forward / pre-backward calls), and the
-  // ones being recorded now.
-  std::vector<FSDPUnit*> forward_order_, backward_order_;
-  std::vector<FSDPUnit*> recording_forward_, recording_backward_;
-  int gathers_in_flight_ = 0;  // prefetched all-gathers issued and not yet used
+  FSDPRootState* root_ = nullptr;  // set by the root's lazy_init
+  std::unique_ptr<FSDPRootState> root_state_;  // while this unit is a root
   // When this unit's forward / backward began, for its trace event.
   dist::TraceRecorder::Clock::time_point forward_began_{}, backward_began_{};
 };

@@ -1,0 +1,165 @@
+// The backward half of FSDPUnit: the autograd hooks that drive it (pre-backward on the unit's
+// outputs, post-accumulate-grad on its parameters) and the gradient reduction.
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "fsdp_unit.h"
+
+namespace fsdpp {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Identity on a unit's outputs whose backward runs before any of the unit's own backward: the
+// pre-backward point (LibTorch has no module backward hooks).
+struct PreBackwardFn : public torch::autograd::Function<PreBackwardFn> {
+  // The outputs come as a TensorList: autograd treats a std::vector argument as a
+  // non-tensor and would leave the result unconnected to the graph.
+  static variable_list forward(AutogradContext* ctx, int64_t unit, at::TensorList outputs) {
+    ctx->saved_data["unit"] = unit;
+    return outputs.vec();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    reinterpret_cast<FSDPUnit*>(ctx->saved_data["unit"].toInt())->pre_backward();
+    variable_list out;
+    out.reserve(grads.size() + 1);
+    out.emplace_back();  // the unit pointer
+    for (auto& g : grads) out.push_back(std::move(g));
+    return out;
+  }
+};
+
+// Runs after autograd has accumulated a parameter's gradient: when all of a unit's trainable
+// parameters have theirs, the unit reduces them while backward goes on with earlier units.
+struct GradReadyHook : public torch::autograd::PostAccumulateGradHook {
+  explicit GradReadyHook(FSDPUnit* unit) : unit_(unit) {}
+  void operator()(const torch::autograd::Variable&) override { unit_->on_grad_accumulated(); }
+  FSDPUnit* unit_;
+};
+
+}  // namespace
+
+void FSDPUnit::watch_gradient(const at::Tensor& param) {
+  torch::autograd::impl::set_post_acc_grad_hooks(param, std::make_unique<GradReadyHook>(this));
+}
+
+std::vector<at::Tensor> FSDPUnit::hook_outputs(std::vector<at::Tensor> outputs) {
+  std::vector<size_t> idx;
+  variable_list hooked;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].defined() && outputs[i].requires_grad()) {
+      idx.push_back(i);
+      hooked.push_back(outputs[i]);
+    }
+  }
+  if (hooked.empty()) return outputs;
+  auto wrapped = PreBackwardFn::apply(reinterpret_cast<int64_t>(this), at::TensorList(hooked));
+  for (size_t j = 0; j < idx.size(); ++j) outputs[idx[j]] = wrapped[j];
+  return outputs;
+}
+
+void FSDPUnit::pre_backward() {
+  FSDPRootState& r = root();
+  r.queue_end_backward();
+  if (state_ == UnitState::PRE_BACKWARD) return;  // a unit called twice in one forward
+  backward_began_ = trace_begin();
+  unshard();
+  state_ = UnitState::PRE_BACKWARD;
+  grads_ready_ = 0;
+  r.record_backward(*this);
+  if (options_.backward_prefetch == BackwardPrefetch::BACKWARD_PRE) {
+    r.prefetch_after(*this, FSDPRootState::Pass::BACKWARD, options_.backward_prefetch_depth);
+  }
+}
+
+void FSDPUnit::on_grad_accumulated() {
+  if (state_ != UnitState::PRE_BACKWARD) return;
+  if (++grads_ready_ == num_trainable_) post_backward();
+}
+
+void FSDPUnit::post_backward() {
+  state_ = UnitState::IDLE;
+  FSDPRootState& r = root();
+  // Before this unit's reduce-scatter, so the next gather does not queue behind it; not from
+  // the end-of-backward callback, when no unit's backward is left to run.
+  if (options_.backward_prefetch == BackwardPrefetch::BACKWARD_POST && r.end_backward_queued()) {
+    r.prefetch_after(*this, FSDPRootState::Pass::BACKWARD, options_.backward_prefetch_depth);
+  }
+  reduce_gradients();
+  reshard(!keep_unsharded_between_steps());
+  trace_end("backward", backward_began_);
+}
+
+// One flat reduce-scatter for the whole unit: row k of the (shard_world, total) input holds,
+// parameter by parameter, the part of each gradient that rank k's shard covers (zeros where
+// the shard is padding). Summed, then divided once in finish_gradients().
+void FSDPUnit::reduce_gradients() {
+  if (num_trainable_ == 0 || !root().requires_gradient_sync()) return;
+  at::NoGradGuard no_grad;
+  // Every column is written below (gradient or zeros), so no separate zero-fill pass.
+  auto input = at::empty({shard_world_, total_shard_numel_},
+                         flat_shard_.options().dtype(reduce_dtype_).device(compute_device_)
+                             .pinned_memory(false));
+  for (auto& p : params_) {
+    p->copy_in_grad(p->requires_grad ? p->param.grad() : at::Tensor(), input);
+    if (p->requires_grad) p->param.mutable_grad() = at::Tensor();
+  }
+  if (predivide_factor_ != 1) input.div_(predivide_factor_);
+  PendingReduce pending;
+  if (shard_group_) {
+    pending.output = at::empty({total_shard_numel_}, input.options());
+    auto work = shard_group_->reduce_scatter_tensor_async(pending.output, input.view({-1}),
+                                                          dist::ReduceOp::SUM, tag());
+    if (replicate_group_) {
+      work.wait();  // the replicas reduce what the shard group produced
+    } else {
+      pending.works.push_back(std::move(work));
+    }
+  } else {
+    pending.output = input.view({-1});
+  }
+  if (replicate_group_) {
+    pending.works.push_back(
+        replicate_group_->all_reduce_async(pending.output, dist::ReduceOp::SUM, tag()));
+  }
+  pending_ = std::move(pending);
+}
+
+void FSDPUnit::finish_gradients() {
+  if (!pending_) return;
+  auto pending = std::move(*pending_);
+  pending_.reset();
+  for (auto& w : pending.works) w.wait();
+  // ZERO1 keeps its gathered parameters between steps; the optimizer step that follows
+  // synchronised gradients changes the shards (LibTorch's SGD does it through .data(), which
+  // the version counter does not see), so the next forward gathers again.
+  if (keep_unsharded_between_steps()) gathered_valid_ = false;
+  at::NoGradGuard no_grad;
+  // The reduced shard comes back in the master dtype, next to the master shard (host memory
+  // under CPU offload), and is divided there in full precision.
+  auto reduced = pending.output;
+  if (reduced.scalar_type() != flat_shard_.scalar_type() || reduced.device() != flat_shard_.device()) {
+    reduced = reduced.to(flat_shard_.options().pinned_memory(false));
+  }
+  reduced.div_(divide_factor_ / predivide_factor_);
+  for (auto& p : params_) {
+    if (!p->requires_grad) continue;
+    // Shares the reduced buffer's storage without being an autograd view, so that
+    // optimizer.zero_grad() may detach it in place.
+    auto g = at::empty({0}, reduced.options());
+    g.set_(reduced.storage(), reduced.storage_offset() + p->offset, p->shard.sizes(),
+           p->shard.strides());
+    at::Tensor& slot = p->on_shard() ? p->param.mutable_grad() : p->shard_grad_stash;
+    if (slot.defined()) {
+      slot.add_(g);
+    } else {
+      slot = g;
+    }
+  }
+}
+
+}  // namespace fsdpp
