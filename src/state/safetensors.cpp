@@ -1,32 +1,16 @@
+// The safetensors format: dtype names, sizes, the checksum fsdpp's checkpoint indexes record.
 #include "fsdpp/state/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <xxhash.h>
 
-#include <ATen/ops/empty.h>
-#include <ATen/ops/from_blob.h>
-
-#include <algorithm>
 #include <array>
 #include <bit>
-#include <cerrno>
-#include <cstring>
-#include <limits>
-#include <set>
-#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
 
-#include "fsdpp/common/atomic_file.h"
 #include "fsdpp/common/error.h"
-#include "fsdpp/state/atomic_dir.h"
-
-namespace fs = std::filesystem;
+#include "safetensors_format.h"
 
 namespace fsdpp::state {
 
@@ -35,12 +19,6 @@ static_assert(std::endian::native == std::endian::little,
               "fsdpp's safetensors IO assumes a little-endian host");
 
 namespace {
-
-using json = nlohmann::json;
-
-// The Rust reader refuses headers above 100 MB; so do we, before trusting the length field.
-constexpr uint64_t kMaxHeaderBytes = 100'000'000;
-constexpr const char* kMetadataKey = "__metadata__";
 
 struct DtypeName {
   at::ScalarType dtype;
@@ -59,6 +37,10 @@ constexpr std::array<DtypeName, 10> kDtypes = {{
     {at::kBool, "BOOL"},
 }};
 
+}  // namespace
+
+namespace safetensors_detail {
+
 std::string shape_string(c10::IntArrayRef shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
@@ -72,47 +54,12 @@ std::optional<uint64_t> byte_size(c10::IntArrayRef shape, at::ScalarType dtype) 
   return n;
 }
 
-void pwrite_all(int fd, const void* data, uint64_t nbytes, uint64_t offset,
-                const fs::path& path) {
-  const char* p = static_cast<const char*>(data);
-  while (nbytes > 0) {
-    // Linux writes at most ~2 GiB per call; ask for 1 GiB at a time.
-    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(nbytes, uint64_t{1} << 30));
-    const ssize_t n = ::pwrite(fd, p, chunk, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      FSDPP_THROW(CheckpointError, "[state] cannot write {} bytes at offset {} of '{}': {}", chunk,
-                  offset, path.string(), n < 0 ? std::strerror(errno) : "wrote nothing");
-    p += n;
-    offset += static_cast<uint64_t>(n);
-    nbytes -= static_cast<uint64_t>(n);
-  }
-}
-
 at::Tensor cpu_contiguous(const at::Tensor& t) {
-  // Relayout on the tensor's own device first, so host memory holds one copy at most (none
-  // when already CPU-contiguous). Not to(kCPU, ..., MemoryFormat::Contiguous): it returns a
-  // non-contiguous CPU tensor unchanged.
+  // Not to(kCPU, ..., MemoryFormat::Contiguous): it returns a non-contiguous CPU tensor unchanged.
   return t.is_cpu() ? t.contiguous() : t.contiguous().to(at::kCPU);
 }
 
-// The whole file, mapped private and writable: view() tensors may be written to (copy-on-write,
-// the file never changes) instead of faulting on a read-only page.
-class Mapping {
- public:
-  Mapping(void* data, size_t size) : data_(static_cast<char*>(data)), size_(size) {}
-  ~Mapping() { ::munmap(data_, size_); }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  char* data() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  char* data_;
-  size_t size_;
-};
-
-}  // namespace
+}  // namespace safetensors_detail
 
 std::string_view safetensors_dtype_name(at::ScalarType dtype) {
   for (const auto& d : kDtypes)
@@ -129,390 +76,10 @@ std::optional<at::ScalarType> safetensors_dtype_from_name(std::string_view name)
   return std::nullopt;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Writing
-
-SafetensorsWriter::SafetensorsWriter(fs::path path, std::map<std::string, std::string> metadata)
-    : path_(std::move(path)), tmp_path_(unique_tmp_path(path_)), metadata_(std::move(metadata)) {
-  // Created now, not at commit, so that a missing directory or a read-only disk is reported
-  // before the caller has gathered any tensor.
-  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd_ < 0)
-    FSDPP_THROW(CheckpointError, "[state] cannot create '{}' (to become '{}'): {}",
-                tmp_path_.string(), path_.string(), std::strerror(errno));
-}
-
-SafetensorsWriter::~SafetensorsWriter() {
-  if (fd_ >= 0) ::close(fd_);
-  if (!committed_) ::unlink(tmp_path_.c_str());
-}
-
-void SafetensorsWriter::declare(const std::string& name, at::ScalarType dtype,
-                                c10::IntArrayRef shape) {
-  FSDPP_CHECK_AS(CheckpointError, !header_written_,
-                 "[state] '{}': tensor '{}' declared after the first write(); declare every "
-                 "tensor first",
-                 path_.string(), name);
-  FSDPP_CHECK_AS(CheckpointError, !name.empty() && name != kMetadataKey,
-                 "[state] '{}': '{}' is not a valid tensor name", path_.string(), name);
-  FSDPP_CHECK_AS(CheckpointError, !index_.contains(name),
-                 "[state] '{}': tensor '{}' is declared twice", path_.string(), name);
-  safetensors_dtype_name(dtype);  // throws for an unsupported dtype
-  const auto nbytes = byte_size(shape, dtype);
-  FSDPP_CHECK_AS(CheckpointError, nbytes.has_value(),
-                 "[state] '{}': tensor '{}' has shape {}; expected non-negative sizes whose "
-                 "byte count fits 64 bits",
-                 path_.string(), name, shape_string(shape));
-  index_.emplace(name, entries_.size());
-  entries_.push_back(Entry{name, dtype, shape.vec(), *nbytes, 0, false});
-}
-
-void SafetensorsWriter::write_header() {
-  // Largest item size first, declared order within a size: every tensor starts aligned to its
-  // item size (the header length is a multiple of 8 and the mapping is page-aligned).
-  std::vector<size_t> order(entries_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return c10::elementSize(entries_[a].dtype) > c10::elementSize(entries_[b].dtype);
-  });
-  uint64_t offset = 0;
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata_.empty()) header[kMetadataKey] = metadata_;
-  for (size_t i : order) {
-    Entry& e = entries_[i];
-    e.begin = offset;
-    offset += e.nbytes;
-    header[e.name] = {{"dtype", safetensors_dtype_name(e.dtype)},
-                      {"shape", e.shape},
-                      {"data_offsets", {e.begin, offset}}};
-  }
-  std::string text;
-  try {
-    text = header.dump();
-  } catch (const nlohmann::json::exception& ex) {
-    FSDPP_THROW(CheckpointError, "[state] '{}': a tensor name or metadata string is not valid "
-                "UTF-8: {}", path_.string(), ex.what());
-  }
-  text.append((8 - text.size() % 8) % 8, ' ');
-  const uint64_t n = text.size();
-  std::array<char, 8> prefix;
-  std::memcpy(prefix.data(), &n, 8);
-  pwrite_all(fd_, prefix.data(), 8, 0, tmp_path_);
-  pwrite_all(fd_, text.data(), n, 8, tmp_path_);
-  data_start_ = 8 + n;
-  // The final size now, so that zero-byte tensors at the end and any write order agree with it.
-  if (::ftruncate(fd_, static_cast<off_t>(data_start_ + offset)) != 0)
-    FSDPP_THROW(CheckpointError, "[state] cannot size '{}' to {} bytes: {}", tmp_path_.string(),
-                data_start_ + offset, std::strerror(errno));
-  header_written_ = true;
-}
-
-void SafetensorsWriter::write(const std::string& name, const at::Tensor& tensor) {
-  FSDPP_CHECK_AS(CheckpointError, !committed_, "[state] '{}': write('{}') after commit()",
-                 path_.string(), name);
-  const auto it = index_.find(name);
-  FSDPP_CHECK_AS(CheckpointError, it != index_.end(),
-                 "[state] '{}': tensor '{}' was never declared", path_.string(), name);
-  Entry& e = entries_[it->second];
-  FSDPP_CHECK_AS(CheckpointError, !e.written, "[state] '{}': tensor '{}' is written twice",
-                 path_.string(), name);
-  FSDPP_CHECK_AS(CheckpointError, tensor.defined() && tensor.layout() == at::kStrided,
-                 "[state] '{}': tensor '{}' is undefined or not a dense (strided) tensor",
-                 path_.string(), name);
-  FSDPP_CHECK_AS(CheckpointError, tensor.scalar_type() == e.dtype && tensor.sizes() == e.shape,
-                 "[state] '{}': tensor '{}' was declared {} {} but is {} {}", path_.string(),
-                 name, c10::toString(e.dtype), shape_string(e.shape),
-                 c10::toString(tensor.scalar_type()), shape_string(tensor.sizes()));
-  if (!header_written_) write_header();
-  const at::Tensor cpu = cpu_contiguous(tensor);
-  if (e.nbytes > 0) pwrite_all(fd_, cpu.data_ptr(), e.nbytes, data_start_ + e.begin, tmp_path_);
-  e.written = true;
-}
-
-void SafetensorsWriter::commit() {
-  FSDPP_CHECK_AS(CheckpointError, !committed_, "[state] '{}' is already committed",
-                 path_.string());
-  for (const Entry& e : entries_)
-    FSDPP_CHECK_AS(CheckpointError, e.written,
-                   "[state] '{}': tensor '{}' was declared but never written", path_.string(),
-                   e.name);
-  if (!header_written_) write_header();
-  // fsync, rename over path_, fsync of the directory; failing there, the checkpoint was not
-  // written.
-  try {
-    commit_file_atomically(UniqueFd(std::exchange(fd_, -1)), tmp_path_, path_, "state");
-  } catch (const Error& e) {
-    throw CheckpointError(e.what());
-  }
-  committed_ = true;
-}
-
-void save_safetensors(const fs::path& path,
-                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
-  SafetensorsWriter writer(path, metadata);
-  for (const auto& [name, t] : tensors) {
-    FSDPP_CHECK_AS(CheckpointError, t.defined(), "[state] '{}': tensor '{}' is undefined",
-                   path.string(), name);
-    writer.declare(name, t.scalar_type(), t.sizes());
-  }
-  for (const auto& [name, t] : tensors) writer.write(name, t);
-  writer.commit();
-}
-
-// ---------------------------------------------------------------------------------------------
-// Reading
-
-struct SafetensorsFile::Impl {
-  fs::path path;
-  std::shared_ptr<Mapping> mapping;
-  const char* data = nullptr;  // start of the data area
-  uint64_t data_size = 0;
-  std::vector<std::string> names;  // data offset order
-  std::map<std::string, TensorInfo> infos;
-  std::map<std::string, std::string> metadata;
-
-  const TensorInfo& find(const std::string& name) const {
-    const auto it = infos.find(name);
-    if (it == infos.end())
-      FSDPP_THROW(CheckpointError, "[state] '{}' has no tensor '{}' ({} tensors in the file)",
-                  path.string(), name, infos.size());
-    return it->second;
-  }
-};
-
-namespace {
-
-// One tensor entry of the header, checked field by field.
-SafetensorsFile::TensorInfo parse_entry(const fs::path& path, const std::string& name,
-                                        const json& entry, uint64_t data_size) {
-  const std::string file = path.string();
-  if (!entry.is_object())
-    FSDPP_THROW(CheckpointError, "[state] '{}': tensor '{}': expected an object, found {}", file,
-                name, entry.type_name());
-  for (const char* field : {"dtype", "shape", "data_offsets"})
-    if (!entry.contains(field))
-      FSDPP_THROW(CheckpointError, "[state] '{}': tensor '{}' has no '{}' field", file, name,
-                  field);
-
-  SafetensorsFile::TensorInfo info;
-  const json& dtype = entry["dtype"];
-  if (!dtype.is_string())
-    FSDPP_THROW(CheckpointError, "[state] '{}': tensor '{}': dtype is a {}, expected a string",
-                file, name, dtype.type_name());
-  const auto st = safetensors_dtype_from_name(dtype.get_ref<const std::string&>());
-  if (!st)
-    FSDPP_THROW(CheckpointError,
-                "[state] '{}': tensor '{}' has unknown dtype '{}'; expected one of F32, F16, "
-                "BF16, F64, I64, I32, I16, I8, U8, BOOL",
-                file, name, dtype.get_ref<const std::string&>());
-  info.dtype = *st;
-
-  const json& shape = entry["shape"];
-  if (!shape.is_array())
-    FSDPP_THROW(CheckpointError, "[state] '{}': tensor '{}': shape is a {}, expected an array",
-                file, name, shape.type_name());
-  for (const json& d : shape) {
-    if (!d.is_number_unsigned() ||
-        d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      FSDPP_THROW(CheckpointError,
-                  "[state] '{}': tensor '{}': shape {} holds {}; expected non-negative integers",
-                  file, name, shape.dump(), d.dump());
-    info.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
-  }
-
-  const json& offsets = entry["data_offsets"];
-  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
-      !offsets[1].is_number_unsigned())
-    FSDPP_THROW(CheckpointError,
-                "[state] '{}': tensor '{}': data_offsets is {}; expected [begin, end] as two "
-                "non-negative integers",
-                file, name, offsets.dump());
-  info.data_begin = offsets[0].get<uint64_t>();
-  info.data_end = offsets[1].get<uint64_t>();
-  if (info.data_begin > info.data_end || info.data_end > data_size)
-    FSDPP_THROW(CheckpointError,
-                "[state] '{}': tensor '{}': data_offsets [{}, {}] lie outside the data area of "
-                "{} bytes (or end before they begin); truncated file?",
-                file, name, info.data_begin, info.data_end, data_size);
-  const auto nbytes = byte_size(info.shape, info.dtype);
-  if (!nbytes || *nbytes != info.nbytes())
-    FSDPP_THROW(CheckpointError,
-                "[state] '{}': tensor '{}': {} {} needs {} bytes but data_offsets [{}, {}] span "
-                "{}",
-                file, name, dtype.get_ref<const std::string&>(), shape.dump(),
-                nbytes ? fmt::format("{}", *nbytes) : std::string("more than 2^64"),
-                info.data_begin, info.data_end, info.nbytes());
-  return info;
-}
-
-}  // namespace
-
-SafetensorsFile SafetensorsFile::open(const fs::path& path) {
-  const std::string file = path.string();
-  // O_NONBLOCK: open(2) of a FIFO blocks until a writer appears, so a FIFO in place of a shard
-  // would hang here before fstat could refuse it. It changes nothing for a regular file.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0)
-    FSDPP_THROW(CheckpointError, "[state] cannot open '{}': {}", file, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    FSDPP_THROW(CheckpointError, "[state] '{}' is not a regular file; expected a safetensors file", file);
-  }
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
-  if (file_size < 8) {
-    ::close(fd);
-    FSDPP_THROW(CheckpointError,
-                "[state] '{}' is {} bytes, too short for the 8-byte header length; truncated?",
-                file, file_size);
-  }
-  void* p = ::mmap(nullptr, file_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-  const int map_err = errno;
-  ::close(fd);
-  if (p == MAP_FAILED)
-    FSDPP_THROW(CheckpointError, "[state] cannot map '{}' ({} bytes): {}", file, file_size,
-                std::strerror(map_err));
-
-  auto impl = std::make_shared<Impl>();
-  impl->path = path;
-  impl->mapping = std::make_shared<Mapping>(p, file_size);
-  const char* bytes = impl->mapping->data();
-
-  uint64_t header_len;
-  std::memcpy(&header_len, bytes, 8);
-  if (header_len > file_size - 8)
-    FSDPP_THROW(CheckpointError,
-                "[state] '{}': header length {} exceeds the {} bytes after the length field; "
-                "truncated, or not a safetensors file",
-                file, header_len, file_size - 8);
-  if (header_len > kMaxHeaderBytes)
-    FSDPP_THROW(CheckpointError, "[state] '{}': header length {} exceeds the limit of {} bytes",
-                file, header_len, kMaxHeaderBytes);
-  if (header_len < 2 || bytes[8] != '{')
-    FSDPP_THROW(CheckpointError,
-                "[state] '{}': the header does not start with '{{'; not a safetensors file", file);
-  impl->data = bytes + 8 + header_len;
-  impl->data_size = file_size - 8 - header_len;
-
-  // nlohmann keeps the last of two equal keys silently; a duplicate tensor name or field is a
-  // corrupt header, so the parser callback records the first one.
-  std::vector<std::set<std::string>> open_objects;
-  std::string duplicate;
-  const auto on_event = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) {
-      open_objects.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      open_objects.pop_back();
-    } else if (event == json::parse_event_t::key && !open_objects.empty() &&
-               !open_objects.back().insert(parsed.get<std::string>()).second &&
-               duplicate.empty()) {
-      duplicate = parsed.get<std::string>();
-    }
-    return true;
-  };
-  json header;
-  try {
-    header = json::parse(bytes + 8, bytes + 8 + header_len, on_event);
-  } catch (const json::exception& ex) {
-    FSDPP_THROW(CheckpointError, "[state] '{}': the header is not valid JSON: {}", file,
-                ex.what());
-  }
-  if (!duplicate.empty())
-    FSDPP_THROW(CheckpointError, "[state] '{}': the header has the key '{}' twice", file,
-                duplicate);
-  if (!header.is_object())
-    FSDPP_THROW(CheckpointError, "[state] '{}': the header is a JSON {}, expected an object",
-                file, header.type_name());
-
-  for (const auto& [key, value] : header.items()) {
-    if (key == kMetadataKey) {
-      if (!value.is_object())
-        FSDPP_THROW(CheckpointError, "[state] '{}': __metadata__ is a {}, expected an object",
-                    file, value.type_name());
-      for (const auto& [mkey, mvalue] : value.items()) {
-        if (!mvalue.is_string())
-          FSDPP_THROW(CheckpointError,
-                      "[state] '{}': __metadata__ '{}' is a {}, expected a string", file, mkey,
-                      mvalue.type_name());
-        impl->metadata.emplace(mkey, mvalue.get<std::string>());
-      }
-      continue;
-    }
-    impl->infos.emplace(key, parse_entry(path, key, value, impl->data_size));
-  }
-
-  // The tensors must tile the data area: sorted by offset, each begins where the last ended.
-  std::vector<std::pair<const std::string*, const TensorInfo*>> order;
-  for (const auto& [name, info] : impl->infos) order.emplace_back(&name, &info);
-  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
-    return std::pair(a.second->data_begin, a.second->data_end) <
-           std::pair(b.second->data_begin, b.second->data_end);
-  });
-  uint64_t cursor = 0;
-  const std::string* previous = nullptr;
-  for (const auto& [name, info] : order) {
-    if (info->data_begin < cursor)
-      FSDPP_THROW(CheckpointError,
-                  "[state] '{}': tensor '{}' (data_offsets [{}, {}]) overlaps tensor '{}' which "
-                  "ends at {}",
-                  file, *name, info->data_begin, info->data_end, *previous, cursor);
-    if (info->data_begin > cursor)
-      FSDPP_THROW(CheckpointError,
-                  "[state] '{}': bytes [{}, {}) of the data area belong to no tensor (before "
-                  "tensor '{}'); expected the tensors to tile the data area",
-                  file, cursor, info->data_begin, *name);
-    cursor = info->data_end;
-    previous = name;
-    impl->names.push_back(*name);
-  }
-  if (cursor != impl->data_size)
-    FSDPP_THROW(CheckpointError,
-                "[state] '{}': {} bytes of trailing data after the last tensor ends at {} (data "
-                "area of {} bytes)",
-                file, impl->data_size - cursor, cursor, impl->data_size);
-  return SafetensorsFile(std::move(impl));
-}
-
-const fs::path& SafetensorsFile::path() const { return impl_->path; }
-const std::vector<std::string>& SafetensorsFile::names() const { return impl_->names; }
-bool SafetensorsFile::contains(const std::string& name) const {
-  return impl_->infos.contains(name);
-}
-const std::map<std::string, std::string>& SafetensorsFile::metadata() const {
-  return impl_->metadata;
-}
-const SafetensorsFile::TensorInfo& SafetensorsFile::info(const std::string& name) const {
-  return impl_->find(name);
-}
-
-at::Tensor SafetensorsFile::get(const std::string& name) const {
-  const TensorInfo& info = impl_->find(name);
-  at::Tensor out = at::empty(info.shape, at::TensorOptions().dtype(info.dtype));
-  if (info.nbytes() > 0) std::memcpy(out.data_ptr(), impl_->data + info.data_begin, info.nbytes());
-  return out;
-}
-
-at::Tensor SafetensorsFile::view(const std::string& name) const {
-  const TensorInfo& info = impl_->find(name);
-  // The mapping is writable (MAP_PRIVATE), so dropping const here is sound.
-  char* ptr = const_cast<char*>(impl_->data) + info.data_begin;
-  const size_t item = c10::elementSize(info.dtype);
-  if (reinterpret_cast<uintptr_t>(ptr) % item != 0)
-    FSDPP_THROW(CheckpointError,
-                "[state] '{}': tensor '{}' starts at file offset {}, not a multiple of its item "
-                "size {}; it cannot be viewed in place, use get()",
-                impl_->path.string(), name, ptr - impl_->mapping->data(), item);
-  std::shared_ptr<Mapping> keep = impl_->mapping;
-  return at::from_blob(
-      ptr, info.shape, [keep = std::move(keep)](void*) mutable { keep.reset(); },
-      at::TensorOptions().dtype(info.dtype));
-}
-
 uint64_t checksum(const at::Tensor& tensor) {
   FSDPP_CHECK_AS(CheckpointError, tensor.defined() && tensor.layout() == at::kStrided,
                  "[state] checksum of an undefined or non-dense tensor");
-  const at::Tensor cpu = cpu_contiguous(tensor);
+  const at::Tensor cpu = safetensors_detail::cpu_contiguous(tensor);
   const size_t nbytes = cpu.numel() * cpu.element_size();
   return XXH3_64bits(nbytes > 0 ? cpu.data_ptr() : nullptr, nbytes);
 }
