@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cstring>
 #include <fstream>
+#include <limits>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -109,8 +110,33 @@ struct IndexReader {
     return v;
   }
 
+  // A whole number that fits in int64_t: nlohmann's get<int64_t>() of a float or of a larger
+  // unsigned value is undefined behaviour, not an error (found by fuzz_checkpoint_index).
+  static bool fits_int64(const json& v) {
+    return v.is_number_integer() &&
+           (!v.is_number_unsigned() ||
+            v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+  }
+
+  int64_t integer(const json& j, const char* field, const std::string& name) const {
+    const json& v = j.at(field);
+    FSDPP_CHECK_AS(CheckpointError, fits_int64(v),
+                   "[state] '{}': tensor '{}' has {} {}; expected a whole number", path.string(), name,
+                   field, v.dump());
+    return v.get<int64_t>();
+  }
+
   std::vector<int64_t> shape(const json& j, const std::string& name) const {
-    auto s = j.get<std::vector<int64_t>>();
+    FSDPP_CHECK_AS(CheckpointError, j.is_array(),
+                   "[state] '{}': tensor '{}' has shape {}; expected a list of sizes", path.string(),
+                   name, j.dump());
+    std::vector<int64_t> s;
+    for (const auto& d : j) {
+      FSDPP_CHECK_AS(CheckpointError, fits_int64(d),
+                     "[state] '{}': tensor '{}' has shape {}; expected whole-number sizes",
+                     path.string(), name, j.dump());
+      s.push_back(d.get<int64_t>());
+    }
     int64_t numel = 1;
     for (const int64_t d : s) {
       FSDPP_CHECK_AS(CheckpointError, d >= 0 && !__builtin_mul_overflow(numel, d, &numel),
@@ -125,9 +151,9 @@ struct IndexReader {
     Entry e;
     e.shape = shape(j.at("shape"), name);
     if (j.contains("dtype")) e.dtype = j.at("dtype").get<std::string>();
-    e.dim0 = j.at("dim0").get<int64_t>();
-    e.row_numel = j.at("row_numel").get<int64_t>();
-    if (j.contains("chunk_rows")) e.chunk_rows = j.at("chunk_rows").get<int64_t>();
+    e.dim0 = integer(j, "dim0", name);
+    e.row_numel = integer(j, "row_numel", name);
+    if (j.contains("chunk_rows")) e.chunk_rows = integer(j, "chunk_rows", name);
     int64_t numel = 1, rows_numel = 0;
     for (auto d : e.shape) numel *= d;
     FSDPP_CHECK_AS(CheckpointError,
@@ -140,8 +166,8 @@ struct IndexReader {
       Piece pc;
       pc.file = file_name(p.at("file"));
       pc.tensor = p.contains("tensor") ? p.at("tensor").get<std::string>() : name;
-      pc.row_begin = p.at("row_begin").get<int64_t>();
-      pc.row_end = p.at("row_end").get<int64_t>();
+      pc.row_begin = integer(p, "row_begin", name);
+      pc.row_end = integer(p, "row_end", name);
       FSDPP_CHECK_AS(CheckpointError,
                      0 <= pc.row_begin && pc.row_begin < pc.row_end && pc.row_end <= e.dim0,
                      "[state] '{}': tensor '{}': piece rows [{}, {}) are outside [0, {})",
@@ -164,7 +190,7 @@ struct IndexReader {
                    "[state] '{}' is not an fsdpp checkpoint index (no \"params\")", path.string());
     CheckpointIndex ix;
     if (j.contains("format")) ix.format = j.at("format").get<std::string>();
-    if (j.contains("world_size")) ix.world_size = j.at("world_size").get<int64_t>();
+    if (j.contains("world_size")) ix.world_size = integer(j, "world_size", "(index)");
     for (const auto& [name, e] : j.at("params").items()) ix.params.emplace_back(name, entry(e, name));
     if (j.contains("buffers")) {
       const auto& b = j.at("buffers");
@@ -182,7 +208,7 @@ struct IndexReader {
       ix.optim_type = o.at("type").get<std::string>();
       for (const auto& [fqn, op] : o.at("params").items()) {
         OptimEntry oe;
-        oe.step = op.at("step").get<int64_t>();
+        oe.step = integer(op, "step", fqn);
         for (const auto& [k, e] : op.at("states").items()) {
           oe.states.emplace_back(k, entry(e, optim_tensor_name(fqn, k)));
         }
