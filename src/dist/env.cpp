@@ -5,18 +5,18 @@
 #include <vector>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/common/whole_number.h"
 
 namespace fsdpp::dist {
 namespace {
 
 long long parse_int(std::string_view name, const std::string& value, long long lo, long long hi,
                     std::string_view accepted) {
-  long long out = 0;
-  const char* end = value.data() + value.size();
-  auto [ptr, ec] = std::from_chars(value.data(), end, out);
-  FSDPP_CHECK_AS(ConfigError, ec == std::errc() && ptr == end && !value.empty(),
+  const auto parsed = parse_whole_number(value);
+  FSDPP_CHECK_AS(ConfigError, parsed.has_value(),
                  "[dist] environment variable {}='{}' is not an integer; expected {}", name, value,
                  accepted);
+  const long long out = *parsed;
   FSDPP_CHECK_AS(ConfigError, out >= lo && out <= hi,
                  "[dist] environment variable {}={} is out of range; expected {}", name, value,
                  accepted);

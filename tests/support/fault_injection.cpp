@@ -14,26 +14,17 @@
 #include <torch/torch.h>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/common/whole_number.h"
 
 namespace fsdpp::testing {
-namespace {
-
-std::optional<int64_t> parse_whole(std::string_view s) {
-  int64_t v = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size() || s.empty()) return std::nullopt;
-  return v;
-}
-
-}  // namespace
 
 FaultPlan FaultPlan::from_env() {
   FaultPlan plan;
   if (const char* text = std::getenv("FSDPP_FAULT_KILL"); text && *text) {
     const std::string_view s(text);
     const auto colon = s.find(':');
-    const auto r = colon == std::string_view::npos ? std::nullopt : parse_whole(s.substr(0, colon));
-    const auto step = colon == std::string_view::npos ? std::nullopt : parse_whole(s.substr(colon + 1));
+    const auto r = colon == std::string_view::npos ? std::nullopt : parse_whole_number(s.substr(0, colon));
+    const auto step = colon == std::string_view::npos ? std::nullopt : parse_whole_number(s.substr(colon + 1));
     FSDPP_CHECK_AS(ConfigError, r && step && *r >= 0 && *step >= 1,
                    "[train] FSDPP_FAULT_KILL='{}': expected RANK:STEP such as 1:5 (rank >= 0, "
                    "step >= 1)",
@@ -44,7 +35,7 @@ FaultPlan FaultPlan::from_env() {
   if (const char* text = std::getenv("FSDPP_FAULT_NAN"); text && *text) {
     const std::string_view s(text);
     const auto colon = s.find(':');
-    const auto step = parse_whole(s.substr(0, colon));
+    const auto step = parse_whole_number(s.substr(0, colon));
     FSDPP_CHECK_AS(ConfigError, step && *step >= 1 && (colon == std::string_view::npos || colon + 1 < s.size()),
                    "[train] FSDPP_FAULT_NAN='{}': expected STEP or STEP:PARAMETER such as 3 or "
                    "3:layers.0.attention.wq.weight (step >= 1)",
@@ -53,7 +44,7 @@ FaultPlan FaultPlan::from_env() {
     if (colon != std::string_view::npos) plan.nan_param = std::string(s.substr(colon + 1));
   }
   if (const char* text = std::getenv("FSDPP_FAULT_SAVE_DELAY_MS"); text && *text) {
-    const auto ms = parse_whole(text);
+    const auto ms = parse_whole_number(text);
     FSDPP_CHECK_AS(ConfigError, ms && *ms >= 0,
                    "[train] FSDPP_FAULT_SAVE_DELAY_MS='{}': expected a whole number of milliseconds "
                    ">= 0 such as 400",
@@ -61,7 +52,7 @@ FaultPlan FaultPlan::from_env() {
     plan.save_delay_ms = *ms;
   }
   if (const char* text = std::getenv("FSDPP_FAULT_SAVE_FAIL"); text && *text) {
-    const auto r = parse_whole(text);
+    const auto r = parse_whole_number(text);
     FSDPP_CHECK_AS(ConfigError, r && *r >= 0,
                    "[train] FSDPP_FAULT_SAVE_FAIL='{}': expected a rank such as 1 (>= 0)", text);
     plan.save_fail_rank = *r;
