@@ -1,0 +1,134 @@
+// The distillation losses (distill_loss.h); docs/distillation.md#losses names the recipe each
+// follows.
+#include "fsdpp/train/distill_loss.h"
+
+#include <ATen/ATen.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+
+#include "fsdpp/common/error.h"
+
+namespace fsdpp::train {
+namespace {
+
+// KL(p || q) per position from log-probabilities over the last dimension: F.kl_div(log_q, log_p,
+// log_target=True) summed over the vocabulary. exp(log_p) underflows to 0 where p is negligible,
+// and 0 * (a finite difference) stays 0.
+at::Tensor kl(const at::Tensor& log_p, const at::Tensor& log_q) {
+  return (log_p.exp() * (log_p - log_q)).sum(-1);
+}
+
+// Reduced precision logits (bf16 compute) are upcast: a softmax over a vocabulary in bf16 loses
+// most of the small probabilities the divergence is made of.
+at::ScalarType compute_dtype(const at::Tensor& t) {
+  return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+void check_shapes(const at::Tensor& student, const at::Tensor& teacher) {
+  FSDPP_CHECK_AS(ConfigError, student.dim() >= 1 && student.sizes() == teacher.sizes(),
+                 "[distill] student logits {} and teacher logits {} differ in shape; expected "
+                 "the same (..., vocab) shape (the same tokenizer and vocabulary)",
+                 student.sizes().vec(), teacher.sizes().vec());
+}
+
+void check_labels(const at::Tensor& logits, const at::Tensor& labels) {
+  FSDPP_CHECK_AS(ConfigError,
+                 labels.dim() == logits.dim() - 1 &&
+                     labels.sizes() == logits.sizes().slice(0, logits.dim() - 1),
+                 "[distill] labels {} do not match logits {}; expected the logits' shape without "
+                 "its last (vocabulary) dimension",
+                 labels.sizes().vec(), logits.sizes().vec());
+}
+
+// The mean over positions whose label is kept; 0 (with a zero gradient) when none is.
+at::Tensor masked_mean(const at::Tensor& per_position, const at::Tensor& keep) {
+  const auto kept = keep.sum().to(per_position.scalar_type());
+  return per_position.masked_fill(keep.logical_not(), 0).sum() / kept.clamp_min(1);
+}
+
+}  // namespace
+
+void DistillLossOptions::validate() const {
+  FSDPP_CHECK_AS(ConfigError, beta >= 0 && beta <= 1,
+                 "[distill] beta={}: expected a number in [0, 1] (0: forward_kl, 1: reverse_kl)",
+                 beta);
+  FSDPP_CHECK_AS(ConfigError, temperature > 0 && std::isfinite(temperature),
+                 "[distill] temperature={}: expected a finite number > 0", temperature);
+  FSDPP_CHECK_AS(ConfigError, top_k >= 0,
+                 "[distill] top_k={}: expected >= 0 (0: the whole vocabulary)", top_k);
+}
+
+at::Tensor distillation_divergence(const at::Tensor& student_logits,
+                                   const at::Tensor& teacher_logits,
+                                   const DistillLossOptions& options) {
+  options.validate();
+  check_shapes(student_logits, teacher_logits);
+  const int64_t vocab = student_logits.size(-1);
+  FSDPP_CHECK_AS(ConfigError, options.top_k <= vocab,
+                 "[distill] top_k={} is larger than the vocabulary ({} tokens); expected 0 (all) "
+                 "or at most {}",
+                 options.top_k, vocab, vocab);
+  const double T = options.temperature;
+  const auto dtype = compute_dtype(student_logits);
+  at::Tensor s = student_logits.to(dtype) / T;
+  at::Tensor t = teacher_logits.detach().to(dtype) / T;
+  if (options.top_k > 0 && options.top_k < vocab) {
+    const auto idx = std::get<1>(t.topk(options.top_k, -1));
+    s = s.gather(-1, idx);
+    t = t.gather(-1, idx);
+  }
+  const auto log_s = s.log_softmax(-1);
+  const auto log_t = t.log_softmax(-1);
+  at::Tensor d;
+  const double beta = options.beta;
+  switch (options.type.value()) {
+    case DistillLossType::FORWARD_KL: d = kl(log_t, log_s); break;
+    case DistillLossType::REVERSE_KL: d = kl(log_s, log_t); break;
+    case DistillLossType::GENERALIZED_JSD:
+      // TRL: the ends are the KLs themselves (the mixture formula would give 0 there).
+      if (beta == 0) {
+        d = kl(log_t, log_s);
+      } else if (beta == 1) {
+        d = kl(log_s, log_t);
+      } else {
+        const auto log_m =
+            at::logsumexp(at::stack({log_s + std::log1p(-beta), log_t + std::log(beta)}), 0);
+        d = beta * kl(log_t, log_m) + (1 - beta) * kl(log_s, log_m);
+      }
+      break;
+  }
+  return d * (T * T);
+}
+
+at::Tensor distillation_loss(const at::Tensor& student_logits, const at::Tensor& teacher_logits,
+                             const at::Tensor& labels, const DistillLossOptions& options) {
+  check_shapes(student_logits, teacher_logits);
+  check_labels(student_logits, labels);
+  const auto d = distillation_divergence(student_logits, teacher_logits, options);
+  return masked_mean(d, labels != options.ignore_index);
+}
+
+DistillObjective distillation_objective(const at::Tensor& student_logits,
+                                        const at::Tensor& teacher_logits,
+                                        const at::Tensor& labels,
+                                        const DistillLossOptions& options, double kd_ratio) {
+  FSDPP_CHECK_AS(ConfigError, kd_ratio >= 0 && kd_ratio <= 1,
+                 "[distill] kd_ratio={}: expected a number in [0, 1] (0: cross-entropy only, 1: "
+                 "distillation only)",
+                 kd_ratio);
+  DistillObjective out;
+  out.kd = distillation_loss(student_logits, teacher_logits, labels, options);
+  const int64_t vocab = student_logits.size(-1);
+  const auto logits = student_logits.to(compute_dtype(student_logits)).reshape({-1, vocab});
+  const auto flat = labels.reshape({-1});
+  // Summed, then divided by the kept positions: the same mean as cross_entropy's, and 0 rather
+  // than NaN when every label is ignored.
+  const auto ce_sum = at::cross_entropy_loss(logits, flat, {}, at::Reduction::Sum,
+                                             options.ignore_index);
+  out.ce = ce_sum / (flat != options.ignore_index).sum().to(ce_sum.scalar_type()).clamp_min(1);
+  out.loss = (1 - kd_ratio) * out.ce + kd_ratio * out.kd;
+  return out;
+}
+
+}  // namespace fsdpp::train
