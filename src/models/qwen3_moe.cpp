@@ -199,13 +199,39 @@ at::Tensor Qwen3MoeExpertsImpl::forward(const at::Tensor& x, const at::Tensor& e
     const int64_t n = count[e];
     if (n == 0) continue;
     auto tokens = token_of.narrow(0, start, n);
-    auto xe = x.index_select(0, tokens);                                      // (n, D)
-    auto h = at::silu(at::linear(xe, gate_proj[e])) * at::linear(xe, up_proj[e]);  // (n, I)
-    auto y = at::linear(h, down_proj[e]) * weight_of.narrow(0, start, n).unsqueeze(1);
+    auto xe = x.index_select(0, tokens);  // (n, D)
+    auto y = expert(e, xe) * weight_of.narrow(0, start, n).unsqueeze(1);
     out = out.index_add(0, tokens, y.to(out.scalar_type()));
     start += n;
   }
   return out;
+}
+
+at::Tensor Qwen3MoeExpertsImpl::expert(int64_t e, const at::Tensor& xe) {
+  auto h = at::silu(at::linear(xe, gate_proj[e])) * at::linear(xe, up_proj[e]);  // (n, I)
+  return at::linear(h, down_proj[e]);                                             // (n, D)
+}
+
+at::Tensor Qwen3MoeExpertsImpl::forward(const at::Tensor& x,
+                                        const std::vector<int64_t>& tokens_per_expert) {
+  FSDPP_CHECK_AS(ConfigError, static_cast<int64_t>(tokens_per_expert.size()) == num_experts,
+                 "[models] Qwen3MoeExperts: {} counts for {} experts; expected one per expert",
+                 tokens_per_expert.size(), num_experts);
+  std::vector<at::Tensor> outs;
+  int64_t start = 0;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const int64_t n = tokens_per_expert[e];
+    if (n == 0) continue;
+    outs.push_back(expert(e, x.narrow(0, start, n)));
+    start += n;
+  }
+  FSDPP_CHECK_AS(ConfigError, start == x.size(0),
+                 "[models] Qwen3MoeExperts: the counts add up to {} rows but x has {}", start,
+                 x.size(0));
+  // No rows: an optimizer must still see a gradient (of zeros) for these experts, as it does
+  // for the experts of one process that received no token, or it would skip their update.
+  if (outs.empty()) return expert(0, x);
+  return outs.size() == 1 ? outs.front() : at::cat(outs);
 }
 
 // ---- router ----
@@ -236,7 +262,9 @@ Qwen3MoeSparseMoeBlockImpl::Qwen3MoeSparseMoeBlockImpl(const Qwen3MoeConfig& cfg
 Qwen3MoeLayerOutput Qwen3MoeSparseMoeBlockImpl::forward(const at::Tensor& x) {
   const auto flat = x.reshape({-1, x.size(-1)});  // (N, D)
   auto routing = route_top_k(gate(flat), top_k, norm_topk_prob);
-  auto y = experts(flat, routing.expert_ids, routing.weights);
+  // Through fsdpp::forward, so that the experts may be an FSDP unit of their own.
+  auto y = parallel ? parallel->experts(flat, routing.expert_ids, routing.weights, experts)
+                    : fsdpp::forward(experts, flat, routing.expert_ids, routing.weights);
   return {y.view(x.sizes()), routing.logits};
 }
 
@@ -334,8 +362,10 @@ Qwen3MoeOutput Qwen3MoeImpl::forward(const at::Tensor& tokens, const at::Tensor&
   h = norm(h);
   out.logits = lm_head ? lm_head(h) : at::linear(h, embed_tokens->weight);
   if (output_router_logits) {
-    out.aux_loss = load_balancing_loss(out.router_logits, cfg_.num_experts,
-                                       cfg_.num_experts_per_tok);
+    out.aux_loss = parallel ? parallel->load_balancing_loss(out.router_logits, cfg_.num_experts,
+                                                            cfg_.num_experts_per_tok)
+                            : load_balancing_loss(out.router_logits, cfg_.num_experts,
+                                                  cfg_.num_experts_per_tok);
   }
   if (targets.defined()) {
     out.loss = token_cross_entropy(out.logits, targets);

@@ -25,6 +25,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "fsdpp/models/llama.h"  // RMSNorm (the same maths as Qwen3MoeRMSNorm)
@@ -84,6 +85,8 @@ class Qwen3MoeMLPImpl : public torch::nn::Module {
 TORCH_MODULE(Qwen3MoeMLP);
 
 // E SwiGLU experts stored stacked, so that one matmul serves every token routed to an expert.
+// Under expert parallelism (fsdpp/models/qwen3_moe_ep.h) the module holds this rank's experts
+// only: E/ep of them, num_experts says how many.
 class Qwen3MoeExpertsImpl : public torch::nn::Module {
  public:
   Qwen3MoeExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermediate);
@@ -92,6 +95,13 @@ class Qwen3MoeExpertsImpl : public torch::nn::Module {
   // (index_select), runs one SwiGLU over all of them and adds them back weighted (index_add).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& expert_ids,
                      const at::Tensor& weights);
+  // Rows already grouped by expert (what expert-parallel dispatch delivers): the first
+  // tokens_per_expert[0] rows go to expert 0, the next to expert 1, ... -> each row's expert
+  // output, unweighted, (M,D). With no rows at all, expert 0 still runs over the empty input so
+  // that every weight gets a (zero) gradient, as experts without tokens get in one process.
+  at::Tensor forward(const at::Tensor& x, const std::vector<int64_t>& tokens_per_expert);
+  // Expert e's SwiGLU over its rows xe (n,D) -> (n,D).
+  at::Tensor expert(int64_t e, const at::Tensor& xe);
 
   at::Tensor gate_proj, up_proj;  // (E, I, D)
   at::Tensor down_proj;           // (E, D, I)
@@ -127,6 +137,23 @@ void fsdpp_visit_tensors(Qwen3MoeLayerOutput& o, F&& f) {
   if (o.router_logits.defined()) f(o.router_logits);
 }
 
+// Where expert parallelism communicates inside the model; fsdpp::models::
+// parallelize_qwen3_moe_experts (fsdpp/models/qwen3_moe_ep.h) installs one. Null, the default,
+// runs every expert here. Abstract so that the model knows nothing of process groups.
+class Qwen3MoeParallelHooks {
+ public:
+  virtual ~Qwen3MoeParallelHooks() = default;
+  // A sparse block's expert output for its tokens x (N,D) routed to expert_ids (N,k) with
+  // weights (N,k): sum_j w[n,j] * expert_{ids[n,j]}(x[n]), (N,D). `experts` holds the local
+  // experts (run through its grouped forward).
+  virtual at::Tensor experts(const at::Tensor& x, const at::Tensor& expert_ids,
+                             const at::Tensor& weights, Qwen3MoeExperts& experts) = 0;
+  // The load-balancing loss of these router logits (one (N,E) per sparse layer), over the
+  // global batch.
+  virtual at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits,
+                                         int64_t num_experts, int64_t top_k) = 0;
+};
+
 // A sparse MoE block: route, then the experts.
 class Qwen3MoeSparseMoeBlockImpl : public torch::nn::Module {
  public:
@@ -140,6 +167,7 @@ class Qwen3MoeSparseMoeBlockImpl : public torch::nn::Module {
   Qwen3MoeExperts experts{nullptr};
   int64_t top_k;
   bool norm_topk_prob;
+  std::shared_ptr<Qwen3MoeParallelHooks> parallel;  // expert parallelism; null: none
 };
 TORCH_MODULE(Qwen3MoeSparseMoeBlock);
 
@@ -191,6 +219,8 @@ class Qwen3MoeImpl : public torch::nn::Module {
   torch::nn::ModuleList layers{nullptr};  // of Qwen3MoeDecoderLayer
   RMSNorm norm{nullptr};
   torch::nn::Linear lm_head{nullptr};  // null when cfg.tie_word_embeddings
+  // The load-balancing loss over the global batch (expert parallelism); null: this batch's.
+  std::shared_ptr<Qwen3MoeParallelHooks> parallel;
 
  private:
   Qwen3MoeConfig cfg_;

@@ -1,0 +1,111 @@
+#pragma once
+// Expert parallelism for fsdpp's Qwen3-MoE: each rank of an `ep` group keeps E/ep experts of
+// every sparse layer, and tokens travel to their experts and back by all-to-all
+// (fsdpp/moe/dispatch.h). Everything else in the model is replicated over the group, and the
+// ranks are data parallel: each takes its own part of the global batch, as torchtitan carves
+// ep out of the data-parallel ranks.
+//
+//   models::Qwen3Moe model(cfg);                   // built whole from cfg.seed on every rank
+//   auto ep = models::parallelize_qwen3_moe_experts(*model, {.ep = mesh->group("ep")});
+//   auto out = model->forward(my_tokens, my_targets, /*output_router_logits=*/true);
+//   out.loss.backward();                            // all-to-alls backward too
+//   models::sync_expert_parallel_gradients(*model, ep);   // without FSDP: average over ranks
+//   models::clip_grad_norm_(*model, ep, 1.0);              // each expert counted once
+//   opt.step();
+//
+// With FSDP (EP x FSDP, torchtitan's separate expert mesh): the experts of each layer are an
+// FSDP unit of their own, sharded over the ranks that hold the same experts, the rest of the
+// model over all the data-parallel ranks:
+//
+//   auto mesh = world->init_device_mesh({2, 2}, {"efsdp", "ep"});   // 4 ranks
+//   auto ep = models::parallelize_qwen3_moe_experts(*model, {.ep = mesh->group("ep"),
+//                                                            .batch = world->group()});
+//   FullyShardOptions dense;  dense.mesh = world->mesh();
+//   models::fully_shard_qwen3_moe(*model, ep, dense, mesh->sub({"efsdp"}));
+//   ...  out.loss.backward();                      // FSDP reduces every gradient
+//   models::clip_grad_norm_(*model, ep, 1.0, world->group(), mesh->group("efsdp"));
+//
+// The slice is taken from the whole model, so an EP run starts exactly where one process does.
+// The load-balancing loss is computed over the global batch (the routing statistics of every
+// rank of `batch` summed, one all-reduce of 2E+1 numbers), so it and its gradient equal the
+// single process's whatever the layout (megablocks#85). Errors ([models] ConfigError):
+// num_experts not divisible by the degree (naming both), a model already parallelized or sharded.
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fsdpp/dist/device_mesh.h"
+#include "fsdpp/fsdp/fully_shard.h"
+#include "fsdpp/models/qwen3_moe.h"
+#include "fsdpp/moe/all_to_all.h"
+
+namespace fsdpp::models {
+
+struct Qwen3MoeExpertParallelOptions {
+  moe::GroupPtr ep;     // the ranks that split the experts (required)
+  // The data-parallel ranks whose batches make the global batch: the load-balancing statistics
+  // are summed over them and gradients averaged. Null: the ep group.
+  moe::GroupPtr batch;
+};
+
+// What parallelize_qwen3_moe_experts did, for gradient sync, clipping and gathering.
+class Qwen3MoeExpertParallel {
+ public:
+  const moe::GroupPtr& ep_group() const { return ep_; }
+  const moe::GroupPtr& batch_group() const { return batch_; }
+  int64_t num_experts() const { return num_experts_; }
+  int64_t experts_per_rank() const { return num_experts_ / ep_->size(); }
+  int64_t first_expert() const { return ep_->rank() * experts_per_rank(); }
+  // Whether a parameter name (from the model's root) is one of the stacked expert tensors
+  // ("layers.1.mlp.experts.gate_proj").
+  static bool is_expert(const std::string& fqn);
+  // The top-k choices each expert received over the global batch and all sparse layers in the
+  // last forward that computed the load-balancing loss (output_router_logits); empty before.
+  std::vector<int64_t> last_expert_load() const;
+
+ private:
+  friend Qwen3MoeExpertParallel parallelize_qwen3_moe_experts(Qwen3MoeImpl&,
+                                                             const Qwen3MoeExpertParallelOptions&);
+  moe::GroupPtr ep_, batch_;
+  int64_t num_experts_ = 0;
+  std::shared_ptr<std::vector<int64_t>> load_;  // written by the model's hook
+};
+
+// Checks num_experts against the degree, replaces each sparse layer's stacked experts by this
+// rank's slice [r*E/ep, (r+1)*E/ep) (the same parameter objects, resized) and installs the
+// dispatch and the global load-balancing loss. Call before fully_shard and before making the
+// optimizer.
+Qwen3MoeExpertParallel parallelize_qwen3_moe_experts(Qwen3MoeImpl& model,
+                                                     const Qwen3MoeExpertParallelOptions& options);
+
+// Expert parallelism without FSDP, after backward: the replicated parameters' gradients
+// averaged over the batch group (one flat all-reduce), the experts' divided by its size (the
+// all-to-all's backward already summed what every rank's tokens gave them). The batch group
+// must be the ep group (ConfigError otherwise: with more data-parallel ranks use FSDP).
+void sync_expert_parallel_gradients(Qwen3MoeImpl& model, const Qwen3MoeExpertParallel& ep);
+
+// Global 2-norm clipping that counts each expert once: the experts' squared norms summed over
+// expert_fsdp_group (when FSDP shards them) and the ep group, the others' over fsdp_group (when
+// FSDP shards them; replicated ones counted once). Returns the norm before clipping.
+double clip_grad_norm_(Qwen3MoeImpl& model, const Qwen3MoeExpertParallel& ep, double max_norm,
+                       const moe::GroupPtr& fsdp_group = nullptr,
+                       const moe::GroupPtr& expert_fsdp_group = nullptr);
+
+// fully_shard for an expert-parallel model: every sparse layer's experts a unit over
+// expert_mesh (1-D: the ranks that hold the same experts; gradients divided by the batch
+// group's size, since their sum already covers the ep ranks' tokens), then every decoder layer
+// and the root with `dense` (whose mesh should span the batch group).
+void fully_shard_qwen3_moe(Qwen3MoeImpl& model, const Qwen3MoeExpertParallel& ep,
+                           const FullyShardOptions& dense,
+                           std::shared_ptr<dist::DeviceMesh> expert_mesh);
+
+// Whole tensors from EP-local ones: the expert tensors of `local` (name -> this rank's (E/ep,
+// ...) slice, e.g. model->named_parameters() or fsdpp::full_parameters(model)) all-gathered over
+// the ep group to (E, ...); the others returned as they are. Collective over the ep group.
+std::map<std::string, at::Tensor> gather_experts(
+    const std::vector<std::pair<std::string, at::Tensor>>& local, const Qwen3MoeExpertParallel& ep);
+
+}  // namespace fsdpp::models
