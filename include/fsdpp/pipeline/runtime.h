@@ -1,0 +1,126 @@
+#pragma once
+// The pipeline runtime: executes a verified PipelineSchedule's action list on this rank of the
+// pp group, moving activations and gradients with fsdpp::dist send/recv (docs/pipeline.md).
+//
+//   auto sched = pipeline::make_schedule("ZBH1", pp->size(), /*microbatches=*/8);
+//   std::vector<pipeline::PipelineStage> mine;              // the stages this rank holds
+//   for (int s : sched.stages_of(pp->rank())) mine.push_back(pipeline::make_stage(s, ...));
+//   pipeline::PipelineRuntime rt(sched, std::move(mine), pp, {.store = world->store()});
+//   auto out = rt.step(tokens, targets);   // forward and backward of the global batch
+//   pipeline::clip_grad_norm_(rt.parameters(), 1.0, {pp});  // then optimizer.step()
+//
+// Loss and gradients are those of single-process training on the whole batch: dim 0 of the
+// batch is split into m equal microbatches, the last stage computes each microbatch's mean
+// loss, and backward starts from it with the gradient 1/m (the gradients are scaled once, as
+// the mean over the global batch). Gradients accumulate in the parameters' .grad over the
+// microbatches; the caller zeroes them after its optimizer step.
+//
+// Actions: F forward; B full backward; I the input gradient only (autograd through the stage
+// to its input, keeping the graph); W the weight gradient only, later, from the gradients I left
+// at the nodes where the weights' paths leave the input's (split_backward.h); SEND_* / RECV_*
+// with send_async / recv_async on the pp group; UNSHARD / RESHARD / REDUCE_GRAD for stages that
+// are fully_shard-ed (their gathers and the reduce-scatter run in FSDP's own hooks; gradient
+// sync is switched on only for the stage's last backward of the step, so gradients are
+// reduce-scattered once per step unless Options::reduce_grad_every_microbatch).
+//
+// Shapes: before the first activation of a stage crosses to another rank, its shape and dtype
+// go over once; the receiver checks them against its stage's input_spec, and a mismatch is an
+// error naming both stages before any activation moves. Later steps reuse them (the sender
+// checks that its output still has them).
+//
+// Failures: an exception on any rank (a stage's forward, a recv timing out, ...) is rethrown as
+// fsdpp::Error naming the stage, the microbatch and the action; with Options::store set, the
+// failing rank also posts it there, and every other rank waiting in the pipeline stops within
+// about poll_interval with "[pipeline] rank R stopped at action ...: stage S on rank Q failed
+// ...". A rank killed outright is fsdpp-run's to handle.
+
+#include <c10/util/intrusive_ptr.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fsdpp/dist/process_group.h"
+#include "fsdpp/pipeline/schedule.h"
+#include "fsdpp/pipeline/stage.h"
+#include "fsdpp/pipeline/timeline.h"
+
+namespace c10d {
+class Store;
+}
+
+namespace fsdpp::pipeline {
+
+struct RuntimeOptions {
+  // Where a failing rank posts its error so that the others stop at once (null: they stop at
+  // the pp group's timeout). The world's store: world->store().
+  c10::intrusive_ptr<c10d::Store> store;
+  // The key it is posted under (every rank of the job must agree; empty: a name made from the
+  // pp group's name).
+  std::string abort_key;
+  std::chrono::milliseconds poll_interval{20};
+  // FSDP stages: reduce-scatter the gradients after every microbatch (sharded gradients
+  // throughout) instead of once per step after the stage's last backward.
+  bool reduce_grad_every_microbatch = false;
+};
+
+struct StepOutput {
+  double loss = 0;                        // mean over the batch, on every rank of the pp group
+  std::vector<double> microbatch_losses;  // on the rank holding the last stage (else empty)
+};
+
+class PipelineRuntime {
+ public:
+  // Verifies the schedule (verify.h), checks that `stages` are exactly the stages the schedule
+  // puts on this rank of `pp` and that the last stage has a loss.
+  PipelineRuntime(PipelineSchedule schedule, std::vector<PipelineStage> stages,
+                  std::shared_ptr<dist::ProcessGroup> pp, RuntimeOptions options = {});
+  ~PipelineRuntime();
+  PipelineRuntime(const PipelineRuntime&) = delete;
+  PipelineRuntime& operator=(const PipelineRuntime&) = delete;
+
+  // One forward and backward of the global batch. `inputs` is read on the rank holding stage
+  // 0 and `targets` on the rank holding the last stage (others may pass undefined tensors);
+  // dim 0 must divide into num_microbatches. Collective over the pp group.
+  StepOutput step(const at::Tensor& inputs, const at::Tensor& targets);
+
+  const PipelineSchedule& schedule() const { return schedule_; }
+  const std::vector<PipelineStage>& stages() const { return stages_; }
+  // The parameters of this rank's stages (each once), for the optimizer and clipping.
+  std::vector<at::Tensor> parameters() const;
+  // This rank's actions of the last step with their times.
+  const MeasuredRank& last_timings() const { return timings_; }
+  // Every rank's, summarized (collective over the pp group).
+  MeasuredTimeline gather_timeline() const;
+
+  struct State;  // per step: stashed activations, messages in flight (runtime.cpp)
+
+ private:
+  void run_action(size_t index, const Action& a, State& st);
+  [[noreturn]] void fail(size_t index, const Action& a, const std::string& what);
+  // Waits for a send or recv, stopping when another rank posted its failure.
+  void wait(dist::Work& work, const Action& a, State& st);
+
+  PipelineSchedule schedule_;
+  std::vector<PipelineStage> stages_;
+  std::shared_ptr<dist::ProcessGroup> pp_;
+  RuntimeOptions options_;
+  std::vector<int> local_;  // stage -> index in stages_, -1 when elsewhere
+  std::vector<int> last_backward_;  // stage -> the microbatch of its last B on this rank
+  bool fsdp_ = false;       // the stages are fully_shard-ed
+  MeasuredRank timings_;
+  // Shape and dtype of each stage's output (what crosses to the next stage), once agreed.
+  std::vector<std::vector<int64_t>> out_sizes_;
+  std::vector<at::ScalarType> out_dtypes_;
+  std::vector<bool> agreed_;
+};
+
+// Global gradient-norm clipping for a pipeline: the norm over every stage's gradients, each
+// parameter counted once. `params` are this rank's (its stages', sharded or not) and `groups`
+// the groups over which they are disjoint pieces of the model: the pp group, and the FSDP shard
+// group when stages are sharded (not a group whose ranks hold replicas). Returns the total norm.
+double clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm,
+                       const std::vector<std::shared_ptr<dist::ProcessGroup>>& groups);
+
+}  // namespace fsdpp::pipeline

@@ -1,0 +1,445 @@
+// The pipeline runtime (fsdpp/pipeline/runtime.h): one step runs this rank's action list in
+// order; what an action produces waits in State until the action that consumes it.
+
+#include "fsdpp/pipeline/runtime.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/dist/string_collectives.h"
+#include "fsdpp/pipeline/verify.h"
+#include "split_backward.h"
+
+namespace fsdpp::pipeline {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kMaxDims = 8;
+
+// Thrown where this rank stops because another posted its failure: not posted again.
+struct StoppedByPeer : Error {
+  using Error::Error;
+};
+
+std::string sizes_text(const std::vector<int64_t>& sizes) {
+  return fmt::format("[{}]", fmt::join(sizes, ", "));
+}
+
+std::string spec_text(const TensorSpec& spec) {
+  std::vector<std::string> dims;
+  for (auto d : spec.sizes) dims.push_back(d < 0 ? "*" : std::to_string(d));
+  return fmt::format("[{}] {}", fmt::join(dims, ", "), c10::toString(spec.dtype));
+}
+
+bool matches(const TensorSpec& spec, const std::vector<int64_t>& sizes, at::ScalarType dtype) {
+  if (spec.dtype != dtype || spec.sizes.size() != sizes.size()) return false;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (spec.sizes[i] >= 0 && spec.sizes[i] != sizes[i]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// Per step. Slots are per (stage, microbatch); only this rank's stages' are used.
+struct PipelineRuntime::State {
+  struct Slot {
+    at::Tensor input;     // what the stage's forward took (a leaf requiring grad after stage 0)
+    at::Tensor output;    // its result with its graph (the loss on the last stage)
+    at::Tensor received;  // the activation received for it
+    at::Tensor out_grad;  // the gradient of output, received or from the next local stage
+    at::Tensor in_grad;   // the gradient of input, made by B or I
+    std::unique_ptr<detail::SplitBackward> split;  // between I and W
+  };
+  int m = 0;
+  std::vector<Slot> slots;  // (num_stages * m)
+  std::vector<at::Tensor> inputs, targets;
+  std::vector<std::pair<dist::Work, at::Tensor>> sends;
+  std::vector<double> losses;
+  Clock::time_point t0;
+  Clock::time_point last_abort_check;
+  Slot& at(int stage, int mb) { return slots[static_cast<size_t>(stage * m + mb)]; }
+};
+
+PipelineRuntime::PipelineRuntime(PipelineSchedule schedule, std::vector<PipelineStage> stages,
+                                 std::shared_ptr<dist::ProcessGroup> pp, RuntimeOptions options)
+    : schedule_(std::move(schedule)), stages_(std::move(stages)), pp_(std::move(pp)),
+      options_(std::move(options)) {
+  FSDPP_CHECK(pp_, "[pipeline] the runtime needs the pp process group");
+  FSDPP_CHECK_AS(ConfigError, pp_->size() == schedule_.num_ranks,
+                 "[pipeline] schedule '{}' is for {} ranks but the pp group has {}",
+                 schedule_.name, schedule_.num_ranks, pp_->size());
+  verify(schedule_);
+  const int rank = pp_->rank();
+  const auto mine = schedule_.stages_of(rank);
+  std::vector<int> given;
+  for (const auto& s : stages_) given.push_back(s.index);
+  std::sort(given.begin(), given.end());
+  FSDPP_CHECK_AS(ConfigError, given == mine,
+                 "[pipeline] rank {} was given stages [{}] but schedule '{}' places stages [{}] "
+                 "on it",
+                 rank, fmt::join(given, ", "), schedule_.name, fmt::join(mine, ", "));
+  local_.assign(static_cast<size_t>(schedule_.num_stages), -1);
+  const int last = schedule_.num_stages - 1;
+  int num_fsdp = 0;
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    const auto& s = stages_[i];
+    local_[static_cast<size_t>(s.index)] = static_cast<int>(i);
+    FSDPP_CHECK(s.module && s.forward, "[pipeline] stage {} has no module or no forward", s.index);
+    FSDPP_CHECK_AS(ConfigError, s.index != last || s.loss,
+                   "[pipeline] stage {} is the last stage and needs a loss function", s.index);
+    if (fsdpp::detail::unit_of(*s.module)) ++num_fsdp;
+  }
+  fsdp_ = num_fsdp > 0;
+  FSDPP_CHECK_AS(ConfigError, num_fsdp == 0 || num_fsdp == static_cast<int>(stages_.size()),
+                 "[pipeline] rank {}: {} of its {} stages are fully_shard-ed; shard all or none",
+                 rank, num_fsdp, stages_.size());
+  if (fsdp_) {
+    for (const auto& a : schedule_.actions[static_cast<size_t>(rank)]) {
+      // FSDP's end-of-backward reshards and reduces after I's autograd pass, before W.
+      FSDPP_CHECK_AS(ConfigError, a.kind != ActionKind::I && a.kind != ActionKind::W,
+                     "[pipeline] schedule '{}' splits backward into I and W, which fully_shard-ed "
+                     "stages do not support yet (FSDP finishes a unit's backward when I's "
+                     "autograd pass ends); use GPipe, 1F1B or Interleaved1F1B with FSDP",
+                     schedule_.name);
+    }
+  }
+  if (options_.abort_key.empty()) options_.abort_key = "fsdpp/pipeline/" + pp_->name() + "/abort";
+  const auto n = static_cast<size_t>(schedule_.num_stages);
+  out_sizes_.assign(n, {});
+  out_dtypes_.assign(n, at::kFloat);
+  agreed_.assign(n, false);
+  last_backward_.assign(n, -1);
+  for (const auto& a : schedule_.actions[static_cast<size_t>(rank)]) {
+    if (a.kind == ActionKind::B) last_backward_[static_cast<size_t>(a.stage)] = a.microbatch;
+  }
+}
+
+PipelineRuntime::~PipelineRuntime() = default;
+
+std::vector<at::Tensor> PipelineRuntime::parameters() const {
+  std::vector<at::Tensor> out;
+  for (const auto& s : stages_) {
+    for (const auto& p : s.module->parameters()) {
+      bool seen = false;
+      for (const auto& q : out) seen = seen || q.is_same(p);
+      if (!seen) out.push_back(p);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+int tag_of(const PipelineSchedule& s, int direction, int stage, int mb) {
+  return (direction * s.num_stages + stage) * s.num_microbatches + mb;
+}
+int meta_tag(const PipelineSchedule& s, int stage) {
+  return 2 * s.num_stages * s.num_microbatches + stage;
+}
+
+}  // namespace
+
+StepOutput PipelineRuntime::step(const at::Tensor& inputs, const at::Tensor& targets) {
+  const int rank = pp_->rank();
+  const int m = schedule_.num_microbatches;
+  const int last = schedule_.num_stages - 1;
+  State st;
+  st.m = m;
+  st.slots.resize(static_cast<size_t>(schedule_.num_stages * m));
+  auto split = [&](const at::Tensor& t, const char* what) {
+    FSDPP_CHECK_AS(ConfigError, t.defined() && t.dim() >= 1 && t.size(0) % m == 0 && t.size(0) >= m,
+                   "[pipeline] the {} of a step must have a batch dim (0) that divides into {} "
+                   "microbatches; got {}",
+                   what, m, t.defined() ? sizes_text(t.sizes().vec()) : "an undefined tensor");
+    return t.split(t.size(0) / m);
+  };
+  pp_->barrier({"pipeline step"});
+  st.t0 = Clock::now();
+  st.last_abort_check = st.t0;
+  timings_ = MeasuredRank{};
+  const auto& list = schedule_.actions[static_cast<size_t>(rank)];
+  auto ms = [&](Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(t - st.t0).count();
+  };
+  size_t i = list.size() + 1;  // none yet: the batch is being split
+  try {
+    if (local_[0] >= 0) st.inputs = split(inputs, "inputs");
+    if (local_[static_cast<size_t>(last)] >= 0) {
+      st.targets = split(targets, "targets");
+      st.losses.assign(static_cast<size_t>(m), 0.0);
+    }
+    for (i = 0; i < list.size(); ++i) {
+      const auto begin = Clock::now();
+      run_action(i, list[i], st);
+      const auto end = Clock::now();
+      timings_.actions.push_back({list[i], ms(begin), ms(end)});
+      if (is_compute(list[i].kind)) timings_.busy_ms += ms(end) - ms(begin);
+    }
+    // Sends complete when their recv has taken them.
+    for (auto& [work, tensor] : st.sends) wait(work, list.empty() ? Action{} : list.back(), st);
+    timings_.end_ms = ms(Clock::now());
+  } catch (const StoppedByPeer&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(i, i < list.size() ? list[i] : Action{}, e.what());
+  }
+  // The loss, from the rank of the last stage to every rank.
+  auto loss = at::zeros({1}, at::kDouble);
+  StepOutput out;
+  if (local_[static_cast<size_t>(last)] >= 0) {
+    double sum = 0;
+    for (double l : st.losses) sum += l;
+    loss.fill_(sum / m);
+    out.microbatch_losses = st.losses;
+  }
+  pp_->broadcast(loss, schedule_.rank_of(last), {"pipeline loss"});
+  out.loss = loss.item<double>();
+  return out;
+}
+
+void PipelineRuntime::fail(size_t index, const Action& a, const std::string& what) {
+  const int rank = pp_->rank();
+  const auto& list = schedule_.actions[static_cast<size_t>(rank)];
+  std::string msg =
+      index < list.size()
+          ? fmt::format("[pipeline] stage {} (rank {}) failed at action {} ({}): {}", a.stage,
+                        rank, index, describe(a), what)
+          : fmt::format("[pipeline] rank {} failed {}: {}", rank,
+                        index == list.size() ? "waiting for its sends" : "before its first action",
+                        what);
+  if (options_.store) {
+    try {
+      options_.store->set(options_.abort_key, std::vector<uint8_t>(msg.begin(), msg.end()));
+    } catch (...) {
+      // The store is gone too: the others stop at their timeout.
+    }
+  }
+  throw Error(msg);
+}
+
+void PipelineRuntime::wait(dist::Work& work, const Action& a, State& st) {
+  int polls = 0;
+  while (!work.is_completed()) {
+    const auto now = Clock::now();
+    if (options_.store && now - st.last_abort_check >= options_.poll_interval) {
+      st.last_abort_check = now;
+      if (options_.store->check({options_.abort_key})) {
+        const auto v = options_.store->get(options_.abort_key);
+        throw StoppedByPeer(fmt::format("[pipeline] rank {} stopped at {} because {}",
+                                        pp_->rank(), describe(a), std::string(v.begin(), v.end())));
+      }
+    }
+    // Short sleeps first (a message is usually a few tens of microseconds away), then longer
+    // ones, so that a waiting rank does not take the CPU from the ranks computing.
+    std::this_thread::sleep_for(std::chrono::microseconds(++polls < 50 ? 20 : 200));
+  }
+  work.wait();  // rethrows the recv's or send's error
+}
+
+void PipelineRuntime::run_action(size_t /*index*/, const Action& a, State& st) {
+  const int m = schedule_.num_microbatches;
+  const int last = schedule_.num_stages - 1;
+  const int s = a.stage;
+  const int li = local_[static_cast<size_t>(s)];
+  FSDPP_CHECK(li >= 0, "[pipeline] stage {} does not live on rank {}", s, pp_->rank());
+  PipelineStage& stage = stages_[static_cast<size_t>(li)];
+  auto& slot = a.microbatch >= 0 ? st.at(s, a.microbatch) : st.slots.front();
+  const int mb = a.microbatch;
+
+  auto hand_back = [&](at::Tensor in_grad) {
+    // The input gradient goes to the previous stage: by message, or here if it lives here.
+    if (s > 0 && local_[static_cast<size_t>(s - 1)] >= 0) {
+      st.at(s - 1, mb).out_grad = std::move(in_grad);
+    } else {
+      slot.in_grad = std::move(in_grad);
+    }
+  };
+  auto grad_seed = [&]() {
+    if (s == last) return at::full({}, 1.0 / m, slot.output.options());
+    FSDPP_CHECK(slot.out_grad.defined(), "[pipeline] the output gradient has not arrived");
+    return slot.out_grad;
+  };
+
+  switch (a.kind) {
+    case ActionKind::F: {
+      at::Tensor x;
+      if (s == 0) {
+        x = st.inputs.at(static_cast<size_t>(mb));
+      } else if (local_[static_cast<size_t>(s - 1)] >= 0) {
+        x = st.at(s - 1, mb).output.detach();
+      } else {
+        x = slot.received;
+        slot.received = at::Tensor();
+      }
+      FSDPP_CHECK(x.defined(), "[pipeline] the input has not arrived");
+      if (s > 0 && x.is_floating_point()) x = x.detach().requires_grad_(true);
+      slot.input = x;
+      at::Tensor y = stage.forward(x);
+      if (s == last) {
+        y = stage.loss(y, st.targets.at(static_cast<size_t>(mb)));
+        FSDPP_CHECK(y.numel() == 1, "[pipeline] the loss function returned {} elements; expected "
+                    "one (the microbatch's mean loss)", y.numel());
+        st.losses[static_cast<size_t>(mb)] = y.item<double>();
+      }
+      slot.output = y;
+      break;
+    }
+    case ActionKind::SEND_F: {
+      auto t = slot.output.detach().contiguous();
+      const int peer = schedule_.rank_of(s + 1);
+      const auto sizes = t.sizes().vec();
+      if (!agreed_[static_cast<size_t>(s)]) {
+        FSDPP_CHECK(static_cast<int>(sizes.size()) <= kMaxDims,
+                    "[pipeline] stage {} outputs {} dims; at most {} cross between stages", s,
+                    sizes.size(), kMaxDims);
+        auto meta = at::full({kMaxDims + 2}, -1, at::kLong);
+        meta[0] = static_cast<int64_t>(sizes.size());
+        meta[1] = static_cast<int64_t>(t.scalar_type());
+        for (size_t d = 0; d < sizes.size(); ++d) meta[static_cast<int64_t>(d) + 2] = sizes[d];
+        st.sends.emplace_back(pp_->send_async(meta, peer, meta_tag(schedule_, s),
+                                              {fmt::format("stage {} output shape", s)}),
+                              meta);
+        out_sizes_[static_cast<size_t>(s)] = sizes;
+        out_dtypes_[static_cast<size_t>(s)] = t.scalar_type();
+        agreed_[static_cast<size_t>(s)] = true;
+      }
+      FSDPP_CHECK(sizes == out_sizes_[static_cast<size_t>(s)] &&
+                      t.scalar_type() == out_dtypes_[static_cast<size_t>(s)],
+                  "[pipeline] stage {} output {} {} for microbatch {}; stage {} on rank {} agreed "
+                  "to receive {} {} (shapes are agreed once, at the first step)",
+                  s, sizes_text(sizes), c10::toString(t.scalar_type()), mb, s + 1, peer,
+                  sizes_text(out_sizes_[static_cast<size_t>(s)]),
+                  c10::toString(out_dtypes_[static_cast<size_t>(s)]));
+      st.sends.emplace_back(pp_->send_async(t, peer, tag_of(schedule_, 0, s, mb),
+                                            {fmt::format("stage {} activation", s)}),
+                            t);
+      break;
+    }
+    case ActionKind::RECV_F: {
+      const int prev = s - 1;
+      const int peer = schedule_.rank_of(prev);
+      if (!agreed_[static_cast<size_t>(prev)]) {
+        auto meta = at::empty({kMaxDims + 2}, at::kLong);
+        auto w = pp_->recv_async(meta, peer, meta_tag(schedule_, prev),
+                                 {fmt::format("stage {} output shape", prev)});
+        wait(w, a, st);
+        const auto n = meta[0].item<int64_t>();
+        std::vector<int64_t> sizes;
+        for (int64_t d = 0; d < n; ++d) sizes.push_back(meta[d + 2].item<int64_t>());
+        const auto dtype = static_cast<at::ScalarType>(meta[1].item<int64_t>());
+        if (stage.input_spec) {
+          FSDPP_CHECK_AS(ConfigError, matches(*stage.input_spec, sizes, dtype),
+                         "[pipeline] stage {} (rank {}) outputs {} {} but stage {} (rank {}) "
+                         "expects {}; no activation was sent",
+                         prev, peer, sizes_text(sizes), c10::toString(dtype), s, pp_->rank(),
+                         spec_text(*stage.input_spec));
+        }
+        out_sizes_[static_cast<size_t>(prev)] = sizes;
+        out_dtypes_[static_cast<size_t>(prev)] = dtype;
+        agreed_[static_cast<size_t>(prev)] = true;
+      }
+      auto t = at::empty(out_sizes_[static_cast<size_t>(prev)],
+                         at::TensorOptions().dtype(out_dtypes_[static_cast<size_t>(prev)]));
+      auto w = pp_->recv_async(t, peer, tag_of(schedule_, 0, prev, mb),
+                               {fmt::format("stage {} activation", prev)});
+      wait(w, a, st);
+      slot.received = t;
+      break;
+    }
+    case ActionKind::B: {
+      if (fsdp_) {
+        // Gradients are reduce-scattered once, at the stage's last backward of the step.
+        const bool last_b = last_backward_[static_cast<size_t>(s)] == mb;
+        set_requires_gradient_sync(*stage.module, options_.reduce_grad_every_microbatch || last_b);
+      }
+      const auto g = grad_seed();
+      at::Tensor in_grad;
+      if (slot.input.requires_grad()) {
+        torch::autograd::backward({slot.output}, {g});
+        in_grad = slot.input.grad();
+      } else {
+        torch::autograd::backward({slot.output}, {g});
+      }
+      slot.output = at::Tensor();
+      slot.input = at::Tensor();
+      slot.out_grad = at::Tensor();
+      if (in_grad.defined()) hand_back(std::move(in_grad));
+      break;
+    }
+    case ActionKind::I: {
+      std::vector<at::Tensor> params;
+      for (const auto& p : stage.module->parameters()) params.push_back(p);
+      slot.split = std::make_unique<detail::SplitBackward>(slot.output, grad_seed(), slot.input,
+                                                           std::move(params));
+      auto in_grad = slot.split->backward_input();
+      slot.output = at::Tensor();
+      slot.input = at::Tensor();
+      slot.out_grad = at::Tensor();
+      if (in_grad.defined()) hand_back(std::move(in_grad));
+      break;
+    }
+    case ActionKind::W: {
+      FSDPP_CHECK(slot.split, "[pipeline] W before I");
+      slot.split->backward_weight();
+      slot.split.reset();
+      break;
+    }
+    case ActionKind::SEND_B: {
+      FSDPP_CHECK(slot.in_grad.defined(), "[pipeline] no input gradient to send");
+      auto t = slot.in_grad.contiguous();
+      slot.in_grad = at::Tensor();
+      st.sends.emplace_back(pp_->send_async(t, schedule_.rank_of(s - 1), tag_of(schedule_, 1, s, mb),
+                                            {fmt::format("stage {} input gradient", s)}),
+                            t);
+      break;
+    }
+    case ActionKind::RECV_B: {
+      const auto& like = out_sizes_[static_cast<size_t>(s)];
+      auto t = at::empty(like, at::TensorOptions().dtype(out_dtypes_[static_cast<size_t>(s)]));
+      auto w = pp_->recv_async(t, schedule_.rank_of(s + 1), tag_of(schedule_, 1, s + 1, mb),
+                               {fmt::format("stage {} input gradient", s + 1)});
+      wait(w, a, st);
+      slot.out_grad = t;
+      break;
+    }
+    case ActionKind::UNSHARD:
+    case ActionKind::RESHARD:
+    case ActionKind::REDUCE_GRAD:
+      // fully_shard's hooks gather in forward and backward and reduce at the end of the
+      // stage's last backward (sync switched on for it in B); nothing is left to do here.
+      break;
+  }
+}
+
+double clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm,
+                       const std::vector<std::shared_ptr<dist::ProcessGroup>>& groups) {
+  at::NoGradGuard no_grad;
+  auto total = at::zeros({1}, at::kDouble);
+  for (const auto& p : params) {
+    if (p.grad().defined()) total += p.grad().to(at::kDouble).square().sum();
+  }
+  for (const auto& g : groups) {
+    if (g && g->size() > 1) g->all_reduce(total, dist::ReduceOp::SUM, {"pipeline clip_grad_norm_"});
+  }
+  const double norm = std::sqrt(total.item<double>());
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef < 1) {
+    for (const auto& p : params) {
+      if (p.grad().defined()) p.grad().mul_(coef);
+    }
+  }
+  return norm;
+}
+
+}  // namespace fsdpp::pipeline
