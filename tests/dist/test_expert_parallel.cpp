@@ -291,6 +291,18 @@ Diffs train_expert_parallel(const models::Qwen3MoeConfig& cfg, int steps, const 
 
 }  // namespace
 
+// Zero, frozen router weights: every token gets the same probabilities, so top-1 sends every
+// token of every layer to one expert.
+static void force_one_expert(models::Qwen3MoeImpl& m) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : m.named_parameters()) {
+    if (p.key().ends_with("mlp.gate.weight")) {
+      p.value().zero_();
+      p.value().set_requires_grad(false);
+    }
+  }
+}
+
 TEST(ExpertParallel, Qwen3MoeTrainingEqualsSingleProcess) {
   auto g = world_group();
   const auto cfg = tiny_moe();
@@ -322,15 +334,7 @@ TEST(ExpertParallel, ForcedRoutingEqualsSingleProcess) {
   auto cfg = tiny_moe();
   cfg.num_experts_per_tok = 1;
   cfg.norm_topk_prob = false;
-  auto force = [](models::Qwen3MoeImpl& m) {
-    torch::NoGradGuard no_grad;
-    for (auto& p : m.named_parameters()) {
-      if (p.key().ends_with("mlp.gate.weight")) {
-        p.value().zero_();
-        p.value().set_requires_grad(false);
-      }
-    }
-  };
+  auto force = force_one_expert;
   constexpr int kForcedSteps = 4;
   const auto ref = train_reference(cfg, kForcedSteps, force);
   std::vector<int64_t> load;
@@ -415,25 +419,26 @@ TEST(ExpertParallel, BadConfigurationsAreErrors) {
   EXPECT_THROW(models::parallelize_qwen3_moe_experts(*twice, {.ep = g}), ConfigError);
 }
 
+namespace {
+
 // EP 2 x FSDP 2 on 4 ranks, torchtitan's layout: the experts of each layer an FSDP unit over
 // "efsdp" (the 2 ranks that hold the same experts), the rest of the model FSDP over all 4 ranks;
 // every rank takes its own quarter of the global batch.
-TEST(ExpertParallelFsdp, Ep2Fsdp2EqualsSingleProcess) {
+Diffs train_ep2_fsdp2(const models::Qwen3MoeConfig& cfg, int steps, const Reference& ref,
+                      const std::function<void(models::Qwen3MoeImpl&)>& prepare,
+                      bool count_traffic) {
   auto& w = test::world();
-  ASSERT_EQ(w.size(), 4) << "this test needs 4 ranks";
   auto mesh = w.init_device_mesh({2, 2}, {"efsdp", "ep"});
   auto epg = mesh->group("ep"), efsdp = mesh->group("efsdp");
-  const auto cfg = tiny_moe();
-  auto none = [](models::Qwen3MoeImpl&) {};
-  const auto ref = train_reference(cfg, kSteps, none);
   models::Qwen3Moe model(cfg);
+  prepare(*model);
   auto ep = models::parallelize_qwen3_moe_experts(*model, {.ep = epg, .batch = w.group()});
   FullyShardOptions dense;
   dense.mesh = w.mesh();
   models::fully_shard_qwen3_moe(*model, ep, dense, mesh->sub({"efsdp"}));
-  auto opt = adamw(model->parameters());
+  auto opt = adamw(trainable(*model));
   Diffs d;
-  for (int s = 0; s < kSteps; ++s) {
+  for (int s = 0; s < steps; ++s) {
     auto b = part_of(global_batch(s, cfg.vocab_size), w.rank(), w.size());
     auto o = fsdpp::forward(model, b.x, b.y, /*output_router_logits=*/true);
     o.loss.backward();
@@ -446,9 +451,9 @@ TEST(ExpertParallelFsdp, Ep2Fsdp2EqualsSingleProcess) {
     d.aux = std::max(d.aux, std::abs(o.aux_loss.item<double>() - ref.aux[s]));
   }
   compare_params(models::gather_experts(fsdpp::full_parameters(*model), ep), ref, d);
-  // One more step's traffic: the ep group carries the 5 all-to-alls per sparse layer, efsdp
-  // only the expert units' gathers (forward and backward) and reduce-scatters.
-  {
+  if (count_traffic) {
+    // One more step's traffic: the ep group carries the 5 all-to-alls per sparse layer, efsdp
+    // only the expert units' gathers (forward and backward) and reduce-scatters.
     auto b = part_of(global_batch(0, cfg.vocab_size), w.rank(), w.size());
     epg->reset_counters();
     efsdp->reset_counters();
@@ -461,14 +466,46 @@ TEST(ExpertParallelFsdp, Ep2Fsdp2EqualsSingleProcess) {
     EXPECT_EQ(ce.calls_of(Collective::REDUCE_SCATTER), 2u);
     EXPECT_EQ(ce.calls_of(Collective::ALL_TO_ALL), 0u);
   }
+  return d;
+}
+
+}  // namespace
+
+TEST(ExpertParallelFsdp, Ep2Fsdp2EqualsSingleProcess) {
+  ASSERT_EQ(test::world().size(), 4) << "this test needs 4 ranks";
+  const auto cfg = tiny_moe();
+  auto none = [](models::Qwen3MoeImpl&) {};
+  const auto ref = train_reference(cfg, kSteps, none);
+  const auto d = train_ep2_fsdp2(cfg, kSteps, ref, none, /*count_traffic=*/true);
   EXPECT_GT(d.norm_seen, kClip);
   EXPECT_LT(d.loss, 1e-5);
   EXPECT_LT(d.aux, 1e-5);
   EXPECT_LT(d.norm, 1e-5);
   EXPECT_LT(d.param, 1e-5) << d.worst;
-  if (w.rank() == 0) {
+  if (test::world().rank() == 0) {
     std::printf("[ep parity] EP 2 x FSDP 2: max |loss - ref| %.3g, |aux - ref| %.3g over %d "
                 "steps, max relative |grad norm - ref| %.3g, max |param - ref| %.3g (%s)\n",
                 d.loss, d.aux, kSteps, d.norm, d.param, d.worst.c_str());
+  }
+}
+
+// Every token to one expert under EP 2 x FSDP 2: one ep rank's expert units get no rows in
+// every layer and still reduce their (zero) gradients in the same order as their peers.
+TEST(ExpertParallelFsdp, ForcedRoutingEqualsSingleProcess) {
+  ASSERT_EQ(test::world().size(), 4) << "this test needs 4 ranks";
+  auto cfg = tiny_moe();
+  cfg.num_experts_per_tok = 1;
+  cfg.norm_topk_prob = false;
+  auto force = force_one_expert;
+  constexpr int kForcedSteps = 4;
+  const auto ref = train_reference(cfg, kForcedSteps, force);
+  const auto d = train_ep2_fsdp2(cfg, kForcedSteps, ref, force, /*count_traffic=*/false);
+  EXPECT_LT(d.loss, 1e-5);
+  EXPECT_LT(d.aux, 1e-5);
+  EXPECT_LT(d.norm, 1e-5);
+  EXPECT_LT(d.param, 1e-5) << d.worst;
+  if (test::world().rank() == 0) {
+    std::printf("[ep parity] EP 2 x FSDP 2, every token to one expert: max |loss - ref| %.3g "
+                "over %d steps, max |param - ref| %.3g\n", d.loss, kForcedSteps, d.param);
   }
 }
