@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include <fmt/format.h>
@@ -65,6 +66,7 @@ struct PipelineRuntime::State {
   std::vector<Slot> slots;  // (num_stages * m)
   std::vector<at::Tensor> inputs, targets;
   std::vector<std::pair<dist::Work, at::Tensor>> sends;
+  std::map<size_t, std::pair<dist::Work, at::Tensor>> posted;  // recvs by action index
   std::vector<double> losses;
   Clock::time_point t0;
   Clock::time_point last_abort_check;
@@ -179,6 +181,7 @@ StepOutput PipelineRuntime::step(const at::Tensor& inputs, const at::Tensor& tar
       st.targets = split(targets, "targets");
       st.losses.assign(static_cast<size_t>(m), 0.0);
     }
+    if (options_.post_recvs_early) post_recvs(st);
     for (i = 0; i < list.size(); ++i) {
       const auto begin = Clock::now();
       run_action(i, list[i], st);
@@ -247,7 +250,33 @@ void PipelineRuntime::wait(dist::Work& work, const Action& a, State& st) {
   work.wait();  // rethrows the recv's or send's error
 }
 
-void PipelineRuntime::run_action(size_t /*index*/, const Action& a, State& st) {
+// Every recv of the step posted at its start, in the order of the list, so that a message is
+// taken as soon as it is sent and a RECV action waits only for data that is not there yet.
+// Needs every shape: from the second step on (the first agrees on them as it goes).
+void PipelineRuntime::post_recvs(State& st) {
+  const auto& list = schedule_.actions[static_cast<size_t>(pp_->rank())];
+  for (const auto& a : list) {
+    const int from = a.kind == ActionKind::RECV_F ? a.stage - 1 : a.stage;
+    if (is_recv(a.kind) && !agreed_[static_cast<size_t>(from)]) return;
+  }
+  for (size_t i = 0; i < list.size(); ++i) {
+    const auto& a = list[i];
+    if (!is_recv(a.kind)) continue;
+    const bool fwd = a.kind == ActionKind::RECV_F;
+    const int from = fwd ? a.stage - 1 : a.stage;  // whose output it is (or its gradient)
+    auto t = at::empty(out_sizes_[static_cast<size_t>(from)],
+                       at::TensorOptions().dtype(out_dtypes_[static_cast<size_t>(from)]));
+    const int peer = schedule_.rank_of(fwd ? a.stage - 1 : a.stage + 1);
+    const int tag = fwd ? tag_of(schedule_, 0, a.stage - 1, a.microbatch)
+                        : tag_of(schedule_, 1, a.stage + 1, a.microbatch);
+    auto w = pp_->recv_async(t, peer, tag,
+                             {fwd ? fmt::format("stage {} activation", a.stage - 1)
+                                  : fmt::format("stage {} input gradient", a.stage + 1)});
+    st.posted.emplace(i, std::make_pair(std::move(w), t));
+  }
+}
+
+void PipelineRuntime::run_action(size_t index, const Action& a, State& st) {
   const int m = schedule_.num_microbatches;
   const int last = schedule_.num_stages - 1;
   const int s = a.stage;
@@ -327,6 +356,12 @@ void PipelineRuntime::run_action(size_t /*index*/, const Action& a, State& st) {
       break;
     }
     case ActionKind::RECV_F: {
+      if (auto it = st.posted.find(index); it != st.posted.end()) {
+        wait(it->second.first, a, st);
+        slot.received = it->second.second;
+        st.posted.erase(it);
+        break;
+      }
       const int prev = s - 1;
       const int peer = schedule_.rank_of(prev);
       if (!agreed_[static_cast<size_t>(prev)]) {
@@ -405,6 +440,12 @@ void PipelineRuntime::run_action(size_t /*index*/, const Action& a, State& st) {
       break;
     }
     case ActionKind::RECV_B: {
+      if (auto it = st.posted.find(index); it != st.posted.end()) {
+        wait(it->second.first, a, st);
+        slot.out_grad = it->second.second;
+        st.posted.erase(it);
+        break;
+      }
       const auto& like = out_sizes_[static_cast<size_t>(s)];
       auto t = at::empty(like, at::TensorOptions().dtype(out_dtypes_[static_cast<size_t>(s)]));
       auto w = pp_->recv_async(t, schedule_.rank_of(s + 1), tag_of(schedule_, 1, s + 1, mb),

@@ -63,6 +63,9 @@ struct RuntimeOptions {
   // FSDP stages: reduce-scatter the gradients after every microbatch (sharded gradients
   // throughout) instead of once per step after the stage's last backward.
   bool reduce_grad_every_microbatch = false;
+  // Post every recv of a step at its start (from the second step on, once shapes are agreed),
+  // so that messages are taken as soon as they are sent; false: each when its action comes.
+  bool post_recvs_early = true;
 };
 
 struct StepOutput {
@@ -98,6 +101,7 @@ class PipelineRuntime {
 
  private:
   void run_action(size_t index, const Action& a, State& st);
+  void post_recvs(State& st);
   [[noreturn]] void fail(size_t index, const Action& a, const std::string& what);
   // Waits for a send or recv, stopping when another rank posted its failure.
   void wait(dist::Work& work, const Action& a, State& st);
