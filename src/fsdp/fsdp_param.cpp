@@ -6,9 +6,32 @@
 
 #include <algorithm>
 
+#include <fmt/ranges.h>
+
 #include "fsdpp/common/error.h"
 
 namespace fsdpp {
+
+void FSDPParam::set_outer(OuterLayout layout) {
+  const auto& placements = layout.placements;
+  auto cur = whole_shape(shape, placements);
+  const auto whole = cur;
+  for (const auto& pl : placements) {
+    FSDPP_CHECK(pl.group && pl.world == pl.group->size() && pl.rank == pl.group->rank() &&
+                    pl.dim < static_cast<int>(cur.size()) && cur[pl.dim] == pl.size &&
+                    pl.chunk * pl.world >= pl.size,
+                "[fsdp] parameter '{}': its placement over '{}' (dim {} of size {}, {} of {} ranks) "
+                "does not fit its whole shape {}", fqn, pl.mesh_dim, pl.dim, pl.size, pl.rank, pl.world,
+                fmt::join(whole, "x"));
+    cur[pl.dim] = pl.held();
+  }
+  FSDPP_CHECK(cur == shape, "[fsdp] parameter '{}' has shape {} but its placements leave {} of {}",
+              fqn, fmt::join(shape, "x"), fmt::join(cur, "x"), fmt::join(whole, "x"));
+  for (const auto& g : layout.replicas) {
+    FSDPP_CHECK(g != nullptr, "[fsdp] parameter '{}': a replica group of its outer layout is null", fqn);
+  }
+  outer = std::move(layout);
+}
 
 FSDPParam::FSDPParam(std::string fqn_, at::Tensor param_, int shard_rank_, int shard_world_,
                      int64_t offset_)

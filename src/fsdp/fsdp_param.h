@@ -15,7 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "fsdpp/fsdp/sharded_param.h"
+
 namespace fsdpp {
+
+// The whole parameter's shape from what this rank holds and the placements that cut it before
+// FSDP (FullyShardOptions::outer_layout).
+std::vector<int64_t> whole_shape(std::vector<int64_t> held, const std::vector<ShardPlacement>& outer);
 
 class FSDPParam {
  public:
@@ -25,7 +31,8 @@ class FSDPParam {
 
   std::string fqn;             // relative to the unit's module until the root names it fully
   at::Tensor param;            // the registered parameter
-  std::vector<int64_t> shape;  // unsharded shape
+  std::vector<int64_t> shape;  // unsharded shape (what this rank holds: TP/EP-local)
+  OuterLayout outer;  // how TP/EP cut or replicated the whole parameter first
   int64_t dim0 = 1;            // rows along dim 0 (1 for a 0-dim parameter)
   int64_t row_numel = 1;       // elements per row
   int64_t chunk_rows = 1;      // rows per rank: ceil(dim0 / shard_world)
@@ -33,6 +40,9 @@ class FSDPParam {
   int shard_rank = 0;
   int shard_world = 1;
   bool requires_grad = true;
+
+  // Records how tensor or expert parallelism cut this parameter; they must produce its shape.
+  void set_outer(OuterLayout layout);
 
   int64_t shard_numel() const { return chunk_rows * row_numel; }
   int64_t numel() const { return dim0 * row_numel; }

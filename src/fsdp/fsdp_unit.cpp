@@ -68,6 +68,7 @@ FSDPUnit::FSDPUnit(torch::nn::Module& module, const FullyShardOptions& options,
     }
     params_.push_back(std::make_unique<FSDPParam>(fqn, p, shard_rank_, shard_world_,
                                                   total_shard_numel_));
+    if (options_.outer_layout) params_.back()->set_outer(options_.outer_layout(p));
     total_shard_numel_ += params_.back()->shard_numel();
     if (p.requires_grad()) ++num_trainable_;
   }

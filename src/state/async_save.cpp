@@ -83,6 +83,7 @@ PendingSave::PendingSave(const std::filesystem::path& target, torch::nn::Module&
     adir_ = std::make_unique<AtomicDir>(dir);
     tmp = adir_->path().string();
   });
+  if (type_ != StateDictType::FULL) gather_record_rows(records);
   broadcast_string(c, tmp, 0);
   if (type_ == StateDictType::FULL) {
     std::string err;  // rank 0 keeps joining the gathers after an error

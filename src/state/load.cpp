@@ -94,8 +94,15 @@ void load_state_dict(const fs::path& dir, torch::nn::Module& root, torch::optim:
     const Rows r = rows_of(p);
     auto [begin, rows] = own_rows(r);
     at::Tensor d;
-    if (dst.defined()) d = dst.view({r.chunk_rows, r.row_numel}).narrow(0, 0, rows);
+    // Rows whole along every dim past 0; a parameter that tensor parallelism split along one
+    // reads them into a buffer and keeps its part.
+    const bool split = p.splits_rows();
+    if (dst.defined()) {
+      d = split ? at::empty({rows, r.row_numel}, dst.options())
+                : dst.view({r.chunk_rows, r.row_numel}).narrow(0, 0, rows);
+    }
     if (rows > 0) reader.fill(what, e, begin, rows, d, local ? own_file : "");
+    if (split && dst.defined()) copy_rows_into(p, d.view(piece_shape(p, rows)), dst);
   };
   const bool load_optim = kind && ck.optim_type;
 

@@ -3,6 +3,7 @@
 
 #include <torch/optim/optimizer.h>
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -17,11 +18,6 @@ std::vector<ShardedParam> model_params(torch::nn::Module& root) {
     FSDPP_CHECK_AS(CheckpointError, p.at_rest,
                    "[state] parameter '{}' is unsharded right now; save and load state dicts "
                    "between steps, not inside forward or backward", p.fqn);
-    FSDPP_CHECK_AS(CheckpointError,
-                   p.placements.empty() || (p.placements.size() == 1 && p.placements[0].dim == 0),
-                   "[state] parameter '{}' is split over {} mesh dim(s), the first along dim {}; "
-                   "checkpoints hold parameters split along dim 0 over one mesh dim",
-                   p.fqn, p.placements.size(), p.placements[0].dim);
   }
   return params;
 }
@@ -41,14 +37,9 @@ Rows rows_of(const ShardedParam& p) {
   for (auto d : p.global_shape) numel *= d;
   r.dim0 = p.global_shape.empty() ? 1 : p.global_shape[0];
   r.row_numel = r.dim0 == 0 ? 0 : numel / r.dim0;
-  if (p.placements.empty()) {
-    r.chunk_rows = r.own_rows = r.dim0;
-    return r;
-  }
-  const auto& pl = p.placements[0];
-  r.chunk_rows = pl.chunk;
-  r.own_begin = pl.begin_of(pl.rank);
-  r.own_rows = pl.rows_of(pl.rank);
+  r.chunk_rows = p.chunk_rows();
+  r.own_begin = p.row_begin();
+  r.own_rows = p.own_rows();
   return r;
 }
 
@@ -68,11 +59,11 @@ std::vector<Record> make_records(const std::vector<ShardedParam>& params,
                                  std::optional<OptimizerKind> kind) {
   std::vector<Record> out;
   for (const auto& p : params) {
-    out.push_back({&p, "", p.local_shard, 0});
+    out.push_back({&p, "", p.local_shard, at::Tensor(), 0});
     if (!kind) continue;
     const auto st = optim::get_param_state(*optimizer, *kind, p.param);
     for (const auto& k : optim::state_names(*kind)) {
-      Record rec{&p, k, at::Tensor(), st ? st->step : 0};
+      Record rec{&p, k, at::Tensor(), at::Tensor(), st ? st->step : 0};
       if (st && st->tensors.count(k)) {
         rec.shard = st->tensors.at(k);
         FSDPP_CHECK_AS(CheckpointError, rec.shard.numel() == p.local_shard.numel(),
@@ -83,6 +74,32 @@ std::vector<Record> make_records(const std::vector<ShardedParam>& params,
     }
   }
   return out;
+}
+
+void gather_record_rows(std::vector<Record>& records) {
+  std::vector<const ShardedParam*> split;
+  std::vector<at::Tensor> locals;
+  std::vector<Record*> targets;
+  for (auto& r : records) {
+    if (!r.param->splits_rows()) {
+      r.rows = r.shard;
+      continue;
+    }
+    split.push_back(r.param);
+    locals.push_back(r.shard);
+    targets.push_back(&r);
+  }
+  if (split.empty()) return;
+  auto rows = gather_rows(split, locals);
+  for (size_t i = 0; i < targets.size(); ++i) targets[i]->rows = std::move(rows[i]);
+}
+
+void copy_rows_into(const ShardedParam& p, const at::Tensor& rows, const at::Tensor& dst) {
+  const int64_t n = rows.size(0);
+  if (n == 0) return;
+  auto local = p.local_of_rows(rows);
+  const int64_t chunk = p.chunk_rows();
+  dst.view({chunk, dst.numel() / std::max<int64_t>(chunk, 1)}).narrow(0, 0, n).copy_(local.reshape({n, -1}));
 }
 
 std::vector<RecordMeta> metas_of(const std::vector<Record>& records) {
@@ -99,12 +116,13 @@ std::vector<RecordMeta> metas_of(const std::vector<Record>& records) {
 
 OwnPiece own_piece(const Record& r, bool local) {
   if (!r.shard.defined()) return {};
+  FSDPP_CHECK_AS(CheckpointError, r.rows.defined(), "[state] '{}': its rows were not gathered", r.name());
   const auto& p = *r.param;
   const Rows rows = rows_of(p);
-  if (local) return {r.shard, 0, rows.chunk_rows};
-  if (p.replicate_group && p.replicate_group->rank() != 0) return {};  // replicas: replica 0 writes
+  if (local) return {r.rows, 0, rows.chunk_rows};
+  if (!p.writes_rows()) return {};  // another rank holds the same rows
   if (rows.own_rows == 0) return {};
-  return {r.shard.reshape({rows.chunk_rows, rows.row_numel})
+  return {r.rows.reshape({rows.chunk_rows, rows.row_numel})
               .narrow(0, 0, rows.own_rows)
               .view(piece_shape(p, rows.own_rows)),
           rows.own_begin, rows.own_begin + rows.own_rows};

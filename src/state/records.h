@@ -27,14 +27,16 @@ namespace fsdpp::state::detail {
 using optim::OptimizerKind;
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
-// The parameters of `root` (the module given last to fully_shard), between steps. Each must be
-// split along dim 0 at most once: the rows the index format describes.
+// The parameters of `root` (the module given last to fully_shard), between steps. However they
+// are placed, a checkpoint stores rows of the whole tensor (ShardedParam::row_begin ...): a
+// parameter that tensor parallelism cut along another dim is gathered along it first.
 std::vector<ShardedParam> model_params(torch::nn::Module& root);
 // The optimizer's kind; nullopt for no optimizer. Throws for one the adapter does not know.
 std::optional<OptimizerKind> optimizer_kind_of(torch::optim::Optimizer* optimizer);
 
-// A parameter's dim-0 rows: dim0 rows of row_numel elements, cut into chunks of chunk_rows per
-// rank (this rank's holding own_rows of them from own_begin; the rest is padding).
+// A parameter's dim-0 rows: dim0 rows of row_numel elements (of the whole parameter), this
+// rank's tensor holding chunk_rows of them, own_rows of which from own_begin (the rest is
+// padding).
 struct Rows {
   int64_t dim0 = 1, row_numel = 1, chunk_rows = 1;
   int64_t own_begin = 0, own_rows = 1;
@@ -49,12 +51,22 @@ struct Record {
   const ShardedParam* param = nullptr;
   std::string state;  // "" for the parameter
   at::Tensor shard;   // (chunk_rows, rest...) padded shard; undefined when absent
+  // The shard's rows whole along dims past 0 (gathered where tensor parallelism cut them, see
+  // gather_record_rows): what SHARDED and LOCAL saves write. Undefined when `shard` is.
+  at::Tensor rows;
   int64_t step = 0;
   std::string name() const;  // the tensor's name in the files
 };
 std::vector<Record> make_records(const std::vector<ShardedParam>& params,
                                  torch::optim::Optimizer* optimizer,
                                  std::optional<OptimizerKind> kind);
+
+// Fills every record's `rows`: the shard itself, or for a parameter split along a dim past 0 the
+// shard gathered along it (collective over those groups, in record order on every rank).
+void gather_record_rows(std::vector<Record>& records);
+// The reverse on load: this rank's part of `rows` (whole-width rows read from a checkpoint, as
+// many as it reads) into the first rows of `dst`, laid out like the parameter's local shard.
+void copy_rows_into(const ShardedParam& p, const at::Tensor& rows, const at::Tensor& dst);
 
 // What the index says about one record, copied out of the model so that an asynchronous save
 // can build the index after the model has moved on.
@@ -69,7 +81,8 @@ struct RecordMeta {
 std::vector<RecordMeta> metas_of(const std::vector<Record>& records);
 
 // The rows of a record that this rank writes in a SHARDED or LOCAL save (t undefined: none):
-// SHARDED the rows the shard holds without padding (replica 0 only), LOCAL the padded shard.
+// SHARDED the rows the shard holds without padding (one rank per row range: replica 0, the
+// first of each group that splits the rows), LOCAL the padded shard's rows.
 struct OwnPiece {
   at::Tensor t;
   int64_t begin = 0, end = 0;

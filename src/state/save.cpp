@@ -138,6 +138,7 @@ void save_state_dict(const fs::path& dir, torch::nn::Module& root, torch::optim:
     kind = optimizer_kind_of(optimizer);
     records = make_records(params, optimizer, kind);
   });
+  if (options.type != StateDictType::FULL) gather_record_rows(records);
 
   // Rank 0 owns the temporary directory; everyone writes into it.
   std::unique_ptr<AtomicDir> adir;

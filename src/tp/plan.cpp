@@ -38,6 +38,33 @@ Placement TensorParallel::placement(const std::string& param_name) const {
   return it == placements_.end() ? Placement{} : it->second;
 }
 
+OuterLayoutOf TensorParallel::outer_layout(const torch::nn::Module& root,
+                                          const std::string& mesh_dim) const {
+  std::map<const void*, ShardPlacement> by_tensor;
+  for (const auto& [name, pl] : placements_) {
+    const auto* param = root.named_parameters(/*recurse=*/true).find(name);
+    FSDPP_CHECK(param != nullptr, "[tp] outer_layout: the plan split '{}', which '{}' does not "
+                "have; pass the module the plan was applied to", name, root.name());
+    auto sp = balanced_placement(mesh_dim, group_, static_cast<int>(pl.dim), pl.full_size);
+    FSDPP_CHECK(sp.begin_of(sp.rank) == pl.range.offset && sp.rows_of(sp.rank) == pl.range.size,
+                "[tp] outer_layout: '{}' holds [{}, +{}) of {} but a balanced split gives [{}, "
+                "+{})", name, pl.range.offset, pl.range.size, pl.full_size, sp.begin_of(sp.rank),
+                sp.rows_of(sp.rank));
+    by_tensor.emplace(param->unsafeGetTensorImpl(), std::move(sp));
+  }
+  return [by_tensor = std::move(by_tensor), group = group_](const at::Tensor& param) {
+    OuterLayout layout;
+    if (group->size() == 1) return layout;  // a group of one splits nothing
+    auto it = by_tensor.find(param.unsafeGetTensorImpl());
+    if (it != by_tensor.end()) {
+      layout.placements.push_back(it->second);
+    } else {
+      layout.replicas.push_back(group);
+    }
+    return layout;
+  };
+}
+
 TensorParallel parallelize_module(torch::nn::Module& root, const GroupPtr& group,
                                   const ParallelPlan& plan) {
   FSDPP_CHECK_AS(ConfigError, group != nullptr, "[tp] parallelize_module: no group");

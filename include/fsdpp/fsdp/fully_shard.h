@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "fsdpp/dist/device_mesh.h"
+#include "fsdpp/fsdp/sharded_param.h"
 #include "fsdpp/fsdp/mixed_precision.h"
 
 namespace fsdpp {
@@ -74,6 +75,11 @@ struct FullyShardOptions {
   // Most prefetched all-gathers in flight at once (issued, not yet used); bounds the memory
   // that prefetching adds to about this many units. 0: no limit beyond the depths above.
   int limit_all_gathers = 2;
+  // How tensor or expert parallelism already split or replicated each parameter before this
+  // call (fsdpp/fsdp/sharded_param.h), e.g. tp::TensorParallel::outer_layout(). FSDP shards
+  // what this rank holds either way; the layout lets state dicts and gather_full see the whole
+  // tensors. Placements must match the parameter's shape.
+  OuterLayoutOf outer_layout;
 };
 
 // Makes `module` a unit: its parameters (except those of units already made inside it) become

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "fsdpp/fsdp/sharded_param.h"
 #include "fsdpp/tp/regions.h"
 
 namespace fsdpp::tp {
@@ -54,6 +55,13 @@ class TensorParallel {
   // Parameters not in the plan are replicated.
   Placement placement(const std::string& param_name) const;
   const std::map<std::string, Placement>& sharded() const { return placements_; }
+
+  // The layout of root's parameters for FullyShardOptions::outer_layout: split ones placed
+  // along `mesh_dim` of the group, the rest replicated over it. Then state dicts, gather_full
+  // and sharded_params of a TP x FSDP model see whole tensors, and a checkpoint loads into any
+  // other layout. `root` is the module the plan was applied to; call it after
+  // parallelize_module and before fully_shard.
+  OuterLayoutOf outer_layout(const torch::nn::Module& root, const std::string& mesh_dim = "tp") const;
 
  private:
   GroupPtr group_;
