@@ -73,20 +73,33 @@ const std::vector<int64_t>& DistributedSampler::order_of(int64_t epoch) {
   return cached_order_;
 }
 
-std::pair<at::Tensor, at::Tensor> DistributedSampler::next_batch(int64_t batch_size) {
+std::vector<int64_t> DistributedSampler::plan_batch(int64_t batch_size) {
   FSDPP_CHECK_AS(ConfigError, batch_size >= 1,
                  "[data] batch_size={} is not positive; expected >= 1", batch_size);
-  const int64_t T = options_.seq_len;
-  auto windows = at::empty({batch_size, T + 1}, at::TensorOptions().dtype(at::kLong));  // (B,T+1)
-  for (int64_t b = 0; b < batch_size; ++b) {
+  std::vector<int64_t> starts(static_cast<size_t>(batch_size));
+  for (auto& start : starts) {
     if (state_.position == windows_per_rank_) {
       ++state_.epoch;
       state_.position = 0;
     }
-    const int64_t start = order_of(state_.epoch)[state_.position++];
-    windows[b].copy_(data_.slice(start, start + T + 1));
+    start = order_of(state_.epoch)[state_.position++];
+  }
+  return starts;
+}
+
+std::pair<at::Tensor, at::Tensor> DistributedSampler::load_batch(
+    const std::vector<int64_t>& starts) const {
+  const int64_t T = options_.seq_len;
+  const auto batch_size = static_cast<int64_t>(starts.size());
+  auto windows = at::empty({batch_size, T + 1}, at::TensorOptions().dtype(at::kLong));  // (B,T+1)
+  for (int64_t b = 0; b < batch_size; ++b) {
+    windows[b].copy_(data_.slice(starts[b], starts[b] + T + 1));
   }
   return {windows.narrow(1, 0, T).contiguous(), windows.narrow(1, 1, T).contiguous()};
+}
+
+std::pair<at::Tensor, at::Tensor> DistributedSampler::next_batch(int64_t batch_size) {
+  return load_batch(plan_batch(batch_size));
 }
 
 void DistributedSampler::load_state(const SamplerState& state) {

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/sharded_param.h"
 #include "fsdpp/moe/clip.h"
 #include "fsdpp/moe/dispatch.h"
 
@@ -199,6 +200,12 @@ void fully_shard_qwen3_moe(Qwen3MoeImpl& model, const Qwen3MoeExpertParallel& ep
   experts.gradient_divide_factor = dense.gradient_divide_factor > 0
                                        ? dense.gradient_divide_factor
                                        : static_cast<double>(ep.batch_group()->size());
+  // The expert units hold this rank's E/ep experts: state dicts and gather_full see (E, ...).
+  experts.outer_layout = [group = ep.ep_group(), E = ep.num_experts()](const at::Tensor&) {
+    OuterLayout layout;
+    if (group->size() > 1) layout.placements.push_back(balanced_placement("ep", group, 0, E));
+    return layout;
+  };
   for (auto* block : sparse_blocks(model)) fully_shard(*block->experts, experts);
   for (size_t i = 0; i < model.layers->size(); ++i) {
     fully_shard(*model.layers->ptr<Qwen3MoeDecoderLayerImpl>(i), dense);
@@ -212,7 +219,9 @@ std::map<std::string, at::Tensor> gather_experts(
   const auto& g = ep.ep_group();
   at::NoGradGuard no_grad;
   for (const auto& [name, t] : local) {
-    if (!Qwen3MoeExpertParallel::is_expert(name) || g->size() == 1) {
+    // Whole already (fsdpp::full_parameters of units that know the ep placement): as it is.
+    if (!Qwen3MoeExpertParallel::is_expert(name) || g->size() == 1 ||
+        t.size(0) == ep.num_experts()) {
       out[name] = t;
       continue;
     }

@@ -1,6 +1,7 @@
 #include "fsdpp/moe/clip.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 

@@ -139,6 +139,15 @@ void TrainConfig::validate() const {
   check(t.gradient_accumulation_steps >= 1,
         "[config] training.gradient_accumulation_steps={}: expected >= 1",
         t.gradient_accumulation_steps);
+  // A thread per worker: more than a few dozen is a typo, not a machine.
+  check(t.dataloader_num_workers >= 0 && t.dataloader_num_workers <= 64,
+        "[config] training.dataloader_num_workers={}: expected 0 (batches made on the training "
+        "thread) to 64 background threads",
+        t.dataloader_num_workers);
+  check(t.dataloader_prefetch_factor >= 1 && t.dataloader_prefetch_factor <= 64,
+        "[config] training.dataloader_prefetch_factor={}: expected 1 to 64 batches made ahead "
+        "per worker",
+        t.dataloader_prefetch_factor);
   check(t.learning_rate > 0 && std::isfinite(t.learning_rate),
         "[config] training.learning_rate={}: expected a finite number > 0", t.learning_rate);
   check(t.warmup_steps >= 0, "[config] training.warmup_steps={}: expected >= 0", t.warmup_steps);
@@ -246,6 +255,7 @@ FullyShardOptions TrainConfig::fully_shard_options(std::shared_ptr<dist::DeviceM
   }
   o.offload_policy.offload_params = fc.offload_params;
   o.backward_prefetch = fc.backward_prefetch;
+  o.sync_module_states = fc.sync_module_states;
   // Hugging Face's booleans: one unit gathered ahead in forward; fully_shard's bound on the
   // gathers in flight, or none.
   o.forward_prefetch = fc.forward_prefetch ? 1 : 0;

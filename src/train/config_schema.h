@@ -74,6 +74,7 @@ Choice<E> read_choice(const YAML::Node& value, const Loc& loc) {
   if (auto v = Choice<E>::find(name)) return *v;
   std::vector<std::string> accepted;
   for (const auto& entry : ChoiceNames<E>::kNames) accepted.emplace_back(entry.second);
+  if constexpr (kHasNullChoice<E>) accepted.emplace_back("null");
   choice_error(loc, name, accepted);
 }
 

@@ -13,8 +13,8 @@
 //   shard_model         the mesh, wrap policy, mixed precision, fully_shard   (shard_model.cpp)
 //   make_optimizer      AdamW, the loss scaler, disk offload, steps and schedule
 //                                                                          (make_optimizer.cpp)
-//   restore             the checkpointer; a resume's state, metrics and data position
-//                                                                          (restore.cpp)
+//   restore             the checkpointer; a resume's state, metrics and data position; the
+//                       batch loader (training.dataloader_*)               (restore.cpp)
 //   open_logs           traces, metrics.jsonl, TensorBoard, stop signal, heartbeat (open_logs.cpp)
 //   train_loop          train_step, evaluate, metrics, save_due/save_checkpoint (train_loop.cpp)
 //   finish              the final save, the stop or done message, the sample (finish.cpp)

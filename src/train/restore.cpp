@@ -1,5 +1,6 @@
 // restore (phases.h): the checkpointer (which seeds the generators) and, for a resumed run, the
-// checkpoint's model, optimizer, schedule, loss scale, generator states and data position.
+// checkpoint's model, optimizer, schedule, loss scale, generator states and data position; then
+// the batch loader from that position.
 #include <algorithm>
 #include <fstream>
 #include <string>
@@ -32,6 +33,28 @@ void truncate_metrics(const fs::path& path, int64_t step) {
   }
   in.close();
   write_file_atomically(path, kept, "train");
+}
+
+// The batch loader from the sampler's (resumed) position: training.dataloader_num_workers
+// threads, pinned buffers when the ranks use CUDA.
+void start_loader(TrainSession& s) {
+  const auto& t = s.cfg.training;
+  const bool cuda = s.world.device().is_cuda();
+  if (t.dataloader_pin_memory && !cuda) {
+    s.say("[train] training.dataloader_pin_memory=true has no effect on CPU: pinned memory "
+          "speeds up copies to a GPU, and these ranks train on the CPU");
+  }
+  data::BatchLoaderOptions o;
+  o.batch_size = s.B;
+  o.num_workers = static_cast<int>(t.dataloader_num_workers);
+  o.prefetch_factor = static_cast<int>(t.dataloader_prefetch_factor);
+  o.pin_memory = t.dataloader_pin_memory && cuda;
+  s.loader.emplace(*s.sampler, o);
+  if (o.num_workers > 0) {
+    s.say(fmt::format("[train] data loader: {} making up to {} batches ahead{}",
+                      count_of(o.num_workers, "thread"), o.num_workers * o.prefetch_factor,
+                      o.pin_memory ? " in pinned memory" : ""));
+  }
 }
 
 }  // namespace
@@ -85,6 +108,7 @@ void restore(TrainSession& s) {
     s.say(fmt::format("[train] no complete checkpoint in {} to resume from: starting at step 1",
                       out_dir.string()));
   }
+  start_loader(s);
   // For save_strategy epoch (save.cpp).
   s.steps_per_epoch = std::max<int64_t>(1, sampler.windows_per_rank() / (B * accum));
   s.last_saved = resumed ? resumed->step : 0;

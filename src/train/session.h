@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fsdpp/data/batch_loader.h"
 #include "fsdpp/data/sampler.h"
 #include "fsdpp/data/token_dataset.h"
 #include "fsdpp/data/tokenizer.h"
@@ -89,6 +90,9 @@ struct TrainSession {
 
   // ---- restore
   std::unique_ptr<Checkpointer> checkpointer;
+  // The training batches from the sampler at its resumed position (training.dataloader_*);
+  // its state, not the sampler's, is what a checkpoint saves. Stopped before the sampler goes.
+  std::optional<data::BatchLoader> loader;
   int64_t first_step = 1;
   int64_t steps_per_epoch = 1;
   int64_t last_saved = 0;

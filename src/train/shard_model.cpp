@@ -3,9 +3,13 @@
 // fully_shard; and comm_split, the units' bytes per kind of link.
 #include <malloc.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/activation_checkpoint.h"
@@ -15,6 +19,54 @@
 #include "phases.h"
 
 namespace fsdpp::train::detail {
+namespace {
+
+// fsdp_transformer_layer_cls_to_wrap names classes of the model (as Accelerate requires): a name
+// no module has would leave the whole model one unit, or nothing checkpointed, without a word.
+// The guide's Qwen3MoeDecoderLayer on the Llama that fsdpp-train builds is the usual case.
+void check_layer_classes(const TrainConfig& cfg, torch::nn::Module& model) {
+  const auto& fc = cfg.training.fsdp_config;
+  if (fc.auto_wrap_policy != AutoWrapPolicy::TRANSFORMER_BASED_WRAP &&
+      !cfg.training.gradient_checkpointing) {
+    return;
+  }
+  std::set<std::string> classes;
+  for (const auto& m : model.modules(/*include_self=*/true)) classes.insert(module_class_name(*m));
+  for (const auto& name : fc.transformer_layer_cls_to_wrap) {
+    if (classes.count(name)) continue;
+    std::string have;
+    for (const auto& c : classes) have += (have.empty() ? "" : ", ") + c;
+    FSDPP_THROW(ConfigError,
+                "[train] training.fsdp_config.fsdp_transformer_layer_cls_to_wrap names '{}', "
+                "which is not a module class of the model fsdpp-train builds ({}: {}){}; "
+                "expected its decoder layer's class, [TransformerBlock]",
+                name, module_class_name(model), have,
+                name.rfind("Qwen3Moe", 0) == 0
+                    ? " (Qwen3MoeDecoderLayer is the Qwen3-MoE model's layer; fsdpp-train does "
+                      "not train that model yet)"
+                    : "");
+  }
+}
+
+// fsdp_sync_module_states: rank 0's parameters and buffers on every rank, once, over the world
+// before any unit exists (every tensor is then whole on every rank). Done here rather than by
+// each fully_shard call: fully_shard's broadcast on the root unit also covers the parameters of
+// the units below it, which are already shards by then, and would replace each rank's shard
+// with rank 0's (measured: the losses of a 2-rank run moved by 5e-4).
+void sync_module_states(torch::nn::Module& model, dist::World& world) {
+  if (world.size() == 1) return;
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> tensors;
+  for (auto& p : model.parameters()) tensors.push_back(p);
+  for (auto& b : model.buffers()) tensors.push_back(b);
+  for (auto& t : tensors) {
+    auto c = t.contiguous();
+    world.group()->broadcast(c, 0, {"sync_module_states"});
+    if (!c.is_same(t)) t.copy_(c);
+  }
+}
+
+}  // namespace
 
 void shard_model(TrainSession& s) {
   const auto& cfg = s.cfg;
@@ -48,9 +100,14 @@ void shard_model(TrainSession& s) {
                    world.size());
     mesh = world.init_device_mesh({world.size() / shard, shard}, {"replicate", "shard"});
   }
-  const FullyShardOptions& fopts = s.fopts = cfg.fully_shard_options(mesh);
+  FullyShardOptions& fopts = s.fopts = cfg.fully_shard_options(mesh);
+  if (fopts.sync_module_states) {
+    sync_module_states(*model, world);
+    fopts.sync_module_states = false;  // done, for the whole model
+  }
   const WrapPolicy policy = cfg.wrap_policy();
   const auto& fc = t.fsdp_config;
+  check_layer_classes(cfg, *model);
   if (t.gradient_checkpointing) {
     const auto marked = apply_activation_checkpointing(
         *model, fc.transformer_layer_cls_to_wrap, static_cast<int>(t.gradient_checkpointing_every));

@@ -46,10 +46,9 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   auto& opt = *s.opt;
   auto& scaler = *s.scaler;
   auto& offload = s.offload;
-  auto& sampler = *s.sampler;
+  auto& loader = *s.loader;
   const auto& schedule = s.schedule;
   const auto& trace = s.trace;
-  const int64_t B = s.B;
   const int64_t accum = s.accum;
   const double lr = schedule.at(step);
   for (auto& group : opt.param_groups()) {
@@ -59,7 +58,7 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   const StepContext hook_context{step, world.rank(), s.restart_count, *model};
   for (int64_t micro = 0; micro < accum; ++micro) {
     dist::TraceSpan data_span(trace.get(), "data");
-    auto [x, y] = sampler.next_batch(B);
+    auto [x, y] = loader.next();
     data_span.end();
     dist::TraceSpan forward_span(trace.get(), "forward");
     auto out = fsdpp::forward(model, x, y);

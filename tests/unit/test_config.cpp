@@ -371,9 +371,9 @@ TEST(Config, ErrorUnknownKey) {
                  {"unknown key 'model.seed'", "did you mean 'training.seed'?"});
   expect_message(yaml_error(kMinimal + "training:\n  fsdp_min_num_params: 1\n"),
                  {"did you mean 'training.fsdp_config.fsdp_min_num_params'?"});
-  expect_message(yaml_error(kMinimal + "training:\n  fsdp_config:\n    fsdp_sync_module_states: "
+  expect_message(yaml_error(kMinimal + "training:\n  fsdp_config:\n    fsdp_use_orig_params: "
                                        "true\n"),
-                 {"unknown key 'training.fsdp_config.fsdp_sync_module_states'",
+                 {"unknown key 'training.fsdp_config.fsdp_use_orig_params'",
                   "Accepted keys in training.fsdp_config: fsdp_auto_wrap_policy"});
   expect_message(yaml_error(kMinimal + "training:\n  batch_size: 4\n"),
                  {"did you mean 'training.per_device_train_batch_size'?"});

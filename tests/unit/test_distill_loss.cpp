@@ -137,8 +137,10 @@ TEST(DistillLoss, IdenticalLogitsGiveZero) {
 TEST(DistillLoss, JsdAtBetaZeroAndOneIsForwardAndReverseKl) {
   const auto s = logits(4), t = logits(5), labels = labels_with_ignored();
   for (double T : {1.0, 3.0}) {
-    const auto fkl = distillation_loss(s, t, labels, {.type = DistillLossType::FORWARD_KL, .temperature = T});
-    const auto rkl = distillation_loss(s, t, labels, {.type = DistillLossType::REVERSE_KL, .temperature = T});
+    const auto fkl =
+        distillation_loss(s, t, labels, {.type = DistillLossType::FORWARD_KL, .temperature = T});
+    const auto rkl =
+        distillation_loss(s, t, labels, {.type = DistillLossType::REVERSE_KL, .temperature = T});
     const auto j0 = distillation_loss(
         s, t, labels, {.type = DistillLossType::GENERALIZED_JSD, .beta = 0, .temperature = T});
     const auto j1 = distillation_loss(
@@ -222,7 +224,8 @@ TEST(DistillLoss, GradientsMatchFiniteDifferencesAndSpareTheTeacher) {
       flat[i] = x - kH;
       const double down = distillation_loss(flat.view({kB, kT, kV}), t0, labels, o).item<double>();
       flat[i] = x;
-      ASSERT_NEAR(grad.view({-1})[i].item<double>(), (up - down) / (2 * kH), 1e-7) << "element " << i;
+      ASSERT_NEAR(grad.view({-1})[i].item<double>(), (up - down) / (2 * kH), 1e-7)
+          << "element " << i;
     }
   }
 }

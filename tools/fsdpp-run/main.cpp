@@ -57,12 +57,15 @@ int main(int argc, char** argv) {
       "--nnodes > 1, run it on every node: the launchers meet at --master-addr:--master-port "
       "first, and a failure on any node stops them all (docs/multi-node.md).\n",
       "fsdpp-run"};
+  // torchrun's spellings work too (--nproc_per_node=8, --master_addr, ...): the distillation
+  // guide's launch commands run as written with fsdpp-run in torchrun's place.
   // CLI11 knows no trailing command: show it in the usage line.
   app.get_formatter()->label("OPTIONS", "OPTIONS] PROGRAM [ARGS...");
   app.footer(
       "Flags end at PROGRAM (or at --). Exit code: 0 when every worker exits 0, 1 when one "
       "fails or cannot be started, 2 for bad flags, 128+S when stopped by signal S.");
-  app.add_option("--nproc-per-node", config.nproc_per_node, "Workers on this node")
+  app.add_option("--nproc-per-node,--nproc_per_node", config.nproc_per_node,
+                 "Workers on this node")
       ->type_name("N")
       ->check(kInteger)
       ->capture_default_str();
@@ -70,23 +73,25 @@ int main(int argc, char** argv) {
       ->type_name("N")
       ->check(kInteger)
       ->capture_default_str();
-  app.add_option("--node-rank", config.node_rank, "This node's index, 0 to nnodes-1")
+  app.add_option("--node-rank,--node_rank", config.node_rank,
+                 "This node's index, 0 to nnodes-1")
       ->type_name("K")
       ->check(kInteger)
       ->capture_default_str();
-  app.add_option("--master-addr", config.master_addr, "Address of rank 0's node")
+  app.add_option("--master-addr,--master_addr", config.master_addr, "Address of rank 0's node")
       ->type_name("ADDR")
       ->capture_default_str();
-  app.add_option("--master-port", master_port,
+  app.add_option("--master-port,--master_port", master_port,
                  "Port of rank 0's store (default on a single node: a free port)")
       ->type_name("PORT")
       ->check(kInteger);
-  app.add_option("--max-restarts", config.max_restarts,
+  app.add_option("--max-restarts,--max_restarts", config.max_restarts,
                  "Restart all workers this many times after a failure (single node)")
       ->type_name("N")
       ->check(kInteger)
       ->capture_default_str();
-  app.add_option("--log-dir", log_dir, "Also write each rank's output to DIR/rank<R>.log")
+  app.add_option("--log-dir,--log_dir", log_dir,
+                 "Also write each rank's output to DIR/rank<R>.log")
       ->type_name("DIR");
   app.add_option("--timeout-s", config.timeout_s,
                  "Rendezvous/collective timeout for workers (FSDPP_TIMEOUT_S)")

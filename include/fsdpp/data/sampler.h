@@ -45,7 +45,14 @@ class DistributedSampler {
   DistributedSampler(TokenDataset data, SamplerOptions options);
 
   // (inputs, targets), each (batch_size, seq_len) int64; targets are inputs shifted by one.
+  // The same as load_batch(plan_batch(batch_size)).
   std::pair<at::Tensor, at::Tensor> next_batch(int64_t batch_size);
+  // The two halves of next_batch, so that a BatchLoader's threads can read batches in parallel
+  // while their order stays the sampler's: plan_batch takes the next batch_size windows (their
+  // token offsets) and moves the state past them; load_batch reads them. load_batch only reads
+  // the dataset, so it may run on several threads at once and beside plan_batch.
+  std::vector<int64_t> plan_batch(int64_t batch_size);
+  std::pair<at::Tensor, at::Tensor> load_batch(const std::vector<int64_t>& starts) const;
 
   int64_t num_windows() const { return num_windows_; }          // in the whole dataset
   int64_t windows_per_rank() const { return windows_per_rank_; }  // per epoch

@@ -96,15 +96,19 @@ double clip_grad_norm_(Qwen3MoeImpl& model, const Qwen3MoeExpertParallel& ep, do
 
 // fully_shard for an expert-parallel model: every sparse layer's experts a unit over
 // expert_mesh (1-D: the ranks that hold the same experts; gradients divided by the batch
-// group's size, since their sum already covers the ep ranks' tokens), then every decoder layer
-// and the root with `dense` (whose mesh should span the batch group).
+// group's size, since their sum already covers the ep ranks' tokens; their outer layout the ep
+// placement, so state dicts see and write whole (E, ...) tensors and an EP x FSDP checkpoint
+// loads into any other layout), then every decoder layer and the root with `dense` (whose
+// mesh should span the batch group).
 void fully_shard_qwen3_moe(Qwen3MoeImpl& model, const Qwen3MoeExpertParallel& ep,
                            const FullyShardOptions& dense,
                            std::shared_ptr<dist::DeviceMesh> expert_mesh);
 
 // Whole tensors from EP-local ones: the expert tensors of `local` (name -> this rank's (E/ep,
 // ...) slice, e.g. model->named_parameters() or fsdpp::full_parameters(model)) all-gathered over
-// the ep group to (E, ...); the others returned as they are. Collective over the ep group.
+// the ep group to (E, ...); the others, and expert tensors already whole (fsdpp::full_parameters
+// of a model sharded by fully_shard_qwen3_moe), returned as they are. Collective over the ep
+// group.
 std::map<std::string, at::Tensor> gather_experts(
     const std::vector<std::pair<std::string, at::Tensor>>& local, const Qwen3MoeExpertParallel& ep);
 

@@ -14,6 +14,10 @@
 //     static constexpr std::array<std::pair<LrSchedulerType, std::string_view>, 3> kNames{{
 //         {LrSchedulerType::COSINE, "cosine"}, ...}};
 //   };
+//
+// A table may also give YAML's null a meaning (Hugging Face's None, as `fsdp_backward_prefetch:
+// null` is "no prefetch"): `static constexpr E kNull = ...;`. Then null, `~`, an empty value and
+// the names null and None (any case) read as it; to_yaml still writes its name from the table.
 
 #include <fmt/format.h>
 
@@ -29,6 +33,17 @@ namespace fsdpp::train {
 
 template <class E>
 struct ChoiceNames;  // specialised per enum, see above
+
+// Whether ChoiceNames<E> gives null a meaning (kNull).
+template <class E>
+inline constexpr bool kHasNullChoice = requires { ChoiceNames<E>::kNull; };
+
+// YAML's null as a config value reads it: null, ~, the empty string, and Python's None.
+inline bool is_null_spelling(std::string_view text) {
+  std::string l(text);
+  for (char& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return l.empty() || l == "null" || l == "~" || l == "none";
+}
 
 template <class E>
 class Choice {
@@ -62,6 +77,9 @@ class Choice {
   }
   // The value named `text`, or nullopt.
   static std::optional<E> find(std::string_view text) {
+    if constexpr (kHasNullChoice<E>) {
+      if (is_null_spelling(text)) return Names::kNull;
+    }
     const std::string n = normalize(text);
     for (const auto& [v, name] : Names::kNames) {
       if (name == n) return v;
@@ -75,6 +93,7 @@ class Choice {
       if (!out.empty()) out += ", ";
       out += name;
     }
+    if constexpr (kHasNullChoice<E>) out += " or null";
     return out;
   }
 

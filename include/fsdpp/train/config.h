@@ -72,8 +72,13 @@ struct FsdpSection {
   Choice<AutoWrapPolicy> auto_wrap_policy = AutoWrapPolicy::TRANSFORMER_BASED_WRAP;
   std::vector<std::string> transformer_layer_cls_to_wrap = {"TransformerBlock"};
   int64_t min_num_params = 100000000;  // SIZE_BASED_WRAP: a unit per subtree of this many params
+  // YAML null is NO_PREFETCH (Hugging Face's None).
   Choice<BackwardPrefetch> backward_prefetch = BackwardPrefetch::BACKWARD_PRE;
   bool forward_prefetch = false;
+  // Broadcast rank 0's parameters and buffers to every rank before sharding
+  // (FullyShardOptions::sync_module_states): fsdpp's ranks already start from the same weights
+  // (training.seed), so this is a check that costs one broadcast per tensor at startup.
+  bool sync_module_states = false;
   // At most two prefetched all-gathers in flight (false: as many as the prefetch asks for).
   bool limit_all_gathers = true;
   Choice<state::StateDictType> state_dict_type = state::StateDictType::SHARDED;
@@ -97,6 +102,14 @@ struct TrainingSection {
   int64_t per_device_train_batch_size = 8;
   int64_t per_device_eval_batch_size = 8;
   int64_t gradient_accumulation_steps = 1;
+  // Hugging Face's names for the training batches' loader (data::BatchLoader): 0 makes each
+  // batch on the training thread when it is needed; N > 0 background threads make them ahead,
+  // up to dataloader_prefetch_factor per thread, the same batches in the same order.
+  int64_t dataloader_num_workers = 0;
+  int64_t dataloader_prefetch_factor = 2;
+  // Pinned (page-locked) host memory for the batches when the ranks use CUDA, so that copies to
+  // the GPU can be asynchronous; on CPU it has no effect (said once in the log).
+  bool dataloader_pin_memory = false;
   double learning_rate = 3e-4;
   int64_t warmup_steps = 0;
   double weight_decay = 0.0;

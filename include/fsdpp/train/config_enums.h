@@ -43,11 +43,13 @@ struct ChoiceNames<AutoWrapPolicy> {
   }};
 };
 
-// Hugging Face's spelling of fully_shard's BackwardPrefetch (NONE is NO_PREFETCH).
+// Hugging Face's spelling of fully_shard's BackwardPrefetch (NONE is NO_PREFETCH, and YAML's
+// null, which Accelerate takes as None: no prefetch).
 template <>
 struct ChoiceNames<BackwardPrefetch> {
   static constexpr std::string_view kWhat = "backward prefetch";
   static constexpr bool kAnyCase = true;
+  static constexpr BackwardPrefetch kNull = BackwardPrefetch::NONE;
   static constexpr std::array<std::pair<BackwardPrefetch, std::string_view>, 3> kNames{{
       {BackwardPrefetch::BACKWARD_PRE, "BACKWARD_PRE"},
       {BackwardPrefetch::BACKWARD_POST, "BACKWARD_POST"},
