@@ -245,7 +245,7 @@ void PipelineRuntime::wait(dist::Work& work, const Action& a, State& st) {
     }
     // Short sleeps first (a message is usually a few tens of microseconds away), then longer
     // ones, so that a waiting rank does not take the CPU from the ranks computing.
-    std::this_thread::sleep_for(std::chrono::microseconds(++polls < 50 ? 20 : 200));
+    std::this_thread::sleep_for(std::chrono::microseconds(++polls < 250 ? 10 : 100));
   }
   work.wait();  // rethrows the recv's or send's error
 }
