@@ -299,8 +299,17 @@ void apply_override(const Schema& schema, YAML::Node doc, const std::string& tex
                 "training.learning_rate=1e-3",
                 quote(text));
   }
-  const std::string key_path = trim(std::string_view(text).substr(0, eq));
+  std::string key_path = trim(std::string_view(text).substr(0, eq));
   const std::string value_text = trim(std::string_view(text).substr(eq + 1));
+  // A config group's prefix before a top-level section ("distillation.training.fsdp"), as Hydra
+  // writes overrides, addresses that section.
+  for (const auto& group : schema.override_groups) {
+    const std::string prefix = group + ".";
+    if (key_path.rfind(prefix, 0) != 0) continue;
+    const std::string rest = key_path.substr(prefix.size());
+    const Key* top = schema.root.child(rest.substr(0, rest.find('.')));
+    if (top && top->is_section() && top->name != group) key_path = rest;
+  }
   std::vector<const Key*> keys;
   const Key* sec = &schema.root;
   std::string path;

@@ -186,7 +186,9 @@ const Schema& train_schema() {
           {"initializer_range", "model.init_std"},
           {"dataset", "data.path"},
       },
-      "a YAML map with the sections model:, data: and training:"};
+      "a YAML map with the sections model:, data: and training:",
+      // The Hydra group of the distillation guide's launch scripts: distillation.training.X=v.
+      {"distillation"}};
   return s;
 }
 

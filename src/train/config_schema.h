@@ -159,10 +159,15 @@ struct Schema {
   // full path of ours that unknown-key errors suggest instead.
   std::map<std::string, std::string> elsewhere;
   std::string top_level;  // what a document must be, for messages ("a YAML map with ...")
+  // Hydra config groups that other tools' overrides start with: "distillation.training.fsdp=x"
+  // (the group `distillation`, whose file holds a `training:` section) is read as
+  // "training.fsdp=x" when the name after the group is a top-level section.
+  std::vector<std::string> override_groups;
 };
 
 // Parses `text` (one YAML document, a map), applies `overrides` in order ("a.b=value", the value
-// read as a YAML scalar, list or map, literally for literal keys), then reads every key into
+// read as a YAML scalar, list or map, literally for literal keys; see override_groups), then
+// reads every key into
 // `config`, which must be the schema's C. `source` names the text in messages.
 void read_document(const Schema& schema, void* config, const std::string& text,
                    const std::vector<std::string>& overrides, const std::string& source);

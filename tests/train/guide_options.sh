@@ -6,7 +6,8 @@
 #  - with [TransformerBlock], on 2 ranks launched with the guide's torchrun spellings
 #    (--nproc_per_node=2 --master_port=...), plus the options the guide names elsewhere
 #    (fsdp_backward_prefetch: null, fsdp_sync_module_states, dataloader_num_workers: 4,
-#    dataloader_pin_memory), the losses equal those of the run without them, bit for bit;
+#    dataloader_pin_memory, and its launch script's override distillation.training.fsdp=...),
+#    the losses equal those of the run without them, bit for bit;
 #  - pin_memory on CPU is said once; a run resumed from a checkpoint with 4 loader threads
 #    continues bit for bit;
 #  - the guide's two-node commands (--nnodes=2 --node_rank=k --master_addr --master_port), here
@@ -69,7 +70,8 @@ llama=(training.fsdp_config.fsdp_transformer_layer_cls_to_wrap=[TransformerBlock
 "$run" --nproc_per_node=2 --master_port=$(free_port) --timeout-s 120 "$train" "$dir/default.yaml" \
   "${small[@]}" "${llama[@]}" training.output_dir="$dir/guide" training.save_steps=3 \
   training.fsdp_config.fsdp_backward_prefetch=null training.fsdp_config.fsdp_sync_module_states=true \
-  training.dataloader_num_workers=4 training.dataloader_pin_memory=true | tee "$dir/guide.log"
+  training.dataloader_num_workers=4 training.dataloader_pin_memory=true \
+  distillation.training.fsdp="full_shard" | tee "$dir/guide.log"
 "$run" --nproc-per-node 2 --timeout-s 120 "$train" "$dir/default.yaml" "${small[@]}" "${llama[@]}" \
   training.output_dir="$dir/plain"
 [ "$(grep -c 'dataloader_pin_memory=true has no effect on CPU' "$dir/guide.log")" -eq 1 ]

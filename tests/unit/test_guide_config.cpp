@@ -192,7 +192,26 @@ TEST(DistillGuideConfig, EveryOtherOptionTheGuideNames) {
       "  fsdp_config:\n    backward_prefetch: \"backward_pre\"\n    forward_prefetch: true\n");
   EXPECT_EQ(short_names.training.fsdp_config.backward_prefetch, BackwardPrefetch::BACKWARD_PRE);
   EXPECT_TRUE(short_names.training.fsdp_config.forward_prefetch);
-  // Its batch-size sweep override (Hydra's distillation.training.X is written training.X).
+  // Its batch-size sweep override (also as distillation.training.X: the next test).
   EXPECT_EQ(training("", {"training.per_device_train_batch_size=8"})
                 .training.per_device_train_batch_size, 8);
+}
+
+TEST(DistillGuideConfig, HydraGroupOverridesAddressTheTrainingSection) {
+  // The guide's launch scripts: `distillation.training.fsdp="full_shard"` and its batch sweep.
+  const auto c = training("", {"distillation.training.fsdp=\"shard_grad_op\"",
+                               "distillation.training.per_device_train_batch_size=4",
+                               "distillation.training.fsdp_config.fsdp_backward_prefetch=null"});
+  EXPECT_EQ(c.training.fsdp, ShardingStrategy::SHARD_GRAD_OP);
+  EXPECT_EQ(c.training.per_device_train_batch_size, 4);
+  EXPECT_EQ(c.training.fsdp_config.backward_prefetch, BackwardPrefetch::NONE);
+  // Errors name the override as written.
+  const auto e =
+      error_of([] { training("", {"distillation.training.per_device_train_batch_size=x"}); });
+  EXPECT_NE(e.find("(override 'distillation.training.per_device_train_batch_size=x')"),
+            std::string::npos) << e;
+  // Only before a top-level section: anything else under the group is read as it is.
+  EXPECT_NE(error_of([] { training("", {"distillation.no_such_key=1"}); })
+                .find("unknown key 'distillation"),
+            std::string::npos);
 }
