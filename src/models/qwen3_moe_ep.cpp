@@ -14,6 +14,7 @@
 namespace fsdpp::models {
 namespace {
 
+// ep null: the experts run here (the model-level hook of plain data parallelism).
 class ExpertParallelHooks : public Qwen3MoeParallelHooks {
  public:
   ExpertParallelHooks(moe::GroupPtr ep, moe::GroupPtr batch, int64_t num_experts,
@@ -23,6 +24,7 @@ class ExpertParallelHooks : public Qwen3MoeParallelHooks {
 
   at::Tensor experts(const at::Tensor& x, const at::Tensor& expert_ids, const at::Tensor& weights,
                      Qwen3MoeExperts& experts) override {
+    if (!ep_) return fsdpp::forward(experts, x, expert_ids, weights);
     moe::ExpertDispatch d(x, expert_ids, num_experts_, ep_, name_);
     // Through fsdpp::forward: the experts may be an FSDP unit over their own mesh.
     auto y = fsdpp::forward(experts, d.tokens, d.tokens_per_expert);
@@ -140,6 +142,18 @@ Qwen3MoeExpertParallel parallelize_qwen3_moe_experts(Qwen3MoeImpl& model,
   model.parallel = std::make_shared<ExpertParallelHooks>(ep.ep_, ep.batch_, cfg.num_experts,
                                                          "model", ep.load_);
   return ep;
+}
+
+std::shared_ptr<const std::vector<int64_t>> use_global_load_balancing_loss(
+    Qwen3MoeImpl& model, const moe::GroupPtr& batch) {
+  FSDPP_CHECK_AS(ConfigError, batch, "[models] use_global_load_balancing_loss: no batch group");
+  FSDPP_CHECK_AS(ConfigError, !model.parallel,
+                 "[models] use_global_load_balancing_loss: the model already has parallel hooks "
+                 "(parallelize_qwen3_moe_experts computes the loss over its batch group itself)");
+  auto load = std::make_shared<std::vector<int64_t>>();
+  model.parallel = std::make_shared<ExpertParallelHooks>(nullptr, batch, model.config().num_experts,
+                                                         "model", load);
+  return load;
 }
 
 void sync_expert_parallel_gradients(Qwen3MoeImpl& model, const Qwen3MoeExpertParallel& ep) {

@@ -350,6 +350,61 @@ TEST(ExpertParallel, CheckpointedLayersEqualSingleProcess) {
   }
 }
 
+// Plain data parallelism (FSDP over the world, every rank all experts and a part of the batch)
+// with the load-balancing loss over the global batch: every step's loss and aux loss and every
+// final parameter equal one process's. Each rank's own aux loss, averaged over the ranks, does
+// not (megablocks#85): checked at the first step.
+TEST(MoeDataParallel, GlobalLoadBalancingLossEqualsSingleProcess) {
+  auto g = world_group();
+  const auto cfg = tiny_moe();
+  auto none = [](models::Qwen3MoeImpl&) {};
+  const auto ref = train_reference(cfg, kSteps, none);
+  double per_rank_diff = 0;
+  {
+    models::Qwen3Moe local(cfg);
+    auto b = part_of(global_batch(0, cfg.vocab_size), g->rank(), g->size());
+    per_rank_diff = std::abs(mean_over(local->forward(b.x, b.y, true).aux_loss, g) - ref.aux[0]);
+    EXPECT_GT(per_rank_diff, 1e-4) << "a per-rank aux loss is layout-free?";
+  }
+  models::Qwen3Moe model(cfg);
+  auto load = models::use_global_load_balancing_loss(*model, g);
+  FullyShardOptions o;
+  o.mesh = test::world().mesh();
+  for (size_t i = 0; i < model->layers->size(); ++i) {
+    fully_shard(*model->layers->ptr<models::Qwen3MoeDecoderLayerImpl>(i), o);
+  }
+  fully_shard(model, o);
+  auto opt = adamw(model->parameters());
+  Diffs d;
+  for (int s = 0; s < kSteps; ++s) {
+    auto b = part_of(global_batch(s, cfg.vocab_size), g->rank(), g->size());
+    auto out = fsdpp::forward(model, b.x, b.y, /*output_router_logits=*/true);
+    out.loss.backward();
+    const double norm = fsdpp::clip_grad_norm_(*model, kClip);
+    opt.step();
+    opt.zero_grad();
+    d.norm = std::max(d.norm, std::abs(norm - ref.norms[s]) / ref.norms[s]);
+    d.loss = std::max(d.loss, std::abs(mean_over(out.loss, g) - ref.losses[s]));
+    d.aux = std::max(d.aux, std::abs(out.aux_loss.item<double>() - ref.aux[s]));
+  }
+  int64_t choices = 0;
+  for (auto n : *load) choices += n;
+  EXPECT_EQ(choices, kGlobalBatch * kSeq * cfg.num_experts_per_tok * 2);
+  std::map<std::string, at::Tensor> whole;
+  for (auto& [name, t] : fsdpp::full_parameters(*model)) whole[name] = t;
+  compare_params(whole, ref, d);
+  EXPECT_LT(d.loss, 1e-5);
+  EXPECT_LT(d.aux, 1e-5);
+  EXPECT_LT(d.norm, 1e-5);
+  EXPECT_LT(d.param, 1e-5) << d.worst;
+  if (g->rank() == 0) {
+    std::printf("[dp parity] FSDP %d, global load-balancing loss: max |loss - ref| %.3g, |aux - "
+                "ref| %.3g over %d steps, max |param - ref| %.3g (per-rank aux averaged: |aux - "
+                "ref| %.3g at step 0)\n",
+                g->size(), d.loss, d.aux, kSteps, d.param, per_rank_diff);
+  }
+}
+
 // A router whose weights are zero and frozen gives every token the same probabilities, so top-1
 // sends every token of every layer to one expert: the ranks without it receive nothing and
 // their experts get zero gradients (still decayed by AdamW, as in one process).

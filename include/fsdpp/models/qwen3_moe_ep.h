@@ -81,6 +81,14 @@ class Qwen3MoeExpertParallel {
 Qwen3MoeExpertParallel parallelize_qwen3_moe_experts(Qwen3MoeImpl& model,
                                                      const Qwen3MoeExpertParallelOptions& options);
 
+// Plain data parallelism (every rank all experts, e.g. FSDP over ranks that each take part of
+// the batch): the load-balancing loss over the global batch, as parallelize_qwen3_moe_experts
+// computes it, so that it and the router's gradient do not change with the layout (a per-rank
+// loss averaged over ranks does: megablocks#85). Returns the top-k choices per expert over the
+// global batch, rewritten by every forward that computes the loss. Call once, before sharding.
+std::shared_ptr<const std::vector<int64_t>> use_global_load_balancing_loss(
+    Qwen3MoeImpl& model, const moe::GroupPtr& batch);
+
 // Expert parallelism without FSDP, after backward: the replicated parameters' gradients
 // averaged over the batch group (one flat all-reduce), the experts' divided by its size (the
 // all-to-all's backward already summed what every rank's tokens gave them). The batch group
