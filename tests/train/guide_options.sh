@@ -9,7 +9,8 @@
 #    dataloader_pin_memory, and its launch script's override distillation.training.fsdp=...),
 #    the losses equal those of the run without them, bit for bit;
 #  - pin_memory on CPU is said once; a run resumed from a checkpoint with 4 loader threads
-#    continues bit for bit;
+#    continues bit for bit; fsdp_sync_module_states makes a rank that built other weights
+#    train as rank 0's (and without it, it does not);
 #  - the guide's two-node commands (--nnodes=2 --node_rank=k --master_addr --master_port), here
 #    two launchers on this host, give the same losses again.
 set -euo pipefail
@@ -83,7 +84,23 @@ grep -q "fsdp_backward_prefetch: NO_PREFETCH" "$dir/guide/config.yaml"
   training.output_dir="$dir/resumed" training.resume_from_checkpoint="$dir/guide/checkpoint-3" \
   training.dataloader_num_workers=4
 
-# 4. The guide's two-node commands, both nodes on this host.
+# 4. fsdp_sync_module_states gives every rank rank 0's weights: rank 1 builds other ones (another
+#    init_std) and the run still equals the plain one; without it, it does not.
+cat > "$dir/per_rank.sh" <<'EOF'
+#!/bin/sh
+prog=$1; shift
+if [ "$RANK" = 0 ]; then exec "$prog" "$@" model.init_std=0.02; fi
+exec "$prog" "$@" model.init_std=0.05
+EOF
+chmod +x "$dir/per_rank.sh"
+for sync in true false; do
+  "$run" --nproc-per-node 2 --timeout-s 120 "$dir/per_rank.sh" "$train" "$dir/default.yaml" \
+    "${small[@]}" "${llama[@]}" training.output_dir="$dir/sync_$sync" \
+    training.fsdp_config.fsdp_sync_module_states=$sync > "$dir/sync_$sync.log" 2>&1 \
+    || { cat "$dir/sync_$sync.log"; exit 1; }
+done
+
+# 5. The guide's two-node commands, both nodes on this host.
 port=$(free_port)
 pids=()
 for k in 0 1; do
@@ -101,14 +118,19 @@ import json, sys
 d = sys.argv[1]
 def losses(run):
     return {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(f"{d}/{run}/metrics.jsonl")}
-guide, plain, resumed, nodes = (losses(r) for r in ("guide", "plain", "resumed", "nodes"))
+guide, plain, resumed, nodes, synced, unsynced = (
+    losses(r) for r in ("guide", "plain", "resumed", "nodes", "sync_true", "sync_false"))
 assert sorted(guide) == list(range(1, 7)), guide
 print("guide's options :", [round(guide[s], 6) for s in sorted(guide)])
 print("without them    :", [round(plain[s], 6) for s in sorted(plain)])
 print("resumed at 3    :", [round(resumed[s], 6) for s in sorted(resumed)])
 print("2 nodes x 1 rank:", [round(nodes[s], 6) for s in sorted(nodes)])
+print("rank 1 other init, synced  :", [round(synced[s], 6) for s in sorted(synced)])
+print("rank 1 other init, unsynced:", [round(unsynced[s], 6) for s in sorted(unsynced)])
 assert guide == plain, "the guide's options changed the losses"
 assert {s: guide[s] for s in (4, 5, 6)} == {s: resumed[s] for s in (4, 5, 6)}, "resume differs"
 assert nodes == plain, "two launchers differ from one"
+assert synced == plain, "fsdp_sync_module_states did not give rank 1 rank 0's weights"
+assert unsynced != plain, "rank 1's other weights changed nothing: the check above proves nothing"
 print("ok: equal bit for bit")
 PY
