@@ -245,8 +245,8 @@ TEST(PipelineFsdp, Pp2TimesFsdp2MatchesOneProcess) {
       mm.check(fmt::format("step {} loss", step), loss.item<double>(),
                ref.losses[static_cast<size_t>(step)]);
     }
-    const auto reduce_scatters =
-        (dp_group->counters() - before).calls_of(dist::Collective::REDUCE_SCATTER);
+    const auto traffic = dp_group->counters() - before;
+    const auto reduce_scatters = traffic.calls_of(dist::Collective::REDUCE_SCATTER);
     int params = 0;
     std::set<std::string> units;  // (stage, unit) with parameters: one reduce-scatter each
     for (int s : sched.stages_of(pp_group->rank())) {
@@ -265,9 +265,14 @@ TEST(PipelineFsdp, Pp2TimesFsdp2MatchesOneProcess) {
                             << (c.every_microbatch ? " reducing every microbatch" : "");
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (w.rank() == 0) {
-      std::printf("  pp 2 x %s 2, %-16s m %d%s: parity ok=%d (%.2f s)\n", to_string(c.strategy),
-                  c.name, c.m, c.every_microbatch ? " (reduce every microbatch)" : "",
-                  mm.first.empty() ? 1 : 0, s);
+      // What keeping parameters gathered saves: all-gathers per step on the dp_shard group.
+      std::printf("  pp 2 x %s 2, %-16s m %d%s: parity ok=%d, per step on rank 0: %.0f "
+                  "all-gathers (%.0f KB), %.0f reduce-scatters (%.2f s)\n",
+                  to_string(c.strategy), c.name, c.m,
+                  c.every_microbatch ? " (reduce every microbatch)" : "", mm.first.empty() ? 1 : 0,
+                  double(traffic.calls_of(dist::Collective::ALL_GATHER)) / kSteps,
+                  double(traffic.bytes_of(dist::Collective::ALL_GATHER)) / kSteps / 1024,
+                  double(reduce_scatters) / kSteps, s);
     }
   }
 }
