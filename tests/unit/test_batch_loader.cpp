@@ -162,3 +162,19 @@ TEST_F(BatchLoaderTest, RefusesBadOptions) {
   EXPECT_THROW(BatchLoader(sampler, {.batch_size = 2, .num_workers = 1, .prefetch_factor = 0}),
                fsdpp::ConfigError);
 }
+
+TEST_F(BatchLoaderTest, NextWaitsAtMostItsTimeout) {
+  // A batch of 20000 windows takes the worker far longer than 1 ms to read.
+  DistributedSampler sampler(*data_, kOpts);
+  BatchLoader loader(sampler, {.batch_size = 20000, .num_workers = 1,
+                               .timeout = std::chrono::milliseconds(1)});
+  std::string message;
+  try {
+    loader.next();
+  } catch (const fsdpp::Error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("[data] batch 0 was not ready after 1 ms from 1 loader threads"),
+            std::string::npos) << message;
+  EXPECT_EQ(loader.state(), SamplerState{});  // nothing was taken
+}
