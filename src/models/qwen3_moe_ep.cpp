@@ -6,6 +6,9 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/sharded_param.h"
 #include "fsdpp/moe/clip.h"
@@ -154,6 +157,19 @@ std::shared_ptr<const std::vector<int64_t>> use_global_load_balancing_loss(
   model.parallel = std::make_shared<ExpertParallelHooks>(nullptr, batch, model.config().num_experts,
                                                          "model", load);
   return load;
+}
+
+ExpertLoadSummary summarize_expert_load(const std::vector<int64_t>& load) {
+  ExpertLoadSummary out;
+  if (load.empty()) return out;
+  out.min = *std::min_element(load.begin(), load.end());
+  out.max = *std::max_element(load.begin(), load.end());
+  double sum = 0, squares = 0;
+  for (auto n : load) sum += static_cast<double>(n);
+  const double mean = sum / static_cast<double>(load.size());
+  for (auto n : load) squares += (static_cast<double>(n) - mean) * (static_cast<double>(n) - mean);
+  if (mean > 0) out.cv = std::sqrt(squares / static_cast<double>(load.size())) / mean;
+  return out;
 }
 
 void sync_expert_parallel_gradients(Qwen3MoeImpl& model, const Qwen3MoeExpertParallel& ep) {

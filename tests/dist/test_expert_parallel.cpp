@@ -324,9 +324,12 @@ TEST(ExpertParallel, Qwen3MoeTrainingEqualsSingleProcess) {
   EXPECT_LT(d.norm, 1e-5);        // each expert counted once across the ep group
   EXPECT_LT(d.param, 1e-5) << d.worst;
   if (g->rank() == 0) {
+    const auto s = models::summarize_expert_load(load);
     std::printf("[ep parity] EP %d: max |loss - ref| %.3g, |aux - ref| %.3g over %d steps, max "
-                "relative |grad norm - ref| %.3g, max |param - ref| %.3g (%s)\n",
-                g->size(), d.loss, d.aux, kSteps, d.norm, d.param, d.worst.c_str());
+                "relative |grad norm - ref| %.3g, max |param - ref| %.3g (%s); step 0 load per "
+                "expert min %lld max %lld cv %.3f\n",
+                g->size(), d.loss, d.aux, kSteps, d.norm, d.param, d.worst.c_str(),
+                static_cast<long long>(s.min), static_cast<long long>(s.max), s.cv);
   }
 }
 
@@ -421,6 +424,10 @@ TEST(ExpertParallel, ForcedRoutingEqualsSingleProcess) {
   int nonzero = 0;
   for (auto n : load) nonzero += n > 0;
   EXPECT_EQ(nonzero, 1) << "one expert takes every token";
+  const auto summary = models::summarize_expert_load(load);
+  EXPECT_EQ(summary.min, 0);
+  EXPECT_EQ(summary.max, kGlobalBatch * kSeq * 2);  // every token of both layers, top-1
+  EXPECT_DOUBLE_EQ(summary.cv, std::sqrt(static_cast<double>(cfg.num_experts - 1)));
   EXPECT_LT(d.loss, 1e-5);
   EXPECT_LT(d.aux, 1e-5);
   EXPECT_LT(d.norm, 1e-5);

@@ -5,8 +5,11 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "fsdpp/common/error.h"
 #include "fsdpp/models/qwen3_moe.h"
+#include "fsdpp/models/qwen3_moe_ep.h"
 #include "fsdpp/moe/permute.h"
 
 using fsdpp::ConfigError;
@@ -78,4 +81,22 @@ TEST(MoeExperts, GroupedForwardEqualsRouted) {
     EXPECT_EQ(p.grad().abs().sum().item<double>(), 0.0);
   }
   EXPECT_THROW(ex->forward(x, std::vector<int64_t>{1, 1, 1, 1}), ConfigError);
+}
+
+// min / max / coefficient of variation of tokens per expert, against the numbers worked out.
+TEST(MoeExpertLoad, SummaryOfTokensPerExpert) {
+  using fsdpp::models::summarize_expert_load;
+  auto even = summarize_expert_load({4, 4, 4, 4});
+  EXPECT_EQ(even.min, 4);
+  EXPECT_EQ(even.max, 4);
+  EXPECT_EQ(even.cv, 0.0);
+  // mean 4, deviations -4, 4, -4, 4: std 4, cv 1.
+  auto skewed = summarize_expert_load({0, 8, 0, 8});
+  EXPECT_EQ(skewed.min, 0);
+  EXPECT_EQ(skewed.max, 8);
+  EXPECT_DOUBLE_EQ(skewed.cv, 1.0);
+  // One expert takes all 12 of 4: mean 3, std sqrt((81 + 3 * 9) / 4) = sqrt(27), cv sqrt(3).
+  EXPECT_DOUBLE_EQ(summarize_expert_load({12, 0, 0, 0}).cv, std::sqrt(3.0));
+  EXPECT_EQ(summarize_expert_load({0, 0}).cv, 0.0);
+  EXPECT_EQ(summarize_expert_load({}).max, 0);
 }

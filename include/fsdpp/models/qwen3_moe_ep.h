@@ -89,6 +89,16 @@ Qwen3MoeExpertParallel parallelize_qwen3_moe_experts(Qwen3MoeImpl& model,
 std::shared_ptr<const std::vector<int64_t>> use_global_load_balancing_loss(
     Qwen3MoeImpl& model, const moe::GroupPtr& batch);
 
+// How evenly a step's top-k choices spread over the experts (the metrics' load per expert):
+// the fewest and most choices an expert received and the coefficient of variation (population
+// standard deviation over mean; 0 when perfectly even, 0 for no choices at all).
+struct ExpertLoadSummary {
+  int64_t min = 0;
+  int64_t max = 0;
+  double cv = 0;
+};
+ExpertLoadSummary summarize_expert_load(const std::vector<int64_t>& load);
+
 // Expert parallelism without FSDP, after backward: the replicated parameters' gradients
 // averaged over the batch group (one flat all-reduce), the experts' divided by its size (the
 // all-to-all's backward already summed what every rank's tokens gave them). The batch group
