@@ -21,6 +21,7 @@ commands = json.loads((build / "compile_commands.json").read_text())
 CASES = {
     "dist": ("fsdpp/common/error.h", "fsdpp/fsdp/fully_shard.h"),
     "fsdp": ("fsdpp/dist/process_group.h", "fsdpp/state/state_dict.h"),
+    "moe": ("fsdpp/fsdp/fully_shard.h", "fsdpp/models/qwen3_moe.h"),
     "state": ("fsdpp/fsdp/sharded_param.h", "fsdpp/models/llama.h"),
     "models": ("fsdpp/state/safetensors.h", "fsdpp/train/config.h"),
     "estimate": ("fsdpp/models/llama.h", "fsdpp/train/trainer.h"),
