@@ -187,6 +187,71 @@ TEST(Pipeline, EveryScheduleMatchesOneProcess) {
   EXPECT_EQ(cases, 24);
 }
 
+namespace {
+
+// y = tanh(a x) for the first stage; the second applies `a` and then `b` (or `a` twice: a weight
+// used before and after another use of the input, which the split backward cannot separate and
+// so runs whole in W).
+struct TinyStageImpl : torch::nn::Module {
+  TinyStageImpl(bool last, bool reuse) : last(last), reuse(reuse) {
+    a = register_module("a", torch::nn::Linear(8, 8));
+    if (last && !reuse) b = register_module("b", torch::nn::Linear(8, 8));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    auto h = torch::tanh(a(x));
+    if (!last) return h;
+    return reuse ? a(h) : b(h);
+  }
+  bool last, reuse;
+  torch::nn::Linear a{nullptr}, b{nullptr};
+};
+TORCH_MODULE(TinyStage);
+
+}  // namespace
+
+// I then W gives the gradients one full backward gives: ZBVZeroBubble on a pp group of one
+// rank (both stages here, the second with an input gradient to split from), and B
+// (Interleaved1F1B, two stages on the rank), against the two stages run whole in one backward;
+// with a weight used twice too.
+TEST(Pipeline, SplitBackwardEqualsFullBackward) {
+  auto& w = test::world();
+  auto solo = w.new_group({w.rank()}, "pipeline_solo_" + std::to_string(w.rank()));
+  auto g = at::make_generator<at::CPUGeneratorImpl>(3);
+  auto x = torch::randn({4, 8}, g);
+  auto target = torch::randn({4, 8}, g);
+  for (bool reuse : {false, true}) {
+    TinyStage s0(false, reuse), s1(true, reuse);
+    // The reference: both stages over the whole batch, one backward.
+    auto loss = torch::mse_loss(s1(s0(x)), target);
+    loss.backward();
+    std::map<std::string, at::Tensor> want;
+    for (const auto& p : s0->named_parameters()) want["0." + p.key()] = p.value().grad().clone();
+    for (const auto& p : s1->named_parameters()) want["1." + p.key()] = p.value().grad().clone();
+    for (const char* name : {"ZBVZeroBubble", "Interleaved1F1B"}) {
+      auto sched = pp::make_schedule(name, 1, 2);
+      ASSERT_EQ(sched.num_stages, 2) << name;
+      s0->zero_grad();
+      s1->zero_grad();
+      std::vector<pp::PipelineStage> stages{
+          pp::make_stage(0, s0),
+          pp::make_stage(1, s1, [](const at::Tensor& y, const at::Tensor& t) {
+            return torch::mse_loss(y, t);
+          })};
+      pp::PipelineRuntime rt(sched, std::move(stages), solo);
+      auto out = rt.step(x, target);
+      EXPECT_NEAR(out.loss, loss.item<double>(), 1e-6) << name;
+      for (const auto& p : s0->named_parameters()) {
+        EXPECT_TRUE(torch::allclose(p.value().grad(), want["0." + p.key()], 1e-5, 1e-7))
+            << name << " stage 0 " << p.key() << (reuse ? " (weight used twice)" : "");
+      }
+      for (const auto& p : s1->named_parameters()) {
+        EXPECT_TRUE(torch::allclose(p.value().grad(), want["1." + p.key()], 1e-5, 1e-7))
+            << name << " stage 1 " << p.key() << (reuse ? " (weight used twice)" : "");
+      }
+    }
+  }
+}
+
 // pp 2 x FSDP 2 on a (pp, dp_shard) mesh (run with 4 ranks): each stage fully_shard-ed over its
 // dp_shard pair (every block a unit, the stage the root), the global batch split over dp, the
 // gradients reduce-scattered once per step (or every microbatch), clipping over pp and dp_shard.
@@ -274,6 +339,22 @@ TEST(PipelineFsdp, Pp2TimesFsdp2MatchesOneProcess) {
                   double(traffic.bytes_of(dist::Collective::ALL_GATHER)) / kSteps / 1024,
                   double(reduce_scatters) / kSteps, s);
     }
+  }
+  // A schedule that splits backward is refused for FSDP stages, before anything runs.
+  auto sched = pp::make_schedule("ZBH1", 2, 2);
+  models::Llama model(cfg);
+  std::vector<models::LlamaStage> all;
+  auto mine = llama_stages(model, sched, pp_group->rank(), &all);
+  FullyShardOptions o;
+  o.mesh = dp_mesh;
+  fully_shard(*all[static_cast<size_t>(pp_group->rank())], o);
+  try {
+    pp::PipelineRuntime rt(sched, std::move(mine), pp_group);
+    ADD_FAILURE() << "ZBH1 with FSDP stages was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(std::string(e.what()).find("splits backward into I and W, which fully_shard-ed "
+                                           "stages do not support yet") != std::string::npos)
+        << e.what();
   }
 }
 
