@@ -103,6 +103,10 @@ PipelineRuntime::PipelineRuntime(PipelineSchedule schedule, std::vector<Pipeline
     if (fsdpp::detail::unit_of(*s.module)) ++num_fsdp;
   }
   fsdp_ = num_fsdp > 0;
+  // Messages live where the stages compute (a CUDA device under NCCL): their parameters' device.
+  for (const auto& s : stages_) {
+    for (const auto& p : s.module->parameters()) device_ = p.device();
+  }
   FSDPP_CHECK_AS(ConfigError, num_fsdp == 0 || num_fsdp == static_cast<int>(stages_.size()),
                  "[pipeline] rank {}: {} of its {} stages are fully_shard-ed; shard all or none",
                  rank, num_fsdp, stages_.size());
@@ -198,7 +202,7 @@ StepOutput PipelineRuntime::step(const at::Tensor& inputs, const at::Tensor& tar
     fail(i, i < list.size() ? list[i] : Action{}, e.what());
   }
   // The loss, from the rank of the last stage to every rank.
-  auto loss = at::zeros({1}, at::kDouble);
+  auto loss = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));
   StepOutput out;
   if (local_[static_cast<size_t>(last)] >= 0) {
     double sum = 0;
@@ -265,7 +269,7 @@ void PipelineRuntime::post_recvs(State& st) {
     const bool fwd = a.kind == ActionKind::RECV_F;
     const int from = fwd ? a.stage - 1 : a.stage;  // whose output it is (or its gradient)
     auto t = at::empty(out_sizes_[static_cast<size_t>(from)],
-                       at::TensorOptions().dtype(out_dtypes_[static_cast<size_t>(from)]));
+                       at::TensorOptions().dtype(out_dtypes_[static_cast<size_t>(from)]).device(device_));
     const int peer = schedule_.rank_of(fwd ? a.stage - 1 : a.stage + 1);
     const int tag = fwd ? tag_of(schedule_, 0, a.stage - 1, a.microbatch)
                         : tag_of(schedule_, 1, a.stage + 1, a.microbatch);
@@ -336,6 +340,7 @@ void PipelineRuntime::run_action(size_t index, const Action& a, State& st) {
         meta[0] = static_cast<int64_t>(sizes.size());
         meta[1] = static_cast<int64_t>(t.scalar_type());
         for (size_t d = 0; d < sizes.size(); ++d) meta[static_cast<int64_t>(d) + 2] = sizes[d];
+        meta = meta.to(device_);
         st.sends.emplace_back(pp_->send_async(meta, peer, meta_tag(schedule_, s),
                                               {fmt::format("stage {} output shape", s)}),
                               meta);
@@ -365,10 +370,11 @@ void PipelineRuntime::run_action(size_t index, const Action& a, State& st) {
       const int prev = s - 1;
       const int peer = schedule_.rank_of(prev);
       if (!agreed_[static_cast<size_t>(prev)]) {
-        auto meta = at::empty({kMaxDims + 2}, at::kLong);
+        auto meta = at::empty({kMaxDims + 2}, at::TensorOptions().dtype(at::kLong).device(device_));
         auto w = pp_->recv_async(meta, peer, meta_tag(schedule_, prev),
                                  {fmt::format("stage {} output shape", prev)});
         wait(w, a, st);
+        meta = meta.cpu();
         const auto n = meta[0].item<int64_t>();
         std::vector<int64_t> sizes;
         for (int64_t d = 0; d < n; ++d) sizes.push_back(meta[d + 2].item<int64_t>());
@@ -385,7 +391,7 @@ void PipelineRuntime::run_action(size_t index, const Action& a, State& st) {
         agreed_[static_cast<size_t>(prev)] = true;
       }
       auto t = at::empty(out_sizes_[static_cast<size_t>(prev)],
-                         at::TensorOptions().dtype(out_dtypes_[static_cast<size_t>(prev)]));
+                         at::TensorOptions().dtype(out_dtypes_[static_cast<size_t>(prev)]).device(device_));
       auto w = pp_->recv_async(t, peer, tag_of(schedule_, 0, prev, mb),
                                {fmt::format("stage {} activation", prev)});
       wait(w, a, st);
@@ -447,7 +453,7 @@ void PipelineRuntime::run_action(size_t index, const Action& a, State& st) {
         break;
       }
       const auto& like = out_sizes_[static_cast<size_t>(s)];
-      auto t = at::empty(like, at::TensorOptions().dtype(out_dtypes_[static_cast<size_t>(s)]));
+      auto t = at::empty(like, at::TensorOptions().dtype(out_dtypes_[static_cast<size_t>(s)]).device(device_));
       auto w = pp_->recv_async(t, schedule_.rank_of(s + 1), tag_of(schedule_, 1, s + 1, mb),
                                {fmt::format("stage {} input gradient", s + 1)});
       wait(w, a, st);
@@ -466,7 +472,11 @@ void PipelineRuntime::run_action(size_t index, const Action& a, State& st) {
 double clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm,
                        const std::vector<std::shared_ptr<dist::ProcessGroup>>& groups) {
   at::NoGradGuard no_grad;
-  auto total = at::zeros({1}, at::kDouble);
+  at::Device device = at::kCPU;  // where the groups communicate: the gradients' device
+  for (const auto& p : params) {
+    if (p.grad().defined()) device = p.grad().device();
+  }
+  auto total = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
   for (const auto& p : params) {
     if (p.grad().defined()) total += p.grad().to(at::kDouble).square().sum();
   }

@@ -113,6 +113,7 @@ class PipelineRuntime {
   std::vector<int> local_;  // stage -> index in stages_, -1 when elsewhere
   std::vector<int> last_backward_;  // stage -> the microbatch of its last B on this rank
   bool fsdp_ = false;       // the stages are fully_shard-ed
+  at::Device device_ = at::kCPU;  // of the stages' parameters: where messages are allocated
   MeasuredRank timings_;
   // Shape and dtype of each stage's output (what crosses to the next stage), once agreed.
   std::vector<std::vector<int64_t>> out_sizes_;
