@@ -334,8 +334,22 @@ at::Tensor generate(Llama& model, const at::Tensor& prompt, const GenerateOption
   for (int64_t step = 0; step < n_new; ++step) {
     const int64_t len = tokens.size(1);
     auto context = len > max_len ? tokens.narrow(1, len - max_len, max_len) : tokens;
+    int64_t t = context.size(1);
+    // Sequence parallelism needs a length its degree divides: padding on the right changes no
+    // logit before it (causal attention), and the last real position is read; at max_seq_len
+    // the oldest tokens are dropped instead.
+    const int64_t multiple = model->parallel ? model->parallel->sequence_multiple() : 1;
+    if (t % multiple != 0 && t + multiple - t % multiple <= max_len) {
+      context = at::cat({context, at::zeros({context.size(0), multiple - t % multiple}, context.options())}, 1);
+    } else if (t % multiple != 0) {
+      context = context.narrow(1, t % multiple, t - t % multiple);
+      t = context.size(1);
+    }
     at::Tensor logits = fsdpp::forward(model, context);     // (B,t,V)
-    auto last = logits.select(1, -1).to(at::kFloat);         // (B,V)
+    auto last = logits.select(1, t - 1).to(at::kFloat);      // (B,V)
+    // Under tensor parallelism each rank has its vocabulary columns; every rank samples the
+    // same token from the whole (its generator in the same state).
+    if (model->parallel) last = model->parallel->whole_logits(last);
     at::Tensor next;                                         // (B,1)
     if (temperature == 0) {
       next = last.argmax(-1, /*keepdim=*/true);

@@ -37,6 +37,19 @@ class LlamaTensorParallelHooks : public models::LlamaParallelHooks {
   at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets) override {
     return vocab_parallel_cross_entropy(logits, targets, vocab_offset_, group_);
   }
+  int64_t sequence_multiple() const override { return sp_ ? group_->size() : 1; }
+  at::Tensor whole_logits(const at::Tensor& logits) override {
+    const int64_t dim = logits.dim() - 1;
+    int64_t local = logits.size(dim);
+    auto total = torch::tensor({local});
+    group_->all_reduce(total, dist::ReduceOp::SUM, {"whole_logits"});
+    Placement p;
+    p.sharded = true;
+    p.dim = dim;
+    p.full_size = total.item<int64_t>();
+    p.range = shard_range(p.full_size, group_->size(), group_->rank());
+    return full_tensor(logits.contiguous(), p, group_);
+  }
 
  private:
   GroupPtr group_;

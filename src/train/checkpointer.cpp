@@ -1,6 +1,8 @@
 // fsdpp-train's checkpoints. See checkpointer.h and docs/training.md.
 #include "checkpointer.h"
 
+#include "fsdpp/train/parallel_dims.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <torch/torch.h>
@@ -493,7 +495,8 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
   TrainerState ts;
   ts.step = step;
   ts.epoch = sampler.epoch;
-  ts.windows_consumed = sampler.position * world.size();
+  // Windows over all data-parallel ranks (the ranks of a tp group read the same ones).
+  ts.windows_consumed = sampler.position * parallel_dims(s.cfg, world.size()).dp();
   ts.world_size = world.size();
   ts.schedule = schedule;
   if (s_->scaler && s_->scaler->is_enabled()) ts.grad_scaler = s_->scaler->state();

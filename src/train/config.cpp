@@ -1,6 +1,7 @@
 // TrainConfig's checks and what it hands out to the trainer, its checkpointer, the memory check
 // and fsdpp-estimate. Its keys are in config_keys.cpp, the schema engine in config_schema.h.
 #include "fsdpp/train/config.h"
+#include "fsdpp/train/parallel_dims.h"
 
 #include <algorithm>
 #include <cmath>
@@ -220,6 +221,8 @@ void TrainConfig::validate() const {
   for (int64_t step : t.profile_steps) {
     check(step >= 1, "[config] training.profile_steps has {}: expected steps >= 1", step);
   }
+  // parallelism: (what needs the world size is checked by parallel_dims)
+  validate_parallelism(*this);
 }
 
 bool TrainingSection::report_to_tensorboard() const {

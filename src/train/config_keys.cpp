@@ -164,6 +164,13 @@ const Schema& train_schema() {
                       FSDPP_KEY(training, malloc_mmap_threshold),
                       FSDPP_KEY(training, profile_steps),
                   }),
+          section("parallelism",
+                  {
+                      FSDPP_KEY(parallelism, data_parallel_replicate_degree),
+                      FSDPP_KEY(parallelism, data_parallel_shard_degree),
+                      FSDPP_KEY(parallelism, tensor_parallel_degree),
+                      FSDPP_KEY(parallelism, enable_sequence_parallel),
+                  }),
       }),
       // Other frameworks' names for our keys (Hugging Face's LlamaConfig, nanoGPT, ...).
       {
@@ -186,7 +193,7 @@ const Schema& train_schema() {
           {"initializer_range", "model.init_std"},
           {"dataset", "data.path"},
       },
-      "a YAML map with the sections model:, data: and training:",
+      "a YAML map with the sections model:, data:, training: and parallelism:",
       // The Hydra group of the distillation guide's launch scripts: distillation.training.X=v.
       {"distillation"}};
   return s;

@@ -41,9 +41,10 @@ void make_optimizer(TrainSession& s) {
     total_steps = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(t.num_train_epochs * per_epoch)));
   }
   s.schedule = cfg.lr_schedule(total_steps);
-  const int64_t tokens_per_step = s.tokens_per_step = B * accum * cfg.data.seq_len * world.size();
+  const int64_t dp = s.dims.dp();  // the ranks of a tp group train on the same tokens
+  const int64_t tokens_per_step = s.tokens_per_step = B * accum * cfg.data.seq_len * dp;
   s.say(fmt::format("[train] {} steps of {} sequences x {} tokens ({} tokens per step), AdamW lr {} {} warmup {}",
-                    total_steps, B * accum * world.size(), cfg.data.seq_len, tokens_per_step,
+                    total_steps, B * accum * dp, cfg.data.seq_len, tokens_per_step,
                     t.learning_rate, t.lr_scheduler_type, t.warmup_steps));
 }
 

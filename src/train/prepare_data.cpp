@@ -79,6 +79,7 @@ void prepare_data(TrainSession& s) {
   const auto& cache_dir = s.cache_dir;
   auto& init = s.init;
   auto& tokenizer = s.tokenizer;
+  s.dims = parallel_dims(cfg, world.size());  // its errors before any data work
   const fs::path& corpus = s.corpus = corpus_file(cfg.data, cache_dir, world);
   // A model starts from its own tokenizer: the one stored with model.init_from's weights.
   tokenizer = init ? init->take_tokenizer() : nullptr;
@@ -105,27 +106,29 @@ void prepare_data(TrainSession& s) {
                     cfg.data.path, dataset->size(), tokenizer->name(), tokenizer->vocab_size(),
                     train_data.size(), val_data.size()));
 
+  // The ranks of a tp group take the same batches: the data splits over the dp ranks.
+  const ParallelDims& dims = s.dims;
   data::SamplerOptions& sopts = s.sopts;
   sopts.seq_len = cfg.data.seq_len;
-  sopts.rank = world.rank();
-  sopts.world_size = world.size();
+  sopts.rank = dims.dp_rank(world.rank());
+  sopts.world_size = dims.dp();
   sopts.seed = t.seed;
   data::DistributedSampler& sampler = s.sampler.emplace(train_data, sopts);
   FSDPP_CHECK_AS(ConfigError, sampler.windows_per_rank() >= 1,
                  "[train] the training split has {} tokens: too few for seq_len={} on {}",
-                 train_data.size(), cfg.data.seq_len, count_of(world.size(), "rank"));
+                 train_data.size(), cfg.data.seq_len, count_of(dims.dp(), "data-parallel rank"));
   // The validation split is evaluated at the end of every run (and every eval_steps): a split
   // without a window of seq_len+1 tokens for every rank would fail there, after the training
   // steps and before the final save, so it is refused here, before any step.
   if (val_data.size() > 0) {
     const int64_t val_windows = (val_data.size() - 1) / cfg.data.seq_len;
-    FSDPP_CHECK_AS(ConfigError, val_windows >= world.size(),
+    FSDPP_CHECK_AS(ConfigError, val_windows >= dims.dp(),
                    "[train] the validation split (data.val_fraction={}) has {} tokens: {} of "
                    "seq_len+1={} tokens for {}; expected at least one window per rank (raise "
                    "data.val_fraction, use more text, shorten data.seq_len, or set "
                    "data.val_fraction=0 to train without validation)",
                    cfg.data.val_fraction, val_data.size(), count_of(val_windows, "window"),
-                   cfg.data.seq_len + 1, count_of(world.size(), "rank"));
+                   cfg.data.seq_len + 1, count_of(dims.dp(), "data-parallel rank"));
   }
 }
 

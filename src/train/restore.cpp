@@ -92,18 +92,19 @@ void restore(TrainSession& s) {
     if (offload) offload->offload_state();  // the loaded state out of memory before step 1
     // The sampler continues after the windows consumed over all ranks, whatever the world size
     // was: each rank is at consumed / world_size in the epoch (exact when it divides).
-    data::SamplerState ss{resumed->epoch, resumed->windows_consumed / world.size()};
+    const int dp = s.dims.dp();  // the ranks of a tp group read the same windows
+    data::SamplerState ss{resumed->epoch, resumed->windows_consumed / dp};
     if (ss.position >= sampler.windows_per_rank()) ss = {ss.epoch + 1, 0};
     sampler.load_state(ss);
     first_step = resumed->step + 1;
     s.say(fmt::format("[train] resumed from {} (step {}, saved on {}): epoch {}, {} consumed{}",
                       resume_dir.string(), resumed->step, count_of(resumed->world_size, "rank"),
                       resumed->epoch, count_of(resumed->windows_consumed, "window"),
-                      resumed->windows_consumed % world.size() == 0
+                      resumed->windows_consumed % dp == 0
                           ? ""
                           : fmt::format(" (not a multiple of {}: {} skipped)",
-                                        count_of(world.size(), "rank"),
-                                        resumed->windows_consumed % world.size())));
+                                        count_of(dp, "data-parallel rank"),
+                                        resumed->windows_consumed % dp)));
   } else if (!t.resume_from_checkpoint.empty()) {
     s.say(fmt::format("[train] no complete checkpoint in {} to resume from: starting at step 1",
                       out_dir.string()));

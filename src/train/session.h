@@ -28,6 +28,8 @@
 #include "fsdpp/train/config.h"
 #include "fsdpp/train/hooks.h"
 #include "fsdpp/train/lr_schedule.h"
+#include "fsdpp/train/parallel_dims.h"
+#include "fsdpp/tp/plan.h"
 #include "fsdpp/train/trainer.h"
 #include "checkpointer.h"
 #include "heartbeat.h"
@@ -65,6 +67,7 @@ struct TrainSession {
   std::optional<OutputDirLock> dir_lock;  // held by rank 0 until run() returns
 
   // ---- prepare_data
+  ParallelDims dims;  // the parallelism: section on this world; the sampler splits over dp
   std::filesystem::path corpus;
   std::unique_ptr<data::Tokenizer> tokenizer;
   std::optional<data::TokenDataset> train_data;
@@ -77,6 +80,9 @@ struct TrainSession {
   models::Llama model{nullptr};
   FullyShardOptions fopts;
   bool hybrid = false;  // hybrid_shard*: a 2-D mesh of replicas x shards
+  // Tensor parallelism: the (replicate,) shard, tp mesh and the Llama plan applied to `model`.
+  std::shared_ptr<dist::DeviceMesh> tp_mesh;
+  std::optional<tp::TensorParallel> tp;
 
   // ---- make_optimizer
   std::unique_ptr<torch::optim::AdamW> opt;

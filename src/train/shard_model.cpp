@@ -16,6 +16,7 @@
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/fsdp/strategy_traits.h"
 #include "fsdpp/fsdp/wrap_policy.h"
+#include "fsdpp/models/llama_tp_plan.h"
 #include "phases.h"
 
 namespace fsdpp::train::detail {
@@ -85,11 +86,18 @@ void shard_model(TrainSession& s) {
                 t.malloc_mmap_threshold);
   }
   const bool hybrid = s.hybrid = traits_of(t.fsdp).hybrid;
+  const ParallelDims& dims = s.dims;
   std::shared_ptr<dist::DeviceMesh> mesh = world.mesh();
-  if (hybrid) {
+  if (dims.tensor_parallel()) {
+    // TP first, then FSDP over what each rank holds (torchtitan's order), over the dp dims.
+    s.tp_mesh = dims.build_mesh(world);
+    mesh = s.tp_mesh->sub(hybrid ? std::vector<std::string>{"replicate", "shard"}
+                                 : std::vector<std::string>{"shard"});
+  } else if (hybrid) {
     // Shard inside a node (fast links), replicate across nodes: fsdp-run lays ranks out node by
     // node, so the mesh's rows of LOCAL_WORLD_SIZE ranks are the nodes.
-    const int shard = cfg.hybrid_shard_group_size(world.env().local_world_size);
+    const int shard = dims.dp_replicate > 1 ? dims.dp_shard
+                                            : cfg.hybrid_shard_group_size(world.env().local_world_size);
     FSDPP_CHECK_AS(ConfigError, shard <= world.size() && world.size() % shard == 0,
                    "[train] training.fsdp={} shards over groups of {} ranks ({}), which must "
                    "divide the world size {}",
@@ -108,6 +116,15 @@ void shard_model(TrainSession& s) {
   const WrapPolicy policy = cfg.wrap_policy();
   const auto& fc = t.fsdp_config;
   check_layer_classes(cfg, *model);
+  if (dims.tensor_parallel()) {
+    // Each rank keeps its slice of the weights every rank built from the seed (or loaded from
+    // model.init_from), so the run starts where one process would.
+    s.tp = models::parallelize_llama(*model, s.tp_mesh->group("tp"),
+                                     {.sequence_parallel = dims.sequence_parallel});
+    fopts.outer_layout = s.tp->outer_layout(*model);
+    s.say(fmt::format("[train] tensor parallel: {} (the Llama plan, docs/tensor-parallel.md)",
+                      dims.describe()));
+  }
   if (t.gradient_checkpointing) {
     const auto marked = apply_activation_checkpointing(
         *model, fc.transformer_layer_cls_to_wrap, static_cast<int>(t.gradient_checkpointing_every));

@@ -60,6 +60,7 @@ void train_loop(TrainSession& s) {
     if (trace) trace->begin_step(step);
     const auto comm_before = comm_counters(*model);
     const auto split_before = comm_split(s);
+    const uint64_t tp_before = s.tp_mesh ? s.tp_mesh->counters("tp").total_bytes() : 0;
     const auto [lr, loss_sum, grad_norm, stepped, loss_scale] = train_step(s, step);
     const auto step_end = Clock::now();
     // The step's collectives, per kind, for its trace event (what the trace must hold).
@@ -104,6 +105,8 @@ void train_loop(TrainSession& s) {
       const auto split_after = comm_split(s);
       j["comm_bytes_intra"] = split_after.first - split_before.first;
       j["comm_bytes_inter"] = split_after.second - split_before.second;
+      // Tensor parallelism's activations and loss, on the tp dim (docs/tensor-parallel.md).
+      if (s.tp_mesh) j["comm_bytes_tp"] = s.tp_mesh->counters("tp").total_bytes() - tp_before;
       j["elapsed_s"] = elapsed;
       dist::agree_on_failure(*world.group(), "writing metrics.jsonl", [&] {
         if (lead) metrics->append(j.dump());

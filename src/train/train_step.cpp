@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/strategy_traits.h"
 #include "fsdpp/optim/nonfinite_grad.h"
 #include "phases.h"
 
@@ -72,7 +73,13 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   dist::TraceSpan clip_span(trace.get(), "clip_grad_norm");
   if (s.hooks.after_backward) s.hooks.after_backward(hook_context);
   scaler.unscale_();  // fp16: the gradients divided back, and inf/nan agreed over the ranks
-  const double grad_norm = clip_grad_norm_(*model, t.max_grad_norm > 0 ? t.max_grad_norm : INFINITY);
+  const double max_norm = t.max_grad_norm > 0 ? t.max_grad_norm : INFINITY;
+  // Under TP the norm sums the tp slices too, and each gradient is a shard over the FSDP shard
+  // group when the strategy shards them (tp::clip_grad_norm_ counts every parameter once).
+  const double grad_norm =
+      s.tp ? tp::clip_grad_norm_(*model, *s.tp, max_norm,
+                                 traits_of(t.fsdp).shards_grads ? s.tp_mesh->group("shard") : nullptr)
+           : clip_grad_norm_(*model, max_norm);
   // The norm is non-finite exactly when a gradient element is: one check per step, and the
   // search for the culprit only then. Under fp16 the loss scaler skips such steps instead.
   if (!t.fp16 && !std::isfinite(grad_norm)) stop_on_nonfinite(*model, world, step, loss_sum);

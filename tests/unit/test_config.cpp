@@ -10,6 +10,7 @@
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/train/config.h"
+#include "fsdpp/train/parallel_dims.h"
 
 using fsdpp::ConfigError;
 using fsdpp::ShardingStrategy;
@@ -512,7 +513,7 @@ TEST(Config, MemoryAndSpeedOptions) {
 }
 
 TEST(Config, ErrorBadDocument) {
-  expect_message(yaml_error(""), {"test.yaml is empty", "model:, data: and training:"});
+  expect_message(yaml_error(""), {"test.yaml is empty", "model:, data:, training: and parallelism:"});
   expect_message(yaml_error("# only a comment\n\n"), {"test.yaml is empty"});
   expect_message(yaml_error(std::string("\x7f" "ELF\x02\x01\x01\0\0\0", 10)),
                  {"test.yaml is not a text file", "byte 0x7f at offset 0"});
@@ -702,4 +703,48 @@ TEST(Config, ChoicesAreTypedWhenRead) {
   expect_message(error_of([&] { c.training.lr_scheduler_type = "cosine_with_restarts"; }),
                  {"unknown learning-rate schedule 'cosine_with_restarts'",
                   "expected one of cosine, linear, constant"});
+}
+
+// parallelism: resolved on a world size (train/parallel_dims.h); every bad combination names
+// its keys. The trainer's runs under these degrees: train.tensor_parallel.
+TEST(Config, ParallelismDegrees) {
+  using fsdpp::train::parallel_dims;
+  const std::string base = "data: {path: x}\n";
+  auto dims = parallel_dims(parse(base, {"parallelism.tensor_parallel_degree=2"}), 4);
+  EXPECT_EQ(dims.dp_shard, 2);
+  EXPECT_EQ(dims.tp, 2);
+  EXPECT_EQ(dims.dp(), 2);
+  EXPECT_EQ(dims.dp_rank(3), 1);  // tp innermost: ranks 2 and 3 are one tp group
+  EXPECT_EQ(parallel_dims(parse(base), 3).dp_shard, 3);
+  dims = parallel_dims(parse(base, {"training.fsdp=hybrid_shard", "parallelism.tensor_parallel_degree=2",
+                                    "parallelism.data_parallel_replicate_degree=2"}),
+                       8);
+  EXPECT_EQ(dims.describe(), "dp_replicate 2 x dp_shard 2 x tp 2");
+  EXPECT_EQ(parse(base, {"parallelism.tensor_parallel_degree=2", "parallelism.enable_sequence_parallel=true"})
+                .to_yaml()
+                .find("enable_sequence_parallel: true") != std::string::npos,
+            true);
+  expect_message(error_of([&] { parallel_dims(parse(base, {"parallelism.tensor_parallel_degree=3"}), 4); }),
+                 {"tensor_parallel_degree=3", "cannot fill 4 ranks"});
+  expect_message(error_of([&] {
+                   parallel_dims(parse(base, {"parallelism.tensor_parallel_degree=2",
+                                              "parallelism.data_parallel_shard_degree=3"}),
+                                 4);
+                 }),
+                 {"data_parallel_shard_degree=3", "is 6 ranks but the world has 4"});
+  expect_message(error_of([&] {
+                   parallel_dims(parse(base, {"parallelism.data_parallel_replicate_degree=2"}), 4);
+                 }),
+                 {"data_parallel_replicate_degree=2 needs training.fsdp hybrid_shard"});
+  expect_message(error_of([&] {
+                   parallel_dims(parse(base, {"training.fsdp=hybrid_shard", "parallelism.tensor_parallel_degree=2"}), 4);
+                 }),
+                 {"training.fsdp=HYBRID_SHARD with parallelism.tensor_parallel_degree=2 needs"});
+  expect_message(yaml_error(base, {"parallelism.enable_sequence_parallel=true"}),
+                 {"enable_sequence_parallel=true needs parallelism.tensor_parallel_degree > 1"});
+  expect_message(yaml_error(base, {"parallelism.tensor_parallel_degree=0"}),
+                 {"parallelism.tensor_parallel_degree=0: expected >= 1"});
+  expect_message(yaml_error(base, {"parallelism.tensor_parallel_degree=2", "training.fp16=true"}),
+                 {"training.fp16=true with parallelism.tensor_parallel_degree=2"});
+  expect_message(yaml_error(base, {"parallelism.tensor_parallel_degre=2"}), {"tensor_parallel_degree"});
 }

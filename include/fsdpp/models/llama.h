@@ -67,6 +67,11 @@ class LlamaParallelHooks {
   virtual at::Tensor norm_weight(const at::Tensor& weight) = 0;
   // The mean cross entropy of the logits the head produced.
   virtual at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets) = 0;
+  // The logits over the whole vocabulary from what the head produced (for sampling, which
+  // needs every token's probability; training never gathers them). Collective.
+  virtual at::Tensor whole_logits(const at::Tensor& logits) = 0;
+  // What the sequence length must be a multiple of (sequence parallelism splits it evenly).
+  virtual int64_t sequence_multiple() const = 0;
 };
 
 // x * rsqrt(mean(x^2) + eps) * weight, normalised in at least float32.

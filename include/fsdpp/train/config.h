@@ -164,10 +164,20 @@ struct TrainingSection {
   std::vector<int64_t> profile_steps;
 };
 
+// parallelism: how the ranks split the work beyond FSDP, with torchtitan's names
+// (docs/tensor-parallel.md#fsdpp-train); train/parallel_dims.h resolves them on a world.
+struct ParallelismSection {
+  int64_t data_parallel_replicate_degree = 1;  // > 1: HSDP's replicas (training.fsdp hybrid_*)
+  int64_t data_parallel_shard_degree = -1;     // -1: the ranks the other degrees leave
+  int64_t tensor_parallel_degree = 1;          // the Llama plan over groups of this many ranks
+  bool enable_sequence_parallel = false;       // norms and residuals split along the sequence
+};
+
 struct TrainConfig {
   ModelSection model;
   DataSection data;
   TrainingSection training;
+  ParallelismSection parallelism;
 
   // Parses YAML text (a file's contents), applies `overrides` in order ("training.fsdp=no_shard",
   // "training.fsdp_config.fsdp_transformer_layer_cls_to_wrap=[A, B]"; the value is read as a

@@ -1,0 +1,50 @@
+#pragma once
+// The mesh of a training run from its parallelism: section (torchtitan's ParallelDims): data
+// parallel replicas x data parallel shards x tensor parallel ranks, the last the innermost dim so
+// that a tp group is consecutive ranks (inside a node, as Megatron places it).
+//
+//   auto dims = train::parallel_dims(cfg, world.size());   // checked: [config] errors
+//   auto mesh = dims.build_mesh(world);                     // ("replicate",) "shard", "tp"
+//   dims.dp_rank(world.rank());                             // which part of the batch
+//
+// Without TP and replicas it is plain FSDP over the world (fsdpp's 1-D mesh); HYBRID strategies
+// then keep their own group size (training.fsdp_config.fsdp_hybrid_shard_group_size).
+
+#include <memory>
+#include <string>
+
+#include "fsdpp/dist/device_mesh.h"
+#include "fsdpp/dist/world.h"
+
+namespace fsdpp::train {
+
+struct TrainConfig;
+
+struct ParallelDims {
+  int dp_replicate = 1;
+  int dp_shard = 1;
+  int tp = 1;
+  bool sequence_parallel = false;
+
+  int world_size() const { return dp_replicate * dp_shard * tp; }
+  int dp() const { return dp_replicate * dp_shard; }  // ranks that see different data
+  // This rank's place among the data-parallel ranks: the ranks of a tp group share it.
+  int dp_rank(int rank) const { return rank / tp; }
+  bool tensor_parallel() const { return tp > 1; }
+  // The mesh, for tensor parallelism only: dims ("replicate",) "shard", "tp" (the replicate
+  // dim only when dp_replicate > 1). FSDP shards over sub({"shard"}), or sub({"replicate",
+  // "shard"}) for the HYBRID strategies; the Llama plan runs over group("tp"). Collective.
+  std::shared_ptr<dist::DeviceMesh> build_mesh(dist::World& world) const;
+  std::string describe() const;  // "dp_shard 2 x tp 2 (sequence parallel)"
+};
+
+// The keys' checks that need no world (called by TrainConfig::validate): degrees >= 1 (the
+// shard degree -1 too), sequence parallelism only with a tp degree > 1, and what TP cannot be
+// combined with yet (fp16's scaler, offload).
+void validate_parallelism(const TrainConfig& cfg);
+
+// The degrees on `world_size` ranks; throws ConfigError naming the keys when their product is
+// not the world size or the strategy cannot hold them (replicas without a HYBRID strategy).
+ParallelDims parallel_dims(const TrainConfig& cfg, int world_size);
+
+}  // namespace fsdpp::train

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# fsdpp-train's parallelism: section (docs/tensor-parallel.md#fsdpp-train) against one process:
+#   one: 1 rank, 8 sequences per step;
+#   tp2: TP 2 on 2 ranks (one data-parallel rank: 8 sequences);
+#   tp2x2: TP 2 x FSDP 2 with sequence parallelism on 4 ranks (4 sequences per dp rank);
+# every step's loss and grad norm equal one's within 1e-5, and so does the sample text. Then
+# tp2x2's checkpoint-3 (saved under TP x FSDP) resumes on 1 rank and on TP 2 to step 6 with one's
+# losses, its checkpoint-6 exports to Hugging Face's layout with one's tensors (within 1e-5),
+# and bad combinations are [config] errors naming the keys.
+set -euo pipefail
+run=$1 train=$2 python=$3 src=$4
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+cp "$src/docs/tensor-parallel.md" "$dir/text.txt"  # a fixed text while docs/ may change
+common=(data.path="$dir/text.txt" data.seq_len=32 data.val_fraction=0.1 model.dim=64
+        model.n_layers=2 model.n_heads=4 model.n_kv_heads=2 model.max_seq_len=32 model.vocab_size=259
+        training.logging_steps=1 training.eval_steps=0 training.save_steps=3 training.max_steps=6
+        training.sample_tokens=16 training.warmup_steps=2 training.learning_rate=0.001
+        training.lr_scheduler_type=constant training.seed=7 training.malloc_mmap_threshold=0
+        training.fsdp_config.fsdp_state_dict_type=SHARDED_STATE_DICT data.cache_dir="$dir/cache")
+go() {  # ranks, output dir, extra keys...
+  local n=$1 out=$2
+  shift 2
+  "$run" --nproc-per-node "$n" --timeout-s 120 "$train" "$src/configs/default.yaml" "${common[@]}" \
+    training.output_dir="$dir/$out" "$@" > "$dir/$out.log" 2>&1 || { cat "$dir/$out.log"; exit 1; }
+}
+go 1 one training.per_device_train_batch_size=8
+go 2 tp2 training.per_device_train_batch_size=8 parallelism.tensor_parallel_degree=2
+go 4 tp2x2 training.per_device_train_batch_size=4 parallelism.tensor_parallel_degree=2 \
+  parallelism.enable_sequence_parallel=true
+grep -q "tensor parallel: dp_shard 2 x tp 2 (sequence parallel)" "$dir/tp2x2.log"
+# Resumed from the TP 2 x FSDP 2 checkpoint, on other layouts.
+for layout in "1 r1 8" "2 r_tp2 8 parallelism.tensor_parallel_degree=2"; do
+  set -- $layout
+  n=$1 out=$2 b=$3
+  shift 3
+  cp -r "$dir/tp2x2" "$dir/$out"
+  rm -rf "$dir/$out/checkpoint-6" "$dir/$out/sample.txt"
+  go "$n" "$out" training.per_device_train_batch_size="$b" \
+    training.resume_from_checkpoint="$dir/$out/checkpoint-3" "$@"
+done
+ckpt=$(dirname "$train")/fsdpp-ckpt
+"$ckpt" export-hf "$dir/one/checkpoint-6" "$dir/hf_one" > /dev/null
+"$ckpt" export-hf "$dir/tp2x2/checkpoint-6" "$dir/hf_tp2x2" > /dev/null
+"$python" - "$dir" <<'PY'
+import json, sys
+from safetensors.torch import load_file
+d = sys.argv[1]
+a, b = load_file(f"{d}/hf_one/model.safetensors"), load_file(f"{d}/hf_tp2x2/model.safetensors")
+assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+for k in a:
+    assert a[k].shape == b[k].shape and (a[k] - b[k]).abs().max().item() < 1e-5, k
+print(f"tensor_parallel: Hugging Face export of the TP 2 x FSDP 2 checkpoint: {len(a)} tensors as one process's")
+def steps(name):
+    return {j["step"]: j for j in map(json.loads, open(f"{d}/{name}/metrics.jsonl")) if "loss" in j}
+one = steps("one")
+assert sorted(one) == list(range(1, 7)), sorted(one)
+worst = 0.0
+for name in ("tp2", "tp2x2", "r1", "r_tp2"):
+    got = steps(name)
+    assert sorted(got) == list(range(1, 7)), (name, sorted(got))
+    for s, j in got.items():
+        for k in ("loss", "grad_norm"):
+            diff = abs(j[k] - one[s][k])
+            worst = max(worst, diff)
+            assert diff < 1e-5, (name, s, k, j[k], one[s][k])
+    if name.startswith("tp"):
+        assert all(j["comm_bytes_tp"] > 0 for j in got.values()), name
+        sample = open(f"{d}/{name}/sample.txt", "rb").read()
+        assert sample == open(f"{d}/one/sample.txt", "rb").read(), (name, sample)
+print(f"tensor_parallel: 4 layouts x 6 steps equal one process, worst difference {worst:.2e}")
+PY
+# Bad combinations: the error names the keys.
+bad() {  # ranks, expected text, keys...
+  local n=$1 want=$2
+  shift 2
+  if "$run" --nproc-per-node "$n" --timeout-s 60 "$train" "$src/configs/default.yaml" "${common[@]}" \
+      training.output_dir="$dir/bad" "$@" > "$dir/bad.log" 2>&1; then
+    echo "accepted: $*"; exit 1
+  fi
+  grep -qF "$want" "$dir/bad.log" || { echo "expected '$want' for $*:"; cat "$dir/bad.log"; exit 1; }
+}
+bad 2 "cannot fill 2 ranks" parallelism.tensor_parallel_degree=3
+bad 2 "is 4 ranks but the world has 2" parallelism.tensor_parallel_degree=2 parallelism.data_parallel_shard_degree=2
+bad 1 "parallelism.enable_sequence_parallel=true needs parallelism.tensor_parallel_degree > 1" \
+  parallelism.enable_sequence_parallel=true
+bad 2 "needs training.fsdp hybrid_shard or hybrid_shard_zero2" parallelism.data_parallel_replicate_degree=2
+bad 2 "training.fp16=true with parallelism.tensor_parallel_degree=2" \
+  parallelism.tensor_parallel_degree=2 training.fp16=true
+bad 2 "n_kv_heads=1 is smaller than the tensor-parallel degree 2" parallelism.tensor_parallel_degree=2 \
+  model.n_kv_heads=1
+echo "tensor_parallel: bad combinations refused"
