@@ -29,6 +29,11 @@ go 2 tp2 training.per_device_train_batch_size=8 parallelism.tensor_parallel_degr
 go 4 tp2x2 training.per_device_train_batch_size=4 parallelism.tensor_parallel_degree=2 \
   parallelism.enable_sequence_parallel=true
 grep -q "tensor parallel: dp_shard 2 x tp 2 (sequence parallel)" "$dir/tp2x2.log"
+# Activation checkpointing under TP x FSDP: the same losses, and no memory carried from step to
+# step (torchtitan#2763): the peak RSS stops growing once the first steps have allocated.
+go 4 tp2x2_ac training.per_device_train_batch_size=4 parallelism.tensor_parallel_degree=2 \
+  parallelism.enable_sequence_parallel=true training.gradient_checkpointing=true \
+  training.max_steps=16 training.save_steps=0 training.sample_tokens=0
 # Resumed from the TP 2 x FSDP 2 checkpoint, on other layouts.
 for layout in "1 r1 8" "2 r_tp2 8 parallelism.tensor_parallel_degree=2"; do
   set -- $layout
@@ -69,6 +74,13 @@ for name in ("tp2", "tp2x2", "r1", "r_tp2"):
         sample = open(f"{d}/{name}/sample.txt", "rb").read()
         assert sample == open(f"{d}/one/sample.txt", "rb").read(), (name, sample)
 print(f"tensor_parallel: 4 layouts x 6 steps equal one process, worst difference {worst:.2e}")
+ac = steps("tp2x2_ac")
+for s in range(1, 7):
+    assert abs(ac[s]["loss"] - one[s]["loss"]) < 1e-5, ("checkpointed", s, ac[s]["loss"], one[s]["loss"])
+growth = ac[16]["peak_rss_mb"] - ac[6]["peak_rss_mb"]
+print(f"tensor_parallel: activation checkpointing, peak RSS {ac[6]['peak_rss_mb']:.1f} MB at step 6, "
+      f"{ac[16]['peak_rss_mb']:.1f} MB at step 16")
+assert growth < 2.0, ("peak RSS grew under TP with activation checkpointing", growth)
 PY
 # Bad combinations: the error names the keys.
 bad() {  # ranks, expected text, keys...
