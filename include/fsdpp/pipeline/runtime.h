@@ -7,7 +7,7 @@
 //   for (int s : sched.stages_of(pp->rank())) mine.push_back(pipeline::make_stage(s, ...));
 //   pipeline::PipelineRuntime rt(sched, std::move(mine), pp, {.store = world->store()});
 //   auto out = rt.step(tokens, targets);   // forward and backward of the global batch
-//   pipeline::clip_grad_norm_(rt.parameters(), 1.0, {pp});  // then optimizer.step()
+//   pipeline::clip_grad_norm_(rt.parameters(), 1.0, {pp});  // clip.h; then optimizer.step()
 //
 // Loss and gradients are those of single-process training on the whole batch: dim 0 of the
 // batch is split into m equal microbatches, the last stage computes each microbatch's mean
@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "fsdpp/dist/process_group.h"
+#include "fsdpp/pipeline/clip.h"
 #include "fsdpp/pipeline/schedule.h"
 #include "fsdpp/pipeline/stage.h"
 #include "fsdpp/pipeline/timeline.h"
@@ -120,12 +121,5 @@ class PipelineRuntime {
   std::vector<at::ScalarType> out_dtypes_;
   std::vector<bool> agreed_;
 };
-
-// Global gradient-norm clipping for a pipeline: the norm over every stage's gradients, each
-// parameter counted once. `params` are this rank's (its stages', sharded or not) and `groups`
-// the groups over which they are disjoint pieces of the model: the pp group, and the FSDP shard
-// group when stages are sharded (not a group whose ranks hold replicas). Returns the total norm.
-double clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm,
-                       const std::vector<std::shared_ptr<dist::ProcessGroup>>& groups);
 
 }  // namespace fsdpp::pipeline
