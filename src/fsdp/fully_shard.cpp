@@ -63,10 +63,16 @@ namespace {
 
 // Rank 0's values everywhere: along each mesh dim from its coordinate-0 member, so that on a
 // (R, S) mesh (0, s) first takes (0, 0)'s values and then every (r, s) takes (0, s)'s.
-void broadcast_from_rank0(torch::nn::Module& module, const dist::DeviceMesh& mesh) {
+// Only the tensors this unit takes over: parameters of units made inside it are shards by now,
+// and rank 0's would replace every rank's own shard (measured: a 2-rank run's losses moved by
+// 5e-4).
+void broadcast_from_rank0(torch::nn::Module& module, const dist::DeviceMesh& mesh,
+                          const std::unordered_set<const c10::TensorImpl*>& managed) {
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> tensors;
-  for (auto& p : module.parameters()) tensors.push_back(p);
+  for (auto& p : module.parameters()) {
+    if (!managed.count(p.unsafeGetTensorImpl())) tensors.push_back(p);
+  }
   for (auto& b : module.buffers()) tensors.push_back(b);
   for (int d = mesh.ndim() - 1; d >= 0; --d) {
     const auto& group = mesh.group(d);
@@ -109,7 +115,7 @@ void fully_shard(torch::nn::Module& module, const FullyShardOptions& options) {
       for (const auto& p : u->params()) managed.insert(p->param.unsafeGetTensorImpl());
     }
   }
-  if (options.sync_module_states) broadcast_from_rank0(module, *options.mesh);
+  if (options.sync_module_states) broadcast_from_rank0(module, *options.mesh, managed);
   std::vector<std::pair<std::string, at::Tensor>> params;
   std::unordered_set<const c10::TensorImpl*> seen;
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {

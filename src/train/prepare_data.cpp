@@ -108,6 +108,7 @@ void prepare_data(TrainSession& s) {
 
   // The ranks of a tp group take the same batches: the data splits over the dp ranks.
   const ParallelDims& dims = s.dims;
+  const std::string dp_ranks = count_of(dims.dp(), dims.tensor_parallel() ? "data-parallel rank" : "rank");
   data::SamplerOptions& sopts = s.sopts;
   sopts.seq_len = cfg.data.seq_len;
   sopts.rank = dims.dp_rank(world.rank());
@@ -116,7 +117,7 @@ void prepare_data(TrainSession& s) {
   data::DistributedSampler& sampler = s.sampler.emplace(train_data, sopts);
   FSDPP_CHECK_AS(ConfigError, sampler.windows_per_rank() >= 1,
                  "[train] the training split has {} tokens: too few for seq_len={} on {}",
-                 train_data.size(), cfg.data.seq_len, count_of(dims.dp(), "data-parallel rank"));
+                 train_data.size(), cfg.data.seq_len, dp_ranks);
   // The validation split is evaluated at the end of every run (and every eval_steps): a split
   // without a window of seq_len+1 tokens for every rank would fail there, after the training
   // steps and before the final save, so it is refused here, before any step.
@@ -128,7 +129,7 @@ void prepare_data(TrainSession& s) {
                    "data.val_fraction, use more text, shorten data.seq_len, or set "
                    "data.val_fraction=0 to train without validation)",
                    cfg.data.val_fraction, val_data.size(), count_of(val_windows, "window"),
-                   cfg.data.seq_len + 1, count_of(dims.dp(), "data-parallel rank"));
+                   cfg.data.seq_len + 1, dp_ranks);
   }
 }
 

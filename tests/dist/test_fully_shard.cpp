@@ -271,3 +271,27 @@ TEST(FullyShard, ClearErrors) {
   EXPECT_THROW(fully_shard(empty, o), fsdpp::Error);
   (void)w;
 }
+
+// sync_module_states with nested units: every rank starts from other weights; after fully_shard
+// each holds rank 0's (the root's broadcast must not overwrite the inner units' shards, which
+// are this rank's rows by then).
+TEST(FullyShard, SyncModuleStatesNestedUnits) {
+  auto& w = test::world();
+  auto make = [](uint64_t seed) {
+    torch::manual_seed(seed);
+    return torch::nn::Sequential(torch::nn::Linear(8, 12), torch::nn::Linear(12, 8), torch::nn::Linear(8, 4));
+  };
+  auto want = make(11);  // rank 0's weights, built here on every rank
+  auto model = make(11 + w.rank());
+  FullyShardOptions o;
+  o.mesh = w.mesh();
+  o.sync_module_states = true;
+  fully_shard(*model->ptr(0), o);
+  fully_shard(*model->ptr(1), o);
+  fully_shard(*model.ptr(), o);
+  const auto got = fsdpp::full_parameters(*model.ptr());
+  std::map<std::string, at::Tensor> expected;
+  for (const auto& p : want->named_parameters()) expected[p.key()] = p.value();
+  ASSERT_EQ(got.size(), expected.size());
+  for (const auto& [name, t] : got) EXPECT_TRUE(at::equal(t, expected.at(name))) << name;
+}
