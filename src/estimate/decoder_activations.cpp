@@ -1,17 +1,60 @@
 #include "decoder_activations.h"
 
 namespace fsdpp::estimate_detail {
+
+// All-gather / reduce-scatter along the sequence move it to dim 0 first (a contiguous copy of
+// the input); an all-reduce runs on a clone.
+Id tp_enter(Ledger& l, const Dims& d, Id x) {
+  if (d.tp == 1 || !d.sp) return x;
+  l.touch(kActs, d.e * d.S * d.C);
+  Id out = l.alloc(kActs, d.e * d.BT * d.C);
+  l.free(x);
+  return out;
+}
+
+Id tp_exit(Ledger& l, const Dims& d, Id x) {
+  if (d.tp == 1) return x;
+  Id out = -1;
+  if (d.sp) {
+    l.touch(kActs, d.e * d.BT * d.C);
+    out = l.alloc(kActs, d.e * d.S * d.C);
+  } else {
+    out = l.alloc(kActs, d.e * d.BT * d.C);
+  }
+  l.free(x);
+  return out;
+}
+
+Id tp_exit_backward(Ledger& l, const Dims& d, Id g) {
+  if (d.tp == 1 || !d.sp) return g;
+  l.touch(kActs, d.e * d.S * d.C);
+  return l.alloc(kActs, d.e * d.BT * d.C);  // the caller frees it with g
+}
+
+Id tp_enter_backward(Ledger& l, const Dims& d, Id g) {
+  if (d.tp == 1) return g;
+  Id out = -1;
+  if (d.sp) {
+    l.touch(kActs, d.e * d.BT * d.C);
+    out = l.alloc(kActs, d.e * d.S * d.C);
+  } else {
+    out = l.alloc(kActs, d.e * d.BT * d.C);
+  }
+  l.free(g);
+  return out;
+}
+
 // RMSNorm of an input that is already in the ledger: pow's temporary, rsqrt (saved), the
 // normalised fp32 tensor (saved by the multiply with weight) and the output (saved by the next
 // linear); with mixed precision the fp32 copy of the input is saved too.
 void norm_forward(Ledger& l, const Dims& d, std::vector<Id>& saved) {
   const int64_t f = 4;
-  if (d.mp) saved.push_back(l.alloc(kActs, f * d.BT * d.C));  // xc = x.to(float)
-  l.touch(kActs, f * d.BT * d.C);                              // xc.pow(2)
-  saved.push_back(l.alloc(kActs, f * d.BT));                   // rsqrt(mean + eps)
-  if (d.mp) l.touch(kActs, f * d.BT * d.C);                    // normed in fp32, then cast
-  saved.push_back(l.alloc(kActs, d.e * d.BT * d.C));           // normed
-  saved.push_back(l.alloc(kActs, d.e * d.BT * d.C));           // normed * weight
+  if (d.mp) saved.push_back(l.alloc(kActs, f * d.S * d.C));  // xc = x.to(float)
+  l.touch(kActs, f * d.S * d.C);                              // xc.pow(2)
+  saved.push_back(l.alloc(kActs, f * d.S));                   // rsqrt(mean + eps)
+  if (d.mp) l.touch(kActs, f * d.S * d.C);                    // normed in fp32, then cast
+  saved.push_back(l.alloc(kActs, d.e * d.S * d.C));           // normed
+  saved.push_back(l.alloc(kActs, d.e * d.S * d.C));           // normed * weight
 }
 
 // Rotary embedding of x (BT x width): four half-size products, their difference and sum, the
@@ -38,10 +81,24 @@ Id rope_forward(Ledger& l, const Dims& d, Id x, int64_t width) {
   return out;
 }
 
+// Under SP the gathered input (B,T,C) is a view of a (T,B,C) buffer: each column-parallel
+// linear's matmul folds it into rows with a copy (when B > 1), and saves that copy; the gathered
+// buffer itself lives until the sub-layer returns. Replaces `saved.back()` (the norm's output)
+// by the linears' saved inputs and returns the gathered buffer (-1 when it is what they save).
+Id enter_linears(Ledger& l, const Dims& d, std::vector<Id>& saved, int n_linears) {
+  Id gathered = tp_enter(l, d, saved.back());
+  saved.back() = gathered;
+  if (!(d.tp > 1 && d.sp && d.B > 1)) return -1;
+  saved.back() = l.alloc(kActs, d.e * d.BT * d.C);
+  for (int i = 1; i < n_linears; ++i) saved.push_back(l.alloc(kActs, d.e * d.BT * d.C));
+  return gathered;
+}
+
 BlockSaved block_forward(Ledger& l, const Dims& d, Id x) {
   BlockSaved s;
   s.x = x;
   norm_forward(l, d, s.attn);
+  Id gathered = enter_linears(l, d, s.attn, 3);
   Id q = l.alloc(kActs, d.e * d.BT * d.Q);
   Id k = l.alloc(kActs, d.e * d.BT * d.K);
   Id v = l.alloc(kActs, d.e * d.BT * d.K);
@@ -57,13 +114,16 @@ BlockSaved block_forward(Ledger& l, const Dims& d, Id x) {
   Id y = l.alloc(kActs, d.e * d.BT * d.Q);        // SDPA output (saved by SDPA and wo)
   Id lse = l.alloc(kActs, 4 * d.B * d.H * d.T);  // SDPA's logsumexp
   s.attn.insert(s.attn.end(), {rq, kk, vv, y, lse});
-  Id o = l.alloc(kActs, d.e * d.BT * d.C);
-  s.h = l.alloc(kActs, d.e * d.BT * d.C);  // h = x + attention(...)
+  Id o = tp_exit(l, d, l.alloc(kActs, d.e * d.BT * d.C));
+  l.free(gathered);
+  s.h = l.alloc(kActs, d.e * d.S * d.C);  // h = x + attention(...)
   l.free(o);
   norm_forward(l, d, s.ffn);
+  gathered = enter_linears(l, d, s.ffn, 2);
   for (int i = 0; i < 4; ++i) s.ffn.push_back(l.alloc(kActs, d.e * d.BT * d.F));  // w1 x, silu, w3 x, product
-  Id f = l.alloc(kActs, d.e * d.BT * d.C);
-  s.out = l.alloc(kActs, d.e * d.BT * d.C);
+  Id f = tp_exit(l, d, l.alloc(kActs, d.e * d.BT * d.C));
+  l.free(gathered);
+  s.out = l.alloc(kActs, d.e * d.S * d.C);
   l.free(f);
   return s;
 }
@@ -73,8 +133,8 @@ BlockSaved block_forward(Ledger& l, const Dims& d, Id x) {
 // leaves the input's gradient.
 Id norm_backward(Ledger& l, const Dims& d, Id grad_in) {
   const int64_t f = 4;
-  Id t = l.alloc(kActs, 3 * f * d.BT * d.C);
-  Id g = l.alloc(kActs, d.e * d.BT * d.C);
+  Id t = l.alloc(kActs, 3 * f * d.S * d.C);
+  Id g = l.alloc(kActs, d.e * d.S * d.C);
   l.free(t);
   l.free(grad_in);
   return g;
@@ -91,8 +151,10 @@ Id block_backward(Ledger& l, const Dims& d, BlockSaved& s, Id g, const GradAlloc
   const size_t nf = ffn.size();
   const Id a = ffn[nf - 4], si = ffn[nf - 3], b = ffn[nf - 2], m = ffn[nf - 1];
   // w2: grad of the product; then the product's backward: grads of silu(a) and of b.
+  Id gw2 = tp_exit_backward(l, d, g);  // SP: the output's gradient gathered along the sequence
   Id gm = l.alloc(kActs, d.e * d.BT * d.F);
   grad(d.C * d.F);
+  if (gw2 != g) l.free(gw2);
   l.free(m);
   Id gs = l.alloc(kActs, d.e * d.BT * d.F), gb = l.alloc(kActs, d.e * d.BT * d.F);
   l.free(si);
@@ -108,15 +170,18 @@ Id block_backward(Ledger& l, const Dims& d, BlockSaved& s, Id g, const GradAlloc
   grad(d.C * d.F);
   l.free(ga);
   free_all(s.ffn);
+  gn = tp_enter_backward(l, d, gn);
   Id gh = norm_backward(l, d, gn);
   grad(d.C);
   l.free(s.h);
-  Id ghh = l.alloc(kActs, d.e * d.BT * d.C);  // residual: g + norm's gradient
+  Id ghh = l.alloc(kActs, d.e * d.S * d.C);  // residual: g + norm's gradient
   l.free(gh);
   l.free(g);
   // Attention: wo, SDPA (grads of q, k, v at full head count), repeat_kv, rotary, projections.
+  Id gwo = tp_exit_backward(l, d, ghh);
   Id gy = l.alloc(kActs, d.e * d.BT * d.Q);
   grad(d.Q * d.C);
+  if (gwo != ghh) l.free(gwo);
   Id gq = l.alloc(kActs, d.e * d.BT * d.Q), gk = l.alloc(kActs, d.e * d.BT * d.Q),
      gv = l.alloc(kActs, d.e * d.BT * d.Q);
   const std::vector<Id> attn = s.attn;
@@ -143,11 +208,12 @@ Id block_backward(Ledger& l, const Dims& d, BlockSaved& s, Id g, const GradAlloc
   l.touch(kActs, d.e * d.BT * d.C);
   grad(d.C * d.K);
   l.free(gv);
+  gn1 = tp_enter_backward(l, d, gn1);
   Id gx1 = norm_backward(l, d, gn1);
   grad(d.C);
   free_all(s.attn);
   l.free(s.x);
-  Id gx = l.alloc(kActs, d.e * d.BT * d.C);
+  Id gx = l.alloc(kActs, d.e * d.S * d.C);
   l.free(gx1);
   l.free(ghh);
   return gx;

@@ -13,11 +13,31 @@ namespace fsdpp::estimate_detail {
 
 // The saved tensors of one TransformerBlock (forward of src/models/llama.cpp, as autograd keeps
 // them) and the ones that are freed before the block ends. Sizes in bytes.
+// Under tensor parallelism Q, K, F, V and H are this rank's share (the largest one), and S is
+// the positions of the residual stream this rank holds: BT, or BT / tp under sequence
+// parallelism (norms and residuals split along the sequence).
 struct Dims {
   int64_t BT, B, T, C, Q, K, F, V, H, rep;
   int64_t e;  // activation (compute) element bytes: param_dtype
   bool mp;    // e < 4: RMSNorm and rotary maths run in an fp32 copy
+  int64_t S = 0;   // residual-stream positions on this rank (BT without SP)
+  int64_t tp = 1;  // tensor-parallel degree
+  bool sp = false;
 };
+
+// Tensor parallelism's forward regions (src/tp/regions.cpp) on a tensor already in the ledger:
+// `enter` before a column-parallel layer (SP: the all-gather along the sequence, whose result
+// replaces `x`; without SP a view), `exit` after a row-parallel one (the all-reduce's clone, or
+// the reduce-scatter's (S, C) output). Both return the id that replaces `x`.
+Id tp_enter(Ledger& l, const Dims& d, Id x);
+Id tp_exit(Ledger& l, const Dims& d, Id x);
+// Their backwards on a gradient: of `exit` (SP: all-gather S -> BT; else the same tensor) and of
+// `enter` (a clone all-reduced, or a reduce-scatter BT -> S).
+Id tp_exit_backward(Ledger& l, const Dims& d, Id g);
+Id tp_enter_backward(Ledger& l, const Dims& d, Id g);
+// tp_enter of the norm output at saved.back() for n_linears column-parallel linears; returns the
+// buffer to free when the sub-layer returns (or -1). See decoder_activations.cpp.
+Id enter_linears(Ledger& l, const Dims& d, std::vector<Id>& saved, int n_linears);
 
 struct BlockSaved {
   std::vector<Id> attn;  // freed as the attention half's backward runs

@@ -52,9 +52,21 @@ struct UnitState {
 
 }  // namespace
 
-MemoryEstimate estimate_memory(const ModelDescription& model, const EstimateOptions& o) {
-  FSDPP_CHECK_AS(ConfigError, !model.units.empty(), "[estimate] the model has no units");
+MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOptions& o) {
+  FSDPP_CHECK_AS(ConfigError, !whole.units.empty(), "[estimate] the model has no units");
   FSDPP_CHECK_AS(ConfigError, o.world_size >= 1, "[estimate] world size {} is not positive", o.world_size);
+  const int tp = o.tensor_parallel;
+  FSDPP_CHECK_AS(ConfigError, tp >= 1 && o.world_size % tp == 0,
+                 "[estimate] tensor-parallel degree {} does not divide the world size {}", tp, o.world_size);
+  FSDPP_CHECK_AS(ConfigError, !o.sequence_parallel || tp > 1,
+                 "[estimate] sequence parallelism needs a tensor-parallel degree > 1");
+  FSDPP_CHECK_AS(ConfigError, !o.sequence_parallel || o.seq_len % tp == 0,
+                 "[estimate] sequence parallelism: seq_len={} is not divisible by the tensor-parallel degree {}",
+                 o.seq_len, tp);
+  // What this rank holds before FSDP: its slices under the Llama plan (the whole model at tp 1);
+  // FSDP shards them over the data-parallel ranks.
+  const ModelDescription model = tensor_parallel_slice(whole, tp);
+  const int dp_world = o.world_size / tp;
   FSDPP_CHECK_AS(ConfigError, o.batch >= 1 && o.seq_len >= 1,
                  "[estimate] batch={} and seq_len={} must be positive", o.batch, o.seq_len);
   FSDPP_CHECK_AS(ConfigError, o.forward_prefetch >= 0 && o.backward_prefetch >= 0,
@@ -62,13 +74,13 @@ MemoryEstimate estimate_memory(const ModelDescription& model, const EstimateOpti
                  o.backward_prefetch);
   const ShardingStrategy s = o.strategy;
   const StrategyTraits& traits = traits_of(s);
-  int shard_world = o.world_size;
+  int shard_world = dp_world;
   if (!traits.shards) shard_world = 1;
   if (traits.hybrid) {
-    shard_world = o.shard_group_size > 0 ? o.shard_group_size : std::min(o.world_size, 8);
-    FSDPP_CHECK_AS(ConfigError, o.world_size % shard_world == 0,
-                   "[estimate] {} over {} ranks: shard groups of {} ranks do not divide the world",
-                   to_string(s), o.world_size, shard_world);
+    shard_world = o.shard_group_size > 0 ? o.shard_group_size : std::min(dp_world, 8);
+    FSDPP_CHECK_AS(ConfigError, dp_world % shard_world == 0,
+                   "[estimate] {} over {} data-parallel ranks: shard groups of {} ranks do not divide them",
+                   to_string(s), dp_world, shard_world);
   }
   const bool reshard_after_forward = traits.reshard_after_forward;
   const bool keep_unsharded = traits.keep_unsharded_between_steps;
@@ -112,7 +124,7 @@ MemoryEstimate estimate_memory(const ModelDescription& model, const EstimateOpti
   const double psi = static_cast<double>(model.num_params());
   e.model_states = static_cast<int64_t>(
       !traits.shards  ? psi * (f32 + f32 + optim_per_elem)
-      : keep_unsharded ? psi * f32 + psi * (f32 + optim_per_elem) / o.world_size
+      : keep_unsharded ? psi * f32 + psi * (f32 + optim_per_elem) / dp_world
                                       : psi * (f32 + f32 + optim_per_elem) / shard_world);
 
   // On the CPU every tensor comes from glibc's malloc (see HeapModel).
@@ -127,22 +139,33 @@ MemoryEstimate estimate_memory(const ModelDescription& model, const EstimateOpti
   Ledger l(on_device, heap ? &*heap : nullptr);
 
   // ---- building the model: every rank builds it whole (each parameter allocated, then redrawn
-  // from the seed through a temporary of its size), then fully_shard, unit by unit from the
-  // innermost, copies the rank's rows into the unit's flat shard and frees the full tensors ------
+  // from the seed through a temporary of its size); under TP the plan then replaces each
+  // parameter by this rank's slice; then fully_shard, unit by unit from the innermost, copies the
+  // rank's rows into the unit's flat shard and frees the full tensors ---------------------------
   l.at("building the model");
   {
     std::vector<std::vector<Id>> full(us.size());
-    auto build = [&](size_t unit, const ModelDescription::Param& p) {
-      full[unit].push_back(l.alloc(kParams, p.numel() * f32));
-    };
-    std::vector<std::pair<size_t, const ModelDescription::Param*>> order;  // registration order
-    if (!root_params.empty()) order.emplace_back(0, &root_params[0]);
+    // Registration order: (unit, index of the parameter in the unit).
+    std::vector<std::pair<size_t, size_t>> order;
+    if (!root_params.empty()) order.emplace_back(0, 0);
     for (size_t i = 1; i < model.units.size(); ++i)
-      for (const auto& p : model.units[i].params) order.emplace_back(i, &p);
-    for (size_t k = 1; k < root_params.size(); ++k) order.emplace_back(0, &root_params[k]);
-    for (const auto& [unit, p] : order) build(unit, *p);
-    for (const auto& [unit, p] : order) {
-      if (p->row_numel > 1 || model.shape == std::nullopt) l.touch(kParams, p->numel() * f32);  // init draw
+      for (size_t k = 0; k < model.units[i].params.size(); ++k) order.emplace_back(i, k);
+    for (size_t k = 1; k < root_params.size(); ++k) order.emplace_back(0, k);
+    for (const auto& [unit, k] : order) full[unit].push_back(l.alloc(kParams, whole.units[unit].params[k].numel() * f32));
+    for (const auto& [unit, k] : order) {
+      const auto& p = whole.units[unit].params[k];
+      if (p.row_numel > 1 || model.shape == std::nullopt) l.touch(kParams, p.numel() * f32);  // init draw
+    }
+    if (tp > 1) {
+      l.at("tensor-parallel slicing");
+      std::vector<size_t> next(us.size(), 0);
+      for (const auto& [unit, k] : order) {
+        Id& id = full[unit][next[unit]++];
+        const Id slice = l.alloc(kParams, model.units[unit].params[k].numel() * f32);
+        l.free(id);
+        id = slice;
+      }
+      l.at("building the model");
     }
     for (size_t k = 1; k <= us.size(); ++k) {
       const size_t i = k % us.size();  // the blocks, then the root
@@ -233,9 +256,11 @@ MemoryEstimate estimate_memory(const ModelDescription& model, const EstimateOpti
   Dims d{};
   if (have_shape) {
     const auto& sh = *model.shape;
-    d = Dims{o.batch * o.seq_len, o.batch, o.seq_len, sh.dim, sh.n_heads * sh.head_dim(),
-             sh.n_kv_heads * sh.head_dim(), sh.ffn_hidden, sh.vocab_size, sh.n_heads,
-             sh.n_heads / sh.n_kv_heads, pb, mp};
+    const int64_t BT = o.batch * o.seq_len;
+    auto share = [tp](int64_t size) { return (size + tp - 1) / tp; };  // the largest rank's
+    d = Dims{BT, o.batch, o.seq_len, sh.dim, sh.n_heads * sh.head_dim() / tp,
+             sh.n_kv_heads * sh.head_dim() / tp, share(sh.ffn_hidden), share(sh.vocab_size), sh.n_heads / tp,
+             sh.n_heads / sh.n_kv_heads, pb, mp, o.sequence_parallel ? BT / tp : BT, tp, o.sequence_parallel};
   }
 
   // One training step; the first runs without prefetch (fully_shard learns the order in it) and
@@ -257,7 +282,15 @@ MemoryEstimate estimate_memory(const ModelDescription& model, const EstimateOpti
     if (have_shape) inputs = {l.alloc(kActs, 8 * d.BT), l.alloc(kActs, 8 * d.BT)};  // tokens, targets
     unshard(0);  // the root: embeddings, final norm, output
     prefetch(forward_order, 0, fwd_prefetch);
-    Id x = have_shape ? l.alloc(kActs, d.e * d.BT * d.C) : -1;
+    Id x = -1;
+    if (have_shape && tp == 1) {
+      x = l.alloc(kActs, d.e * d.BT * d.C);
+    } else if (have_shape) {  // vocab-parallel: this rank's rows, masked, then summed over tp
+      Id rows = l.alloc(kActs, d.e * d.BT * d.C);
+      x = l.alloc(kActs, d.e * d.BT * d.C);
+      l.free(rows);
+      x = tp_exit(l, d, x);
+    }
     std::vector<BlockSaved> saved(us.size());
     for (size_t i = 1; i < us.size(); ++i) {
       l.at("forward of " + model.units[i].name);
@@ -278,11 +311,23 @@ MemoryEstimate estimate_memory(const ModelDescription& model, const EstimateOpti
     l.at("forward of the output layer and loss");
     std::vector<Id> head;
     Id logits = -1, lsm = -1;
+    Id head_gathered = -1;
     if (have_shape) {
       norm_forward(l, d, head);
+      head_gathered = enter_linears(l, d, head, 1);
       logits = l.alloc(kActs, d.e * d.BT * d.V);
+      l.free(head_gathered);
       Id flat = mp ? l.alloc(kActs, f32 * d.BT * d.V) : -1;
-      lsm = l.alloc(kActs, f32 * d.BT * d.V);
+      if (tp > 1) {
+        // tp::vocab_parallel_cross_entropy: the shifted logits and their exp live while the
+        // softmax it saves is made.
+        Id shifted = l.alloc(kActs, f32 * d.BT * d.V), ex = l.alloc(kActs, f32 * d.BT * d.V);
+        lsm = l.alloc(kActs, f32 * d.BT * d.V);
+        l.free(shifted);
+        l.free(ex);
+      } else {
+        lsm = l.alloc(kActs, f32 * d.BT * d.V);
+      }
       l.free(flat);
     }
     if (reshard_after_forward) reshard(0);
@@ -314,6 +359,7 @@ MemoryEstimate estimate_memory(const ModelDescription& model, const EstimateOpti
       l.free(zeros);
       const Id nf = head.back();
       l.free(nf);
+      gnf = tp_enter_backward(l, d, gnf);
       Id gx = norm_backward(l, d, gnf);
       root_grad(d.C);
       for (Id id : head) l.free(id);
@@ -347,11 +393,16 @@ MemoryEstimate estimate_memory(const ModelDescription& model, const EstimateOpti
     l.at("backward of the embeddings");
     if (have_shape) {
       // Dense embedding gradient; a tied embedding's second gradient is added into the first.
+      // Vocab-parallel: the gradient gathered along the sequence (SP), then through the mask.
+      Id gg = tp_exit_backward(l, d, x);
+      Id gmask = tp > 1 ? l.alloc(kActs, d.e * d.BT * d.C) : -1;
+      if (gg != x) l.free(gg);
       if (model.shape->tie_embeddings) {
         l.touch(kGradWork, d.V * d.C * pb);
       } else {
         root_grad(d.V * d.C);
       }
+      l.free(gmask);
       l.free(x);
     }
     reduce(0);
@@ -402,6 +453,11 @@ MemoryEstimate estimate_memory(const ModelDescription& model, const EstimateOpti
   if (!have_shape) e.notes.push_back("activations not estimated: the model was given as a parameter count");
   if (mp) e.notes.push_back("mixed precision: bf16/fp16 gathers and compute, fp32 master shards");
   if (o.activation_checkpointing) e.notes.push_back("activation checkpointing per TransformerBlock");
+  if (tp > 1)
+    e.notes.push_back(fmt::format("tensor parallel {}{}: the Llama plan's slices (the largest rank's), FSDP over {} "
+                                  "data-parallel ranks", tp, o.sequence_parallel ? " with sequence parallelism" : "",
+                                  dp_world));
+  if (tp > 1 && !have_shape) e.notes.push_back("tensor parallel on a parameter count: every parameter divided by the degree");
   if (o.cpu_offload && !o.device_is_gpu)
     e.notes.push_back("CPU offload on a CPU device moves nothing: everything is host memory already");
   if (!o.device_is_gpu && o.mmap_threshold <= 0)

@@ -100,4 +100,44 @@ ModelDescription describe_parameter_count(int64_t num_params, int64_t n_units) {
   return m;
 }
 
+ModelDescription tensor_parallel_slice(const ModelDescription& model, int degree) {
+  FSDPP_CHECK_AS(ConfigError, degree >= 1, "[estimate] tensor-parallel degree {} is not positive", degree);
+  if (degree == 1) return model;
+  const int64_t t = degree;
+  auto largest_share = [t](int64_t size) { return (size + t - 1) / t; };
+  ModelDescription m;
+  m.shape = model.shape;
+  if (!model.shape) {
+    for (const auto& u : model.units) {
+      ModelDescription::Unit local{u.name, {}};
+      for (const auto& p : u.params) local.params.push_back({largest_share(p.rows), p.row_numel});
+      m.units.push_back(std::move(local));
+    }
+    return m;
+  }
+  // The Llama plan's own checks (models::parallelize_llama), before anything is estimated.
+  const auto& s = *model.shape;
+  FSDPP_CHECK_AS(ConfigError, s.n_heads % t == 0,
+                 "[estimate] n_heads={} is not divisible by the tensor-parallel degree {}", s.n_heads, t);
+  FSDPP_CHECK_AS(ConfigError, s.n_kv_heads >= t && s.n_kv_heads % t == 0,
+                 "[estimate] n_kv_heads={} does not split over the tensor-parallel degree {}; grouped-query "
+                 "attention needs a whole number of kv heads per rank",
+                 s.n_kv_heads, t);
+  FSDPP_CHECK_AS(ConfigError, s.vocab_size >= t && s.ffn_hidden >= t,
+                 "[estimate] vocab_size={} and ffn_hidden={} must be at least the tensor-parallel degree {}",
+                 s.vocab_size, s.ffn_hidden, t);
+  const int64_t C = s.dim, q = s.n_heads * s.head_dim() / t, kv = s.n_kv_heads * s.head_dim() / t;
+  const int64_t V = largest_share(s.vocab_size), F = largest_share(s.ffn_hidden);
+  ModelDescription::Unit root{"(root)", {{V, C}, {C, 1}}};
+  if (!s.tie_embeddings) root.params.push_back({V, C});
+  m.units.push_back(root);
+  for (int64_t i = 0; i < s.n_layers; ++i) {
+    // Column-parallel weights keep their (out / t, in) rows; row-parallel ones (wo, w2) all C
+    // rows of in / t elements, which FSDP then shards along dim 0.
+    m.units.push_back({"layers." + std::to_string(i),
+                       {{C, 1}, {q, C}, {kv, C}, {kv, C}, {C, q}, {C, 1}, {F, C}, {C, F}, {F, C}}});
+  }
+  return m;
+}
+
 }  // namespace fsdpp

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 
 #include "../support/thread_world.h"
 #include "fsdpp/common/error.h"
@@ -21,6 +22,7 @@
 #include "fsdpp/estimate/memory_estimate.h"
 #include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/models/llama.h"
+#include "fsdpp/models/llama_tp_plan.h"
 
 namespace {
 
@@ -67,6 +69,58 @@ fsdpp::models::LlamaConfig small_config(bool tie, int64_t kv) {
 fsdpp::DecoderShape shape_of(const fsdpp::models::LlamaConfig& c) {
   return {c.vocab_size, c.dim, c.n_layers, c.n_heads, c.kv_heads(), c.ffn_hidden_dim(), c.tie_embeddings,
           c.max_seq_len};
+}
+
+// The Llama plan's shares, counted by hand for vocab 97, dim 48, 3 layers, 4 heads / 2 kv heads
+// (head_dim 12), FFN 90, untied, over 2 ranks: the embedding and the output 49 rows of 48 (the
+// first rank holds the odd row), per block the norms 48 each, wq 24 x 48, wk and wv 12 x 48, wo
+// 48 x 24, w1 and w3 45 x 48, w2 48 x 45; and the real model's parameters on rank 0 after
+// parallelize_llama.
+TEST(MemoryEstimate, TensorParallelSliceHoldsThePlansShares) {
+  fsdpp::models::LlamaConfig cfg;
+  cfg.vocab_size = 97;
+  cfg.dim = 48;
+  cfg.n_layers = 3;
+  cfg.n_heads = 4;
+  cfg.n_kv_heads = 2;
+  cfg.ffn_hidden = 90;
+  cfg.max_seq_len = 16;
+  const auto whole = fsdpp::describe_decoder(shape_of(cfg));
+  EXPECT_EQ(whole.num_params(), 2 * 97 * 48 + 48 + 3 * (2 * 48 + 2 * 48 * 48 + 2 * 24 * 48 + 3 * 90 * 48));
+  const auto local = fsdpp::tensor_parallel_slice(whole, 2);
+  const int64_t block = 48 + 24 * 48 + 12 * 48 + 12 * 48 + 48 * 24 + 48 + 45 * 48 + 48 * 45 + 45 * 48;
+  EXPECT_EQ(block, 10032);
+  EXPECT_EQ(local.num_params(), 2 * 49 * 48 + 48 + 3 * block);  // 34848, half of 69264 is 34632
+  // wo is row-parallel: all 48 rows, 24 columns each (FSDP then shards its rows).
+  EXPECT_EQ(local.units[1].params[4].rows, 48);
+  EXPECT_EQ(local.units[1].params[4].row_numel, 24);
+  std::vector<int64_t> held(2);
+  fsdpp::test::run_ranks(2, [&](fsdpp::dist::World& w) {
+    fsdpp::models::Llama model(cfg);
+    fsdpp::models::parallelize_llama(*model, w.group(), {});
+    held[w.rank()] = fsdpp::models::num_parameters(*model);
+  });
+  EXPECT_EQ(held[0], local.num_params());
+  EXPECT_EQ(held[1], local.num_params() - 2 * 48);  // one vocabulary row fewer in each table
+  // Model states: the TP-local parameters sharded over world / tp ranks, 16 bytes each (fp32 AdamW).
+  fsdpp::EstimateOptions o;
+  o.world_size = 4;
+  o.tensor_parallel = 2;
+  EXPECT_EQ(fsdpp::estimate_memory(whole, o).model_states, 16 * 34848 / 2);
+  EXPECT_EQ(fsdpp::estimate_memory(whole, o).shard_world, 2);
+  // A parameter count: every parameter divided by the degree.
+  auto m = fsdpp::describe_parameter_count(1'000'000'000, 10);
+  o.world_size = 8;
+  EXPECT_EQ(fsdpp::estimate_memory(m, o).model_states, 16'000'000'000 / 2 / 4);
+  // The plan's errors come before any estimate.
+  cfg.n_kv_heads = 1;
+  EXPECT_THROW(fsdpp::tensor_parallel_slice(fsdpp::describe_decoder(shape_of(cfg)), 2), fsdpp::ConfigError);
+  o.world_size = 3;
+  EXPECT_THROW(fsdpp::estimate_memory(whole, o), fsdpp::ConfigError);
+  o.world_size = 2;
+  o.sequence_parallel = true;
+  o.seq_len = 9;
+  EXPECT_THROW(fsdpp::estimate_memory(whole, o), fsdpp::ConfigError);
 }
 
 TEST(MemoryEstimate, DescribeDecoderCountsTheRealModelsParameters) {
@@ -149,20 +203,29 @@ struct Measured {
 // Trains the real model for three steps (the second is the steady state the estimate describes) on
 // `world.size()` ranks and returns each rank's peak of live tensor bytes, everything the rank
 // allocated included (parameters, optimizer state, activations, buffers).
+// With tp > 1: the Llama plan over groups of tp ranks, FSDP over the rest (docs/tensor-parallel.md),
+// every rank of a tp group on the same batch.
 Measured train_and_measure(fsdpp::dist::World& world, CountingAllocator& counter,
                            const fsdpp::models::LlamaConfig& cfg, ShardingStrategy s, int64_t B,
-                           int64_t T) {
+                           int64_t T, int tp = 1, bool sp = false) {
   tl_rank = world.rank();
   Measured m;
   {
     fsdpp::models::Llama model(cfg);
     fsdpp::FullyShardOptions opts;
     opts.mesh = world.mesh();
+    std::optional<fsdpp::tp::TensorParallel> plan;
+    if (tp > 1) {
+      auto mesh = world.init_device_mesh({world.size() / tp, tp}, {"shard", "tp"});
+      plan = fsdpp::models::parallelize_llama(*model, mesh->group("tp"), {.sequence_parallel = sp});
+      opts.mesh = mesh->sub({"shard"});
+      opts.outer_layout = plan->outer_layout(*model);
+    }
     opts.strategy = s;
     fsdpp::apply_fully_shard(*model, fsdpp::transformer_layer_policy({"TransformerBlock"}), opts);
     m.padded_shard_numel = fsdpp::models::num_parameters(*model);
     torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3).weight_decay(0.1));
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(7 + world.rank());
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(7 + world.rank() / tp);
     counter.reset_peak(world.rank());
     for (int step = 0; step < 3; ++step) {
       auto x = torch::randint(cfg.vocab_size, {B, T}, gen), y = torch::randint(cfg.vocab_size, {B, T}, gen);
@@ -184,6 +247,8 @@ struct Case {
   int ranks;
   bool tie;
   int64_t kv;
+  int tp = 1;
+  bool sp = false;
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -197,11 +262,13 @@ TEST_P(EstimateVsAllocator, PeakTensorBytesWithinFivePercent) {
   CountingScope scope;
   std::vector<Measured> got(c.ranks);
   fsdpp::test::run_ranks(c.ranks, [&](fsdpp::dist::World& w) {
-    got[w.rank()] = train_and_measure(w, scope.counter(), cfg, c.strategy, B, T);
+    got[w.rank()] = train_and_measure(w, scope.counter(), cfg, c.strategy, B, T, c.tp, c.sp);
   });
   fsdpp::EstimateOptions o;
   o.strategy = c.strategy;
   o.world_size = c.ranks;
+  o.tensor_parallel = c.tp;
+  o.sequence_parallel = c.sp;
   o.batch = B;
   o.seq_len = T;
   o.runtime_baseline_bytes = 0;
@@ -235,7 +302,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"full_shard_4", ShardingStrategy::FULL_SHARD, 4, true, 0},
                       Case{"shard_grad_op_2", ShardingStrategy::SHARD_GRAD_OP, 2, false, 0},
                       Case{"no_shard_2", ShardingStrategy::NO_SHARD, 2, false, 2},
-                      Case{"zero1_2", ShardingStrategy::ZERO1, 2, false, 0}),
+                      Case{"zero1_2", ShardingStrategy::ZERO1, 2, false, 0},
+                      // Tensor parallelism: rank 0 holds the larger share of the uneven vocabulary (97).
+                      Case{"tp2", ShardingStrategy::FULL_SHARD, 2, false, 2, 2, false},
+                      Case{"tp2_sp", ShardingStrategy::FULL_SHARD, 2, false, 2, 2, true},
+                      Case{"tp2_fsdp2", ShardingStrategy::FULL_SHARD, 4, false, 2, 2, false},
+                      Case{"tp2_fsdp2_sp_tied", ShardingStrategy::FULL_SHARD, 4, true, 0, 2, true}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 TEST(MemoryEstimate, BudgetPicksTheFastestThatFits) {

@@ -123,11 +123,16 @@ int main(int argc, char** argv) {
   int64_t batch = 0, seq_len = 0;
   int forward_prefetch = -1, backward_prefetch = -1, limit_all_gathers = -1, shard_group = 0;
   bool backward_post = false;
-  bool ckpt = false, offload = false, as_json = false;
+  bool ckpt = false, offload = false, as_json = false, sequence_parallel = false;
+  int tp = 0;
   double runtime_mb = -1, budget_gb = 0;
-  app.add_option("--world-size,-n", world_text, "ranks; several as 8,16,64 (default 1)");
+  app.add_option("--world-size,-n", world_text, "ranks; several as 8,16,64 (default 1, or --tp: one tp group)");
   app.add_option("--strategy,-s", strategy_text,
                  "full_shard | shard_grad_op | no_shard | hybrid_shard | hybrid_shard_zero2 | zero1");
+  app.add_option("--tp", tp, "tensor-parallel degree (the Llama plan over groups of this many ranks; "
+                 "--world-size counts all ranks, FSDP shards over world / tp)");
+  app.add_flag("--sequence-parallel", sequence_parallel,
+               "with --tp: norms and residuals split along the sequence");
   app.add_option("--shard-group-size", shard_group, "HYBRID: ranks per shard group (default min(N, 8))");
   app.add_option("--mixed-precision", mixed, "bf16 or fp16: parameters and gradient reduction in it, fp32 master");
   app.add_option("--param-dtype", param_dtype, "fp32 | bf16 | fp16 (gathered parameters, compute)");
@@ -195,6 +200,8 @@ int main(int argc, char** argv) {
       if (forward_prefetch < 0) forward_prefetch = co.forward_prefetch;
       if (limit_all_gathers < 0) limit_all_gathers = co.limit_all_gathers;
       if (shard_group == 0) shard_group = co.shard_group_size;
+      if (tp == 0) tp = co.tensor_parallel;
+      sequence_parallel = sequence_parallel || co.sequence_parallel;
       notes.insert(notes.end(), ce.notes.begin(), ce.notes.end());
     }
     if (!strategy_text.empty()) o.strategy = parse_strategy(strategy_text);
@@ -244,6 +251,8 @@ int main(int argc, char** argv) {
     o.backward_prefetch_post = backward_post;
     if (limit_all_gathers >= 0) o.limit_all_gathers = limit_all_gathers;
     o.shard_group_size = shard_group;
+    o.tensor_parallel = tp > 0 ? tp : 1;
+    o.sequence_parallel = sequence_parallel;
     if (!optimizer.empty()) o.optimizer = fsdpp::parse_estimate_optimizer(optimizer);
     if (runtime_mb >= 0) {
       o.runtime_baseline_bytes = static_cast<int64_t>(runtime_mb * 1024 * 1024);
@@ -257,7 +266,9 @@ int main(int argc, char** argv) {
       mmap_threshold = env ? std::atoll(env) : 0;
     }
     o.mmap_threshold = mmap_threshold;
-    const auto world_sizes = parse_world_sizes(world_text.empty() ? "1" : world_text);
+    // Without --world-size: one tp group (a single rank without TP).
+    const auto world_sizes =
+        parse_world_sizes(world_text.empty() ? std::to_string(o.tensor_parallel) : world_text);
 
     std::vector<fsdpp::MemoryEstimate> ests;
     for (int n : world_sizes) {
@@ -284,6 +295,8 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < ests.size(); ++i) {
         const auto& e = ests[i];
         j["estimates"].push_back({{"world_size", world_sizes[i]}, {"strategy", strategy_name(o.strategy)},
+                                  {"tensor_parallel", o.tensor_parallel},
+                                  {"sequence_parallel", o.sequence_parallel},
                                   {"shard_world", e.shard_world}, {"parameters_bytes", e.parameters},
                                   {"gradients_bytes", e.gradients}, {"optimizer_state_bytes", e.optimizer_state},
                                   {"unsharded_bytes", e.unsharded}, {"activations_bytes", e.activations},
@@ -312,6 +325,9 @@ int main(int argc, char** argv) {
     for (const auto& e : ests) biggest = std::max(biggest, e.total);
     const Units u = biggest >= (16ll << 30) ? Units{1024.0 * 1024 * 1024, "GiB"} : Units{1024.0 * 1024, "MiB"};
     std::printf("fsdpp-estimate: %s\n", model_line.c_str());
+    if (o.tensor_parallel > 1)
+      std::printf("  tensor parallel %d%s (N counts all ranks; FSDP over N / %d; the batch is per data-parallel rank)\n",
+                  o.tensor_parallel, o.sequence_parallel ? " + sequence parallel" : "", o.tensor_parallel);
     std::printf("  %s, batch %lld x %lld tokens per rank, params %s, reduce %s%s%s, prefetch forward %d / "
                 "backward %d%s, %s, device %s\n",
                 strategy_name(o.strategy).c_str(), static_cast<long long>(o.batch),
@@ -341,8 +357,8 @@ int main(int argc, char** argv) {
     std::printf("  %-38s", "peak at");
     for (const auto& e : ests) std::printf("  %s;", e.peak_at.c_str());
     std::printf("\n");
-    for (const auto& e : ests)
-      for (const auto& n : e.notes) std::printf("  note (N=%d): %s\n", e.shard_world, n.c_str());
+    for (size_t i = 0; i < ests.size(); ++i)
+      for (const auto& n : ests[i].notes) std::printf("  note (N=%d): %s\n", world_sizes[i], n.c_str());
 
     std::printf("\nZeRO model states per rank (Adam, mixed precision: 2+2+12 bytes per parameter, "
                 "Rajbhandari et al. 2020; GB = 1e9 bytes), Psi = %.4g\n  %-38s", psi, "");

@@ -75,6 +75,13 @@ ModelDescription describe_decoder(const DecoderShape& shape);
 // `num_params` split into `n_units` equal units (the root holding the remainder), each one flat
 // parameter: model states and units in flight, no activations.
 ModelDescription describe_parameter_count(int64_t num_params, int64_t n_units);
+// What one rank of a tensor-parallel group of `degree` holds under the Llama plan
+// (docs/tensor-parallel.md): wq, wk, wv, w1, w3 and the output layer split along their rows
+// (output features), wo and w2 along their columns, the embedding along the vocabulary, norms
+// whole. Sizes that do not divide are the largest rank's share (tp::shard_range gives the
+// first size % degree ranks one more). A model given as a parameter count has every parameter
+// divided (rounded up). ConfigError for heads the plan cannot split.
+ModelDescription tensor_parallel_slice(const ModelDescription& model, int degree);
 
 enum class EstimateOptimizer { ADAMW, ADAM, SGD, SGD_MOMENTUM };
 EstimateOptimizer parse_estimate_optimizer(const std::string& name);  // adamw, adam, sgd, sgd_momentum
@@ -86,7 +93,14 @@ inline constexpr int64_t kDefaultRuntimeBaselineBytes = 362ll << 20;
 
 struct EstimateOptions {
   ShardingStrategy strategy = ShardingStrategy::FULL_SHARD;
-  int world_size = 1;
+  int world_size = 1;  // all ranks: tensor_parallel x the data-parallel ranks FSDP spans
+  // Tensor parallelism (the Llama plan over groups of this many ranks): each rank holds
+  // tensor_parallel_slice of the model, and FSDP shards that over world_size / tensor_parallel
+  // ranks. Every rank of a tp group computes the same batch; the heads, the FFN width and the
+  // vocabulary are split, the residual stream is whole, or split along the sequence with
+  // sequence_parallel.
+  int tensor_parallel = 1;
+  bool sequence_parallel = false;
   // HYBRID_SHARD / HYBRID_SHARD_ZERO2: ranks per shard group (0: min(world_size, 8), one node).
   int shard_group_size = 0;
   // Mixed precision: parameters gathered and computed in param_dtype, gradients reduced in
@@ -98,7 +112,7 @@ struct EstimateOptions {
   // moves nothing (see EstimateOptions::device_is_gpu).
   bool cpu_offload = false;
   bool device_is_gpu = false;
-  int64_t batch = 1;    // sequences per rank per micro-step
+  int64_t batch = 1;    // sequences per data-parallel rank per micro-step
   int64_t seq_len = 1;
   // Prefetch, as fully_shard's options say (FullyShardOptions' defaults): all-gathers issued for
   // the next units while this one computes; each holds its (shard_world x shard) buffer until
@@ -143,7 +157,7 @@ struct MemoryEstimate {
   std::string peak_at;           // where in the step the peak is, e.g. "backward of layers.6 (feed_forward)"
   // Persistent model state per rank (ZeRO's accounting, no padding, no temporaries).
   int64_t model_states = 0;
-  int shard_world = 1;
+  int shard_world = 1;           // ranks FSDP shards each (TP-local) parameter over
   std::vector<std::string> notes;  // assumptions the numbers rest on
 };
 
