@@ -115,16 +115,24 @@ ModelDescription tensor_parallel_slice(const ModelDescription& model, int degree
     }
     return m;
   }
-  // The Llama plan's own checks (models::parallelize_llama), before anything is estimated.
+  // The Llama plan's own checks (models::parallelize_llama), in its words: fsdpp-train's memory
+  // check meets them before the plan does.
   const auto& s = *model.shape;
   FSDPP_CHECK_AS(ConfigError, s.n_heads % t == 0,
-                 "[estimate] n_heads={} is not divisible by the tensor-parallel degree {}", s.n_heads, t);
-  FSDPP_CHECK_AS(ConfigError, s.n_kv_heads >= t && s.n_kv_heads % t == 0,
-                 "[estimate] n_kv_heads={} does not split over the tensor-parallel degree {}; grouped-query "
-                 "attention needs a whole number of kv heads per rank",
+                 "[estimate] Llama: n_heads={} is not divisible by the tensor-parallel degree {}; each rank "
+                 "computes whole attention heads",
+                 s.n_heads, t);
+  FSDPP_CHECK_AS(ConfigError, s.n_kv_heads >= t,
+                 "[estimate] Llama: n_kv_heads={} is smaller than the tensor-parallel degree {}; grouped-query "
+                 "attention needs at least one kv head per rank (replicated kv heads are not supported)",
+                 s.n_kv_heads, t);
+  FSDPP_CHECK_AS(ConfigError, s.n_kv_heads % t == 0,
+                 "[estimate] Llama: n_kv_heads={} is not divisible by the tensor-parallel degree {}; each rank "
+                 "computes whole kv heads",
                  s.n_kv_heads, t);
   FSDPP_CHECK_AS(ConfigError, s.vocab_size >= t && s.ffn_hidden >= t,
-                 "[estimate] vocab_size={} and ffn_hidden={} must be at least the tensor-parallel degree {}",
+                 "[estimate] Llama: vocab_size={} and the FFN hidden size {} must be at least the tensor-parallel "
+                 "degree {}",
                  s.vocab_size, s.ffn_hidden, t);
   const int64_t C = s.dim, q = s.n_heads * s.head_dim() / t, kv = s.n_kv_heads * s.head_dim() / t;
   const int64_t V = largest_share(s.vocab_size), F = largest_share(s.ffn_hidden);

@@ -112,9 +112,16 @@ TEST(MemoryEstimate, TensorParallelSliceHoldsThePlansShares) {
   auto m = fsdpp::describe_parameter_count(1'000'000'000, 10);
   o.world_size = 8;
   EXPECT_EQ(fsdpp::estimate_memory(m, o).model_states, 16'000'000'000 / 2 / 4);
-  // The plan's errors come before any estimate.
+  // The plan's errors come before any estimate, in the plan's words (fsdpp-train's memory check
+  // meets them first).
   cfg.n_kv_heads = 1;
-  EXPECT_THROW(fsdpp::tensor_parallel_slice(fsdpp::describe_decoder(shape_of(cfg)), 2), fsdpp::ConfigError);
+  try {
+    fsdpp::tensor_parallel_slice(fsdpp::describe_decoder(shape_of(cfg)), 2);
+    FAIL();
+  } catch (const fsdpp::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("n_kv_heads=1 is smaller than the tensor-parallel degree 2"),
+              std::string::npos) << e.what();
+  }
   o.world_size = 3;
   EXPECT_THROW(fsdpp::estimate_memory(whole, o), fsdpp::ConfigError);
   o.world_size = 2;
