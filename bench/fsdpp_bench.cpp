@@ -6,6 +6,8 @@
 //                           --steps N --warmup W    batches of D/batches.safetensors, times every
 //                           --out F [--no-fsdp]     step; --no-fsdp: each rank trains its own
 //                                                   unsharded copy with no communication (T_compute)
+//                           [--tp K [--sp]]         tensor parallel: the Llama plan over groups
+//                                                   of K ranks, FSDP over the rest (dp_shard)
 //   fsdpp-bench collectives --dir D --strategy S    replays one step's collectives (the units'
 //                           --repeats R --out F     sizes, standalone) and the copies around them
 //   fsdpp-bench baseline    --out F                 the runtime's own memory: a LibTorch + Gloo
@@ -24,6 +26,8 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <malloc.h>
 
 #include <cstdio>
@@ -39,6 +43,7 @@
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/models/llama.h"
+#include "fsdpp/models/llama_tp_plan.h"
 #include "fsdpp/state/safetensors.h"
 
 namespace {
@@ -197,6 +202,15 @@ json counters_json(const fsdpp::dist::CommCounters& c, double per) {
   return j;
 }
 
+// Tensor parallelism of the fsdpp side (docs/tensor-parallel.md): the (dp_shard, tp) mesh, TP
+// innermost, the Llama plan, then FSDP over "shard" (torchtitan's order).
+struct Parallel {
+  int tp = 1;
+  bool sp = false;
+  std::shared_ptr<fsdpp::dist::DeviceMesh> mesh;  // set by build_model when tp > 1
+  std::optional<fsdpp::tp::TensorParallel> plan;
+};
+
 // Prefetch settings of the fsdpp side (FullyShardOptions' defaults unless given).
 struct Prefetch {
   int forward = fsdpp::FullyShardOptions{}.forward_prefetch;
@@ -207,7 +221,8 @@ fsdpp::models::Llama build_model(const json& cfg, const std::string& dir, fsdpp:
                                  const std::string& strategy, const Prefetch& prefetch, bool shard,
                                  json* units_out,
                                  int64_t* total_params = nullptr,
-                                 const std::function<void(const char*)>& trace = {}) {
+                                 const std::function<void(const char*)>& trace = {},
+                                 Parallel* parallel = nullptr) {
   fsdpp::models::Llama model(llama_config(cfg.at("model")));
   if (trace) trace("model built");
   load_weights(model, dir + "/init.safetensors");
@@ -216,6 +231,15 @@ fsdpp::models::Llama build_model(const json& cfg, const std::string& dir, fsdpp:
   if (!shard) return model;
   fsdpp::FullyShardOptions opts;
   opts.mesh = world.mesh();
+  if (parallel && parallel->tp > 1) {
+    FSDPP_CHECK_AS(ConfigError, world.size() % parallel->tp == 0, "[bench] --tp {} does not divide {} ranks",
+                   parallel->tp, world.size());
+    parallel->mesh = world.init_device_mesh({world.size() / parallel->tp, parallel->tp}, {"shard", "tp"});
+    parallel->plan = fsdpp::models::parallelize_llama(*model, parallel->mesh->group("tp"),
+                                                      {.sequence_parallel = parallel->sp});
+    opts.mesh = parallel->mesh->sub({"shard"});
+    opts.outer_layout = parallel->plan->outer_layout(*model);
+  }
   opts.strategy = fsdpp::parse_sharding_strategy(strategy);
   opts.forward_prefetch = prefetch.forward;
   opts.backward_prefetch = fsdpp::parse_backward_prefetch(prefetch.backward);
@@ -241,7 +265,8 @@ int cmd_init(const std::string& dir) {
 }
 
 int cmd_train(const std::string& dir, const std::string& strategy, const Prefetch& prefetch, int steps,
-              int warmup, const std::string& out_path, bool no_fsdp, bool count_alloc) {
+              int warmup, const std::string& out_path, bool no_fsdp, bool count_alloc, Parallel& parallel,
+              int64_t local_batch) {
   // Installed before anything is allocated, so that every tensor is counted (and freed through
   // the allocator that made it); it outlives every tensor of this function.
   static CountingAllocator counting(c10::GetCPUAllocator());
@@ -251,7 +276,7 @@ int cmd_train(const std::string& dir, const std::string& strategy, const Prefetc
   auto world = fsdpp::dist::init_from_env(init);
   at::set_num_threads(1);
   const json cfg = read_json(dir + "/config.json");
-  const int64_t B = cfg.at("local_batch"), T = cfg.at("seq_len");
+  const int64_t B = local_batch > 0 ? local_batch : cfg.at("local_batch").get<int64_t>(), T = cfg.at("seq_len");
   // The batches the PyTorch side reads too; without the file (tests), seeded random tokens.
   at::Tensor batches;
   if (std::filesystem::exists(dir + "/batches.safetensors")) {
@@ -261,7 +286,9 @@ int cmd_train(const std::string& dir, const std::string& strategy, const Prefetc
     batches = torch::randint(cfg.at("model").at("vocab_size").get<int64_t>(), {4, B * world->size(), T + 1}, gen);
   }
   const int64_t n_batches = batches.size(0);
-  FSDPP_CHECK_AS(ConfigError, batches.size(1) >= B * world->size() && batches.size(2) == T + 1,
+  // The ranks of a tp group read the same rows: one part of the batch per data-parallel rank.
+  const int dp_rank = world->rank() / parallel.tp;
+  FSDPP_CHECK_AS(ConfigError, batches.size(1) >= B * (world->size() / parallel.tp) && batches.size(2) == T + 1,
                  "[bench] batches of shape {} cannot feed {} ranks x {} sequences of {}+1 tokens",
                  batches.sizes(), world->size(), B, T);
 
@@ -271,7 +298,7 @@ int cmd_train(const std::string& dir, const std::string& strategy, const Prefetc
   if (count_alloc && world->rank() == 0) trace_memory("before the model", counting.live(), counting.peak());
   auto model = build_model(cfg, dir, *world, strategy, prefetch, !no_fsdp, &units, &n_params, [&](const char* where) {
     if (count_alloc && world->rank() == 0) trace_memory(where, counting.live(), counting.peak());
-  });
+  }, &parallel);
   if (count_alloc && world->rank() == 0) trace_memory("model sharded", counting.live(), counting.peak());
   const auto betas = cfg.value("betas", std::vector<double>{0.9, 0.95});
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(cfg.value("lr", 1e-3))
@@ -280,11 +307,13 @@ int cmd_train(const std::string& dir, const std::string& strategy, const Prefetc
                                                    .weight_decay(cfg.value("weight_decay", 0.1)));
 
   std::vector<double> step_ms, fwd_ms, bwd_ms, opt_ms, losses, wire, rss_by_step;
-  fsdpp::dist::CommCounters comm{};
+  fsdpp::dist::CommCounters comm{}, comm_tp{};
+  auto tp_counters = [&] { return parallel.mesh ? parallel.mesh->counters("tp") : fsdpp::dist::CommCounters{}; };
   for (int step = 0; step < warmup + steps; ++step) {
-    auto rows = batches[step % n_batches].narrow(0, world->rank() * B, B);  // (B, T+1)
+    auto rows = batches[step % n_batches].narrow(0, dp_rank * B, B);  // (B, T+1)
     auto x = rows.narrow(1, 0, T).contiguous(), y = rows.narrow(1, 1, T).contiguous();
     const auto before = no_fsdp ? fsdpp::dist::CommCounters{} : fsdpp::comm_counters(*model);
+    const auto tp_before = tp_counters();
     const double w0 = io_wchar();
     const auto t0 = Clock::now();
     auto out = fsdpp::forward(model, x, y);
@@ -306,6 +335,7 @@ int cmd_train(const std::string& dir, const std::string& strategy, const Prefetc
     const double t_step = ms_since(t0);
     const double w1 = io_wchar();
     const auto comm_step = no_fsdp ? fsdpp::dist::CommCounters{} : fsdpp::comm_counters(*model) - before;
+    const auto comm_tp_step = tp_counters() - tp_before;
     // Outside the timed step, as on the PyTorch side: the global loss (one 8-byte all-reduce).
     auto loss = out.loss.detach().to(torch::kDouble).reshape({1});
     if (!no_fsdp) world->group()->all_reduce(loss, fsdpp::dist::ReduceOp::AVG, {"bench"});
@@ -320,6 +350,8 @@ int cmd_train(const std::string& dir, const std::string& strategy, const Prefetc
       for (int k = 0; k < fsdpp::dist::kNumCollectives; ++k) {
         comm.bytes[k] += comm_step.bytes[k];
         comm.calls[k] += comm_step.calls[k];
+        comm_tp.bytes[k] += comm_tp_step.bytes[k];
+        comm_tp.calls[k] += comm_tp_step.calls[k];
       }
     }
   }
@@ -335,6 +367,8 @@ int cmd_train(const std::string& dir, const std::string& strategy, const Prefetc
     j["forward_prefetch"] = prefetch.forward;
     j["backward_prefetch"] = prefetch.backward;
     j["world_size"] = world->size();
+    j["tensor_parallel"] = parallel.tp;
+    j["sequence_parallel"] = parallel.sp;
     j["num_params"] = n_params;
     j["local_batch"] = B;
     j["seq_len"] = T;
@@ -352,6 +386,9 @@ int cmd_train(const std::string& dir, const std::string& strategy, const Prefetc
     j["comm_per_step"] = counters_json(comm, std::max(1, steps));
     j["comm_bytes_per_step"] = static_cast<double>(comm.total_bytes()) / std::max(1, steps);
     j["wire_bytes_per_step"] = median(wire);
+    // Tensor parallelism's own traffic on the tp dim (comm_bytes_per_step is FSDP's).
+    j["comm_tp_per_step"] = counters_json(comm_tp, std::max(1, steps));
+    j["comm_bytes_tp_per_step"] = static_cast<double>(comm_tp.total_bytes()) / std::max(1, steps);
     j["units"] = units;
     j["threads"] = at::get_num_threads();
     write_json(out_path, j);
@@ -520,6 +557,12 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   train->add_option("--backward-prefetch", prefetch.backward,
                     "BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH");
+  Parallel parallel;
+  train->add_option("--tp", parallel.tp, "tensor-parallel degree (the Llama plan; FSDP over the ranks left)")
+      ->check(CLI::PositiveNumber);
+  train->add_flag("--sp", parallel.sp, "with --tp: sequence parallelism");
+  int64_t local_batch = 0;
+  train->add_option("--local-batch", local_batch, "sequences per data-parallel rank (default: the config's)");
   train->add_flag("--no-fsdp", no_fsdp, "every rank trains its own unsharded model (no communication)");
   bool count_alloc = false;
   train->add_flag("--count-alloc", count_alloc, "also report the peak of live tensor bytes (counting allocator)");
@@ -533,7 +576,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*init) return cmd_init(dir);
-    if (*train) return cmd_train(dir, strategy, prefetch, steps, warmup, out, no_fsdp, count_alloc);
+    if (*train) return cmd_train(dir, strategy, prefetch, steps, warmup, out, no_fsdp, count_alloc, parallel, local_batch);
     if (*coll) return cmd_collectives(dir, strategy, repeats, out);
     if (*base) return cmd_baseline(out);
   } catch (const std::exception& e) {
