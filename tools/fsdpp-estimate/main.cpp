@@ -276,7 +276,9 @@ int main(int argc, char** argv) {
       oo.world_size = n;
       ests.push_back(fsdpp::estimate_memory(*model, oo));
     }
-    const double psi = static_cast<double>(model->num_params());
+    // Under TP the paper's data-parallel accounting applies to a rank's slice over N / tp ranks.
+    const int tp_degree = o.tensor_parallel;
+    const double psi = static_cast<double>(fsdpp::tensor_parallel_slice(*model, tp_degree).num_params());
     std::vector<fsdpp::Recommendation> recs;
     if (budget_gb > 0) {
       for (int n : world_sizes) {
@@ -304,7 +306,7 @@ int main(int argc, char** argv) {
                                   {"runtime_bytes", e.runtime}, {"total_bytes", e.total}, {"host_bytes", e.host},
                                   {"model_states_bytes", e.model_states}, {"peak_at", e.peak_at},
                                   {"notes", e.notes}});
-        const auto z = fsdpp::zero_model_states(psi, world_sizes[i]);
+        const auto z = fsdpp::zero_model_states(psi, std::max(1, world_sizes[i] / tp_degree));
         j["zero_model_states_bytes"].push_back({{"world_size", world_sizes[i]}, {"no_shard", z.no_shard},
                                                 {"zero1", z.zero1}, {"zero2", z.zero2}, {"zero3", z.zero3}});
       }
@@ -361,12 +363,13 @@ int main(int argc, char** argv) {
       for (const auto& n : ests[i].notes) std::printf("  note (N=%d): %s\n", world_sizes[i], n.c_str());
 
     std::printf("\nZeRO model states per rank (Adam, mixed precision: 2+2+12 bytes per parameter, "
-                "Rajbhandari et al. 2020; GB = 1e9 bytes), Psi = %.4g\n  %-38s", psi, "");
+                "Rajbhandari et al. 2020; GB = 1e9 bytes), Psi = %.4g%s\n  %-38s", psi,
+                tp_degree > 1 ? " (a rank's TP slice; N / tp data-parallel ranks)" : "", "");
     for (int n : world_sizes) std::printf("%12s", fmt::format("N={}", n).c_str());
     std::printf("\n");
     auto zrow = [&](const char* name, auto get) {
       std::printf("  %-38s", name);
-      for (int n : world_sizes) std::printf("%12s", fmt::format("{:.3g}", get(fsdpp::zero_model_states(psi, n)) / 1e9).c_str());
+      for (int n : world_sizes) std::printf("%12s", fmt::format("{:.3g}", get(fsdpp::zero_model_states(psi, std::max(1, n / tp_degree))) / 1e9).c_str());
       std::printf("\n");
     };
     zrow("baseline DDP, NO_SHARD  (2+2+K)Psi", [](const auto& z) { return z.no_shard; });
