@@ -27,6 +27,8 @@
 #include <optional>
 #include <string_view>
 
+#include "fsdpp/models/generate.h"
+
 namespace fsdpp::models {
 
 struct LlamaConfig {
@@ -185,16 +187,7 @@ int64_t num_parameters(const torch::nn::Module& module);
 at::Tensor generate(Llama& model, const at::Tensor& prompt, int64_t n_new, double temperature = 1.0,
                     int64_t top_k = 0, std::optional<at::Generator> generator = std::nullopt);
 
-// The same with Hugging Face generate()'s other sampling knobs.
-struct GenerateOptions {
-  int64_t max_new_tokens = 100;
-  double temperature = 1.0;  // 0: greedy
-  int64_t top_k = 0;         // 0: the whole vocabulary
-  double top_p = 1.0;        // nucleus: the fewest tokens whose probabilities sum to >= top_p
-  std::optional<at::Generator> generator;
-  // Called with the (B, T) tokens after each new one; returning true stops (stop strings).
-  std::function<bool(const at::Tensor&)> stop;
-};
+// The same with Hugging Face generate()'s other sampling knobs (fsdpp/models/generate.h).
 at::Tensor generate(Llama& model, const at::Tensor& prompt, const GenerateOptions& options);
 
 }  // namespace fsdpp::models

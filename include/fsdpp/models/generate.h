@@ -1,0 +1,43 @@
+#pragma once
+// Autoregressive sampling without a KV cache, for any causal language model given as the logits
+// of a context's last position: fsdpp's Llama (models::generate in llama.h) and every
+// models::CausalLM use it.
+//
+//   auto ids = models::sample_tokens([&](const at::Tensor& ctx) { return last_logits(ctx); },
+//                                    {.max_seq_len = 2048, .vocab_size = 256}, prompt, options);
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+namespace fsdpp::models {
+
+// Hugging Face generate()'s sampling knobs.
+struct GenerateOptions {
+  int64_t max_new_tokens = 100;
+  double temperature = 1.0;  // 0: greedy
+  int64_t top_k = 0;         // 0: the whole vocabulary
+  double top_p = 1.0;        // nucleus: the fewest tokens whose probabilities sum to >= top_p
+  std::optional<at::Generator> generator;
+  // Called with the (B, T) tokens after each new one; returning true stops (stop strings).
+  std::function<bool(const at::Tensor&)> stop;
+};
+
+struct SampledModel {
+  int64_t max_seq_len = 1;  // the context is cropped to its last max_seq_len tokens
+  int64_t vocab_size = 1;
+};
+
+// Appends up to max_new_tokens tokens to prompt (T0) or (B,T0) (on the prompt's device) and
+// returns (B, T0 + n) (or (T0 + n) for a 1-D prompt). last_logits(context (B,t) int64) returns
+// the (B,V) logits of the context's last position over the whole vocabulary. Every rank of a
+// sharded model calls it with the same prompt and an identically seeded generator, so all
+// sample the same tokens. ConfigError for a bad prompt or option.
+at::Tensor sample_tokens(const std::function<at::Tensor(const at::Tensor&)>& last_logits,
+                         const SampledModel& model, const at::Tensor& prompt,
+                         const GenerateOptions& options);
+
+}  // namespace fsdpp::models
