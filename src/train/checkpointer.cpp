@@ -327,7 +327,7 @@ TrainerState read_trainer_state(const fs::path& dir) {
 struct Checkpointer::State {
   TrainConfig cfg;
   std::shared_ptr<dist::World> world;
-  models::LlamaConfig model_config;
+  const models::CausalLM* model = nullptr;
   std::unique_ptr<state::AsyncSaver> saver;  // training.async_save
   fs::path pending_dir;                       // the background save in flight
   const ShardedGradScaler* scaler = nullptr;  // fp16
@@ -352,11 +352,11 @@ struct Checkpointer::State {
 };
 
 Checkpointer::Checkpointer(const TrainConfig& cfg, std::shared_ptr<dist::World> world,
-                           models::LlamaConfig model_config)
+                           const models::CausalLM& model)
     : s_(std::make_unique<State>()) {
   s_->cfg = cfg;
   s_->world = std::move(world);
-  s_->model_config = std::move(model_config);
+  s_->model = &model;
   torch::manual_seed(cfg.training.seed);
   if (cfg.training.async_save) {
     s_->saver = std::make_unique<state::AsyncSaver>(s_->world->group(), s_->world->store());
@@ -368,27 +368,21 @@ Checkpointer::~Checkpointer() = default;
 void Checkpointer::check_resume_compatible(const fs::path& dir, const TrainerState& ts) const {
   const auto& s = *s_;
   const fs::path config_path = dir / kModelConfigFile;
-  std::optional<models::LlamaConfig> saved;
+  std::optional<uint64_t> saved_config_seed;  // checkpoints before version 3 keep it there only
   std::error_code ec;
   if (fs::is_regular_file(config_path, ec)) {
-    saved = models::llama_config_from_json(read_text_file(config_path), config_path.string());
-  }
-  // The weights mean something else under another value of these, though every shape still
-  // fits: resuming would go on training another model. (Shapes are the loader's to compare:
-  // it names the tensor.)
-  if (saved) {
-    const auto& now = s.model_config;
-    auto same = [&](const char* key, const auto& then, const auto& current) {
-      FSDPP_CHECK_AS(ConfigError, then == current,
-                     "[train] model.{}={} differs from the checkpoint's {} ({}): its weights were "
-                     "trained under {}={}. Resume with model.{}={}, or start a new run (without "
-                     "training.resume_from_checkpoint) to train another model",
-                     key, current, then, config_path.string(), key, then, key, then);
-    };
-    same("rope_theta", saved->rope_theta, now.rope_theta);
-    same("norm_eps", saved->norm_eps, now.norm_eps);
-    same("n_heads", saved->n_heads, now.n_heads);
-    same("n_kv_heads", saved->kv_heads(), now.kv_heads());
+    // The weights mean something else under another value of some keys (rope theta, heads,
+    // experts per token), though every shape still fits: resuming would go on training another
+    // model. (Shapes are the loader's to compare: it names the tensor.)
+    const std::string text = read_text_file(config_path);
+    s.model->check_same_model(text, config_path.string());
+    try {
+      const auto j = nlohmann::json::parse(text);
+      if (j.is_object() && j.contains("seed") && j["seed"].is_number_unsigned()) {
+        saved_config_seed = j["seed"].get<uint64_t>();
+      }
+    } catch (const nlohmann::json::exception&) {
+    }
   }
   // Optimizer state: a checkpoint made by fsdpp-train always has it; one that lacks it (made by
   // another tool, or pruned by hand) would silently restart AdamW's moments.
@@ -414,7 +408,7 @@ void Checkpointer::check_resume_compatible(const fs::path& dir, const TrainerSta
   const std::string position =
       fmt::format("the saved data position (epoch {}, {} windows consumed) is applied to", ts.epoch,
                   ts.windows_consumed);
-  const auto saved_seed = ts.seed ? ts.seed : saved ? std::optional<uint64_t>(saved->seed) : std::nullopt;
+  const auto saved_seed = ts.seed ? ts.seed : saved_config_seed;
   if (saved_seed && *saved_seed != s.cfg.training.seed) {
     s.say(fmt::format("[train] warning: training.seed={} differs from the checkpoint's {} ({}): {} "
                       "another shuffle, so this epoch's remaining windows are not the ones the "
@@ -525,7 +519,7 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
   }
   so.extra_files = s.extra_files;
   so.extra_files[kTrainerStateFile] = trainer_state_to_json(ts);
-  so.extra_files[kModelConfigFile] = models::llama_config_to_json(s.model_config);
+  so.extra_files[kModelConfigFile] = s.model->config_json();
 
   // Rank 0, after the directory is in place: the oldest complete checkpoints beyond the limit go.
   auto prune = [out_dir, limit = t.save_total_limit] {

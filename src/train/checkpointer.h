@@ -21,7 +21,7 @@
 #include "fsdpp/data/sampler.h"
 #include "fsdpp/dist/world.h"
 #include "fsdpp/fsdp/grad_scaler.h"
-#include "fsdpp/models/llama.h"
+#include "fsdpp/models/causal_lm.h"
 #include "fsdpp/train/config.h"
 #include "fsdpp/train/lr_schedule.h"
 
@@ -84,8 +84,9 @@ class Checkpointer {
   // Collective: seeds the default generators with training.seed (on every rank, as Hugging
   // Face's set_seed) so that a fresh run's random draws are reproducible, and, with
   // training.async_save, sets up the background writer.
+  // `model` (which must outlive it) writes model_config.json and judges a saved one.
   Checkpointer(const TrainConfig& cfg, std::shared_ptr<dist::World> world,
-               models::LlamaConfig model_config);
+               const models::CausalLM& model);
   // Joins a background save still running (its outcome is only reported by finish()).
   ~Checkpointer();
 

@@ -61,6 +61,46 @@ models::LlamaConfig to_llama(const ModelSection& m, int64_t vocab_size, uint64_t
   return cfg;
 }
 
+models::Qwen3MoeConfig to_qwen3_moe(const ModelSection& m, int64_t vocab_size, uint64_t seed) {
+  // The dense keys through the Llama's rules (n_kv_heads 0, ffn_hidden 0), then Hugging Face's
+  // names for them.
+  const auto l = to_llama(m, vocab_size, seed);
+  models::Qwen3MoeConfig c;
+  c.vocab_size = vocab_size;
+  c.hidden_size = l.dim;
+  c.intermediate_size = l.ffn_hidden_dim();
+  c.num_hidden_layers = l.n_layers;
+  c.num_attention_heads = l.n_heads;
+  c.num_key_value_heads = l.kv_heads();
+  c.head_dim = m.head_dim > 0 ? m.head_dim : (l.n_heads > 0 ? l.dim / l.n_heads : 0);
+  c.num_experts = m.num_experts;
+  c.num_experts_per_tok = m.num_experts_per_tok;
+  c.moe_intermediate_size =
+      m.moe_intermediate_size > 0
+          ? m.moe_intermediate_size
+          : std::max<int64_t>(1, l.ffn_hidden_dim() / std::max<int64_t>(1, m.num_experts_per_tok));
+  c.norm_topk_prob = m.norm_topk_prob;
+  c.decoder_sparse_step = m.decoder_sparse_step;
+  c.mlp_only_layers = m.mlp_only_layers;
+  c.router_aux_loss_coef = m.router_aux_loss_coef;
+  c.max_position_embeddings = l.max_seq_len;
+  c.rms_norm_eps = l.norm_eps;
+  c.rope_theta = l.rope_theta;
+  c.tie_word_embeddings = l.tie_embeddings;
+  c.initializer_range = l.init_std;
+  c.seed = seed;
+  return c;
+}
+
+// Qwen3MoeConfig's own checks, its messages naming model: keys.
+void validate_qwen3_moe(const models::Qwen3MoeConfig& c) {
+  try {
+    c.validate();
+  } catch (const ConfigError& e) {
+    throw ConfigError(std::string("[config] model.architecture=qwen3_moe: ") + e.what());
+  }
+}
+
 }  // namespace
 
 void TrainConfig::validate() const {
@@ -70,6 +110,18 @@ void TrainConfig::validate() const {
         model.vocab_size);
   // The vocabulary is checked against the tokenizer in llama_config(); 1 stands in for it here.
   validate_llama(to_llama(model, model.vocab_size > 0 ? model.vocab_size : 1, training.seed));
+  if (model.architecture == ModelArchitecture::QWEN3_MOE) {
+    validate_qwen3_moe(to_qwen3_moe(model, model.vocab_size > 0 ? model.vocab_size : 1, training.seed));
+    // What knows the Llama only so far.
+    check(parallelism.tensor_parallel_degree == 1,
+          "[config] model.architecture=qwen3_moe with parallelism.tensor_parallel_degree={}: the "
+          "tensor-parallel plan is the Llama's; expected 1",
+          parallelism.tensor_parallel_degree);
+    check(model.init_from.empty(),
+          "[config] model.architecture=qwen3_moe with model.init_from={}: fine-tuning starts "
+          "from Llama weights only so far",
+          quote(model.init_from));
+  }
 
   // data:
   check(!data.path.empty(),
@@ -228,6 +280,13 @@ void TrainConfig::validate() const {
 bool TrainingSection::report_to_tensorboard() const {
   return std::any_of(report_to.begin(), report_to.end(),
                      [](const std::string& n) { return n == "tensorboard" || n == "all"; });
+}
+
+models::Qwen3MoeConfig TrainConfig::qwen3_moe_config(int64_t tokenizer_vocab_size) const {
+  const auto l = llama_config(tokenizer_vocab_size);  // the vocabulary's checks
+  const auto c = to_qwen3_moe(model, l.vocab_size, training.seed);
+  validate_qwen3_moe(c);
+  return c;
 }
 
 models::LlamaConfig TrainConfig::llama_config(int64_t tokenizer_vocab_size) const {

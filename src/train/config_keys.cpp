@@ -80,6 +80,7 @@ const Schema& train_schema() {
       {
           section("model",
                   {
+                      FSDPP_KEY(model, architecture),
                       FSDPP_KEY(model, vocab_size),
                       FSDPP_KEY(model, dim),
                       FSDPP_KEY(model, n_layers),
@@ -92,6 +93,14 @@ const Schema& train_schema() {
                       FSDPP_KEY(model, rope_theta),
                       FSDPP_KEY(model, init_std),
                       FSDPP_KEY(model, tie_embeddings),
+                      FSDPP_KEY(model, head_dim),
+                      FSDPP_KEY(model, num_experts),
+                      FSDPP_KEY(model, num_experts_per_tok),
+                      FSDPP_KEY(model, moe_intermediate_size),
+                      FSDPP_KEY(model, norm_topk_prob),
+                      FSDPP_KEY(model, router_aux_loss_coef),
+                      FSDPP_KEY(model, decoder_sparse_step),
+                      FSDPP_KEY(model, mlp_only_layers),
                       FSDPP_KEY(model, init_from),
                   }),
           section("data",
@@ -170,6 +179,7 @@ const Schema& train_schema() {
                       FSDPP_KEY(parallelism, data_parallel_shard_degree),
                       FSDPP_KEY(parallelism, tensor_parallel_degree),
                       FSDPP_KEY(parallelism, enable_sequence_parallel),
+                      FSDPP_KEY(parallelism, expert_parallel_degree),
                   }),
       }),
       // Other frameworks' names for our keys (Hugging Face's LlamaConfig, nanoGPT, ...).

@@ -13,7 +13,6 @@ double evaluate(TrainSession& s) {
   const auto& cfg = s.cfg;
   const auto& t = cfg.training;
   auto& world = s.world;
-  auto& model = s.model;
   const auto& val_data = *s.val_data;
   const auto& sopts = s.sopts;
   if (val_data.size() <= cfg.data.seq_len) return std::nan("");
@@ -27,7 +26,7 @@ double evaluate(TrainSession& s) {
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
     auto [x, y] = val.next_batch(eb);
-    sum += fsdpp::forward(model, x, y).loss.item<double>();
+    sum += s.lm->forward(x, y).loss.item<double>();
   }
   auto v = torch::tensor({sum / batches}, torch::kDouble);
   world.group()->all_reduce(v, dist::ReduceOp::AVG, {"eval"});

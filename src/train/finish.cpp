@@ -17,7 +17,6 @@ TrainResult finish(TrainSession& s) {
   const auto& t = cfg.training;
   const bool lead = s.lead;
   const auto& out_dir = s.out_dir;
-  auto& model = s.model;
   const auto& tokenizer = s.tokenizer;
   const int64_t first_step = s.first_step;
   const int64_t total_steps = s.total_steps;
@@ -51,7 +50,12 @@ TrainResult finish(TrainSession& s) {
     auto prompt = torch::tensor(std::vector<int64_t>(prompt_ids.begin(), prompt_ids.end()), torch::kLong);
     auto gen = at::make_generator<at::CPUGeneratorImpl>(t.seed + 1);  // the same on every rank
     torch::NoGradGuard no_grad;
-    auto ids = models::generate(model, prompt, t.sample_tokens, t.sample_temperature, t.sample_top_k, gen);
+    models::GenerateOptions go;
+    go.max_new_tokens = t.sample_tokens;
+    go.temperature = t.sample_temperature;
+    go.top_k = t.sample_top_k;
+    go.generator = gen;
+    auto ids = s.lm->generate(prompt, go);
     auto tail = ids.narrow(0, static_cast<int64_t>(prompt_ids.size()), t.sample_tokens).to(torch::kInt);
     std::vector<int32_t> v(tail.data_ptr<int32_t>(), tail.data_ptr<int32_t>() + tail.numel());
     result.sample = t.sample_prompt + tokenizer->decode(v);

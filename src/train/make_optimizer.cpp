@@ -12,9 +12,9 @@ void make_optimizer(TrainSession& s) {
   const auto& cfg = s.cfg;
   const auto& t = cfg.training;
   auto& world = s.world;
-  auto& model = s.model;
+  torch::nn::Module& model = s.lm->module();
   s.opt = std::make_unique<torch::optim::AdamW>(
-      model->parameters(), torch::optim::AdamWOptions(t.learning_rate)
+      model.parameters(), torch::optim::AdamWOptions(t.learning_rate)
                                .betas({t.adam_beta1, t.adam_beta2})
                                .eps(t.adam_epsilon)
                                .weight_decay(t.weight_decay));
@@ -23,7 +23,7 @@ void make_optimizer(TrainSession& s) {
   // fp16: the sharded dynamic loss scaler (disabled, it is a pass-through for other dtypes).
   GradScalerOptions scaler_options;
   scaler_options.enabled = t.fp16;
-  s.scaler = std::make_unique<ShardedGradScaler>(*model, scaler_options);
+  s.scaler = std::make_unique<ShardedGradScaler>(model, scaler_options);
   auto& offload = s.offload;
   if (!t.fsdp_config.offload_optimizer_state_dir.empty()) {
     DiskOffloadOptions oo;

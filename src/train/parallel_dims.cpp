@@ -30,6 +30,26 @@ void validate_parallelism(const TrainConfig& cfg) {
                  "parallelism.tensor_parallel_degree > 1 (it splits what tensor parallelism "
                  "leaves whole); got tensor_parallel_degree={}",
                  p.tensor_parallel_degree);
+  FSDPP_CHECK_AS(ConfigError, p.expert_parallel_degree >= 1,
+                 "[config] parallelism.expert_parallel_degree={}: expected >= 1",
+                 p.expert_parallel_degree);
+  if (p.expert_parallel_degree > 1) {
+    FSDPP_CHECK_AS(ConfigError, cfg.model.architecture == ModelArchitecture::QWEN3_MOE,
+                   "[config] parallelism.expert_parallel_degree={} needs experts: "
+                   "model.architecture=qwen3_moe (got {})",
+                   p.expert_parallel_degree, cfg.model.architecture.name());
+    FSDPP_CHECK_AS(ConfigError, !traits_of(t.fsdp).hybrid && !t.fp16 &&
+                                    t.fsdp_config.offload_optimizer_state_dir.empty() &&
+                                    !t.fsdp_config.offload_params,
+                   "[config] parallelism.expert_parallel_degree={} with training.fsdp={}{}: "
+                   "expert parallelism runs with full_shard, shard_grad_op, zero1 or no_shard, in "
+                   "fp32 or bf16, without offload",
+                   p.expert_parallel_degree, to_string(t.fsdp),
+                   t.fp16 ? ", fp16" : (t.fsdp_config.offload_params ||
+                                        !t.fsdp_config.offload_optimizer_state_dir.empty()
+                                            ? ", offload"
+                                            : ""));
+  }
   if (p.tensor_parallel_degree == 1) return;
   // Each of these keeps state per rank that would have to agree across the tp group (the
   // scaler's inf check, the offloaded optimizer's files): not built for TP yet.
@@ -51,6 +71,10 @@ ParallelDims parallel_dims(const TrainConfig& cfg, int world_size) {
   d.tp = static_cast<int>(p.tensor_parallel_degree);
   d.dp_replicate = static_cast<int>(p.data_parallel_replicate_degree);
   d.sequence_parallel = p.enable_sequence_parallel;
+  d.ep = static_cast<int>(p.expert_parallel_degree);
+  FSDPP_CHECK_AS(ConfigError, world_size % d.ep == 0,
+                 "[config] parallelism.expert_parallel_degree={} does not divide the world size {}",
+                 d.ep, world_size);
   const int64_t others = p.tensor_parallel_degree * p.data_parallel_replicate_degree;
   const std::string degrees = fmt::format(
       "parallelism.data_parallel_replicate_degree={} x data_parallel_shard_degree={} x "
@@ -96,6 +120,10 @@ std::shared_ptr<dist::DeviceMesh> ParallelDims::build_mesh(dist::World& world) c
     return world.init_device_mesh({dp_replicate, dp_shard, tp}, {"replicate", "shard", "tp"});
   }
   return world.init_device_mesh({dp_shard, tp}, {"shard", "tp"});
+}
+
+std::shared_ptr<dist::DeviceMesh> ParallelDims::build_expert_mesh(dist::World& world) const {
+  return world.init_device_mesh({world.size() / ep, ep}, {"efsdp", "ep"});
 }
 
 std::string ParallelDims::describe() const {

@@ -48,6 +48,7 @@ struct StepOutcome {
   double grad_norm = 0;
   bool stepped = true;  // false: the fp16 loss scaler skipped the step (an overflow)
   double loss_scale = 1;
+  double aux_loss_sum = 0;  // MoE: this rank's load-balancing loss summed over the micro-batches
 };
 // Forward and backward of every micro-batch, the hooks, unscale, clip (stopping on non-finite
 // gradients), the optimizer step. Inside the step's trace event.

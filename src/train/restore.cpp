@@ -67,7 +67,7 @@ void restore(TrainSession& s) {
   const auto& out_dir = s.out_dir;
   const auto& resume_dir = s.resume_dir;
   const auto& resumed = s.resumed;
-  auto& model = s.model;
+  torch::nn::Module& model = s.lm->module();
   auto& opt = *s.opt;
   auto& scaler = *s.scaler;
   auto& offload = s.offload;
@@ -77,14 +77,14 @@ void restore(TrainSession& s) {
   const int64_t B = s.B;
   const int64_t accum = s.accum;
   // Seeds the generators, and holds the background writer of training.async_save.
-  s.checkpointer = std::make_unique<Checkpointer>(cfg, s.world_ptr, model->config());
+  s.checkpointer = std::make_unique<Checkpointer>(cfg, s.world_ptr, *s.lm);
   auto& checkpointer = *s.checkpointer;
   checkpointer.track_grad_scaler(&scaler);
   checkpointer.set_before_write(s.hooks.before_checkpoint_write);
   checkpointer.add_files(data::tokenizer_files(*tokenizer));  // the tokenizer travels with the model
   int64_t& first_step = s.first_step = 1;
   if (resumed) {
-    checkpointer.restore(resume_dir, *resumed, *model, opt, schedule);  // + generator states
+    checkpointer.restore(resume_dir, *resumed, model, opt, schedule);  // + generator states
     if (resumed->grad_scaler) scaler.load_state(*resumed->grad_scaler);
     // Only once the checkpoint loaded: a corrupt one must not cost the metrics of the steps
     // after it.

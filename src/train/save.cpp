@@ -15,9 +15,9 @@ bool save_due(const TrainSession& s, int64_t step) {
 }
 
 void save_checkpoint(TrainSession& s, int64_t step) {
-  auto& model = s.model;
+  torch::nn::Module& model = s.lm->module();
   auto& offload = s.offload;
-  s.checkpointer->save(step, *model, *s.opt, s.loader->state(), s.schedule);
+  s.checkpointer->save(step, model, *s.opt, s.loader->state(), s.schedule);
   if (offload) offload->release();  // the save read every state page into the process
   s.last_saved = step;
 }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,7 +24,9 @@
 #include "fsdpp/dist/world.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/grad_scaler.h"
+#include "fsdpp/models/causal_lm.h"
 #include "fsdpp/models/llama.h"
+#include "fsdpp/models/qwen3_moe_ep.h"
 #include "fsdpp/optim/disk_offload.h"
 #include "fsdpp/train/config.h"
 #include "fsdpp/train/hooks.h"
@@ -77,7 +80,15 @@ struct TrainSession {
 
   // ---- build_model, shard_model
   int64_t vocab = 0;
-  models::Llama model{nullptr};
+  // The model of model.architecture; `llama` is the Llama inside it (null for other
+  // architectures), for what knows the Llama only: tensor parallelism and model.init_from.
+  std::unique_ptr<models::CausalLM> lm;
+  models::Llama llama{nullptr};
+  // qwen3_moe: the top-k choices per expert over the global batch in the last forward.
+  std::function<std::vector<int64_t>()> expert_load;
+  // Expert parallelism: the ("efsdp", "ep") mesh and what parallelize_qwen3_moe_experts did.
+  std::shared_ptr<dist::DeviceMesh> ep_mesh;
+  std::optional<models::Qwen3MoeExpertParallel> ep;
   FullyShardOptions fopts;
   bool hybrid = false;  // hybrid_shard*: a 2-D mesh of replicas x shards
   // Tensor parallelism: the (replicate,) shard, tp mesh and the Llama plan applied to `model`.

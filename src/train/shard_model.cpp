@@ -17,6 +17,7 @@
 #include "fsdpp/fsdp/strategy_traits.h"
 #include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/models/llama_tp_plan.h"
+#include "fsdpp/models/qwen3_moe_ep.h"
 #include "phases.h"
 
 namespace fsdpp::train::detail {
@@ -43,8 +44,8 @@ void check_layer_classes(const TrainConfig& cfg, torch::nn::Module& model) {
                 "expected its decoder layer's class, [TransformerBlock]",
                 name, module_class_name(model), have,
                 name.rfind("Qwen3Moe", 0) == 0
-                    ? " (Qwen3MoeDecoderLayer is the Qwen3-MoE model's layer; fsdpp-train does "
-                      "not train that model yet)"
+                    ? " (Qwen3MoeDecoderLayer is the Qwen3-MoE model's layer: set "
+                      "model.architecture=qwen3_moe)"
                     : "");
   }
 }
@@ -74,7 +75,7 @@ void shard_model(TrainSession& s) {
   const auto& t = cfg.training;
   auto& world = s.world;
   auto& init = s.init;
-  auto& model = s.model;
+  torch::nn::Module& model = s.lm->module();
   // FSDP frees and re-allocates unit-sized buffers every step (gathered parameters, reduce
   // inputs), and glibc's dynamic mmap threshold then keeps them in its heap: measured, a 2-rank
   // FULL_SHARD run peaked 35% above its working set, above NO_SHARD. A fixed threshold hands
@@ -110,30 +111,53 @@ void shard_model(TrainSession& s) {
   }
   FullyShardOptions& fopts = s.fopts = cfg.fully_shard_options(mesh);
   if (fopts.sync_module_states) {
-    sync_module_states(*model, world);
+    sync_module_states(model, world);
     fopts.sync_module_states = false;  // done, for the whole model
   }
   const WrapPolicy policy = cfg.wrap_policy();
   const auto& fc = t.fsdp_config;
-  check_layer_classes(cfg, *model);
+  check_layer_classes(cfg, model);
   if (dims.tensor_parallel()) {
     // Each rank keeps its slice of the weights every rank built from the seed (or loaded from
     // model.init_from), so the run starts where one process would.
-    s.tp = models::parallelize_llama(*model, s.tp_mesh->group("tp"),
+    s.tp = models::parallelize_llama(*s.llama, s.tp_mesh->group("tp"),
                                      {.sequence_parallel = dims.sequence_parallel});
-    fopts.outer_layout = s.tp->outer_layout(*model);
+    fopts.outer_layout = s.tp->outer_layout(model);
     s.say(fmt::format("[train] tensor parallel: {} (the Llama plan, docs/tensor-parallel.md)",
                       dims.describe()));
   }
   if (t.gradient_checkpointing) {
     const auto marked = apply_activation_checkpointing(
-        *model, fc.transformer_layer_cls_to_wrap, static_cast<int>(t.gradient_checkpointing_every));
+        model, fc.transformer_layer_cls_to_wrap, static_cast<int>(t.gradient_checkpointing_every));
     s.say(fmt::format("[train] activation checkpointing: {} of {} blocks", marked.size(),
                       cfg.model.n_layers));
   }
-  auto units = apply_fully_shard(*model, policy, fopts);
+  size_t units = 0;
+  if (dims.expert_parallel()) {
+    // Experts split over ep, each layer's a unit over the ranks holding the same ones; the rest
+    // of the model FSDP over the world, as every rank takes its own batches
+    // (docs/moe.md#expert-parallelism). The load-balancing loss is over the global batch.
+    auto& moe = *models::as_qwen3_moe(*s.lm);
+    s.ep_mesh = dims.build_expert_mesh(world);
+    s.ep = models::parallelize_qwen3_moe_experts(
+        *moe, {.ep = s.ep_mesh->group("ep"), .batch = world.group()});
+    s.expert_load = [&ep = *s.ep] { return ep.last_expert_load(); };
+    models::fully_shard_qwen3_moe(*moe, *s.ep, fopts, s.ep_mesh->sub({"efsdp"}));
+    units = inspect_units(model).size();
+    s.say(fmt::format("[train] expert parallel: {} experts over ep {} x efsdp {} ({} per rank)",
+                      s.ep->num_experts(), dims.ep, world.size() / dims.ep,
+                      s.ep->experts_per_rank()));
+  } else {
+    if (auto* moe = models::as_qwen3_moe(*s.lm)) {
+      // The load-balancing loss over the global batch, as one process computes it whatever
+      // the layout (megablocks#85); its per-expert counts are the metrics' expert load.
+      auto load = models::use_global_load_balancing_loss(**moe, world.group());
+      s.expert_load = [load] { return *load; };
+    }
+    units = apply_fully_shard(model, policy, fopts).size();
+  }
   if (init) {
-    init->load_after_sharding(model, world.group());
+    init->load_after_sharding(s.llama, world.group());
     s.say(fmt::format("[train] weights from {} (model.init_from); optimizer, schedule and data "
                       "start afresh at step 1",
                       init->dir().string()));
@@ -143,8 +167,8 @@ void shard_model(TrainSession& s) {
                     hybrid ? fmt::format(" ({} replicas x {} shards)", fopts.mesh->size(0),
                                          fopts.mesh->size(1))
                            : "",
-                    count_of(static_cast<int64_t>(units.size()), "unit"), fc.auto_wrap_policy,
-                    models::num_parameters(*model) / 1e6));
+                    count_of(static_cast<int64_t>(units), "unit"), fc.auto_wrap_policy,
+                    models::num_parameters(model) / 1e6));
 }
 
 // metrics.jsonl's comm_bytes_intra / comm_bytes_inter.
@@ -152,15 +176,15 @@ std::pair<uint64_t, uint64_t> comm_split(TrainSession& s) {
   const auto& t = s.cfg.training;
   const bool hybrid = s.hybrid;
   const auto& fopts = s.fopts;
-  auto& model = s.model;
+  torch::nn::Module& model = s.lm->module();
   std::pair<uint64_t, uint64_t> intra_inter{0, 0};
   if (hybrid) {
     intra_inter = {fopts.mesh->counters("shard").total_bytes(),
                    fopts.mesh->counters("replicate").total_bytes()};
   } else if (!traits_of(t.fsdp).shards) {
-    intra_inter.second = comm_counters(*model).total_bytes();
+    intra_inter.second = comm_counters(model).total_bytes();
   } else {
-    intra_inter.first = comm_counters(*model).total_bytes();
+    intra_inter.first = comm_counters(model).total_bytes();
   }
   return intra_inter;
 }

@@ -14,6 +14,7 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/dist/agree.h"
 #include "fsdpp/fsdp/inspect.h"
+#include "fsdpp/models/qwen3_moe_ep.h"
 #include "phases.h"
 
 namespace fsdpp::train::detail {
@@ -38,7 +39,7 @@ void train_loop(TrainSession& s) {
   auto& world = s.world;
   const bool lead = s.lead;
   const auto& out_dir = s.out_dir;
-  auto& model = s.model;
+  torch::nn::Module& model = s.lm->module();
   auto& scaler = *s.scaler;
   const auto& val_data = *s.val_data;
   const auto& trace = s.trace;
@@ -58,13 +59,15 @@ void train_loop(TrainSession& s) {
   for (int64_t step = first_step; step <= total_steps; ++step) {
     const auto t0 = Clock::now();
     if (trace) trace->begin_step(step);
-    const auto comm_before = comm_counters(*model);
+    const auto comm_before = comm_counters(model);
     const auto split_before = comm_split(s);
     const uint64_t tp_before = s.tp_mesh ? s.tp_mesh->counters("tp").total_bytes() : 0;
-    const auto [lr, loss_sum, grad_norm, stepped, loss_scale] = train_step(s, step);
+    const auto [lr, loss_sum, grad_norm, stepped, loss_scale, aux_loss_sum] = train_step(s, step);
+    // The step's routing, before an evaluation routes other tokens.
+    const std::vector<int64_t> expert_load = s.expert_load ? s.expert_load() : std::vector<int64_t>{};
     const auto step_end = Clock::now();
     // The step's collectives, per kind, for its trace event (what the trace must hold).
-    const auto step_comm = trace && trace->active() ? dist::counter_args(comm_counters(*model) - comm_before)
+    const auto step_comm = trace && trace->active() ? dist::counter_args(comm_counters(model) - comm_before)
                                                     : std::vector<dist::TraceArg>{};
     const double step_ms = std::chrono::duration<double, std::milli>(step_end - t0).count();
     // Loss over the global batch and memory over the ranks: one small all-reduce each. A stop
@@ -101,10 +104,18 @@ void train_loop(TrainSession& s) {
       j["tokens_per_s"] = tokens_per_step / (step_ms / 1000.0);
       j["step_ms"] = step_ms;
       j["peak_rss_mb"] = rss.item<double>();
-      j["comm_bytes"] = (comm_counters(*model) - comm_before).total_bytes();
+      j["comm_bytes"] = (comm_counters(model) - comm_before).total_bytes();
       const auto split_after = comm_split(s);
       j["comm_bytes_intra"] = split_after.first - split_before.first;
       j["comm_bytes_inter"] = split_after.second - split_before.second;
+      if (s.expert_load) {
+        // The load-balancing loss is over the global batch already: the same on every rank.
+        j["aux_loss"] = aux_loss_sum / accum;
+        const auto load = models::summarize_expert_load(expert_load);
+        j["expert_load_min"] = load.min;
+        j["expert_load_max"] = load.max;
+        j["expert_load_cv"] = load.cv;
+      }
       // Tensor parallelism's activations and loss, on the tp dim (docs/tensor-parallel.md).
       if (s.tp_mesh) j["comm_bytes_tp"] = s.tp_mesh->counters("tp").total_bytes() - tp_before;
       j["elapsed_s"] = elapsed;

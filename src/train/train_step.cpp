@@ -43,7 +43,7 @@ namespace {
 StepOutcome train_step(TrainSession& s, int64_t step) {
   const auto& t = s.cfg.training;
   auto& world = s.world;
-  auto& model = s.model;
+  torch::nn::Module& model = s.lm->module();
   auto& opt = *s.opt;
   auto& scaler = *s.scaler;
   auto& offload = s.offload;
@@ -55,20 +55,21 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   for (auto& group : opt.param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
-  double loss_sum = 0;
-  const StepContext hook_context{step, world.rank(), s.restart_count, *model};
+  double loss_sum = 0, aux_loss_sum = 0;
+  const StepContext hook_context{step, world.rank(), s.restart_count, model};
   for (int64_t micro = 0; micro < accum; ++micro) {
     dist::TraceSpan data_span(trace.get(), "data");
     auto [x, y] = loader.next();
     data_span.end();
     dist::TraceSpan forward_span(trace.get(), "forward");
-    auto out = fsdpp::forward(model, x, y);
+    auto out = s.lm->forward(x, y);
     auto loss = out.loss;
     forward_span.end();
     dist::TraceSpan backward_span(trace.get(), "backward");
     if (s.hooks.after_loss) s.hooks.after_loss(hook_context, loss);
     scaler.scale(loss / static_cast<double>(accum)).backward();
     loss_sum += loss.item<double>();
+    if (out.aux_loss.defined()) aux_loss_sum += out.aux_loss.item<double>();
   }
   dist::TraceSpan clip_span(trace.get(), "clip_grad_norm");
   if (s.hooks.after_backward) s.hooks.after_backward(hook_context);
@@ -76,13 +77,22 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   const double max_norm = t.max_grad_norm > 0 ? t.max_grad_norm : INFINITY;
   // Under TP the norm sums the tp slices too, and each gradient is a shard over the FSDP shard
   // group when the strategy shards them (tp::clip_grad_norm_ counts every parameter once).
-  const double grad_norm =
-      s.tp ? tp::clip_grad_norm_(*model, *s.tp, max_norm,
-                                 traits_of(t.fsdp).shards_grads ? s.tp_mesh->group("shard") : nullptr)
-           : clip_grad_norm_(*model, max_norm);
+  // Under EP each expert counts once: summed over ep and over the ranks FSDP shards it on.
+  const bool sharded = traits_of(t.fsdp).shards_grads;
+  double grad_norm = 0;
+  if (s.tp) {
+    grad_norm = tp::clip_grad_norm_(model, *s.tp, max_norm, sharded ? s.tp_mesh->group("shard") : nullptr);
+  } else if (s.ep) {
+    const auto& efsdp = s.ep_mesh->group("efsdp");
+    grad_norm = models::clip_grad_norm_(*models::as_qwen3_moe(*s.lm)->get(), *s.ep, max_norm,
+                                        sharded ? world.group() : nullptr,
+                                        sharded && efsdp->size() > 1 ? efsdp : nullptr);
+  } else {
+    grad_norm = clip_grad_norm_(model, max_norm);
+  }
   // The norm is non-finite exactly when a gradient element is: one check per step, and the
   // search for the culprit only then. Under fp16 the loss scaler skips such steps instead.
-  if (!t.fp16 && !std::isfinite(grad_norm)) stop_on_nonfinite(*model, world, step, loss_sum);
+  if (!t.fp16 && !std::isfinite(grad_norm)) stop_on_nonfinite(model, world, step, loss_sum);
   clip_span.end();
   dist::TraceSpan optimizer_span(trace.get(), "optimizer");
   const bool stepped = !scaler.found_inf();  // an overflow skips the step on every rank
@@ -95,7 +105,7 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   scaler.update();
   opt.zero_grad();
   optimizer_span.end();
-  return {lr, loss_sum, grad_norm, stepped, loss_scale};
+  return {lr, loss_sum, grad_norm, stepped, loss_scale, aux_loss_sum};
 }
 
 }  // namespace fsdpp::train::detail

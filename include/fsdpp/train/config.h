@@ -28,14 +28,17 @@
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/models/llama.h"
+#include "fsdpp/models/qwen3_moe.h"
 #include "fsdpp/state/state_dict.h"
 #include "fsdpp/train/config_enums.h"
 #include "fsdpp/train/lr_schedule.h"
 
 namespace fsdpp::train {
 
-// `model:` -> models::LlamaConfig.
+// `model:` -> models::LlamaConfig, or models::Qwen3MoeConfig (Hugging Face's names for the
+// MoE keys; dim, n_layers, ... are its hidden_size, num_hidden_layers, ...).
 struct ModelSection {
+  Choice<ModelArchitecture> architecture = ModelArchitecture::LLAMA;
   int64_t vocab_size = 0;  // 0: the tokenizer's vocabulary size
   int64_t dim = 128;
   int64_t n_layers = 4;
@@ -48,6 +51,15 @@ struct ModelSection {
   double rope_theta = 10000;
   double init_std = 0.02;
   bool tie_embeddings = false;
+  // qwen3_moe only.
+  int64_t head_dim = 0;                // 0: dim / n_heads
+  int64_t num_experts = 8;
+  int64_t num_experts_per_tok = 2;     // top-k
+  int64_t moe_intermediate_size = 0;   // each expert's hidden size; 0: ffn_hidden / top-k
+  bool norm_topk_prob = false;
+  double router_aux_loss_coef = 0.001;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
   // Fine-tuning: start from the weights (and the tokenizer) of an fsdpp checkpoint of any layout
   // or a Hugging Face model directory, whose shape then replaces the keys above; a new run
   // (step 1, fresh optimizer, schedule and data position), unlike a resume.
@@ -171,6 +183,7 @@ struct ParallelismSection {
   int64_t data_parallel_shard_degree = -1;     // -1: the ranks the other degrees leave
   int64_t tensor_parallel_degree = 1;          // the Llama plan over groups of this many ranks
   bool enable_sequence_parallel = false;       // norms and residuals split along the sequence
+  int64_t expert_parallel_degree = 1;          // qwen3_moe: experts split over groups of this many
 };
 
 struct TrainConfig {
@@ -200,6 +213,9 @@ struct TrainConfig {
   // tokenizer's vocabulary: the model uses it when model.vocab_size is 0, else model.vocab_size,
   // which must then be at least as large. Validated.
   models::LlamaConfig llama_config(int64_t tokenizer_vocab_size) const;
+  // The same for model.architecture=qwen3_moe: the dense keys as its Hugging Face names,
+  // the MoE keys as they are. Validated.
+  models::Qwen3MoeConfig qwen3_moe_config(int64_t tokenizer_vocab_size) const;
 
   // What the trainer, its checkpointer, its memory check and fsdpp-estimate run with, derived
   // here once from the keys above.

@@ -12,6 +12,8 @@
 
 namespace fsdpp::train {
 
+// model.architecture: fsdpp's Llama, or Hugging Face's Qwen3-MoE (docs/moe.md#fsdpp-train).
+enum class ModelArchitecture { LLAMA, QWEN3_MOE };
 // data.tokenizer
 enum class TokenizerType { BYTE, SENTENCEPIECE };
 // training.fsdp_config.fsdp_auto_wrap_policy: one unit per transformer_layer_cls_to_wrap module,
@@ -21,6 +23,16 @@ enum class AutoWrapPolicy { TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP };
 enum class SaveStrategy { STEPS, EPOCH, NO };
 // training.lr_scheduler_type (see LrSchedule).
 enum class LrSchedulerType { COSINE, LINEAR, CONSTANT };
+
+template <>
+struct ChoiceNames<ModelArchitecture> {
+  static constexpr std::string_view kWhat = "model architecture";
+  static constexpr bool kAnyCase = false;
+  static constexpr std::array<std::pair<ModelArchitecture, std::string_view>, 2> kNames{{
+      {ModelArchitecture::LLAMA, "llama"},
+      {ModelArchitecture::QWEN3_MOE, "qwen3_moe"},
+  }};
+};
 
 template <>
 struct ChoiceNames<TokenizerType> {

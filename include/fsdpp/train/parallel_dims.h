@@ -25,6 +25,11 @@ struct ParallelDims {
   int dp_shard = 1;
   int tp = 1;
   bool sequence_parallel = false;
+  // Expert parallelism carves its groups out of the data-parallel ranks (torchtitan's separate
+  // expert mesh): each rank still takes its own batches; the experts of each sparse layer are
+  // split over `ep` consecutive ranks and FSDP-sharded over the world / ep ranks holding the
+  // same ones (build_expert_mesh).
+  int ep = 1;
 
   int world_size() const { return dp_replicate * dp_shard * tp; }
   int dp() const { return dp_replicate * dp_shard; }  // ranks that see different data
@@ -36,6 +41,9 @@ struct ParallelDims {
   // "shard"}) for the HYBRID strategies; the Llama plan runs over group("tp"). Collective.
   std::shared_ptr<dist::DeviceMesh> build_mesh(dist::World& world) const;
   std::string describe() const;  // "dp_shard 2 x tp 2 (sequence parallel)"
+  bool expert_parallel() const { return ep > 1; }
+  // ("efsdp", "ep") over the world, ep innermost. Collective.
+  std::shared_ptr<dist::DeviceMesh> build_expert_mesh(dist::World& world) const;
 };
 
 // The keys' checks that need no world (called by TrainConfig::validate): degrees >= 1 (the
