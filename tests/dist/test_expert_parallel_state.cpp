@@ -20,6 +20,7 @@
 #include "fsdpp/models/qwen3_moe_ep.h"
 #include "fsdpp/state/safetensors.h"
 #include "fsdpp/state/state_dict.h"
+#include "full_checkpoint.h"
 #include "world_fixture.h"
 
 using namespace fsdpp;
@@ -48,22 +49,8 @@ models::Qwen3MoeConfig tiny_moe(uint64_t seed) {
   return c;
 }
 
-// Every tensor of a FULL checkpoint's model and optimizer files.
-std::map<std::string, at::Tensor> read_full(const fs::path& dir) {
-  std::map<std::string, at::Tensor> out;
-  for (const char* file : {"model.safetensors", "optim.safetensors"}) {
-    auto f = state::SafetensorsFile::open(dir / file);
-    for (const auto& n : f.names()) out[std::string(file) + ":" + n] = f.get(n);
-  }
-  return out;
-}
-
-// A directory every rank of this run agrees on (the launcher is their common parent); `owner`
-// >= 0: that rank's own, for what one process saves alone.
 fs::path scratch(const std::string& what, int owner = -1) {
-  std::string base = ::testing::TempDir() + "fsdpp_ep_state_" + std::to_string(::getppid());
-  if (owner >= 0) base += "_r" + std::to_string(owner);
-  return fs::path(base) / what;
+  return test::scratch_dir("fsdpp_ep_state", what, owner);
 }
 
 }  // namespace
@@ -121,18 +108,6 @@ Placed place(Layout layout, uint64_t seed) {
   return p;
 }
 
-void expect_same_full(const std::map<std::string, at::Tensor>& want, const fs::path& dir,
-                      const std::string& what) {
-  auto got = read_full(dir);
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (const auto& [k, v] : want) {
-    ASSERT_TRUE(got.count(k)) << what << ": " << k << " missing";
-    EXPECT_TRUE(got.at(k).dtype() == v.dtype() && got.at(k).sizes() == v.sizes() &&
-                at::equal(got.at(k), v))
-        << what << ": " << k << " differs";
-  }
-}
-
 }  // namespace
 
 // An EP 2 x FSDP 2 run's checkpoints (SHARDED and FULL) hold the whole model: the FULL file has
@@ -159,7 +134,7 @@ TEST(ExpertParallelState, CheckpointsMoveBetweenLayoutsBitForBit) {
                          {.type = state::StateDictType::SHARDED});
   state::save_state_dict(full, *src.model, src.opt.get(), src.state,
                          {.type = state::StateDictType::FULL});
-  const auto want = read_full(full);
+  const auto want = test::read_full_checkpoint(full);
   EXPECT_EQ(want.at("model.safetensors:layers.0.mlp.experts.gate_proj").size(0), cfg.num_experts);
   for (const auto& [name, t] : fsdpp::full_parameters(*src.model)) {
     const auto key = "model.safetensors:" + name;
@@ -176,7 +151,7 @@ TEST(ExpertParallelState, CheckpointsMoveBetweenLayoutsBitForBit) {
                                to == Layout::kOneProcess ? w.rank() : -1);
       state::save_state_dict(out, *dst.model, dst.opt.get(), dst.state,
                              {.type = state::StateDictType::FULL});
-      expect_same_full(want, out, what);
+      test::expect_same_full_checkpoint(want, out, what);
     }
   }
   {  // And back: one process saves SHARDED (every rank alone), EP 2 x FSDP 2 loads rank 0's.
@@ -190,7 +165,7 @@ TEST(ExpertParallelState, CheckpointsMoveBetweenLayoutsBitForBit) {
     const auto check = scratch("back");
     state::save_state_dict(check, *back.model, back.opt.get(), back.state,
                            {.type = state::StateDictType::FULL});
-    expect_same_full(want, check, "EP 2 x FSDP 2 back from one process");
+    test::expect_same_full_checkpoint(want, check, "EP 2 x FSDP 2 back from one process");
   }
   if (w.rank() == 0) {
     std::printf("[ep state] EP 2 x FSDP 2 -> one process, EP 4, FSDP 4 and one process -> EP 2 "

@@ -21,6 +21,7 @@
 #include "fsdpp/state/safetensors.h"
 #include "fsdpp/state/state_dict.h"
 #include "fsdpp/tp/plan.h"
+#include "full_checkpoint.h"
 #include "world_fixture.h"
 
 using namespace fsdpp;
@@ -109,35 +110,8 @@ void train(Placed& p, int steps) {
   }
 }
 
-// Every tensor of a FULL checkpoint's model and optimizer files.
-std::map<std::string, at::Tensor> read_full(const fs::path& dir) {
-  std::map<std::string, at::Tensor> out;
-  for (const char* file : {"model.safetensors", "optim.safetensors"}) {
-    auto f = state::SafetensorsFile::open(dir / file);
-    for (const auto& n : f.names()) out[std::string(file) + ":" + n] = f.get(n);
-  }
-  return out;
-}
-
-// A directory under one every rank of this run agrees on (named after the run's
-// MASTER_PORT); `owner` >= 0: that rank's own, for what one process saves alone.
 fs::path scratch(const std::string& what, int owner = -1) {
-  const char* port = std::getenv("MASTER_PORT");  // one per run, the same on every rank
-  std::string base = ::testing::TempDir() + "fsdpp_tp_state_" + (port ? port : "0");
-  if (owner >= 0) base += "_r" + std::to_string(owner);
-  return fs::path(base) / what;
-}
-
-void expect_same_full(const std::map<std::string, at::Tensor>& want, const fs::path& dir,
-                      const std::string& what) {
-  auto got = read_full(dir);
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (const auto& [k, v] : want) {
-    ASSERT_TRUE(got.count(k)) << what << ": " << k << " missing";
-    EXPECT_TRUE(got.at(k).dtype() == v.dtype() && got.at(k).sizes() == v.sizes() &&
-                at::equal(got.at(k), v))
-        << what << ": " << k << " differs";
-  }
+  return test::scratch_dir("fsdpp_tp_state", what, owner);
 }
 
 }  // namespace
@@ -151,7 +125,7 @@ TEST(TensorParallelState, CheckpointsMoveBetweenLayoutsBitForBit) {
   const auto sharded = scratch("src_sharded"), full = scratch("src_full");
   state::save_state_dict(sharded, *src.model, src.opt.get(), src.state, {.type = state::StateDictType::SHARDED});
   state::save_state_dict(full, *src.model, src.opt.get(), src.state, {.type = state::StateDictType::FULL});
-  const auto want = read_full(full);
+  const auto want = test::read_full_checkpoint(full);
   ASSERT_GT(want.size(), 30u);
 
   // The FULL file is the model, not only self-consistent: the same 3 steps on one process, on
@@ -179,7 +153,7 @@ TEST(TensorParallelState, CheckpointsMoveBetweenLayoutsBitForBit) {
                                    from.filename().string(),
                                to == Layout::kOneProcess ? w.rank() : -1);
       state::save_state_dict(out, *dst.model, dst.opt.get(), dst.state, {.type = state::StateDictType::FULL});
-      expect_same_full(want, out, what);
+      test::expect_same_full_checkpoint(want, out, what);
     }
   }
 
@@ -198,7 +172,7 @@ TEST(TensorParallelState, CheckpointsMoveBetweenLayoutsBitForBit) {
     state::load_state_dict(shared, *back.model, back.opt.get(), back.state);
     const auto check = scratch("back_" + std::to_string(static_cast<int>(via)));
     state::save_state_dict(check, *back.model, back.opt.get(), back.state, {.type = state::StateDictType::FULL});
-    expect_same_full(want, check, std::string("TP 2 x FSDP 2 back from ") + name_of(via));
+    test::expect_same_full_checkpoint(want, check, std::string("TP 2 x FSDP 2 back from ") + name_of(via));
   }
   w.group()->barrier();
   if (w.rank() == 0) state::remove_tree(scratch(""));

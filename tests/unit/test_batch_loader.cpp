@@ -19,6 +19,7 @@
 #include "fsdpp/data/sampler.h"
 #include "fsdpp/data/token_dataset.h"
 #include "fsdpp/data/tokenizer.h"
+#include "fsdpp/state/atomic_dir.h"
 
 using namespace fsdpp::data;
 namespace fs = std::filesystem;
@@ -26,13 +27,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // Not std::filesystem::remove_all: libtorch.so exports its own copy of it, which crashes.
-void remove_tree(const fs::path& p) {
-  std::error_code ec;
-  if (fs::is_directory(fs::symlink_status(p, ec))) {
-    for (const auto& e : fs::directory_iterator(p)) remove_tree(e.path());
-  }
-  fs::remove(p, ec);
-}
+using fsdpp::state::remove_tree;
 
 class BatchLoaderTest : public ::testing::Test {
  protected:
