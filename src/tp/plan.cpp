@@ -41,8 +41,9 @@ Placement TensorParallel::placement(const std::string& param_name) const {
 OuterLayoutOf TensorParallel::outer_layout(const torch::nn::Module& root,
                                           const std::string& mesh_dim) const {
   std::map<const void*, ShardPlacement> by_tensor;
+  const auto params = root.named_parameters(/*recurse=*/true);  // find() points into it
   for (const auto& [name, pl] : placements_) {
-    const auto* param = root.named_parameters(/*recurse=*/true).find(name);
+    const auto* param = params.find(name);
     FSDPP_CHECK(param != nullptr, "[tp] outer_layout: the plan split '{}', which '{}' does not "
                 "have; pass the module the plan was applied to", name, root.name());
     auto sp = balanced_placement(mesh_dim, group_, static_cast<int>(pl.dim), pl.full_size);
