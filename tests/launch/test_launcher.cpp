@@ -297,7 +297,11 @@ TEST(LauncherEnv, MultiNodeOffsetsRanks) {
         with_run({"--nnodes", "2", "--node-rank", std::to_string(node), "--nproc-per-node", "2",
                   "--master-addr", "127.0.0.1", "--master-port", port, "--timeout-s", "42",
                   "--rdzv-timeout-s", "30", kProbe, "env"}),
-        Env{}));
+        // Under make test-asan, LeakSanitizer's own tracer crashed at node 1's exit (signal 11
+        // in StopTheWorld, "LeakSanitizer has encountered a fatal error") in two full runs out
+        // of two, and never alone; not a leak report. The other launcher tests keep the leak
+        // check on fsdpp-run.
+        Env{{"LSAN_OPTIONS", std::string("detect_leaks=0")}}));
   }
   const Result node1 = nodes[0]->wait(30s);
   const Result node0 = nodes[1]->wait(30s);
