@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/dist/autograd_group.h"
 
 namespace fsdpp::moe {
 namespace {
@@ -14,23 +15,8 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The group rides in the autograd context as a capsule (saved_data holds IValues only), and the
-// backward runs after forward has returned, so it owns a reference to the group.
-struct GroupCapsule : torch::CustomClassHolder {
-  GroupPtr group;
-  std::string what;
-};
-
-void save_group(AutogradContext* ctx, const GroupPtr& group, const std::string& what) {
-  auto c = c10::make_intrusive<GroupCapsule>();
-  c->group = group;
-  c->what = what;
-  ctx->saved_data["group"] = c10::IValue::make_capsule(std::move(c));
-}
-
-const GroupCapsule& load_group(AutogradContext* ctx) {
-  return *static_cast<GroupCapsule*>(ctx->saved_data["group"].toCapsule().get());
-}
+using dist::load_group;
+using dist::save_group;
 
 at::Tensor exchange_rows(const at::Tensor& x, const GroupPtr& group,
                          const std::vector<int64_t>& output_splits,

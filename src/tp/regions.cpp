@@ -5,6 +5,7 @@
 #include <torch/custom_class.h>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/dist/autograd_group.h"
 
 namespace fsdpp::tp {
 namespace {
@@ -12,23 +13,8 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The group rides in the autograd context as a capsule: saved_data holds IValues only, and the
-// backward runs after forward has returned, so it must own a reference to the group.
-struct GroupCapsule : torch::CustomClassHolder {
-  GroupPtr group;
-  std::string what;
-};
-
-void save_group(AutogradContext* ctx, const GroupPtr& group, const std::string& what) {
-  auto c = c10::make_intrusive<GroupCapsule>();
-  c->group = group;
-  c->what = what;
-  ctx->saved_data["group"] = c10::IValue::make_capsule(std::move(c));
-}
-
-const GroupCapsule& load_group(AutogradContext* ctx) {
-  return *static_cast<GroupCapsule*>(ctx->saved_data["group"].toCapsule().get());
-}
+using dist::load_group;
+using dist::save_group;
 
 at::Tensor all_reduce_sum(const at::Tensor& x, const GroupPtr& group, const std::string& what) {
   auto out = x.contiguous().clone();
