@@ -19,12 +19,7 @@ common=(data.path="$dir/text.txt" data.seq_len=32 data.val_fraction=0.1 model.di
         training.lr_scheduler_type=constant training.seed=7 training.malloc_mmap_threshold=0
         training.output_dir="$dir/unused" data.cache_dir="$dir/cache")
 config="$src/configs/qwen3-moe-small.yaml"
-go() {  # ranks, output dir, extra keys...
-  local n=$1 out=$2
-  shift 2
-  "$run" --nproc-per-node "$n" --timeout-s 120 "$train" "$config" "${common[@]}" \
-    training.output_dir="$dir/$out" "$@" > "$dir/$out.log" 2>&1 || { cat "$dir/$out.log"; exit 1; }
-}
+source "$src/tests/train/layouts_lib.sh"
 go 1 one training.per_device_train_batch_size=8
 go 2 fsdp2 training.per_device_train_batch_size=4
 go 2 ep2 training.per_device_train_batch_size=4 parallelism.expert_parallel_degree=2
@@ -67,15 +62,6 @@ print(f"qwen3_moe: configs/qwen3-moe-small.yaml, loss {first:.3f} at step 1 -> {
       f"aux_loss {ex[30]['aux_loss']:.4f}, expert load cv {ex[30]['expert_load_cv']:.3f}")
 assert last < first - 1.0, (first, last)
 PY
-bad() {  # ranks, expected text, keys...
-  local n=$1 want=$2
-  shift 2
-  if "$run" --nproc-per-node "$n" --timeout-s 60 "$train" "$config" "${common[@]}" \
-      training.output_dir="$dir/bad" "$@" > "$dir/bad.log" 2>&1; then
-    echo "accepted: $*"; exit 1
-  fi
-  grep -qF "$want" "$dir/bad.log" || { echo "expected '$want' for $*:"; cat "$dir/bad.log"; exit 1; }
-}
 bad 2 "parallelism.expert_parallel_degree=2 needs experts: model.architecture=qwen3_moe" \
   model.architecture=llama parallelism.expert_parallel_degree=2 \
   training.fsdp_config.fsdp_transformer_layer_cls_to_wrap=[TransformerBlock]

@@ -18,12 +18,8 @@ common=(data.path="$dir/text.txt" data.seq_len=32 data.val_fraction=0.1 model.di
         training.sample_tokens=16 training.warmup_steps=2 training.learning_rate=0.001
         training.lr_scheduler_type=constant training.seed=7 training.malloc_mmap_threshold=0
         training.fsdp_config.fsdp_state_dict_type=SHARDED_STATE_DICT data.cache_dir="$dir/cache")
-go() {  # ranks, output dir, extra keys...
-  local n=$1 out=$2
-  shift 2
-  "$run" --nproc-per-node "$n" --timeout-s 120 "$train" "$src/configs/default.yaml" "${common[@]}" \
-    training.output_dir="$dir/$out" "$@" > "$dir/$out.log" 2>&1 || { cat "$dir/$out.log"; exit 1; }
-}
+config="$src/configs/default.yaml"
+source "$src/tests/train/layouts_lib.sh"
 go 1 one training.per_device_train_batch_size=8
 go 2 tp2 training.per_device_train_batch_size=8 parallelism.tensor_parallel_degree=2
 go 4 tp2x2 training.per_device_train_batch_size=4 parallelism.tensor_parallel_degree=2 \
@@ -83,15 +79,6 @@ print(f"tensor_parallel: activation checkpointing, peak RSS {ac[6]['peak_rss_mb'
 assert growth < 2.0, ("peak RSS grew under TP with activation checkpointing", growth)
 PY
 # Bad combinations: the error names the keys.
-bad() {  # ranks, expected text, keys...
-  local n=$1 want=$2
-  shift 2
-  if "$run" --nproc-per-node "$n" --timeout-s 60 "$train" "$src/configs/default.yaml" "${common[@]}" \
-      training.output_dir="$dir/bad" "$@" > "$dir/bad.log" 2>&1; then
-    echo "accepted: $*"; exit 1
-  fi
-  grep -qF "$want" "$dir/bad.log" || { echo "expected '$want' for $*:"; cat "$dir/bad.log"; exit 1; }
-}
 bad 2 "cannot fill 2 ranks" parallelism.tensor_parallel_degree=3
 bad 2 "is 4 ranks but the world has 2" parallelism.tensor_parallel_degree=2 parallelism.data_parallel_shard_degree=2
 bad 1 "parallelism.enable_sequence_parallel=true needs parallelism.tensor_parallel_degree > 1" \
