@@ -16,17 +16,13 @@
 
 #include "fsdpp/common/error.h"
 #include "hf_directory.h"
-#include "fsdpp/data/hf_tokenizer.h"
-#include "fsdpp/data/tokenizer_files.h"
 #include "fsdpp/state/atomic_dir.h"
-#include "fsdpp/state/consolidate.h"
 #include "fsdpp/state/safetensors.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 using fsdpp::models::detail::field;
 using fsdpp::models::detail::parse_json;
-using fsdpp::models::detail::read_text;
 
 namespace fsdpp::models {
 namespace {
@@ -316,31 +312,6 @@ void load_named_tensors(torch::nn::Module& model, const NamedTensors& tensors) {
     FSDPP_CHECK_AS(ConfigError, seen.count(item.key()), "[models] no tensor given for parameter '{}'",
                    item.key());
   }
-}
-
-void import_hf_checkpoint(const fs::path& hf_dir, const fs::path& out) {
-  const auto hf = load_hf_llama(hf_dir);
-  // A directory fsdpp exported holds fsdpp's own tokenizer files too: keep them with the model.
-  std::map<std::string, std::string> files;
-  if (const auto tok = data::load_tokenizer(hf_dir)) files = data::tokenizer_files(*tok);
-  files["model_config.json"] = llama_config_to_json(hf.config);
-  state::write_full_checkpoint(out, hf.tensors, {}, files);
-}
-
-void export_hf_checkpoint(const fs::path& ckpt, const fs::path& out, const fs::path& model_config) {
-  const fs::path cfg_path = model_config.empty() ? ckpt / "model_config.json" : model_config;
-  FSDPP_CHECK_AS(ConfigError, fs::exists(cfg_path),
-                 "[models] '{}' has no model_config.json (fsdpp-train writes one into every "
-                 "checkpoint); give the model's config with --model-config FILE", ckpt.string());
-  const LlamaConfig cfg = llama_config_from_json(read_text(cfg_path), cfg_path.string());
-  // The tokenizer travels: fsdpp's own files (for fsdpp-generate and model.init_from on the
-  // exported directory) and transformers' (for AutoTokenizer.from_pretrained).
-  std::map<std::string, std::string> files;
-  if (const auto tok = data::load_tokenizer(ckpt)) {
-    files = data::hf_tokenizer_files(*tok, cfg.max_seq_len);
-    for (auto& [name, bytes] : data::tokenizer_files(*tok)) files[name] = std::move(bytes);
-  }
-  save_hf_llama(out, cfg, state::read_full_model(ckpt), files);
 }
 
 }  // namespace fsdpp::models

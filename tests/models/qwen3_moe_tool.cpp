@@ -11,11 +11,17 @@
 //       through fsdpp-run on any number of ranks: the same model made FSDP units by
 //       transformer_layer_policy({"Qwen3MoeDecoderLayer"}); forward, backward, and rank 0
 //       writes logits, loss, aux_loss and grad_norm (clip_grad_norm_'s global norm).
+//   fsdpp_qwen3_moe_tool ckpt CKPT IDS OUT.safetensors
+//       through fsdpp-run: an fsdpp checkpoint (fsdpp-ckpt import-hf's, compress's): the model
+//       made from its model_config.json, sharded as above, loaded with load_state_dict; forward
+//       with the router logits, and rank 0 writes logits, aux_loss and loss.
 //
 // IDS: comma-separated token ids, rows separated by ';' (every row the same length).
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "fsdpp/dist/world.h"
@@ -24,6 +30,7 @@
 #include "fsdpp/models/hf_qwen3_moe.h"
 #include "fsdpp/models/qwen3_moe.h"
 #include "fsdpp/state/safetensors.h"
+#include "fsdpp/state/state_dict.h"
 
 using namespace fsdpp;
 
@@ -60,7 +67,7 @@ models::Qwen3Moe load(const std::string& dir) {
 
 int main(int argc, char** argv) {
   if (argc != 5 && argc != 4) {
-    std::fprintf(stderr, "usage: %s forward|sharded HF_DIR IDS OUT | save HF_DIR OUT_DIR\n",
+    std::fprintf(stderr, "usage: %s forward|sharded HF_DIR IDS OUT | ckpt CKPT IDS OUT | save HF_DIR OUT_DIR\n",
                  argv[0]);
     return 2;
   }
@@ -89,6 +96,24 @@ int main(int argc, char** argv) {
         tensors.emplace_back("grad." + p.key(), p.value().grad());
       }
       state::save_safetensors(argv[4], tensors);
+      return 0;
+    }
+    if (mode == "ckpt") {
+      auto world = dist::init_from_env();
+      std::ifstream in(std::string(argv[2]) + "/model_config.json", std::ios::binary);
+      const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+      models::Qwen3Moe model(models::qwen3_moe_config_from_hf(text, "model_config.json"));
+      FullyShardOptions o;
+      o.mesh = world->mesh();
+      apply_fully_shard(*model, transformer_layer_policy({"Qwen3MoeDecoderLayer"}), o);
+      state::load_state_dict(argv[2], *model, nullptr, world->group());
+      at::NoGradGuard no_grad;
+      auto out = fsdpp::forward(model, ids, next_tokens(ids), true);
+      if (world->rank() == 0) {
+        state::save_safetensors(argv[4], {{"logits", out.logits.detach()},
+                                          {"loss", out.loss.detach()},
+                                          {"aux_loss", out.aux_loss.detach()}});
+      }
       return 0;
     }
     if (mode != "sharded") return 2;

@@ -2,17 +2,20 @@
 //   fsdpp-ckpt inspect [--no-verify] DIR
 //   fsdpp-ckpt consolidate [--force] DIR OUT.safetensors   (every parameter and buffer at full size)
 //   fsdpp-ckpt reshard [--force] --world-size N DIR OUT     (SHARDED layout for N ranks)
-//   fsdpp-ckpt export-hf [--force] [--model-config FILE] DIR OUT   (Hugging Face Llama directory)
+//   fsdpp-ckpt export-hf [--force] [--model-config FILE] [--max-shard-size SIZE] DIR OUT
+//                                                            (Hugging Face Llama or Qwen3-MoE)
 //   fsdpp-ckpt import-hf [--force] HF_DIR OUT                (fsdpp FULL checkpoint)
 // Every subcommand that writes refuses an OUT that exists unless --force, and refuses an OUT
 // inside its input (or holding it) even with --force: state::check_output_path.
 #include <filesystem>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "fsdpp/common/error.h"
-#include "fsdpp/models/hf_llama.h"
+#include "fsdpp/models/hf_checkpoint.h"
 #include "fsdpp/state/consolidate.h"
 #include "fsdpp/state/output_path.h"
 
@@ -22,13 +25,17 @@ int usage() {
                "usage: fsdpp-ckpt inspect [--no-verify] DIR\n"
                "       fsdpp-ckpt consolidate [--force] DIR OUT.safetensors\n"
                "       fsdpp-ckpt reshard [--force] --world-size N DIR OUT\n"
-               "       fsdpp-ckpt export-hf [--force] [--model-config model_config.json] DIR OUT_DIR\n"
+               "       fsdpp-ckpt export-hf [--force] [--model-config model_config.json]\n"
+               "                            [--max-shard-size SIZE] DIR OUT_DIR\n"
                "       fsdpp-ckpt import-hf [--force] HF_DIR OUT\n"
+
                "DIR is a checkpoint saved by fsdpp (fsdpp::state::save_state_dict or fsdpp-train's\n"
                "checkpoint-<step>). inspect verifies every checksum unless --no-verify;\n"
                "consolidate writes one safetensors file that Python's safetensors and Hugging Face\n"
                "tools read; reshard rewrites a SHARDED (or FULL) checkpoint for N ranks; export-hf\n"
-               "and import-hf convert a Llama to and from transformers' save_pretrained layout.\n"
+               "and import-hf convert a Llama or a Qwen3-MoE to and from transformers'\n"
+               "save_pretrained layout (SIZE: bytes, or with KB/MB/GB or KiB/MiB/GiB: indexed\n"
+               "shards of at most that size).\n"
                "An OUT that exists is refused unless --force (then it is replaced atomically);\n"
                "an OUT inside the input, or holding it, is always refused.\n");
   return 2;
@@ -82,6 +89,35 @@ int64_t parse_world_size(const std::string& s) {
   }
   return v;
 }
+
+// A whole number >= min for `flag`.
+int64_t parse_count(const std::string& flag, const std::string& s, int64_t min) {
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (s.empty() || used != s.size() || v < min) {
+    throw fsdpp::ConfigError(fmt::format("[fsdpp-ckpt] {} '{}': expected a whole number >= {}", flag, s, min));
+  }
+  return v;
+}
+
+// "20KB", "5GB", "1MiB", "123" -> bytes (transformers' max_shard_size: KB = 1000, KiB = 1024).
+int64_t parse_size(const std::string& s) {
+  static const std::pair<const char*, int64_t> kUnits[] = {
+      {"KiB", 1LL << 10}, {"MiB", 1LL << 20}, {"GiB", 1LL << 30}, {"KB", 1000},
+      {"MB", 1000000},    {"GB", 1000000000}, {"B", 1}};
+  for (const auto& [unit, scale] : kUnits) {
+    const std::string u(unit);
+    if (s.size() > u.size() && s.compare(s.size() - u.size(), u.size(), u) == 0) {
+      return parse_count("--max-shard-size", s.substr(0, s.size() - u.size()), 1) * scale;
+    }
+  }
+  return parse_count("--max-shard-size", s, 1);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -93,6 +129,16 @@ int main(int argc, char** argv) {
       const bool verify = !take_flag(args, "--no-verify");
       if (args.size() != 1) return usage();
       std::fputs(fsdpp::state::describe_checkpoint(args[0], verify).c_str(), stdout);
+      const auto mc = std::filesystem::path(args[0]) / "model_config.json";
+      if (std::filesystem::exists(mc)) {
+        std::ifstream in(mc, std::ios::binary);
+        const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+        try {
+          std::fputs(fsdpp::models::describe_model_config(text, mc.string()).c_str(), stdout);
+        } catch (const fsdpp::ConfigError& e) {
+          std::printf("  model_config.json: %s\n", e.what());  // the tensors are still described
+        }
+      }
       return 0;
     }
     using fsdpp::state::OutputKind;
@@ -113,22 +159,31 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (cmd == "export-hf") {
-      std::string model_config;
+      std::string model_config, max_shard;
       take_option(args, "--model-config", model_config);
+      fsdpp::models::HfExportOptions eo;
+      if (take_option(args, "--max-shard-size", max_shard)) eo.max_shard_bytes = parse_size(max_shard);
       if (args.size() != 2) return usage();
       fsdpp::state::check_output_path("export-hf", args[1], {args[0], model_config},
                                       OutputKind::kDirectory, force);
-      fsdpp::models::export_hf_checkpoint(args[0], args[1], model_config);
-      const bool tokenizer = std::filesystem::exists(std::filesystem::path(args[1]) / "tokenizer_config.json");
-      std::printf("wrote a Hugging Face Llama (config.json, model.safetensors%s) to %s\n",
-                  tokenizer ? ", the tokenizer" : "; the checkpoint holds no tokenizer", args[1].c_str());
+      const auto r = fsdpp::models::export_hf_checkpoint(args[0], args[1], model_config, eo);
+      std::printf("wrote a Hugging Face %s (config.json, %lld tensors in %s%s) to %s\n",
+                  r.architecture == fsdpp::models::Architecture::kQwen3Moe ? "Qwen3MoeForCausalLM"
+                                                                           : "LlamaForCausalLM",
+                  static_cast<long long>(r.tensors),
+                  r.files == 1 && eo.max_shard_bytes == 0
+                      ? "model.safetensors"
+                      : fmt::format("{} shard file(s) with model.safetensors.index.json", r.files).c_str(),
+                  r.tokenizer ? ", the tokenizer" : "; the checkpoint holds no tokenizer", args[1].c_str());
       return 0;
     }
     if (cmd == "import-hf" && args.size() == 2) {
       fsdpp::state::check_output_path("import-hf", args[1], {args[0]}, OutputKind::kDirectory, force);
-      fsdpp::models::import_hf_checkpoint(args[0], args[1]);
-      std::printf("wrote an fsdpp FULL checkpoint (model.safetensors, index.json, "
-                  "model_config.json) to %s\n", args[1].c_str());
+      const auto r = fsdpp::models::import_hf_checkpoint(args[0], args[1]);
+      std::printf("wrote an fsdpp FULL checkpoint of a %s (%lld tensors in model.safetensors, "
+                  "index.json, model_config.json%s) to %s\n",
+                  fsdpp::models::architecture_name(r.architecture), static_cast<long long>(r.tensors),
+                  r.tokenizer ? ", the tokenizer" : "", args[1].c_str());
       return 0;
     }
   } catch (const std::exception& e) {

@@ -74,18 +74,6 @@ void save_hf_llama(const std::filesystem::path& dir, const LlamaConfig& cfg, con
 // Copies named tensors (fsdpp names) into a model's parameters, which must all be named once.
 void load_named_tensors(torch::nn::Module& model, const NamedTensors& tensors);
 
-// fsdpp-ckpt import-hf / export-hf:
-// HF directory -> an fsdpp FULL checkpoint (model.safetensors, index.json, model_config.json)
-// that load_state_dict loads on any number of ranks; fsdpp's tokenizer files come along when the
-// directory holds them (one that export-hf wrote).
-void import_hf_checkpoint(const std::filesystem::path& hf_dir, const std::filesystem::path& out);
-// An fsdpp checkpoint (SHARDED or FULL, e.g. fsdpp-train's checkpoint-<step>) -> an HF
-// directory. The model's config comes from `model_config` when given (a model_config.json), else
-// from the checkpoint's own model_config.json. When the checkpoint holds its tokenizer
-// (data/tokenizer_files.h), the directory gets it twice: transformers' files
-// (data/hf_tokenizer.h: tokenizer.json, tokenizer_config.json, tokenizer.model) and fsdpp's
-// (fsdpp_tokenizer.json), for fsdpp-generate and model.init_from on the exported directory.
-void export_hf_checkpoint(const std::filesystem::path& ckpt, const std::filesystem::path& out,
-                          const std::filesystem::path& model_config = {});
+// fsdpp-ckpt import-hf / export-hf of this and the other architectures: hf_checkpoint.h.
 
 }  // namespace fsdpp::models
