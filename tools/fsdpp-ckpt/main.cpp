@@ -5,6 +5,9 @@
 //   fsdpp-ckpt export-hf [--force] [--model-config FILE] [--max-shard-size SIZE] DIR OUT
 //                                                            (Hugging Face Llama or Qwen3-MoE)
 //   fsdpp-ckpt import-hf [--force] HF_DIR OUT                (fsdpp FULL checkpoint)
+//   fsdpp-ckpt compress [--force] [--keep-layers 0,2,3 | --num-layers N] [--num-experts K
+//       --calibration FILE [--calibration-tokens N] [--calibration-seq-len T]] [--tokenizer S]
+//       TEACHER OUT                                          (a student: models/compress.h)
 // Every subcommand that writes refuses an OUT that exists unless --force, and refuses an OUT
 // inside its input (or holding it) even with --force: state::check_output_path.
 #include <filesystem>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/models/compress.h"
 #include "fsdpp/models/hf_checkpoint.h"
 #include "fsdpp/state/consolidate.h"
 #include "fsdpp/state/output_path.h"
@@ -28,14 +32,18 @@ int usage() {
                "       fsdpp-ckpt export-hf [--force] [--model-config model_config.json]\n"
                "                            [--max-shard-size SIZE] DIR OUT_DIR\n"
                "       fsdpp-ckpt import-hf [--force] HF_DIR OUT\n"
-
+               "       fsdpp-ckpt compress [--force] [--keep-layers 0,2,3 | --num-layers N]\n"
+               "                           [--num-experts K --calibration FILE\n"
+               "                           [--calibration-tokens N] [--calibration-seq-len T]]\n"
+               "                           [--tokenizer byte|PATH.model] TEACHER OUT\n"
                "DIR is a checkpoint saved by fsdpp (fsdpp::state::save_state_dict or fsdpp-train's\n"
                "checkpoint-<step>). inspect verifies every checksum unless --no-verify;\n"
                "consolidate writes one safetensors file that Python's safetensors and Hugging Face\n"
                "tools read; reshard rewrites a SHARDED (or FULL) checkpoint for N ranks; export-hf\n"
                "and import-hf convert a Llama or a Qwen3-MoE to and from transformers'\n"
                "save_pretrained layout (SIZE: bytes, or with KB/MB/GB or KiB/MiB/GiB: indexed\n"
-               "shards of at most that size).\n"
+               "shards of at most that size); compress writes a student keeping some layers and,\n"
+               "of a Qwen3-MoE, the K experts most used on the calibration text.\n"
                "An OUT that exists is refused unless --force (then it is replaced atomically);\n"
                "an OUT inside the input, or holding it, is always refused.\n");
   return 2;
@@ -103,6 +111,18 @@ int64_t parse_count(const std::string& flag, const std::string& s, int64_t min) 
     throw fsdpp::ConfigError(fmt::format("[fsdpp-ckpt] {} '{}': expected a whole number >= {}", flag, s, min));
   }
   return v;
+}
+
+// "0,2,3" -> {0, 2, 3}.
+std::vector<int64_t> parse_list(const std::string& flag, const std::string& s) {
+  std::vector<int64_t> out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    out.push_back(parse_count(flag, s.substr(at, comma - at), 0));
+    at = comma + 1;
+  }
+  return out;
 }
 
 // "20KB", "5GB", "1MiB", "123" -> bytes (transformers' max_shard_size: KB = 1000, KiB = 1024).
@@ -184,6 +204,30 @@ int main(int argc, char** argv) {
                   "index.json, model_config.json%s) to %s\n",
                   fsdpp::models::architecture_name(r.architecture), static_cast<long long>(r.tensors),
                   r.tokenizer ? ", the tokenizer" : "", args[1].c_str());
+      return 0;
+    }
+    if (cmd == "compress") {
+      fsdpp::models::CompressOptions co;
+      std::string v;
+      if (take_option(args, "--keep-layers", v)) co.keep_layers = parse_list("--keep-layers", v);
+      if (take_option(args, "--num-layers", v)) co.num_layers = parse_count("--num-layers", v, 1);
+      if (take_option(args, "--num-experts", v)) co.num_experts = parse_count("--num-experts", v, 1);
+      if (take_option(args, "--calibration", v)) co.calibration_file = v;
+      if (take_option(args, "--calibration-tokens", v)) {
+        co.calibration_tokens = parse_count("--calibration-tokens", v, 1);
+      }
+      if (take_option(args, "--calibration-seq-len", v)) {
+        co.calibration_seq_len = parse_count("--calibration-seq-len", v, 1);
+      }
+      take_option(args, "--tokenizer", co.tokenizer);
+      if (args.size() != 2) return usage();
+      std::vector<std::filesystem::path> inputs = {args[0]};
+      if (!co.calibration_file.empty()) inputs.push_back(co.calibration_file);
+      fsdpp::state::check_output_path("compress", args[1], inputs, OutputKind::kDirectory, force);
+      const auto r = fsdpp::models::compress_checkpoint(args[0], args[1], co);
+      std::fputs(r.text().c_str(), stdout);
+      std::printf("wrote the student, an fsdpp FULL checkpoint (with compress.json), to %s\n",
+                  args[1].c_str());
       return 0;
     }
   } catch (const std::exception& e) {
