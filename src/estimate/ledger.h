@@ -136,6 +136,9 @@ class Ledger {
   void at(std::string where) { where_ = std::move(where); }
 
   int64_t peak() const { return peak_; }
+  int64_t live() const { return device_; }
+  // Starts a new high-water mark at what is live now (a phase's own peak).
+  void reset_peak() { peak_ = device_; at_peak_ = cur_; peak_where_ = where_; }
   int64_t resident_peak() const { return heap_ ? heap_->resident_peak() : peak_; }
   int64_t host_peak() const { return host_peak_; }
   const std::array<int64_t, kNumCats>& at_peak() const { return at_peak_; }

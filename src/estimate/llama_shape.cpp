@@ -14,3 +14,28 @@ DecoderShape decoder_shape_of(const models::LlamaConfig& c) {
 }
 
 }  // namespace fsdpp
+
+namespace fsdpp {
+
+DecoderShape decoder_shape_of(const models::Qwen3MoeConfig& c) {
+  DecoderShape s{.vocab_size = c.vocab_size,
+                 .dim = c.hidden_size,
+                 .n_layers = c.num_hidden_layers,
+                 .n_heads = c.num_attention_heads,
+                 .n_kv_heads = c.num_key_value_heads,
+                 .ffn_hidden = c.intermediate_size,
+                 .tie_embeddings = c.tie_word_embeddings,
+                 .max_seq_len = c.max_position_embeddings,
+                 .head_size = c.head_dim,
+                 .qk_norm = true};
+  MoeShape m;
+  m.num_experts = c.num_experts;
+  m.top_k = c.num_experts_per_tok;
+  m.moe_intermediate = c.moe_intermediate_size;
+  m.router_logits = true;  // causal_lm asks for them whenever it computes a loss
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) m.sparse.push_back(c.is_sparse_layer(i));
+  if (m.num_experts > 0) s.moe = m;
+  return s;
+}
+
+}  // namespace fsdpp

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "decoder_activations.h"
+#include "qwen3_activations.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/strategy_traits.h"
 #include "fsdpp/optim/optimizer_state.h"
@@ -63,9 +64,20 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
   FSDPP_CHECK_AS(ConfigError, !o.sequence_parallel || o.seq_len % tp == 0,
                  "[estimate] sequence parallelism: seq_len={} is not divisible by the tensor-parallel degree {}",
                  o.seq_len, tp);
-  // What this rank holds before FSDP: its slices under the Llama plan (the whole model at tp 1);
-  // FSDP shards them over the data-parallel ranks.
-  const ModelDescription model = tensor_parallel_slice(whole, tp);
+  FSDPP_CHECK_AS(ConfigError, o.pipeline.degree <= 1,
+                 "[estimate] pipeline parallelism goes through estimate_pipeline's stages; "
+                 "estimate_memory takes pipeline.degree 1");
+  FSDPP_CHECK_AS(ConfigError, !o.teacher, "[estimate] a distillation teacher is not modelled yet");
+  const int ep = o.expert_parallel;
+  FSDPP_CHECK_AS(ConfigError, ep >= 1 && o.world_size % ep == 0,
+                 "[estimate] expert-parallel degree {} does not divide the world size {}", ep, o.world_size);
+  FSDPP_CHECK_AS(ConfigError, ep == 1 || tp == 1,
+                 "[estimate] expert parallelism with tensor parallelism is not modelled (the tensor-parallel "
+                 "plan is the Llama's)");
+  // What this rank holds before FSDP: its slices under the Llama plan (the whole model at tp 1)
+  // and its experts (all at ep 1); FSDP shards them over the data-parallel ranks.
+  const ModelDescription pre_ep = tensor_parallel_slice(whole, tp);
+  const ModelDescription model = expert_parallel_slice(pre_ep, ep);
   const int dp_world = o.world_size / tp;
   FSDPP_CHECK_AS(ConfigError, o.batch >= 1 && o.seq_len >= 1,
                  "[estimate] batch={} and seq_len={} must be positive", o.batch, o.seq_len);
@@ -82,11 +94,19 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
                    "[estimate] {} over {} data-parallel ranks: shard groups of {} ranks do not divide them",
                    to_string(s), dp_world, shard_world);
   }
+  FSDPP_CHECK_AS(ConfigError, ep == 1 || !traits.hybrid,
+                 "[estimate] expert parallelism with {} is not modelled", to_string(s));
+  // Each unit's shard group: the experts' under expert parallelism are the ranks holding the same
+  // experts (efsdp = world / ep), every other unit's the data-parallel ranks.
+  std::vector<int> usw(model.units.size(), shard_world);
+  for (size_t i = 0; i < model.units.size(); ++i)
+    if (model.units[i].experts) usw[i] = traits.shards ? std::max(1, shard_world / ep) : 1;
   const bool reshard_after_forward = traits.reshard_after_forward;
   const bool keep_unsharded = traits.keep_unsharded_between_steps;
   // ZERO1 shards the optimizer state (and, as fsdpp implements it, the gradients) but keeps every
   // parameter gathered.
   const bool gather = shard_world > 1;
+  auto gathers = [&](size_t i) { return usw[i] > 1; };
   const int64_t pb = dtype_bytes(o.param_dtype), rb = dtype_bytes(o.reduce_dtype), f32 = 4;
   const bool mp = o.param_dtype != EstimateDType::FP32;
   const bool offload = o.cpu_offload && o.device_is_gpu;
@@ -96,6 +116,9 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
 
   MemoryEstimate e;
   e.shard_world = shard_world;
+  e.expert_shard_world = shard_world;
+  for (size_t i = 0; i < model.units.size(); ++i)
+    if (model.units[i].experts) e.expert_shard_world = usw[i];
   // fp32 state tensors per parameter (the ones its first step creates), and whether the step is
   // Adam's, with its two temporaries.
   const auto optimizer = adapter_view(o.optimizer);
@@ -111,21 +134,25 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
   for (size_t i = 0; i < model.units.size(); ++i) {
     const auto& u = model.units[i];
     us[i].numel = u.numel();
-    us[i].shard = gather ? shard_numel(u, shard_world) : us[i].numel;
+    us[i].shard = gathers(i) ? shard_numel(u, usw[i]) : us[i].numel;
   }
-  auto shard_of = [&](const ModelDescription::Param& p) {
-    return gather ? ceil_div(p.rows, shard_world) * p.row_numel : p.numel();
+  auto shard_of = [&](size_t i, const ModelDescription::Param& p) {
+    return gathers(i) ? ceil_div(p.rows, usw[i]) * p.row_numel : p.numel();
   };
   const auto& root_params = model.units[0].params;
-  if (!root_params.empty()) param_shards.push_back(shard_of(root_params[0]));
+  if (!root_params.empty()) param_shards.push_back(shard_of(0, root_params[0]));
   for (size_t i = 1; i < model.units.size(); ++i)
-    for (const auto& p : model.units[i].params) param_shards.push_back(shard_of(p));
-  for (size_t k = 1; k < root_params.size(); ++k) param_shards.push_back(shard_of(root_params[k]));
-  const double psi = static_cast<double>(model.num_params());
-  e.model_states = static_cast<int64_t>(
-      !traits.shards  ? psi * (f32 + f32 + optim_per_elem)
-      : keep_unsharded ? psi * f32 + psi * (f32 + optim_per_elem) / dp_world
-                                      : psi * (f32 + f32 + optim_per_elem) / shard_world);
+    for (const auto& p : model.units[i].params) param_shards.push_back(shard_of(i, p));
+  for (size_t k = 1; k < root_params.size(); ++k) param_shards.push_back(shard_of(0, root_params[k]));
+  double model_states = 0;
+  for (size_t i = 0; i < model.units.size(); ++i) {
+    const double psi = static_cast<double>(us[i].numel);
+    const int w = model.units[i].experts ? usw[i] : dp_world;
+    model_states += !traits.shards  ? psi * (f32 + f32 + optim_per_elem)
+                    : keep_unsharded ? psi * f32 + psi * (f32 + optim_per_elem) / w
+                                     : psi * (f32 + f32 + optim_per_elem) / usw[i];
+  }
+  e.model_states = static_cast<int64_t>(model_states);
 
   // On the CPU every tensor comes from glibc's malloc (see HeapModel).
   std::optional<HeapModel> heap;
@@ -144,12 +171,13 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
   // rank's rows into the unit's flat shard and frees the full tensors ---------------------------
   l.at("building the model");
   {
-    std::vector<std::vector<Id>> full(us.size());
+    // Built before expert parallelism splits units: full[] is over pre_ep's units.
+    std::vector<std::vector<Id>> full(pre_ep.units.size());
     // Registration order: (unit, index of the parameter in the unit).
     std::vector<std::pair<size_t, size_t>> order;
     if (!root_params.empty()) order.emplace_back(0, 0);
-    for (size_t i = 1; i < model.units.size(); ++i)
-      for (size_t k = 0; k < model.units[i].params.size(); ++k) order.emplace_back(i, k);
+    for (size_t i = 1; i < pre_ep.units.size(); ++i)
+      for (size_t k = 0; k < pre_ep.units[i].params.size(); ++k) order.emplace_back(i, k);
     for (size_t k = 1; k < root_params.size(); ++k) order.emplace_back(0, k);
     for (const auto& [unit, k] : order) full[unit].push_back(l.alloc(kParams, whole.units[unit].params[k].numel() * f32));
     for (const auto& [unit, k] : order) {
@@ -158,26 +186,51 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
     }
     if (tp > 1) {
       l.at("tensor-parallel slicing");
-      std::vector<size_t> next(us.size(), 0);
+      std::vector<size_t> next(pre_ep.units.size(), 0);
       for (const auto& [unit, k] : order) {
         Id& id = full[unit][next[unit]++];
-        const Id slice = l.alloc(kParams, model.units[unit].params[k].numel() * f32);
+        const Id slice = l.alloc(kParams, pre_ep.units[unit].params[k].numel() * f32);
         l.free(id);
         id = slice;
       }
       l.at("building the model");
     }
+    // Expert parallelism: each sparse layer's stacked experts resized to this rank's E / ep
+    // (parallelize_qwen3_moe_experts), then the experts a unit of their own.
+    std::vector<std::vector<Id>> ids;  // over model's units
+    ids.push_back(full[0]);
+    for (size_t i = 1; i < pre_ep.units.size(); ++i) {
+      const bool split = ep > 1 && model.shape && model.shape->moe && model.shape->moe->sparse[i - 1];
+      if (!split) {
+        ids.push_back(full[i]);
+        continue;
+      }
+      l.at("expert-parallel slicing");
+      std::vector<Id> layer, experts;
+      for (size_t k = 0; k < full[i].size(); ++k) {
+        if (k >= 6 && k < 9) {
+          const Id slice = l.alloc(kParams, pre_ep.units[i].params[k].numel() / ep * f32);
+          l.free(full[i][k]);
+          experts.push_back(slice);
+        } else {
+          layer.push_back(full[i][k]);
+        }
+      }
+      ids.push_back(layer);
+      ids.push_back(experts);
+      l.at("building the model");
+    }
     for (size_t k = 1; k <= us.size(); ++k) {
       const size_t i = k % us.size();  // the blocks, then the root
       l.alloc(kParams, us[i].shard * f32);  // the flat shard, kept
-      for (Id id : full[i]) l.free(id);
+      for (Id id : ids[i]) l.free(id);
     }
   }
 
   // ---- before the first step: buffers ---------------------------------------------------------
   l.at("start of the step");
   // Buffers: every attention layer's rotary cos and sin tables, (max_seq_len, head_dim / 2) fp32.
-  if (model.shape) {
+  if (model.shape && !model.shape->qk_norm) {  // Qwen3 makes its tables in each forward
     const auto& sh = *model.shape;
     const int64_t rows = sh.max_seq_len > 0 ? sh.max_seq_len : o.seq_len;
     for (int64_t i = 0; i < 2 * sh.n_layers; ++i) l.alloc(kParams, rows * (sh.head_dim() / 2) * f32);
@@ -193,13 +246,13 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
   // ZERO1 keeps its gathered parameters and refreshes them once per step, in forward.
   std::vector<bool> refreshed(us.size(), false);
   auto needs_gather = [&](size_t i) {
-    return gather && (keep_unsharded ? !refreshed[i] : us[i].unsharded < 0);
+    return gathers(i) && (keep_unsharded ? !refreshed[i] : us[i].unsharded < 0);
   };
   auto start_gather = [&](size_t i) {
     if (pending[i].first >= 0) return;
     // The all-gather input: the shard converted to param_dtype, or copied from the host.
     Id cast = mp || offload ? l.alloc(kUnsharded, us[i].shard * pb) : -1;
-    pending[i] = {l.alloc(kUnsharded, static_cast<int64_t>(shard_world) * us[i].shard * pb), cast};
+    pending[i] = {l.alloc(kUnsharded, static_cast<int64_t>(usw[i]) * us[i].shard * pb), cast};
     ++in_flight;
   };
   auto unshard = [&](size_t i) {
@@ -213,10 +266,28 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
     pending[i] = {-1, -1};
     --in_flight;
   };
+  // The decoder layers, each with its experts' unit when expert parallelism made one.
+  struct BlockRef {
+    size_t unit;
+    int experts = -1;
+  };
+  std::vector<BlockRef> blocks;
+  for (size_t i = 1; i < us.size(); ++i) {
+    if (model.units[i].experts) {
+      blocks.back().experts = static_cast<int>(i);
+    } else {
+      blocks.push_back({i});
+    }
+  }
   std::vector<size_t> forward_order, backward_order;
   for (size_t i = 0; i < us.size(); ++i) forward_order.push_back(i);
   backward_order.push_back(0);  // the root's outputs (logits, loss) get their gradients first
-  for (size_t i = us.size() - 1; i >= 1; --i) backward_order.push_back(i);
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) {
+    backward_order.push_back(b->unit);  // a layer's output gets its gradient before its experts'
+    if (b->experts >= 0) backward_order.push_back(static_cast<size_t>(b->experts));
+  }
+  std::vector<size_t> backward_pos(us.size(), 0);
+  for (size_t k = 0; k < backward_order.size(); ++k) backward_pos[backward_order[k]] = k;
   auto reshard = [&](size_t i) {
     if (keep_unsharded) return;
     l.free(us[i].unsharded);
@@ -233,10 +304,10 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
     // (shard_world, shard) input: zeros, then each gradient copied into its rows. Without
     // sharding it is all-reduced in place (replicas) or used as is (one rank): it becomes the
     // gradient the optimizer reads.
-    Id input = l.alloc(gather ? kGradWork : kGradShards, static_cast<int64_t>(shard_world) * u.shard * rb);
+    Id input = l.alloc(gathers(i) ? kGradWork : kGradShards, static_cast<int64_t>(usw[i]) * u.shard * rb);
     for (Id g : u.grads) l.free(g);
     u.grads.clear();
-    if (gather) {
+    if (gathers(i)) {
       if (offload) l.touch(kGradWork, u.shard * rb);  // reduced on the device, then copied out
       u.grad_shard = l.alloc(kGradShards, u.shard * rb);
       // The ring's send and receive buffers (one chunk each) live as long as the input.
@@ -253,6 +324,23 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
   };
 
   const bool have_shape = model.shape.has_value();
+  const bool qwen3 = have_shape && model.shape->qk_norm;
+  MoeDims md{};
+  if (qwen3) {
+    const auto& sh = *model.shape;
+    md.hd = sh.head_dim();
+    md.Hkv = sh.n_kv_heads;
+    if (sh.moe) {
+      md.E = sh.moe->num_experts;
+      md.k = sh.moe->top_k;
+      md.I = sh.moe->moe_intermediate;
+      md.router_logits = sh.moe->router_logits;
+    }
+    md.ep = ep;
+  }
+  auto is_sparse = [&](size_t block) {
+    return model.shape && model.shape->moe && model.shape->moe->sparse[block];
+  };
   Dims d{};
   if (have_shape) {
     const auto& sh = *model.shape;
@@ -292,11 +380,34 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
       x = tp_exit(l, d, x);
     }
     std::vector<BlockSaved> saved(us.size());
-    for (size_t i = 1; i < us.size(); ++i) {
+    std::vector<Id> router_logits;  // kept by the model's output until the step's end
+    Id rope_tables = qwen3 ? l.alloc(kActs, 2 * d.T * md.hd * 4) : -1;  // cos, sin (fp32, per forward)
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      const size_t i = blocks[b].unit;
+      const int xu = blocks[b].experts;
       l.at("forward of " + model.units[i].name);
       unshard(i);
       prefetch(forward_order, i, fwd_prefetch);
-      if (have_shape) {
+      if (have_shape && qwen3) {
+        const ExpertUnitHooks hooks{
+            [&] {
+              if (xu < 0) return;
+              unshard(xu);
+              prefetch(forward_order, xu, fwd_prefetch);
+            },
+            [&] {
+              if (xu >= 0 && reshard_after_forward) reshard(xu);
+            },
+            {}, {}};
+        saved[i] = qwen3_attention_forward(l, d, md, x);
+        qwen3_mlp_forward(l, d, md, is_sparse(b), saved[i], router_logits, hooks);
+        x = saved[i].out;
+        if (o.activation_checkpointing) {
+          for (Id id : saved[i].attn) l.free(id);
+          for (Id id : saved[i].ffn) l.free(id);
+          l.free(saved[i].h);
+        }
+      } else if (have_shape) {
         saved[i] = block_forward(l, d, x);
         x = saved[i].out;
         if (o.activation_checkpointing) {  // only the block's input stays
@@ -309,6 +420,8 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
     }
     // Head: final norm, logits, cross entropy (log_softmax saves its fp32 output).
     l.at("forward of the output layer and loss");
+    std::vector<Id> lb_saved;
+    if (qwen3 && model.shape->moe) lb_saved = load_balancing_forward(l, d, md, model.shape->moe->num_sparse());
     std::vector<Id> head;
     Id logits = -1, lsm = -1;
     Id head_gathered = -1;
@@ -343,6 +456,7 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
       // The root's outputs are the logits and the loss; fsdpp's pre-backward function gets a
       // gradient for both, and autograd materialises the logits' missing one as zeros. They are
       // summed into the output layer's incoming gradient.
+      for (Id id : lb_saved) l.free(id);  // the load-balancing loss's backward (small)
       Id zeros = l.alloc(kActs, d.e * d.BT * d.V);
       Id g1 = l.alloc(kActs, f32 * d.BT * d.V);  // nll_loss backward
       Id g2 = l.alloc(kActs, f32 * d.BT * d.V);  // log_softmax backward
@@ -369,13 +483,43 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
       // Without a shape only the parameters are known: the root's gradients arrive here.
       for (const auto& p : model.units[0].params) root_grad(p.numel());
     }
-    for (size_t i = us.size() - 1; i >= 1; --i) {
+    for (size_t b = blocks.size(); b-- > 0;) {
+      const size_t i = blocks[b].unit;
+      const int xu = blocks[b].experts;
       l.at("backward of " + model.units[i].name);
-      const size_t pos = us.size() - i;  // position in backward_order
+      const size_t pos = backward_pos[i];
       unshard(i);
       if (pre) prefetch(backward_order, pos, bwd_prefetch);
       const GradAlloc grad{&l, pb, &us[i].grads};
-      if (have_shape) {
+      if (have_shape && qwen3) {
+        const GradAlloc expert_grad{&l, pb, &us[xu >= 0 ? static_cast<size_t>(xu) : i].grads};
+        const ExpertUnitHooks hooks{{}, {},
+                                    [&] {
+                                      if (xu < 0) return;
+                                      l.at("backward of " + model.units[xu].name);
+                                      unshard(xu);
+                                      if (pre) prefetch(backward_order, backward_pos[xu], bwd_prefetch);
+                                    },
+                                    [&] {
+                                      if (xu < 0) return;
+                                      if (post) prefetch(backward_order, backward_pos[xu], bwd_prefetch);
+                                      reduce(xu);
+                                      reshard(xu);
+                                      l.at("backward of " + model.units[i].name);
+                                    }};
+        if (o.activation_checkpointing) {  // re-run the layer's forward from its saved input
+          const Id in = saved[i].x;
+          std::vector<Id> scratch;
+          const ExpertUnitHooks again_hooks{[&] { if (xu >= 0) unshard(xu); }, [] {}, {}, {}};
+          BlockSaved again = qwen3_attention_forward(l, d, md, in);
+          qwen3_mlp_forward(l, d, md, is_sparse(b), again, scratch, again_hooks);
+          for (Id id : scratch) l.free(id);
+          l.free(again.out);
+          saved[i] = again;
+        }
+        Id gh = qwen3_mlp_backward(l, d, md, is_sparse(b), saved[i], x, grad, expert_grad, hooks);
+        x = qwen3_attention_backward(l, d, md, saved[i], gh, grad);
+      } else if (have_shape) {
         if (o.activation_checkpointing) {  // re-run the block's forward from its saved input
           const Id in = saved[i].x;
           BlockSaved again = block_forward(l, d, in);
@@ -412,6 +556,7 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
       for (Id id : us[last_reduced].in_flight) l.free(id);
     }
     for (Id id : inputs) l.free(id);
+    l.free(rope_tables);
 
     // ---- optimizer step, one parameter at a time: its state the first time (zeros_like), then
     // LibTorch AdamW's two temporaries (exp_avg_sq.sqrt(), and that divided by a scalar) --------
@@ -430,6 +575,7 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
     }
     for (auto& u : us) l.free(u.grad_shard);  // zero_grad
     l.free(logits);  // the caller's output goes out of scope after the step
+    for (Id id : router_logits) l.free(id);
   };
   // Two steps reach the steady state; the third lets the heap settle after the first step's
   // optimizer state took memory that the activations had used.
@@ -457,6 +603,12 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
     e.notes.push_back(fmt::format("tensor parallel {}{}: the Llama plan's slices (the largest rank's), FSDP over {} "
                                   "data-parallel ranks", tp, o.sequence_parallel ? " with sequence parallelism" : "",
                                   dp_world));
+  if (have_shape && model.shape->moe)
+    e.notes.push_back(fmt::format("Qwen3-MoE: routing taken as balanced (each of the {} experts gets N k / E of the "
+                                  "top-{} rows){}", md.E, md.k,
+                                  ep > 1 ? fmt::format("; experts split over ep {}, FSDP over {} ranks for them", ep,
+                                                       e.expert_shard_world)
+                                         : ""));
   if (tp > 1 && !have_shape) e.notes.push_back("tensor parallel on a parameter count: every parameter divided by the degree");
   if (o.cpu_offload && !o.device_is_gpu)
     e.notes.push_back("CPU offload on a CPU device moves nothing: everything is host memory already");

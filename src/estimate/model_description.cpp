@@ -1,5 +1,6 @@
 // The estimator's vocabulary: element types and optimizers by name, and models described as
 // FSDP sees them (units of dim-0-sharded parameters).
+#include <algorithm>
 #include <cctype>
 #include <string>
 
@@ -59,6 +60,63 @@ void DecoderShape::validate() const {
                  n_heads);
   FSDPP_CHECK_AS(ConfigError, n_heads % n_kv_heads == 0,
                  "[estimate] n_kv_heads={} does not divide n_heads={}", n_kv_heads, n_heads);
+  if (moe) {
+    positive("num_experts", moe->num_experts);
+    positive("moe_intermediate_size", moe->moe_intermediate);
+    FSDPP_CHECK_AS(ConfigError, moe->top_k >= 1 && moe->top_k <= moe->num_experts,
+                   "[estimate] num_experts_per_tok={} is out of range; expected 1 <= k <= num_experts={}",
+                   moe->top_k, moe->num_experts);
+    FSDPP_CHECK_AS(ConfigError, static_cast<int64_t>(moe->sparse.size()) == n_layers,
+                   "[estimate] {} sparse-layer flags for {} layers; expected one per layer", moe->sparse.size(),
+                   n_layers);
+  }
+}
+
+ParameterCounts count_parameters(const ModelDescription& m) {
+  ParameterCounts c;
+  c.total = c.active = m.num_params();
+  if (!m.shape || !m.shape->moe) return c;
+  const auto& e = *m.shape->moe;
+  // Only a whole model's counts mean "per token": the experts of every sparse layer, of which a
+  // token uses top_k.
+  const int64_t per_expert = 3 * e.moe_intermediate * m.shape->dim;
+  c.experts = e.num_sparse() * e.num_experts * per_expert;
+  c.active = c.total - e.num_sparse() * (e.num_experts - e.top_k) * per_expert;
+  return c;
+}
+
+ModelDescription expert_parallel_slice(const ModelDescription& model, int degree) {
+  FSDPP_CHECK_AS(ConfigError, degree >= 1, "[estimate] expert-parallel degree {} is not positive", degree);
+  if (degree == 1) return model;
+  FSDPP_CHECK_AS(ConfigError, model.shape && model.shape->moe,
+                 "[estimate] expert parallelism {} needs a model with experts (model.architecture: qwen3_moe, "
+                 "or --num-experts)", degree);
+  const auto& e = *model.shape->moe;
+  FSDPP_CHECK_AS(ConfigError, e.num_experts % degree == 0,
+                 "[estimate] num_experts={} is not divisible by the expert-parallel degree {}; each rank holds "
+                 "an equal number of experts", e.num_experts, degree);
+  ModelDescription m;
+  m.shape = model.shape;
+  m.units.push_back(model.units[0]);
+  for (size_t i = 1; i < model.units.size(); ++i) {
+    const auto& u = model.units[i];
+    if (!e.sparse[i - 1]) {
+      m.units.push_back(u);
+      continue;
+    }
+    // The three stacked expert tensors follow the attention's six parameters.
+    ModelDescription::Unit layer{u.name, {}}, experts{u.name + ".mlp.experts", {}, /*experts=*/true};
+    for (size_t k = 0; k < u.params.size(); ++k) {
+      if (k >= 6 && k < 9) {
+        experts.params.push_back({u.params[k].rows / degree, u.params[k].row_numel});
+      } else {
+        layer.params.push_back(u.params[k]);
+      }
+    }
+    m.units.push_back(std::move(layer));
+    m.units.push_back(std::move(experts));
+  }
+  return m;
 }
 
 int64_t ModelDescription::Unit::numel() const {
@@ -73,6 +131,10 @@ int64_t ModelDescription::num_params() const {
   return n;
 }
 
+int64_t MoeShape::num_sparse() const {
+  return static_cast<int64_t>(std::count(sparse.begin(), sparse.end(), true));
+}
+
 ModelDescription describe_decoder(const DecoderShape& s) {
   s.validate();
   ModelDescription m;
@@ -81,6 +143,25 @@ ModelDescription describe_decoder(const DecoderShape& s) {
   ModelDescription::Unit root{"(root)", {{s.vocab_size, C}, {C, 1}}};
   if (!s.tie_embeddings) root.params.push_back({s.vocab_size, C});
   m.units.push_back(root);
+  if (s.moe) {
+    // Qwen3MoeDecoderLayer in registration order: self_attn (q, k, v, o, q_norm, k_norm), mlp
+    // (experts' gate, up, down stacked (E, I, C), (E, I, C), (E, C, I), then the router (E, C);
+    // or the dense gate, up, down), input_layernorm, post_attention_layernorm.
+    const auto& e = *s.moe;
+    const int64_t E = e.num_experts, I = e.moe_intermediate, hd = s.head_dim();
+    for (int64_t i = 0; i < s.n_layers; ++i) {
+      ModelDescription::Unit u{"layers." + std::to_string(i),
+                               {{q, C}, {kv, C}, {kv, C}, {C, q}, {hd, 1}, {hd, 1}}};
+      if (e.sparse[static_cast<size_t>(i)]) {
+        u.params.insert(u.params.end(), {{E, I * C}, {E, I * C}, {E, C * I}, {E, C}});
+      } else {
+        u.params.insert(u.params.end(), {{s.ffn_hidden, C}, {s.ffn_hidden, C}, {C, s.ffn_hidden}});
+      }
+      u.params.insert(u.params.end(), {{C, 1}, {C, 1}});
+      m.units.push_back(std::move(u));
+    }
+    return m;
+  }
   for (int64_t i = 0; i < s.n_layers; ++i) {
     // attention_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3 (Linear weights are (out, in)).
     m.units.push_back({"layers." + std::to_string(i),
@@ -118,6 +199,8 @@ ModelDescription tensor_parallel_slice(const ModelDescription& model, int degree
   // The Llama plan's own checks (models::parallelize_llama), in its words: fsdpp-train's memory
   // check meets them before the plan does.
   const auto& s = *model.shape;
+  FSDPP_CHECK_AS(ConfigError, !s.moe && !s.qk_norm,
+                 "[estimate] tensor parallelism is the Llama plan's; a {} model has none", s.architecture());
   FSDPP_CHECK_AS(ConfigError, s.n_heads % t == 0,
                  "[estimate] Llama: n_heads={} is not divisible by the tensor-parallel degree {}; each rank "
                  "computes whole attention heads",

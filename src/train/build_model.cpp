@@ -19,9 +19,7 @@ void build_model(TrainSession& s) {
                  "[train] model.vocab_size={} is smaller than the tokenizer's vocabulary ({})",
                  vocab, tokenizer->vocab_size());
   const bool llama = cfg.model.architecture == ModelArchitecture::LLAMA;
-  if (!llama) {
-    s.say("[train] memory check: skipped (fsdpp-estimate describes the Llama only so far)");
-  } else if (!t.skip_memory_check && world.backend() == dist::BackendKind::GLOO) {
+  if (!t.skip_memory_check && world.backend() == dist::BackendKind::GLOO) {
     // The host's memory is the device's on CPU; a GPU's is not checked here.
     const int local = world.env().local_world_size;
     dist::agree_on_failure(*world.group(), "checking that the run fits in memory", [&] {

@@ -10,6 +10,7 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/estimate/llama_shape.h"
 #include "fsdpp/models/llama.h"
+#include "fsdpp/models/qwen3_moe.h"
 
 namespace fsdpp::train {
 namespace {
@@ -62,15 +63,20 @@ std::string gib(int64_t b) { return fmt::format("{:.2f} GiB", static_cast<double
 ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, int world_size,
                                        int local_world_size) {
   ConfiguredEstimate out;
-  const auto lc = cfg.llama_config(vocab);
-  out.model = describe_decoder(decoder_shape_of(lc));
+  const bool llama = cfg.model.architecture == ModelArchitecture::LLAMA;
+  out.model = llama ? describe_decoder(decoder_shape_of(cfg.llama_config(vocab)))
+                    : describe_decoder(decoder_shape_of(cfg.qwen3_moe_config(vocab)));
   out.options = cfg.estimate_options(world_size, local_world_size);
+  // Experts split over ep and sharded over world / ep (fully_shard_qwen3_moe), the rest over
+  // the world.
+  out.options.expert_parallel = static_cast<int>(cfg.parallelism.expert_parallel_degree);
   const auto& fc = cfg.training.fsdp_config;
+  const std::string layer = llama ? "TransformerBlock" : "Qwen3MoeDecoderLayer";
   if (fc.auto_wrap_policy != AutoWrapPolicy::TRANSFORMER_BASED_WRAP ||
-      fc.transformer_layer_cls_to_wrap != std::vector<std::string>{"TransformerBlock"}) {
-    out.notes.push_back(fmt::format("units taken as one per TransformerBlock plus the root (the "
+      fc.transformer_layer_cls_to_wrap != std::vector<std::string>{layer}) {
+    out.notes.push_back(fmt::format("units taken as one per {} plus the root (the "
                                     "config's wrap policy {} is not modelled)",
-                                    fc.auto_wrap_policy));
+                                    layer, fc.auto_wrap_policy));
   }
   return out;
 }

@@ -119,6 +119,20 @@ int main(int argc, char** argv) {
   app.add_option("--multiple-of", multiple_of, "Llama shape: rounding of the SwiGLU width");
   app.add_flag("--tie-embeddings", tie, "Llama shape: the output layer reuses the embedding");
   app.add_option("--max-seq-len", max_seq_len, "Llama shape: rows of the rotary tables (0: --seq-len)");
+  std::string architecture;
+  int64_t head_dim = 0, num_experts = 0, top_k = 0, moe_intermediate = 0, sparse_step = 0;
+  std::vector<int64_t> mlp_only;
+  int ep = 0;
+  app.add_option("--architecture", architecture, "llama (default) or qwen3_moe (a config's model.architecture)");
+  app.add_option("--head-dim", head_dim, "qwen3_moe: head_dim (0: dim / n_heads)");
+  app.add_option("--num-experts", num_experts, "qwen3_moe: experts per sparse layer (implies --architecture qwen3_moe)");
+  app.add_option("--num-experts-per-tok,--top-k", top_k, "qwen3_moe: experts each token is sent to (default 2)");
+  app.add_option("--moe-intermediate-size", moe_intermediate,
+                 "qwen3_moe: an expert's SwiGLU width (default --ffn-hidden / top-k)");
+  app.add_option("--decoder-sparse-step", sparse_step, "qwen3_moe: layer i sparse when (i+1) % step == 0 (default 1)");
+  app.add_option("--mlp-only-layers", mlp_only, "qwen3_moe: layers that stay dense")->delimiter(',');
+  app.add_option("--ep", ep, "expert-parallel degree: experts split over groups of this many ranks, "
+                 "sharded by FSDP over world / ep, the rest of the model over the world");
   std::string world_text, strategy_text, param_dtype, reduce_dtype, mixed, device = "cpu", optimizer;
   int64_t batch = 0, seq_len = 0;
   int forward_prefetch = -1, backward_prefetch = -1, limit_all_gathers = -1, shard_group = 0;
@@ -164,6 +178,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> notes;
     std::optional<fsdpp::ModelDescription> model;
     std::string model_line;
+    std::optional<fsdpp::models::Qwen3MoeConfig> qwen3;  // the config's, when it names qwen3_moe
     if (!config_path.empty()) {
       const auto cfg = fsdpp::train::TrainConfig::from_file(config_path, overrides);
       int64_t tok_vocab = 256;
@@ -176,6 +191,11 @@ int main(int argc, char** argv) {
       const auto ce = fsdpp::train::configured_estimate(cfg, tok_vocab, /*world_size=*/1,
                                                         /*local_world_size=*/0);
       const auto& sh = *ce.model.shape;
+      if (cfg.model.architecture != fsdpp::train::ModelArchitecture::LLAMA) {
+        qwen3 = cfg.qwen3_moe_config(tok_vocab);
+        if (architecture.empty()) architecture = "qwen3_moe";
+      }
+      if (ep == 0) ep = ce.options.expert_parallel;
       vocab = vocab ? vocab : sh.vocab_size;
       dim = dim ? dim : sh.dim;
       n_layers = n_layers ? n_layers : sh.n_layers;
@@ -205,7 +225,52 @@ int main(int argc, char** argv) {
       notes.insert(notes.end(), ce.notes.begin(), ce.notes.end());
     }
     if (!strategy_text.empty()) o.strategy = parse_strategy(strategy_text);
-    if (dim > 0) {
+    if (num_experts > 0 && architecture.empty()) architecture = "qwen3_moe";
+    FSDPP_CHECK_AS(ConfigError, architecture.empty() || architecture == "llama" || architecture == "qwen3_moe",
+                   "[estimate] --architecture '{}' is not known; expected llama or qwen3_moe", architecture);
+    if (architecture == "qwen3_moe") {
+      FSDPP_CHECK_AS(ConfigError, params_text.empty(),
+                     "[estimate] give either a shape (--dim, --n-layers, --num-experts, ...) or --params, not both");
+      // The config's model (or Qwen3MoeConfig's defaults), the flags given over it.
+      fsdpp::models::Qwen3MoeConfig qc = qwen3.value_or(fsdpp::models::Qwen3MoeConfig{});
+      if (vocab) qc.vocab_size = vocab;
+      if (dim) qc.hidden_size = dim;
+      if (n_layers) qc.num_hidden_layers = n_layers;
+      if (n_heads) qc.num_attention_heads = n_heads;
+      if (n_kv_heads) qc.num_key_value_heads = n_kv_heads;
+      if (head_dim) {
+        qc.head_dim = head_dim;
+      } else if (!qwen3 && dim && n_heads) {
+        qc.head_dim = dim / n_heads;
+      }
+      if (num_experts) qc.num_experts = num_experts;
+      if (top_k) qc.num_experts_per_tok = top_k;
+      if (ffn_hidden) qc.intermediate_size = ffn_hidden;
+      if (moe_intermediate) {
+        qc.moe_intermediate_size = moe_intermediate;
+      } else if (!qwen3 && ffn_hidden) {
+        qc.moe_intermediate_size = ffn_hidden / qc.num_experts_per_tok;
+      }
+      if (sparse_step) qc.decoder_sparse_step = sparse_step;
+      if (!mlp_only.empty()) qc.mlp_only_layers = mlp_only;
+      if (max_seq_len) qc.max_position_embeddings = max_seq_len;
+      else if (!qwen3) qc.max_position_embeddings = std::max<int64_t>(seq_len, 1);
+      qc.tie_word_embeddings = qc.tie_word_embeddings || tie;
+      qc.validate();
+      const auto shape = fsdpp::decoder_shape_of(qc);
+      model = fsdpp::describe_decoder(shape);
+      const auto counts = fsdpp::count_parameters(*model);
+      std::string dense;
+      for (int64_t i = 0; i < qc.num_hidden_layers; ++i)
+        if (!qc.is_sparse_layer(i)) dense += (dense.empty() ? "" : ",") + std::to_string(i);
+      model_line = fmt::format(
+          "Qwen3-MoE {:.2f} M parameters, {:.2f} M active per token (experts {:.2f} M; dim {}, {} layers, {} "
+          "heads / {} kv of {}, {} experts top-{} of SwiGLU {}, dense layers [{}] of SwiGLU {}, vocab {}, {} head)",
+          counts.total / 1e6, counts.active / 1e6, counts.experts / 1e6, qc.hidden_size, qc.num_hidden_layers,
+          qc.num_attention_heads, qc.num_key_value_heads, qc.head_dim, qc.num_experts, qc.num_experts_per_tok,
+          qc.moe_intermediate_size, dense, qc.intermediate_size, qc.vocab_size,
+          qc.tie_word_embeddings ? "tied" : "untied");
+    } else if (dim > 0) {
       FSDPP_CHECK_AS(ConfigError, params_text.empty(),
                      "[estimate] give either a shape (--dim, --n-layers, ...) or --params, not both");
       fsdpp::models::LlamaConfig lc;
@@ -253,6 +318,7 @@ int main(int argc, char** argv) {
     o.shard_group_size = shard_group;
     o.tensor_parallel = tp > 0 ? tp : 1;
     o.sequence_parallel = sequence_parallel;
+    o.expert_parallel = ep > 0 ? ep : 1;
     if (!optimizer.empty()) o.optimizer = fsdpp::parse_estimate_optimizer(optimizer);
     if (runtime_mb >= 0) {
       o.runtime_baseline_bytes = static_cast<int64_t>(runtime_mb * 1024 * 1024);
@@ -266,9 +332,9 @@ int main(int argc, char** argv) {
       mmap_threshold = env ? std::atoll(env) : 0;
     }
     o.mmap_threshold = mmap_threshold;
-    // Without --world-size: one tp group (a single rank without TP).
-    const auto world_sizes =
-        parse_world_sizes(world_text.empty() ? std::to_string(o.tensor_parallel) : world_text);
+    // Without --world-size: one tp (or ep) group (a single rank without either).
+    const auto world_sizes = parse_world_sizes(
+        world_text.empty() ? std::to_string(o.tensor_parallel * o.expert_parallel) : world_text);
 
     std::vector<fsdpp::MemoryEstimate> ests;
     for (int n : world_sizes) {
@@ -292,6 +358,7 @@ int main(int argc, char** argv) {
       json j;
       j["model"] = model_line;
       j["num_params"] = model->num_params();
+      j["num_active_params"] = fsdpp::count_parameters(*model).active;
       j["notes"] = notes;
       j["estimates"] = json::array();
       for (size_t i = 0; i < ests.size(); ++i) {
@@ -299,6 +366,8 @@ int main(int argc, char** argv) {
         j["estimates"].push_back({{"world_size", world_sizes[i]}, {"strategy", strategy_name(o.strategy)},
                                   {"tensor_parallel", o.tensor_parallel},
                                   {"sequence_parallel", o.sequence_parallel},
+                                  {"expert_parallel", o.expert_parallel},
+                                  {"expert_shard_world", e.expert_shard_world},
                                   {"shard_world", e.shard_world}, {"parameters_bytes", e.parameters},
                                   {"gradients_bytes", e.gradients}, {"optimizer_state_bytes", e.optimizer_state},
                                   {"unsharded_bytes", e.unsharded}, {"activations_bytes", e.activations},
@@ -330,6 +399,10 @@ int main(int argc, char** argv) {
     if (o.tensor_parallel > 1)
       std::printf("  tensor parallel %d%s (N counts all ranks; FSDP over N / %d; the batch is per data-parallel rank)\n",
                   o.tensor_parallel, o.sequence_parallel ? " + sequence parallel" : "", o.tensor_parallel);
+    if (o.expert_parallel > 1)
+      std::printf("  expert parallel %d (each rank E / %d experts per sparse layer, FSDP over N / %d for them, over N "
+                  "for the rest; tokens to their experts by all-to-all)\n",
+                  o.expert_parallel, o.expert_parallel, o.expert_parallel);
     std::printf("  %s, batch %lld x %lld tokens per rank, params %s, reduce %s%s%s, prefetch forward %d / "
                 "backward %d%s, %s, device %s\n",
                 strategy_name(o.strategy).c_str(), static_cast<long long>(o.batch),

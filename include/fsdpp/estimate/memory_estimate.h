@@ -34,8 +34,22 @@ int64_t dtype_bytes(EstimateDType t);
 const char* to_string(EstimateDType t);
 EstimateDType parse_estimate_dtype(const std::string& name);  // "fp32"/"float32", "bf16", "fp16"
 
+// The sparse layers of a Qwen3-MoE decoder (fsdpp::models::Qwen3MoeConfig's MoE fields): E
+// experts of SwiGLU width moe_intermediate, each token sent to top_k of them; the dense layers
+// (mlp_only_layers, decoder_sparse_step) keep a SwiGLU of DecoderShape::ffn_hidden.
+struct MoeShape {
+  int64_t num_experts = 0;
+  int64_t top_k = 0;
+  int64_t moe_intermediate = 0;
+  std::vector<bool> sparse;  // per layer: true where the MLP is the experts
+  // The forward returns the router logits and computes the load-balancing loss (fsdpp-train
+  // does whenever router_aux_loss_coef > 0).
+  bool router_logits = true;
+  int64_t num_sparse() const;
+};
+
 // The shape of a Llama-style decoder (fsdpp::models::LlamaConfig's shape fields, resolved:
-// n_kv_heads and ffn_hidden are the actual sizes, never 0).
+// n_kv_heads and ffn_hidden are the actual sizes, never 0), or of a Qwen3-MoE one (moe set).
 struct DecoderShape {
   int64_t vocab_size = 0;
   int64_t dim = 0;
@@ -45,7 +59,13 @@ struct DecoderShape {
   int64_t ffn_hidden = 0;
   bool tie_embeddings = false;
   int64_t max_seq_len = 0;  // rows of the rotary tables (buffers); 0: the run's seq_len
-  int64_t head_dim() const { return dim / n_heads; }
+  // Qwen3 (qwen3_moe): head_dim apart from dim / n_heads, an RMSNorm on every q and k head,
+  // rotary tables made per forward (no buffers), and the MoE layers.
+  int64_t head_size = 0;  // 0: dim / n_heads
+  bool qk_norm = false;
+  std::optional<MoeShape> moe;
+  int64_t head_dim() const { return head_size > 0 ? head_size : dim / n_heads; }
+  const char* architecture() const { return moe ? "Qwen3-MoE" : "Llama"; }
   void validate() const;  // ConfigError "[estimate] ..." for sizes that make no model
 };
 
@@ -62,6 +82,9 @@ struct ModelDescription {
   struct Unit {
     std::string name;
     std::vector<Param> params;
+    // Expert parallelism: a sparse layer's experts, this rank's E / ep of them, a unit of their
+    // own that FSDP shards over the ranks holding the same experts (world / ep), not the world.
+    bool experts = false;
     int64_t numel() const;
   };
   std::vector<Unit> units;  // units[0] is the root
@@ -70,8 +93,23 @@ struct ModelDescription {
 };
 
 // The root holds tok_embeddings, norm and output (unless tied); every TransformerBlock is a unit
-// (the trainer's default TRANSFORMER_BASED_WRAP).
+// (the trainer's default TRANSFORMER_BASED_WRAP). With shape.moe, Qwen3-MoE's: every
+// Qwen3MoeDecoderLayer a unit (attention with q_norm and k_norm, the router and the stacked
+// experts (E, I, C) x 3 on sparse layers, a dense SwiGLU on the others).
 ModelDescription describe_decoder(const DecoderShape& shape);
+
+// Parameters in all and those one token's forward uses: every expert against top_k of them.
+struct ParameterCounts {
+  int64_t total = 0;
+  int64_t active = 0;  // per token: the dense parts, the routers and top_k experts per sparse layer
+  int64_t experts = 0; // of total: the experts' weights
+};
+ParameterCounts count_parameters(const ModelDescription& model);
+
+// Expert parallelism over `degree` ranks: each sparse layer's experts split off into a unit of
+// their own (ModelDescription::Unit::experts) holding E / degree of them, after its layer.
+// ConfigError when the model has no experts or E is not divisible by the degree.
+ModelDescription expert_parallel_slice(const ModelDescription& model, int degree);
 // `num_params` split into `n_units` equal units (the root holding the remainder), each one flat
 // parameter: model states and units in flight, no activations.
 ModelDescription describe_parameter_count(int64_t num_params, int64_t n_units);
@@ -101,6 +139,27 @@ struct EstimateOptions {
   // sequence_parallel.
   int tensor_parallel = 1;
   bool sequence_parallel = false;
+  // Expert parallelism (a model with experts): each sparse layer's experts split over groups of
+  // this many ranks (expert_parallel_slice) and sharded by FSDP over world_size / expert_parallel
+  // ranks (efsdp), the rest of the model over the world; every rank computes its own batch, and
+  // each sparse layer sends its tokens' top-k copies to the experts' ranks and back (all-to-all).
+  int expert_parallel = 1;
+  // Pipeline parallelism (a Llama; docs/estimate.md#pipeline-parallelism): the model cut into
+  // `degree` stages (stages_per_rank per rank for the interleaved schedules) by units, the
+  // embedding and the head counting as units (fsdpp/models/llama_stages.h), each stage sharded
+  // by FSDP over world_size / degree ranks, parameters gathered for the whole step and gradients
+  // reduced once at its end. `batch` is a data-parallel rank's sequences per step, cut into
+  // `microbatches` equal microbatches; how many of them each stage holds activations for is read
+  // off the schedule's action lists (fsdpp/pipeline/schedules.h). The estimate is the most loaded
+  // stage's (or `stage`'s), MemoryEstimate::stages has every stage.
+  struct Pipeline {
+    int degree = 1;
+    int microbatches = 1;
+    std::string schedule = "1F1B";  // a name make_schedule knows: GPipe, 1F1B, Interleaved1F1B, ZBH1, ...
+    int layers_per_stage = 0;       // units per stage (torchtitan's key); 0: as even as can be
+    int stages_per_rank = 0;        // interleaved schedules (0: 2; ZBVZeroBubble: 2)
+    int stage = -1;                 // report this stage; -1: the one with the highest total
+  } pipeline;
   // HYBRID_SHARD / HYBRID_SHARD_ZERO2: ranks per shard group (0: min(world_size, 8), one node).
   int shard_group_size = 0;
   // Mixed precision: parameters gathered and computed in param_dtype, gradients reduced in
@@ -132,6 +191,17 @@ struct EstimateOptions {
   // GLIBC_TUNABLES=glibc.malloc.mmap_threshold=<bytes>) sets it: every tensor at least that big
   // gets its own mapping, returned when freed, and RSS follows the live tensors.
   int64_t mmap_threshold = 0;
+  // Knowledge distillation (docs/estimate.md#distillation-teacher): a frozen teacher of its own
+  // shape, FULL_SHARD over the same data-parallel ranks in units of its own, parameters in
+  // `dtype`; it costs its shards, one gathered unit at a time (plus the prefetched one) during
+  // its forward under no-grad (no saved activations, no gradients, no optimizer state), and its
+  // logits (B x T x V, fp32) from its forward until the student's loss is made, whose graph keeps
+  // the teacher's probabilities until backward.
+  struct Teacher {
+    ModelDescription model;
+    EstimateDType dtype = EstimateDType::FP32;
+  };
+  std::optional<Teacher> teacher;
 };
 
 // The strategy, mixed precision, offload and prefetch fields as fully_shard runs with `fsdp`
@@ -158,6 +228,22 @@ struct MemoryEstimate {
   // Persistent model state per rank (ZeRO's accounting, no padding, no temporaries).
   int64_t model_states = 0;
   int shard_world = 1;           // ranks FSDP shards each (TP-local) parameter over
+  int expert_shard_world = 1;    // ranks FSDP shards each expert unit over (world / ep)
+  int64_t teacher = 0;           // of the rows above: the distillation teacher's bytes at the peak
+  // Pipeline parallelism: the stage reported above and every stage's own estimate (its total,
+  // where its peak is, the microbatches whose activations it holds at most).
+  struct Stage {
+    int stage = 0;
+    int rank = 0;                  // pp rank holding it
+    std::vector<std::string> units;
+    int64_t total = 0;
+    int64_t tensors = 0;
+    int in_flight = 0;             // microbatches forwarded and not yet backwarded (B or I), at most
+    int held_weight_grads = 0;     // zero-bubble: microbatches whose W (weight gradient) waits, at most
+    std::string peak_at;
+  };
+  int pipeline_stage = -1;
+  std::vector<Stage> stages;
   std::vector<std::string> notes;  // assumptions the numbers rest on
 };
 

@@ -1,0 +1,375 @@
+#include "qwen3_activations.h"
+
+namespace fsdpp::estimate_detail {
+namespace {
+
+// RMSNorm over each head (q_norm, k_norm) of a projection (BT x width) already in the ledger:
+// the projection itself stays (saved by pow and mul), with rsqrt per head and the normalised
+// tensor (saved by the weight's multiply); returns the output, which nothing saves (the rotary
+// multiplies save cos and sin).
+Id head_norm_forward(Ledger& l, const Dims& d, int64_t width, int64_t heads, std::vector<Id>& saved) {
+  const int64_t f = 4;
+  if (d.mp) saved.push_back(l.alloc(kActs, f * d.BT * width));
+  l.touch(kActs, f * d.BT * width);                 // pow(2)
+  saved.push_back(l.alloc(kActs, f * d.BT * heads));  // rsqrt
+  saved.push_back(l.alloc(kActs, d.e * d.BT * width));  // normed
+  return l.alloc(kActs, d.e * d.BT * width);
+}
+
+// transformers' rotary: x * cos + rotate_half(x) * sin; rotate_half is a negated half and a
+// concatenation. Frees x, returns the result.
+Id rotate_half_rope(Ledger& l, const Dims& d, Id x, int64_t width) {
+  const int64_t full = d.e * d.BT * width;
+  Id xc = l.alloc(kActs, full);
+  Id neg = l.alloc(kActs, full / 2);
+  Id cat = l.alloc(kActs, full);
+  l.free(neg);
+  Id xs = l.alloc(kActs, full);
+  l.free(cat);
+  Id out = l.alloc(kActs, full);
+  l.free(xc);
+  l.free(xs);
+  l.free(x);
+  return out;
+}
+
+// Balanced routing: `rows` split over `n` experts (the first rows % n one more).
+std::vector<int64_t> split_rows(int64_t rows, int64_t n) {
+  std::vector<int64_t> out(static_cast<size_t>(n), rows / n);
+  for (int64_t i = 0; i < rows % n; ++i) ++out[static_cast<size_t>(i)];
+  return out;
+}
+
+// SwiGLU of `rows` rows through one expert: gate and up outputs, silu, their product (saved,
+// each rows x I), and the down projection's output (rows x C), returned.
+Id expert_forward(Ledger& l, const Dims& d, const MoeDims& m, int64_t rows, std::vector<Id>& saved) {
+  for (int i = 0; i < 4; ++i) saved.push_back(l.alloc(kActs, d.e * rows * m.I));
+  return l.alloc(kActs, d.e * rows * d.C);
+}
+
+// Its backward from the output's gradient (rows x C, freed by the caller): the product's
+// gradient, silu's and up's, gate's; each stacked weight's gradient is a whole (E', ...) tensor
+// (select_backward), the first one kept as the unit's unsharded gradient, the others added into
+// it. Frees the saved four; leaves the input's gradient (rows x C), from up and gate summed.
+Id expert_backward(Ledger& l, const Dims& d, const MoeDims& m, int64_t rows, std::vector<Id>& saved,
+                   const GradAlloc& expert_grad, bool first, int64_t local_experts) {
+  const int64_t whole = local_experts * m.I * d.C;
+  auto weight_grad = [&] {
+    if (first) {
+      expert_grad(whole);
+    } else {
+      l.touch(kGradWork, whole * expert_grad.bytes_per_elem);
+    }
+  };
+  Id gh = l.alloc(kActs, d.e * rows * m.I);  // down's input gradient
+  weight_grad();
+  l.free(saved[3]);
+  Id gs = l.alloc(kActs, d.e * rows * m.I), gu = l.alloc(kActs, d.e * rows * m.I);
+  l.free(gh);
+  l.free(saved[2]);
+  Id gx = l.alloc(kActs, d.e * rows * d.C);  // up's input gradient
+  weight_grad();
+  l.free(gu);
+  Id gg = l.alloc(kActs, d.e * rows * m.I);  // silu backward
+  l.free(gs);
+  l.free(saved[1]);
+  l.free(saved[0]);
+  l.touch(kActs, d.e * rows * d.C);  // gate's input gradient, added into gx
+  weight_grad();
+  l.free(gg);
+  saved.clear();
+  return gx;
+}
+
+}  // namespace
+
+BlockSaved qwen3_attention_forward(Ledger& l, const Dims& d, const MoeDims& m, Id x) {
+  BlockSaved s;
+  s.x = x;
+  norm_forward(l, d, s.attn);  // input_layernorm; its output saved by q, k and v
+  const int64_t H = d.H, Hkv = m.Hkv;
+  Id q = l.alloc(kActs, d.e * d.BT * d.Q);
+  s.attn.push_back(q);
+  Id qn = head_norm_forward(l, d, d.Q, H, s.attn);
+  Id rq = rotate_half_rope(l, d, qn, d.Q);
+  Id k = l.alloc(kActs, d.e * d.BT * d.K);
+  s.attn.push_back(k);
+  Id kn = head_norm_forward(l, d, d.K, Hkv, s.attn);
+  Id rk = rotate_half_rope(l, d, kn, d.K);
+  Id v = l.alloc(kActs, d.e * d.BT * d.K);
+  Id kk = rk, vv = v;
+  if (d.rep > 1) {  // repeat_kv: expand + reshape copies
+    kk = l.alloc(kActs, d.e * d.BT * d.Q);
+    l.free(rk);
+    vv = l.alloc(kActs, d.e * d.BT * d.Q);
+    l.free(v);
+  }
+  Id y = l.alloc(kActs, d.e * d.BT * d.Q);
+  Id lse = l.alloc(kActs, 4 * d.B * H * d.T);
+  s.attn.insert(s.attn.end(), {rq, kk, vv, y, lse});
+  Id o = l.alloc(kActs, d.e * d.BT * d.C);
+  s.h = l.alloc(kActs, d.e * d.BT * d.C);
+  l.free(o);
+  return s;
+}
+
+void qwen3_mlp_forward(Ledger& l, const Dims& d, const MoeDims& m, bool sparse, BlockSaved& s,
+                       std::vector<Id>& router_logits, const ExpertUnitHooks& hooks) {
+  norm_forward(l, d, s.ffn);  // post_attention_layernorm; output saved by the router / gate and up
+  const int64_t N = d.BT, C = d.C;
+  if (!sparse) {
+    for (int i = 0; i < 4; ++i) s.ffn.push_back(l.alloc(kActs, d.e * N * d.F));
+    Id f = l.alloc(kActs, d.e * N * C);
+    s.out = l.alloc(kActs, d.e * N * C);
+    l.free(f);
+    return;
+  }
+  const int64_t k = m.k, Nk = N * k;
+  // Router: logits (kept for the load-balancing loss), fp32 softmax (saved), top-k values and
+  // indices (saved), renormalised weights (the division saves both sides), cast to the dtype.
+  Id logits = l.alloc(kActs, d.e * N * m.E);
+  if (m.router_logits) {
+    router_logits.push_back(logits);
+  }
+  s.ffn.push_back(l.alloc(kActs, 4 * N * m.E));
+  s.ffn.push_back(l.alloc(kActs, (4 + 8 + 4 + 4) * Nk + 4 * N));
+  Id weights = l.alloc(kActs, d.e * Nk);
+  if (!m.router_logits) l.free(logits);
+  // The (token, choice) pairs sorted by expert: order and token ids (int64, kept by the
+  // index_add / index_select backward), and the sorted weights (saved by the multiply).
+  s.ffn.push_back(l.alloc(kActs, 8 * Nk * 2 + d.e * Nk));
+  if (m.ep <= 1) {
+    if (hooks.before_forward) hooks.before_forward();
+    Id out = l.alloc(kActs, d.e * N * C);  // zeros, then index_add per expert (a new tensor each)
+    for (int64_t rows : split_rows(Nk, m.E)) {
+      if (rows == 0) continue;
+      s.ffn.push_back(l.alloc(kActs, d.e * rows * C));  // index_select: the expert's input
+      Id y = expert_forward(l, d, m, rows, s.ffn);
+      s.ffn.push_back(y);                                // saved by the weights' multiply
+      Id yw = l.alloc(kActs, d.e * rows * C);
+      Id next = l.alloc(kActs, d.e * N * C);
+      l.free(out);
+      l.free(yw);
+      out = next;
+    }
+    if (hooks.after_forward) hooks.after_forward();
+    s.out = l.alloc(kActs, d.e * N * C);  // h + experts
+    l.free(out);
+    l.free(weights);
+    return;
+  }
+  // Expert parallelism (moe::ExpertDispatch): each pair's token row, all-to-all to the experts'
+  // ranks (M rows arrive; balanced routing: M = N k), sorted expert-major; the local experts;
+  // back by all-to-all, weighted, summed per token.
+  const int64_t M = Nk, local = m.E / m.ep;
+  Id rows = l.alloc(kActs, d.e * Nk * C);
+  Id received = l.alloc(kActs, d.e * M * C);
+  Id tokens = l.alloc(kActs, d.e * M * C);  // saved: the experts' inputs are its narrow views
+  l.free(received);
+  l.free(rows);
+  s.ffn.push_back(tokens);
+  if (hooks.before_forward) hooks.before_forward();
+  std::vector<Id> outs;
+  for (int64_t r : split_rows(M, local)) {
+    if (r == 0) continue;
+    outs.push_back(expert_forward(l, d, m, r, s.ffn));
+  }
+  Id y = l.alloc(kActs, d.e * M * C);  // cat
+  for (Id o : outs) l.free(o);
+  if (hooks.after_forward) hooks.after_forward();
+  Id yi = l.alloc(kActs, d.e * M * C);  // rank-major again
+  l.free(y);
+  Id back = l.alloc(kActs, d.e * Nk * C);  // the all-to-all back; saved by the multiply
+  l.free(yi);
+  s.ffn.push_back(back);
+  Id weighted = l.alloc(kActs, d.e * Nk * C);
+  Id zeros = l.alloc(kActs, d.e * N * C);
+  Id out = l.alloc(kActs, d.e * N * C);
+  l.free(zeros);
+  l.free(weighted);
+  s.out = l.alloc(kActs, d.e * N * C);
+  l.free(out);
+  l.free(weights);
+}
+
+std::vector<Id> load_balancing_forward(Ledger& l, const Dims& d, const MoeDims& m, int64_t sparse_layers) {
+  std::vector<Id> saved;
+  if (!m.router_logits) return saved;
+  for (int64_t i = 0; i < sparse_layers; ++i) {
+    saved.push_back(l.alloc(kActs, d.e * d.BT * m.E));  // softmax in the logits' dtype (saved)
+    l.touch(kActs, 4 * d.BT * m.E + 8 * d.BT * m.k);  // its fp32 copy summed; top-k indices
+  }
+  return saved;
+}
+
+Id qwen3_mlp_backward(Ledger& l, const Dims& d, const MoeDims& m, bool sparse, BlockSaved& s, Id g,
+                      const GradAlloc& grad, const GradAlloc& expert_grad, const ExpertUnitHooks& hooks) {
+  const int64_t N = d.BT, C = d.C;
+  auto free_all = [&](std::vector<Id>& ids) {
+    for (Id id : ids) l.free(id);
+    ids.clear();
+  };
+  Id gn = -1;  // the gradient of post_attention_layernorm's output
+  if (!sparse) {
+    const std::vector<Id> ffn = s.ffn;
+    const size_t nf = ffn.size();
+    const Id a = ffn[nf - 4], si = ffn[nf - 3], b = ffn[nf - 2], mm = ffn[nf - 1];
+    Id gm = l.alloc(kActs, d.e * N * d.F);
+    grad(C * d.F);
+    l.free(mm);
+    Id gs = l.alloc(kActs, d.e * N * d.F), gb = l.alloc(kActs, d.e * N * d.F);
+    l.free(si);
+    l.free(b);
+    l.free(gm);
+    gn = l.alloc(kActs, d.e * N * C);
+    grad(C * d.F);
+    l.free(gb);
+    Id ga = l.alloc(kActs, d.e * N * d.F);
+    l.free(a);
+    l.free(gs);
+    l.touch(kActs, d.e * N * C);
+    grad(C * d.F);
+    l.free(ga);
+  } else {
+    const int64_t Nk = N * m.k;
+    // s.ffn: [xc?] rsqrt normed n | probs topk weights_sorted | experts' tensors ...
+    const size_t base = (d.mp ? 4 : 3) + 3;  // the norm's tensors, then probs, top-k, sorted pairs
+    std::vector<Id> experts(s.ffn.begin() + static_cast<long>(base), s.ffn.end());
+    if (hooks.before_backward) hooks.before_backward();
+    Id gsum = -1;  // gradient of the experts' input (N x C), summed over experts
+    if (m.ep <= 1) {
+      // Per expert, last first: the output's gradient rows (index_add backward), times the
+      // weight, the SwiGLU backward, the input rows scattered back into an (N, C) zeros.
+      const auto split = split_rows(Nk, m.E);
+      size_t pos = experts.size();
+      bool first = true;
+      for (auto it = split.rbegin(); it != split.rend(); ++it) {
+        const int64_t rows = *it;
+        if (rows == 0) continue;
+        pos -= 6;  // xe, four SwiGLU tensors, y
+        std::vector<Id> sw(experts.begin() + static_cast<long>(pos) + 1, experts.begin() + static_cast<long>(pos) + 5);
+        Id gy = l.alloc(kActs, d.e * rows * C);
+        Id gd = l.alloc(kActs, d.e * rows * C);
+        l.free(gy);
+        l.free(experts[pos + 5]);
+        Id gx = expert_backward(l, d, m, rows, sw, expert_grad, first, m.E);
+        first = false;
+        l.free(gd);
+        l.free(experts[pos]);
+        Id scattered = l.alloc(kActs, d.e * N * C);  // index_select backward: zeros + index_add
+        l.free(gx);
+        if (gsum < 0) {
+          gsum = scattered;
+        } else {
+          l.free(scattered);  // added into gsum
+        }
+      }
+    } else {
+      const int64_t M = Nk, local = m.E / m.ep;
+      const Id tokens = experts[0], back = experts.back();
+      Id gw = l.alloc(kActs, d.e * Nk * C);     // index_add backward
+      Id gback = l.alloc(kActs, d.e * Nk * C);  // times the weights
+      l.free(gw);
+      l.free(back);
+      Id gyi = l.alloc(kActs, d.e * M * C);     // the all-to-all's backward
+      l.free(gback);
+      Id gy = l.alloc(kActs, d.e * M * C);      // index_select backward: zeros + index_add
+      l.free(gyi);
+      const auto split = split_rows(M, local);
+      size_t pos = experts.size() - 1;
+      Id gtokens = -1;
+      bool first = true;
+      for (auto it = split.rbegin(); it != split.rend(); ++it) {
+        const int64_t rows = *it;
+        if (rows == 0) continue;
+        pos -= 4;
+        std::vector<Id> sw(experts.begin() + static_cast<long>(pos), experts.begin() + static_cast<long>(pos) + 4);
+        Id gx = expert_backward(l, d, m, rows, sw, expert_grad, first, local);
+        first = false;
+        Id whole = l.alloc(kActs, d.e * M * C);  // narrow backward: zeros of the whole input
+        l.free(gx);
+        if (gtokens < 0) {
+          gtokens = whole;
+        } else {
+          l.free(whole);
+        }
+      }
+      l.free(gy);
+      l.free(tokens);
+      Id grecv = l.alloc(kActs, d.e * M * C);  // permutation's index_select backward
+      l.free(gtokens);
+      Id grows = l.alloc(kActs, d.e * Nk * C);  // the all-to-all's backward
+      l.free(grecv);
+      gsum = l.alloc(kActs, d.e * N * C);  // token rows' index_select backward
+      l.free(grows);
+    }
+    if (hooks.after_backward) hooks.after_backward();
+    // The router: the gradients of the weights and of the fp32 probabilities, of the logits; its
+    // input's gradient and weight's.
+    l.touch(kActs, 4 * N * m.E * 2 + d.e * N * m.E);
+    gn = l.alloc(kActs, d.e * N * C);
+    grad(m.E * C);
+    l.free(gsum);  // added into gn
+  }
+  free_all(s.ffn);
+  Id gh = norm_backward(l, d, gn);
+  grad(C);
+  l.free(s.h);
+  Id ghh = l.alloc(kActs, d.e * N * C);  // residual: g + the norm's gradient
+  l.free(gh);
+  l.free(g);
+  return ghh;
+}
+
+Id qwen3_attention_backward(Ledger& l, const Dims& d, const MoeDims& m, BlockSaved& s, Id ghh,
+                            const GradAlloc& grad) {
+  const int64_t C = d.C;
+  Id gy = l.alloc(kActs, d.e * d.BT * d.Q);  // o_proj's input gradient
+  grad(C * d.Q);
+  Id gq = l.alloc(kActs, d.e * d.BT * d.Q), gk = l.alloc(kActs, d.e * d.BT * d.Q),
+     gv = l.alloc(kActs, d.e * d.BT * d.Q);
+  const size_t na = s.attn.size();
+  for (size_t i = na - 5; i < na; ++i) l.free(s.attn[i]);  // rq kk vv y lse
+  l.free(gy);
+  if (d.rep > 1) {
+    Id k2 = l.alloc(kActs, d.e * d.BT * d.K);
+    l.free(gk);
+    gk = k2;
+    Id v2 = l.alloc(kActs, d.e * d.BT * d.K);
+    l.free(gv);
+    gv = v2;
+  }
+  // Rotary backward (the multiplies, cat and neg), then the head norm's backward, then the
+  // projection; for q, then k; v's projection last.
+  auto qk = [&](Id gr, int64_t width) {
+    l.touch(kActs, 3 * d.e * d.BT * width);
+    Id gnorm = l.alloc(kActs, d.e * d.BT * width);
+    l.free(gr);
+    Id t = l.alloc(kActs, 3 * 4 * d.BT * width);
+    Id gp = l.alloc(kActs, d.e * d.BT * width);
+    l.free(t);
+    l.free(gnorm);
+    grad(m.hd);
+    Id gin = l.alloc(kActs, d.e * d.BT * C);
+    grad(C * width);
+    l.free(gp);
+    return gin;
+  };
+  Id gn1 = qk(gq, d.Q);
+  Id gk_in = qk(gk, d.K);
+  l.free(gk_in);  // added into gn1
+  l.touch(kActs, d.e * d.BT * C);
+  grad(C * d.K);
+  l.free(gv);
+  Id gx1 = norm_backward(l, d, gn1);
+  grad(C);
+  for (Id id : s.attn) l.free(id);
+  s.attn.clear();
+  l.free(s.x);
+  Id gx = l.alloc(kActs, d.e * d.BT * C);
+  l.free(gx1);
+  l.free(ghh);
+  return gx;
+}
+
+}  // namespace fsdpp::estimate_detail
