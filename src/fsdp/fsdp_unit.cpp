@@ -246,13 +246,23 @@ at::Tensor FSDPUnit::cast_forward_input(const at::Tensor& t) const {
 }
 
 void FSDPUnit::reshard(bool free_unsharded) {
-  if (sharded_) return;
+  if (sharded_ || held_) return;
   for (auto& p : params_) p->use_shard();
   if (free_unsharded) {
     for (auto& p : params_) p->free_unsharded();
     gathered_valid_ = false;
   }
   sharded_ = true;
+}
+
+void FSDPUnit::hold() {
+  unshard();
+  held_ = true;
+}
+
+void FSDPUnit::release() {
+  held_ = false;
+  reshard(!keep_unsharded_between_steps());
 }
 
 // ---------------------------------------------------------------------------------------------

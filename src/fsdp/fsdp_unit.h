@@ -58,6 +58,16 @@ class FSDPUnit : public torch::nn::Module {
   // Issues the all-gather without waiting (a prefetch); unshard() finishes it.
   void start_unshard();
   void reshard(bool free_unsharded);
+  // Held (fully_shard.h's unshard(root) .. reshard(root)): the unit stays gathered through
+  // forwards and backwards, and its hooks reduce nothing: gradients accumulate unsharded until
+  // reduce_held_gradients().
+  void hold();
+  void release();
+  bool held() const { return held_; }
+  // Issues the reduction of the accumulated unsharded gradients regardless of the sync switch;
+  // finish_gradients() waits for it and adds the result to the shard gradients.
+  void reduce_held_gradients();
+  void finish_gradients();
 
   const std::string& name() const { return name_; }
   const std::vector<std::unique_ptr<FSDPParam>>& params() const { return params_; }
@@ -94,8 +104,9 @@ class FSDPUnit : public torch::nn::Module {
   // The forward outputs that need a gradient, wrapped so that backward reaches pre_backward().
   std::vector<at::Tensor> hook_outputs(std::vector<at::Tensor> outputs);
   void post_backward();
+  // The hooks' reduction: nothing while the sync switch is off or the unit is held.
   void reduce_gradients();
-  void finish_gradients();
+  void issue_reduce();
 
   bool reshard_after_forward() const;
   bool keep_unsharded_between_steps() const;
@@ -130,6 +141,7 @@ class FSDPUnit : public torch::nn::Module {
 
   UnitState state_ = UnitState::IDLE;
   bool sharded_ = true;           // parameters point at their shards
+  bool held_ = false;             // gathered until release(), see hold()
   bool gathered_valid_ = false;   // `unsharded` holds the current values (ZERO1 keeps them)
   std::vector<int64_t> gathered_versions_;
   int64_t grads_ready_ = 0;

@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "fsdp_unit.h"
+#include "fsdpp/common/error.h"
 
 namespace fsdpp {
 namespace {
@@ -94,11 +95,31 @@ void FSDPUnit::post_backward() {
   trace_end("backward", backward_began_);
 }
 
+void FSDPUnit::reduce_gradients() {
+  if (held_ || !root().requires_gradient_sync()) return;
+  issue_reduce();
+}
+
+void FSDPUnit::reduce_held_gradients() {
+  FSDPP_CHECK(held_, "[fsdp] reduce_gradients: unit '{}' is not held; call fsdpp::unshard(root) "
+              "before the step's first forward", name_);
+  finish_gradients();  // a reduction still in flight adds to the shard first
+  // As backward leaves a unit whose backward never ran (no output reached the loss) without
+  // gradients, rather than with zeros that weight decay would act on. Every rank ran the same
+  // graph, so they agree on which units reduce.
+  for (const auto& p : params_) {
+    if (p->requires_grad && p->param.grad().defined()) {
+      issue_reduce();
+      return;
+    }
+  }
+}
+
 // One flat reduce-scatter for the whole unit: row k of the (shard_world, total) input holds,
 // parameter by parameter, the part of each gradient that rank k's shard covers (zeros where
 // the shard is padding). Summed, then divided once in finish_gradients().
-void FSDPUnit::reduce_gradients() {
-  if (num_trainable_ == 0 || !root().requires_gradient_sync()) return;
+void FSDPUnit::issue_reduce() {
+  if (num_trainable_ == 0) return;
   at::NoGradGuard no_grad;
   // Every column is written below (gradient or zeros), so no separate zero-fill pass.
   auto input = at::empty({shard_world_, total_shard_numel_},

@@ -136,6 +136,23 @@ void set_requires_gradient_sync(torch::nn::Module& root, bool sync) {
   root_unit(root, "set_requires_gradient_sync").set_requires_gradient_sync(sync);
 }
 
+void unshard(torch::nn::Module& root) {
+  const auto& units = root_unit(root, "unshard").all_units();
+  for (auto* u : units) u->start_unshard();  // every gather in flight before the first wait
+  for (auto* u : units) u->hold();
+}
+
+void reduce_gradients(torch::nn::Module& root) {
+  const auto& units = root_unit(root, "reduce_gradients").all_units();
+  // Last unit first, as backward would have issued them.
+  for (auto it = units.rbegin(); it != units.rend(); ++it) (*it)->reduce_held_gradients();
+  for (auto* u : units) u->finish_gradients();
+}
+
+void reshard(torch::nn::Module& root) {
+  for (auto* u : root_unit(root, "reshard").all_units()) u->release();
+}
+
 double clip_grad_norm_(torch::nn::Module& root, double max_norm, double norm_type) {
   FSDPP_CHECK_AS(ConfigError, norm_type == 2.0 || std::isinf(norm_type),
                  "[fsdp] clip_grad_norm_ supports norm_type 2 and inf; got {}", norm_type);

@@ -17,6 +17,7 @@
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/dist/string_collectives.h"
+#include "fsdpp/pipeline/communication.h"
 #include "fsdpp/pipeline/verify.h"
 #include "split_backward.h"
 
@@ -110,13 +111,23 @@ PipelineRuntime::PipelineRuntime(PipelineSchedule schedule, std::vector<Pipeline
   FSDPP_CHECK_AS(ConfigError, num_fsdp == 0 || num_fsdp == static_cast<int>(stages_.size()),
                  "[pipeline] rank {}: {} of its {} stages are fully_shard-ed; shard all or none",
                  rank, num_fsdp, stages_.size());
-  if (fsdp_) {
+  if (fsdp_ && options_.keep_gathered) {
+    bool has_fsdp_actions = false;
+    for (const auto& list : schedule_.actions) {
+      for (const auto& a : list) has_fsdp_actions |= is_stage_wide(a.kind);
+    }
+    if (!has_fsdp_actions) {
+      schedule_ = add_fsdp_actions(schedule_);
+      verify(schedule_);
+    }
+  } else if (fsdp_) {
     for (const auto& a : schedule_.actions[static_cast<size_t>(rank)]) {
-      // FSDP's end-of-backward reshards and reduces after I's autograd pass, before W.
+      // FSDP's hooks finish a unit's backward (reduce, reshard) when I's autograd pass ends,
+      // before W has accumulated anything.
       FSDPP_CHECK_AS(ConfigError, a.kind != ActionKind::I && a.kind != ActionKind::W,
                      "[pipeline] schedule '{}' splits backward into I and W, which fully_shard-ed "
-                     "stages do not support yet (FSDP finishes a unit's backward when I's "
-                     "autograd pass ends); use GPipe, 1F1B or Interleaved1F1B with FSDP",
+                     "stages support only with RuntimeOptions::keep_gathered (parameters held "
+                     "gathered, gradients reduced at REDUCE_GRAD)",
                      schedule_.name);
     }
   }
@@ -399,7 +410,7 @@ void PipelineRuntime::run_action(size_t index, const Action& a, State& st) {
       break;
     }
     case ActionKind::B: {
-      if (fsdp_) {
+      if (fsdp_ && !options_.keep_gathered) {
         // Gradients are reduce-scattered once, at the stage's last backward of the step.
         const bool last_b = last_backward_[static_cast<size_t>(s)] == mb;
         set_requires_gradient_sync(*stage.module, options_.reduce_grad_every_microbatch || last_b);
@@ -416,6 +427,9 @@ void PipelineRuntime::run_action(size_t index, const Action& a, State& st) {
       slot.input = at::Tensor();
       slot.out_grad = at::Tensor();
       if (in_grad.defined()) hand_back(std::move(in_grad));
+      if (fsdp_ && options_.keep_gathered && options_.reduce_grad_every_microbatch) {
+        fsdpp::reduce_gradients(*stage.module);
+      }
       break;
     }
     case ActionKind::I: {
@@ -434,6 +448,7 @@ void PipelineRuntime::run_action(size_t index, const Action& a, State& st) {
       FSDPP_CHECK(slot.split, "[pipeline] W before I");
       slot.split->backward_weight();
       slot.split.reset();
+      if (fsdp_ && options_.reduce_grad_every_microbatch) fsdpp::reduce_gradients(*stage.module);
       break;
     }
     case ActionKind::SEND_B: {
@@ -460,11 +475,19 @@ void PipelineRuntime::run_action(size_t index, const Action& a, State& st) {
       slot.out_grad = t;
       break;
     }
+    // Without keep_gathered (or stages that are not fully_shard-ed) fully_shard's hooks gather
+    // in forward and backward and reduce at the end of the stage's last backward (sync switched
+    // on for it in B), and these do nothing.
     case ActionKind::UNSHARD:
-    case ActionKind::RESHARD:
+      if (fsdp_ && options_.keep_gathered) fsdpp::unshard(*stage.module);
+      break;
     case ActionKind::REDUCE_GRAD:
-      // fully_shard's hooks gather in forward and backward and reduce at the end of the
-      // stage's last backward (sync switched on for it in B); nothing is left to do here.
+      if (fsdp_ && options_.keep_gathered && !options_.reduce_grad_every_microbatch) {
+        fsdpp::reduce_gradients(*stage.module);
+      }
+      break;
+    case ActionKind::RESHARD:
+      if (fsdp_ && options_.keep_gathered) fsdpp::reshard(*stage.module);
       break;
   }
 }

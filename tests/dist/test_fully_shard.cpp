@@ -83,9 +83,13 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(Optim which,
       params, torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
 }
 
+// How the micro-batches' gradients are reduced: every backward; only the last one (sync
+// switched off before); or held (fsdpp::unshard before the first forward, reduce_gradients and
+// reshard after the last backward, as pipeline stages do).
+enum class Accumulate { SYNC_EVERY, WITHOUT_SYNC, HELD };
+
 template <typename Case>
-void check_parity(ShardingStrategy strategy, bool accumulate_without_sync,
-                  Optim which = Optim::ADAMW) {
+void check_parity(ShardingStrategy strategy, Accumulate accumulate, Optim which = Optim::ADAMW) {
   auto& w = test::world();
   const int n = w.size();
   const int64_t local = kGlobalBatch / n;
@@ -99,14 +103,20 @@ void check_parity(ShardingStrategy strategy, bool accumulate_without_sync,
   auto& ref_opt = *ref_opt_ptr;
   auto& opt = *opt_ptr;
   for (int step = 0; step < kSteps; ++step) {
+    const bool held = accumulate == Accumulate::HELD;
+    if (held) unshard(*model);
     for (int micro = 0; micro < kMicroBatches; ++micro) {
       auto b = Case::batch(step, micro);
       (Case::loss(ref->forward(b.x), b.y) / kMicroBatches).backward();
       const bool last = micro == kMicroBatches - 1;
-      set_requires_gradient_sync(*model, last || !accumulate_without_sync);
+      set_requires_gradient_sync(*model, last || accumulate != Accumulate::WITHOUT_SYNC);
       auto x = b.x.narrow(0, w.rank() * local, local);
       auto y = b.y.narrow(0, w.rank() * local, local);
       (Case::loss(fsdpp::forward(model, x), y) / kMicroBatches).backward();
+    }
+    if (held) {
+      reduce_gradients(*model);
+      reshard(*model);
     }
     const double ref_norm = torch::nn::utils::clip_grad_norm_(ref->parameters(), 0.5);
     const double norm = clip_grad_norm_(*model, 0.5);
@@ -137,27 +147,34 @@ void check_parity(ShardingStrategy strategy, bool accumulate_without_sync,
 }  // namespace
 
 TEST(FullyShard, MLPParityEveryStrategy) {
-  for (auto s : strategies()) check_parity<MLPCase>(s, false);
+  for (auto s : strategies()) check_parity<MLPCase>(s, Accumulate::SYNC_EVERY);
 }
 
 TEST(FullyShard, MLPParityAccumulatingWithoutSync) {
-  for (auto s : strategies()) check_parity<MLPCase>(s, true);
+  for (auto s : strategies()) check_parity<MLPCase>(s, Accumulate::WITHOUT_SYNC);
 }
 
 TEST(FullyShard, MLPParityWithSGDMomentum) {
   for (auto s : {ShardingStrategy::FULL_SHARD, ShardingStrategy::ZERO1}) {
-    check_parity<MLPCase>(s, false, Optim::SGD_MOMENTUM);
+    check_parity<MLPCase>(s, Accumulate::SYNC_EVERY, Optim::SGD_MOMENTUM);
   }
 }
 
 TEST(FullyShard, TransformerParityEveryStrategy) {
-  for (auto s : strategies()) check_parity<TransformerCase>(s, false);
+  for (auto s : strategies()) check_parity<TransformerCase>(s, Accumulate::SYNC_EVERY);
 }
 
 TEST(FullyShard, TransformerParityAccumulatingWithoutSync) {
   for (auto s : {ShardingStrategy::FULL_SHARD, ShardingStrategy::NO_SHARD}) {
-    check_parity<TransformerCase>(s, true);
+    check_parity<TransformerCase>(s, Accumulate::WITHOUT_SYNC);
   }
+}
+
+// Held by fsdpp::unshard: the micro-batches' separate backward passes reduce nothing and the
+// gradients are reduced once by reduce_gradients, as pipeline stages do.
+TEST(FullyShard, ParityHeldGatheredAcrossMicroBatches) {
+  for (auto s : strategies()) check_parity<MLPCase>(s, Accumulate::HELD);
+  check_parity<TransformerCase>(ShardingStrategy::FULL_SHARD, Accumulate::HELD);
 }
 
 // Between steps a rank holds ceil(dim0/N) rows of every parameter, gradient and AdamW state;

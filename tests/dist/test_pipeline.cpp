@@ -136,12 +136,23 @@ TEST(PipelineFsdp, Pp2TimesFsdp2MatchesOneProcess) {
     int m;
     ShardingStrategy strategy;
     bool every_microbatch;
+    bool keep_gathered = true;
   };
-  const Case cases[] = {{"GPipe", 2, ShardingStrategy::FULL_SHARD, false},
-                        {"1F1B", 4, ShardingStrategy::FULL_SHARD, false},
-                        {"1F1B", 3, ShardingStrategy::ZERO1, false},
-                        {"Interleaved1F1B", 4, ShardingStrategy::SHARD_GRAD_OP, false},
-                        {"1F1B", 2, ShardingStrategy::FULL_SHARD, true}};
+  using enum ShardingStrategy;
+  const Case cases[] = {{"GPipe", 2, FULL_SHARD, false},
+                        {"1F1B", 4, FULL_SHARD, false},
+                        {"1F1B", 3, ZERO1, false},
+                        {"Interleaved1F1B", 4, SHARD_GRAD_OP, false},
+                        {"1F1B", 2, FULL_SHARD, true},
+                        // Backward split into I and W: the weight gradients arrive after the
+                        // autograd call FSDP's end-of-backward follows.
+                        {"ZBH1", 4, FULL_SHARD, false},
+                        {"ZBH1", 3, FULL_SHARD, true},
+                        {"InterleavedZeroBubble", 4, FULL_SHARD, false},
+                        {"ZBVZeroBubble", 3, SHARD_GRAD_OP, false},
+                        // The other choice: FSDP's hooks gather and reshard every microbatch.
+                        {"1F1B", 4, FULL_SHARD, false, false},
+                        {"GPipe", 2, ZERO1, false, false}};
   std::map<int64_t, Reference> refs;
   for (const auto& c : cases) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -162,7 +173,8 @@ TEST(PipelineFsdp, Pp2TimesFsdp2MatchesOneProcess) {
       fully_shard(*st, o);
     }
     pp::PipelineRuntime rt(sched, std::move(mine), pp_group,
-                           {.store = w.store(), .reduce_grad_every_microbatch = c.every_microbatch});
+                           {.store = w.store(), .keep_gathered = c.keep_gathered,
+                            .reduce_grad_every_microbatch = c.every_microbatch});
     auto opt = adamw(rt.parameters());
     Mismatch mm;
     const auto before = dp_group->counters();
@@ -191,24 +203,36 @@ TEST(PipelineFsdp, Pp2TimesFsdp2MatchesOneProcess) {
     }
     EXPECT_GT(params, 0);
     // Gradients are reduce-scattered once per step, or once per microbatch when asked.
+    const auto all_gathers = traffic.calls_of(dist::Collective::ALL_GATHER);
+    const std::string what = fmt::format("{} m = {} {}{}{}", c.name, c.m, to_string(c.strategy),
+                                         c.every_microbatch ? " reducing every microbatch" : "",
+                                         c.keep_gathered ? "" : " resharding every microbatch");
     EXPECT_EQ(reduce_scatters, static_cast<uint64_t>(kSteps * units.size() *
                                                      (c.every_microbatch ? c.m : 1)))
-        << c.name << " m = " << c.m;
-    EXPECT_EQ(mm.first, "") << c.name << " m = " << c.m << " " << to_string(c.strategy)
-                            << (c.every_microbatch ? " reducing every microbatch" : "");
+        << what;
+    // Held gathered for the step: one all-gather per unit (ZERO1's after the optimizer step
+    // changed its shard); otherwise FULL_SHARD gathers each unit in every forward and backward.
+    if (c.keep_gathered) {
+      EXPECT_EQ(all_gathers, static_cast<uint64_t>(kSteps * units.size())) << what;
+    } else if (c.strategy == FULL_SHARD) {
+      EXPECT_GT(all_gathers, static_cast<uint64_t>(kSteps * units.size() * c.m)) << what;
+    }
+    EXPECT_EQ(mm.first, "") << what;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (w.rank() == 0) {
       // What keeping parameters gathered saves: all-gathers per step on the dp_shard group.
-      std::printf("  pp 2 x %s 2, %-16s m %d%s: parity ok=%d, per step on rank 0: %.0f "
+      std::printf("  pp 2 x %-13s 2, %-21s m %d%s%s: parity ok=%d, per step on rank 0: %.0f "
                   "all-gathers (%.0f KB), %.0f reduce-scatters (%.2f s)\n",
                   to_string(c.strategy), c.name, c.m,
-                  c.every_microbatch ? " (reduce every microbatch)" : "", mm.first.empty() ? 1 : 0,
-                  double(traffic.calls_of(dist::Collective::ALL_GATHER)) / kSteps,
+                  c.every_microbatch ? " (reduce every microbatch)" : "",
+                  c.keep_gathered ? "" : " (reshard every microbatch)", mm.first.empty() ? 1 : 0,
+                  double(all_gathers) / kSteps,
                   double(traffic.bytes_of(dist::Collective::ALL_GATHER)) / kSteps / 1024,
                   double(reduce_scatters) / kSteps, s);
     }
   }
-  // A schedule that splits backward is refused for FSDP stages, before anything runs.
+  // A schedule that splits backward is refused for FSDP stages that reshard every microbatch,
+  // before anything runs.
   auto sched = pp::make_schedule("ZBH1", 2, 2);
   models::Llama model(cfg);
   std::vector<models::LlamaStage> all;
@@ -217,11 +241,12 @@ TEST(PipelineFsdp, Pp2TimesFsdp2MatchesOneProcess) {
   o.mesh = dp_mesh;
   fully_shard(*all[static_cast<size_t>(pp_group->rank())], o);
   try {
-    pp::PipelineRuntime rt(sched, std::move(mine), pp_group);
-    ADD_FAILURE() << "ZBH1 with FSDP stages was accepted";
+    pp::PipelineRuntime rt(sched, std::move(mine), pp_group, {.keep_gathered = false});
+    ADD_FAILURE() << "ZBH1 with FSDP stages resharding every microbatch was accepted";
   } catch (const ConfigError& e) {
     EXPECT_TRUE(std::string(e.what()).find("splits backward into I and W, which fully_shard-ed "
-                                           "stages do not support yet") != std::string::npos)
+                                           "stages support only with RuntimeOptions::keep_gathered") !=
+                std::string::npos)
         << e.what();
   }
 }

@@ -94,6 +94,24 @@ void fully_shard(torch::nn::ModuleHolder<T>& holder, const FullyShardOptions& op
 // and reduces nothing; the next backward with sync on reduces them all at once.
 void set_requires_gradient_sync(torch::nn::Module& root, bool sync);
 
+// Explicit control, for callers that run one step's forwards and backwards outside FSDP's own
+// rhythm: pipeline stages run several microbatches per step, and zero-bubble schedules split
+// backward into an input pass and a weight pass that comes later, after the autograd call that
+// FSDP's end-of-backward follows (PyTorch FSDP2's FSDPModule.unshard() / reshard() and the
+// pipelining stage's explicit post-backward).
+//
+// unshard: gathers every unit of `root` now (all gathers issued, then waited) and holds them:
+// until reshard(root), forward and backward do not reshard them and their hooks reduce no
+// gradients, which accumulate unsharded over any number of passes.
+void unshard(torch::nn::Module& root);
+// Reduce-scatters (and all-reduces over replicas) the accumulated unsharded gradients of every
+// held unit that has any (a unit no backward reached keeps none, as after a plain backward),
+// adds them to the sharded gradients the optimizer reads, and waits. Collective over the units'
+// groups; the units must be held (unshard(root)).
+void reduce_gradients(torch::nn::Module& root);
+// Ends the hold: every unit back to its shard, its unsharded storage freed (ZERO1 keeps it).
+void reshard(torch::nn::Module& root);
+
 // Global gradient-norm clipping over every rank's shards; returns the total norm (the same
 // number single-process training would compute).
 double clip_grad_norm_(torch::nn::Module& root, double max_norm, double norm_type = 2.0);

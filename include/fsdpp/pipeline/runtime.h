@@ -19,9 +19,9 @@
 // to its input, keeping the graph); W the weight gradient only, later, from the gradients I left
 // at the nodes where the weights' paths leave the input's (split_backward.h); SEND_* / RECV_*
 // with send_async / recv_async on the pp group; UNSHARD / RESHARD / REDUCE_GRAD for stages that
-// are fully_shard-ed (their gathers and the reduce-scatter run in FSDP's own hooks; gradient
-// sync is switched on only for the stage's last backward of the step, so gradients are
-// reduce-scattered once per step unless Options::reduce_grad_every_microbatch).
+// are fully_shard-ed: fsdpp::unshard / reshard / reduce_gradients (fully_shard.h), which hold a
+// stage gathered across its microbatches and reduce its gradients once per step, after the
+// last W of a zero-bubble schedule as well as after the last B (Options::keep_gathered).
 //
 // Shapes: before the first activation of a stage crosses to another rank, its shape and dtype
 // go over once; the receiver checks them against its stage's input_spec, and a mismatch is an
@@ -61,6 +61,14 @@ struct RuntimeOptions {
   // pp group's name).
   std::string abort_key;
   std::chrono::milliseconds poll_interval{20};
+  // FSDP stages: true (torchtitan's default under PP): each stage's parameters are gathered at
+  // its first action of the step and stay gathered until its last (UNSHARD / RESHARD, added
+  // with add_fsdp_actions when the schedule has none), and its gradients accumulate unsharded
+  // until REDUCE_GRAD reduce-scatters them once; one all-gather and one reduce-scatter per unit
+  // per step, for the memory of the whole stage's parameters and gradients held throughout.
+  // false: FSDP's own hooks gather and reshard around every microbatch as the strategy says
+  // and reduce at the stage's last backward; schedules that split backward (I / W) need true.
+  bool keep_gathered = true;
   // FSDP stages: reduce-scatter the gradients after every microbatch (sharded gradients
   // throughout) instead of once per step after the stage's last backward.
   bool reduce_grad_every_microbatch = false;
