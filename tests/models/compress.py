@@ -7,7 +7,8 @@
    the teacher's bit for bit (kept experts' slices, the gate's rows of the same experts, layers
    renumbered); top-k became 3; the student loads with load_state_dict on 2 ranks and its logits
    equal transformers' on the student exported with export-hf and on the student built here
-   from the teacher by hand (within 1e-5).
+   from the teacher by hand (within 1e-5); the teacher's (byte) tokenizer comes with the student
+   and with its export, where AutoTokenizer encodes text to its bytes.
 2. The same teacher as an fsdpp checkpoint (import-hf), --num-layers 2: layers [0, 3], experts
    untouched, tensors bit for bit.
 3. A Llama (layers only): --num-layers 2 keeps layers [0, 2] bit for bit; --num-experts refused.
@@ -165,6 +166,11 @@ with tempfile.TemporaryDirectory() as tmp:
     compare("student in fsdpp (2 ranks) vs built by hand in transformers: logits", got["logits"], ref.logits)
     compare("student: aux_loss", got["aux_loss"], ref.aux_loss)
     compare("student exported vs built by hand: logits", exported, ref.logits)
+    # The teacher's tokenizer (bytes: vocabulary 256, no tokenizer files) travels with the student
+    # and on into its export, where transformers reads it.
+    assert json.load(open(p("st", "fsdpp_tokenizer.json")))["type"] == "byte"
+    tok = transformers.AutoTokenizer.from_pretrained(p("st_hf"))
+    assert tok("to be, or not")["input_ids"] == list(b"to be, or not"), tok("to be, or not")
 
     # 2. the teacher as an fsdpp checkpoint, layers evenly
     sh(ckpt_tool, "import-hf", p("hf"), p("ck"))
