@@ -30,6 +30,8 @@ class LlamaLM final : public CausalLM {
   torch::nn::Module& module() override { return *model_; }
   const char* architecture() const override { return "llama"; }
   CausalLMOutput forward(const at::Tensor& tokens, const at::Tensor& targets) override {
+    // No targets (a distillation teacher): the logits alone.
+    if (!targets.defined()) return {fsdpp::forward(model_, tokens), at::Tensor(), at::Tensor()};
     auto out = fsdpp::forward(model_, tokens, targets);
     return {out.logits, out.loss, at::Tensor()};
   }

@@ -29,11 +29,11 @@ void build_model(TrainSession& s) {
   }
   if (llama) {
     s.llama = models::Llama(cfg.llama_config(vocab));
-    if (init) init->load_before_sharding(s.llama);
     s.lm = models::causal_lm(s.llama);
   } else {
     s.lm = models::causal_lm(models::Qwen3Moe(cfg.qwen3_moe_config(vocab)));
   }
+  if (init) init->load_before_sharding(*s.lm);
   const int64_t n_params = models::num_parameters(s.lm->module());
   s.say(fmt::format("[train] model: {}: {:.2f} M parameters", s.lm->describe(), n_params / 1e6));
 }

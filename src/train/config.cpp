@@ -117,10 +117,6 @@ void TrainConfig::validate() const {
           "[config] model.architecture=qwen3_moe with parallelism.tensor_parallel_degree={}: the "
           "tensor-parallel plan is the Llama's; expected 1",
           parallelism.tensor_parallel_degree);
-    check(model.init_from.empty(),
-          "[config] model.architecture=qwen3_moe with model.init_from={}: fine-tuning starts "
-          "from Llama weights only so far",
-          quote(model.init_from));
   }
 
   // data:
@@ -275,6 +271,7 @@ void TrainConfig::validate() const {
   }
   // parallelism: (what needs the world size is checked by parallel_dims)
   validate_parallelism(*this);
+  validate_distillation(*this);
 }
 
 bool TrainingSection::report_to_tensorboard() const {

@@ -173,6 +173,16 @@ const Schema& train_schema() {
                       FSDPP_KEY(training, malloc_mmap_threshold),
                       FSDPP_KEY(training, profile_steps),
                   }),
+          section("distillation",
+                  {
+                      FSDPP_KEY(distillation, teacher),
+                      FSDPP_KEY(distillation, loss),
+                      FSDPP_KEY(distillation, beta),
+                      FSDPP_KEY(distillation, temperature),
+                      FSDPP_KEY(distillation, kd_ratio),
+                      FSDPP_KEY(distillation, top_k),
+                      FSDPP_KEY(distillation, teacher_dtype),
+                  }),
           section("parallelism",
                   {
                       FSDPP_KEY(parallelism, data_parallel_replicate_degree),

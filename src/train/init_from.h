@@ -1,48 +1,65 @@
 #pragma once
-// model.init_from: a new run that starts from trained weights (fine-tuning), as opposed to a
-// resume. The source is an fsdpp checkpoint of any layout or a Hugging Face model directory; the
-// run takes its model shape and (when it holds one) its tokenizer, and starts at step 1 with a
-// fresh optimizer, schedule and data position.
+// A model's weights from a directory: model.init_from (a new run that starts from trained
+// weights, as opposed to a resume) and distillation.teacher. The source is an fsdpp checkpoint
+// of any layout or a Hugging Face model directory, of a Llama or a Qwen3-MoE; the model's shape
+// comes from the source (model_config.json of a checkpoint, config.json of a Hugging Face
+// directory), and its tokenizer when it holds one.
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "fsdpp/data/tokenizer.h"
 #include "fsdpp/dist/process_group.h"
+#include "fsdpp/models/causal_lm.h"
 #include "fsdpp/models/llama.h"
+#include "fsdpp/models/qwen3_moe.h"
 #include "fsdpp/train/config.h"
 
 namespace fsdpp::train::detail {
 
-class InitSource {
+class ModelSource {
  public:
-  // Reads the source's model config and tokenizer (not its weights yet). Throws ConfigError
-  // naming the path when it is neither kind of directory.
-  explicit InitSource(const std::filesystem::path& dir);
+  // Reads the source's model config and tokenizer (not its weights yet). `key` names the config
+  // key that gave the directory in messages ("model.init_from", "distillation.teacher"). Throws
+  // ConfigError naming the key and the path when it is neither kind of directory.
+  ModelSource(const std::filesystem::path& dir, std::string key);
 
   const std::filesystem::path& dir() const { return dir_; }
-  const models::LlamaConfig& config() const { return config_; }
+  const std::string& key() const { return key_; }
+  ModelArchitecture architecture() const {
+    return qwen3_moe_ ? ModelArchitecture::QWEN3_MOE : ModelArchitecture::LLAMA;
+  }
+  int64_t vocab_size() const;
   // The tokenizer stored with the weights; nullptr when the source holds none.
   std::unique_ptr<data::Tokenizer> take_tokenizer() { return std::move(tokenizer_); }
 
-  // Puts the source's shape into `model` and returns, for each key the YAML set otherwise, a
-  // note "model.dim: 128 in the config, 32 in DIR".
+  // Puts the source's architecture and shape into `model` and returns, for each key the YAML
+  // set otherwise, a note "model.dim: 128 in the config, 32 in DIR".
   std::vector<std::string> apply_shape(ModelSection& model) const;
 
+  // A model of the source's shape (weights from `seed` until loaded).
+  std::unique_ptr<models::CausalLM> build(uint64_t seed) const;
+
   // Loads the weights: a Hugging Face directory into the model before fully_shard (every rank
-  // reads the whole file), an fsdpp checkpoint after it (each rank reads its rows, resharding).
-  // A tensor of another shape is a CheckpointError naming it and both shapes.
-  void load_before_sharding(models::Llama& model) const;
-  void load_after_sharding(models::Llama& model,
+  // reads the whole file), an fsdpp checkpoint after it (each rank reads its rows, resharding;
+  // tensors take the parameters' dtype). A tensor of another shape is a CheckpointError naming
+  // it and both shapes.
+  void load_before_sharding(models::CausalLM& model) const;
+  void load_after_sharding(models::CausalLM& model,
                            const std::shared_ptr<dist::ProcessGroup>& group) const;
 
  private:
   std::filesystem::path dir_;
+  std::string key_;
   bool hf_ = false;
-  models::LlamaConfig config_;
+  models::LlamaConfig llama_;
+  std::optional<models::Qwen3MoeConfig> qwen3_moe_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
 };
+
+using InitSource = ModelSource;
 
 }  // namespace fsdpp::train::detail

@@ -41,6 +41,7 @@
 #include "output_dir.h"
 #include "progress.h"
 #include "stop_signal.h"
+#include "teacher.h"
 #include "tensorboard.h"
 
 namespace fsdpp::train::detail {
@@ -94,6 +95,8 @@ struct TrainSession {
   // Tensor parallelism: the (replicate,) shard, tp mesh and the Llama plan applied to `model`.
   std::shared_ptr<dist::DeviceMesh> tp_mesh;
   std::optional<tp::TensorParallel> tp;
+  // distillation.teacher: the frozen teacher, sharded on its own (teacher.h); null otherwise.
+  std::unique_ptr<Teacher> teacher;
 
   // ---- make_optimizer
   std::unique_ptr<torch::optim::AdamW> opt;

@@ -157,7 +157,7 @@ void shard_model(TrainSession& s) {
     units = apply_fully_shard(model, policy, fopts).size();
   }
   if (init) {
-    init->load_after_sharding(s.llama, world.group());
+    init->load_after_sharding(*s.lm, world.group());
     s.say(fmt::format("[train] weights from {} (model.init_from); optimizer, schedule and data "
                       "start afresh at step 1",
                       init->dir().string()));
@@ -169,6 +169,17 @@ void shard_model(TrainSession& s) {
                            : "",
                     count_of(static_cast<int64_t>(units), "unit"), fc.auto_wrap_policy,
                     models::num_parameters(model) / 1e6));
+  if (cfg.distillation.enabled()) {
+    const auto& d = cfg.distillation;
+    s.teacher = std::make_unique<Teacher>(cfg, world, s.vocab);
+    s.say(fmt::format("[train] distillation: teacher {} ({}, FULL_SHARD, frozen); loss {}{}, "
+                      "temperature {}, kd_ratio {}{}",
+                      s.teacher->describe(), d.teacher_dtype, d.loss,
+                      d.loss == DistillLossType::GENERALIZED_JSD ? fmt::format(" beta {}", d.beta)
+                                                                 : "",
+                      d.temperature, d.kd_ratio,
+                      d.top_k > 0 ? fmt::format(", top {} tokens", d.top_k) : ""));
+  }
 }
 
 // metrics.jsonl's comm_bytes_intra / comm_bytes_inter.

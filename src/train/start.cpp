@@ -53,7 +53,7 @@ void choose_start(TrainSession& s) {
     s.say(fmt::format("[train] model.init_from='{}' is not used: resuming from {} instead",
                       cfg.model.init_from, resume_dir.string()));
   } else if (!cfg.model.init_from.empty()) {
-    init.emplace(cfg.model.init_from);
+    init.emplace(cfg.model.init_from, "model.init_from");
     for (const auto& note : init->apply_shape(cfg.model)) s.say("[train] model.init_from: " + note);
     cfg.validate();
   }

@@ -63,7 +63,8 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
     data_span.end();
     dist::TraceSpan forward_span(trace.get(), "forward");
     auto out = s.lm->forward(x, y);
-    auto loss = out.loss;
+    // distillation: (1 - kd_ratio) * cross-entropy + kd_ratio * KD against the teacher's logits.
+    auto loss = s.teacher ? s.teacher->loss(out, x, y) : out.loss;
     forward_span.end();
     dist::TraceSpan backward_span(trace.get(), "backward");
     if (s.hooks.after_loss) s.hooks.after_loss(hook_context, loss);

@@ -31,6 +31,7 @@
 #include "fsdpp/models/qwen3_moe.h"
 #include "fsdpp/state/state_dict.h"
 #include "fsdpp/train/config_enums.h"
+#include "fsdpp/train/distill_loss.h"
 #include "fsdpp/train/lr_schedule.h"
 
 namespace fsdpp::train {
@@ -186,11 +187,28 @@ struct ParallelismSection {
   int64_t expert_parallel_degree = 1;          // qwen3_moe: experts split over groups of this many
 };
 
+// `distillation:` knowledge distillation from a frozen teacher (docs/distillation.md): off while
+// `teacher` is empty. Names as torchtune's KD recipe (kd_ratio, temperature), TRL's GKD (beta,
+// top_k) and fsdpp's losses (distill_loss.h) spell them.
+struct DistillationSection {
+  // An fsdpp checkpoint directory (any layout) or a Hugging Face model directory, of a Llama or
+  // a Qwen3-MoE with the student's vocabulary; its config.json / model_config.json gives its shape.
+  std::string teacher;
+  Choice<DistillLossType> loss = DistillLossType::FORWARD_KL;
+  double beta = 0.5;         // generalized_jsd: the teacher's weight in the mixture, in [0, 1]
+  double temperature = 1.0;  // logits / T, the divergence times T^2
+  double kd_ratio = 0.5;     // (1 - kd_ratio) * cross-entropy + kd_ratio * KD
+  int64_t top_k = 0;         // > 0: both distributions over the teacher's k most likely tokens
+  Choice<TeacherDtype> teacher_dtype = TeacherDtype::FLOAT32;  // the teacher's stored parameters
+  bool enabled() const { return !teacher.empty(); }
+};
+
 struct TrainConfig {
   ModelSection model;
   DataSection data;
   TrainingSection training;
   ParallelismSection parallelism;
+  DistillationSection distillation;
 
   // Parses YAML text (a file's contents), applies `overrides` in order ("training.fsdp=no_shard",
   // "training.fsdp_config.fsdp_transformer_layer_cls_to_wrap=[A, B]"; the value is read as a
@@ -244,5 +262,8 @@ struct TrainConfig {
 // and names ending in .dat or .u8 (fortune's index files and links).
 // Throws ConfigError naming data.path when it does not exist or holds no such file.
 std::vector<std::string> resolve_data_files(const std::string& path);
+
+// The distillation: section's ranges and its combinations with the rest (distillation_config.cpp).
+void validate_distillation(const TrainConfig& cfg);
 
 }  // namespace fsdpp::train

@@ -23,6 +23,8 @@ enum class AutoWrapPolicy { TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP };
 enum class SaveStrategy { STEPS, EPOCH, NO };
 // training.lr_scheduler_type (see LrSchedule).
 enum class LrSchedulerType { COSINE, LINEAR, CONSTANT };
+// distillation.teacher_dtype: the dtype the teacher's parameters are stored (and computed) in.
+enum class TeacherDtype { FLOAT32, BFLOAT16 };
 
 template <>
 struct ChoiceNames<ModelArchitecture> {
@@ -100,6 +102,16 @@ struct ChoiceNames<LrSchedulerType> {
       {LrSchedulerType::COSINE, "cosine"},
       {LrSchedulerType::LINEAR, "linear"},
       {LrSchedulerType::CONSTANT, "constant"},
+  }};
+};
+
+template <>
+struct ChoiceNames<TeacherDtype> {
+  static constexpr std::string_view kWhat = "teacher dtype";
+  static constexpr bool kAnyCase = false;
+  static constexpr std::array<std::pair<TeacherDtype, std::string_view>, 2> kNames{{
+      {TeacherDtype::FLOAT32, "float32"},
+      {TeacherDtype::BFLOAT16, "bfloat16"},
   }};
 };
 

@@ -1,0 +1,95 @@
+#include "teacher.h"
+
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/fully_shard.h"
+#include "fsdpp/fsdp/inspect.h"
+#include "fsdpp/fsdp/wrap_policy.h"
+
+namespace fsdpp::train::detail {
+
+Teacher::Teacher(const TrainConfig& cfg, dist::World& world, int64_t student_vocab)
+    : source_(cfg.distillation.teacher, "distillation.teacher") {
+  const auto& d = cfg.distillation;
+  FSDPP_CHECK_AS(ConfigError, source_.vocab_size() == student_vocab,
+                 "[train] distillation.teacher='{}' has a vocabulary of {} tokens and the "
+                 "student {}: the KD loss compares distributions over the same tokens; expected "
+                 "a teacher of the student's tokenizer (or model.vocab_size={})",
+                 source_.dir().string(), source_.vocab_size(), student_vocab,
+                 source_.vocab_size());
+  options_ = {.type = d.loss, .beta = d.beta, .temperature = d.temperature, .top_k = d.top_k};
+  options_.validate();
+  FSDPP_CHECK_AS(ConfigError, d.top_k <= student_vocab,
+                 "[config] distillation.top_k={} is larger than the vocabulary ({} tokens); "
+                 "expected 0 (all of it) or 1..{}",
+                 d.top_k, student_vocab, student_vocab);
+  kd_ratio_ = d.kd_ratio;
+  aux_loss_coef_ = cfg.model.router_aux_loss_coef;
+  lm_ = source_.build(cfg.training.seed);
+  torch::nn::Module& model = lm_->module();
+  source_.load_before_sharding(*lm_);
+  {
+    at::NoGradGuard no_grad;
+    for (auto& p : model.parameters()) {
+      p.requires_grad_(false);
+      // bf16 storage halves the teacher's shards and its all-gathers; it computes in bf16 too.
+      if (d.teacher_dtype == TeacherDtype::BFLOAT16) p.set_data(p.to(at::kBFloat16));
+    }
+  }
+  // A group of its own: comm_counters(teacher) then counts the teacher's collectives alone,
+  // and the student's comm_bytes stay the student's. (A 1-D mesh over the world would be the
+  // world's own group; the "shard" dim of a 1 x N mesh is a new group over the same ranks.)
+  mesh_ = world.init_device_mesh({1, world.size()}, {"teacher", "shard"})->sub({"shard"});
+  FullyShardOptions o;
+  o.mesh = mesh_;
+  o.strategy = ShardingStrategy::FULL_SHARD;
+  o.backward_prefetch = BackwardPrefetch::NONE;
+  o.limit_all_gathers = cfg.training.fsdp_config.limit_all_gathers ? 2 : 0;
+  const char* layer = source_.architecture() == ModelArchitecture::QWEN3_MOE
+                          ? "Qwen3MoeDecoderLayer"
+                          : "TransformerBlock";
+  apply_fully_shard(model, transformer_layer_policy({layer}), o);
+  source_.load_after_sharding(*lm_, mesh_->group(0));
+  comm_before_ = comm_counters(model);
+}
+
+std::string Teacher::describe() const {
+  return fmt::format("{} from {}", lm_->describe(), source_.dir().string());
+}
+
+at::Tensor Teacher::loss(const models::CausalLMOutput& student, const at::Tensor& x,
+                         const at::Tensor& y) {
+  at::Tensor teacher_logits;
+  {
+    at::NoGradGuard no_grad;
+    teacher_logits = lm_->forward(x, at::Tensor()).logits;
+  }
+  auto parts = distillation_objective(student.logits, teacher_logits, y, options_, kd_ratio_);
+  teacher_logits.reset();
+  kd_sum_ += parts.kd.item<double>();
+  ce_sum_ += parts.ce.item<double>();
+  if (student.aux_loss.defined()) return parts.loss + aux_loss_coef_ * student.aux_loss;
+  return parts.loss;
+}
+
+void Teacher::begin_step() {
+  kd_sum_ = ce_sum_ = 0;
+  comm_before_ = comm_counters(lm_->module());
+}
+
+void Teacher::log_step(nlohmann::json& line, dist::World& world, int64_t accum) {
+  auto sums = torch::tensor({kd_sum_ / static_cast<double>(accum),
+                             ce_sum_ / static_cast<double>(accum)},
+                            torch::kDouble);
+  world.group()->all_reduce(sums, dist::ReduceOp::AVG, {"metrics"});
+  line["kd_loss"] = sums[0].item<double>();
+  line["ce_loss"] = sums[1].item<double>();
+  const auto comm = comm_counters(lm_->module()) - comm_before_;
+  line["teacher_all_gather_bytes"] = comm.bytes_of(dist::Collective::ALL_GATHER);
+  line["teacher_reduce_scatter_bytes"] = comm.bytes_of(dist::Collective::REDUCE_SCATTER);
+}
+
+}  // namespace fsdpp::train::detail

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# fsdpp-train's distillation: section (docs/distillation.md#distilling-with-fsdpp-train): a
+# Qwen3-MoE teacher (2 layers, 4 experts) trained here for 8 steps, then a smaller Qwen3-MoE
+# student (1 layer, 2 experts) distilled from it:
+#   d1: 1 rank; d2: FULL_SHARD on 2 ranks; ep2: expert parallelism over 2 ranks. Every step's
+#   loss, kd_loss, ce_loss and grad norm equal d1's within 1e-5; the teacher all-gathers and never
+#   reduce-scatters (teacher_reduce_scatter_bytes 0 in every line of metrics.jsonl).
+#   same: the student starts from the teacher's own checkpoint (model.init_from, a Qwen3-MoE):
+#   step 1's kd_loss is 0 (within 1e-6) in float32 and small but not 0 with a bfloat16 teacher.
+#   kd0: kd_ratio 0 gives the losses of the run without distillation.
+#   hf: a Llama teacher from a Hugging Face directory (fsdpp-ckpt export-hf).
+# The teacher is in no checkpoint of the student and in no optimizer (kd0's checkpoint holds the
+# same files as plain's). Bad values are [config] errors naming the key.
+set -euo pipefail
+run=$1 train=$2 ckpt=$3 python=$4 src=$5
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+cp "$src/docs/moe.md" "$dir/text.txt"  # a fixed text while docs/ may change
+common=(data.path="$dir/text.txt" data.seq_len=32 data.val_fraction=0.1 model.dim=64
+        model.n_layers=2 model.n_heads=4 model.n_kv_heads=2 model.head_dim=16 model.max_seq_len=32
+        model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=48
+        training.logging_steps=1 training.eval_steps=0 training.save_steps=0
+        training.sample_tokens=0 training.warmup_steps=2 training.learning_rate=0.003
+        training.lr_scheduler_type=constant training.seed=7 training.malloc_mmap_threshold=0
+        training.output_dir="$dir/unused" data.cache_dir="$dir/cache")
+config="$src/configs/qwen3-moe-small.yaml"
+source "$src/tests/train/layouts_lib.sh"
+go 1 teacher training.per_device_train_batch_size=8 training.max_steps=8
+teacher="$dir/teacher/checkpoint-8"
+student=(model.n_layers=1 model.num_experts=2 training.max_steps=4 distillation.teacher="$teacher"
+         distillation.loss=generalized_jsd distillation.beta=0.3 distillation.temperature=2
+         distillation.kd_ratio=0.7)
+go 1 d1 "${student[@]}" training.per_device_train_batch_size=8
+# The Hydra group's override next to the section's own keys.
+go 2 d2 "${student[@]}" distillation.training.per_device_train_batch_size=4
+go 2 ep2 "${student[@]}" training.per_device_train_batch_size=4 parallelism.expert_parallel_degree=2
+grep -q "distillation: teacher Qwen3-MoE hidden 64 x 2 layers" "$dir/d2.log"
+same=(model.init_from="$teacher" training.max_steps=1 training.per_device_train_batch_size=8
+      distillation.teacher="$teacher" distillation.kd_ratio=1)
+go 1 same "${same[@]}"
+go 2 same_bf16 "${same[@]}" distillation.teacher_dtype=bfloat16
+go 1 kd0 model.n_layers=1 training.max_steps=2 training.per_device_train_batch_size=8 \
+  distillation.teacher="$teacher" distillation.kd_ratio=0
+go 1 plain model.n_layers=1 training.max_steps=2 training.per_device_train_batch_size=8
+# A Llama teacher from a Hugging Face directory.
+go 1 llama model.architecture=llama training.fsdp_config.fsdp_transformer_layer_cls_to_wrap=[TransformerBlock] \
+  training.per_device_train_batch_size=8 training.max_steps=2
+"$ckpt" export-hf "$dir/llama/checkpoint-2" "$dir/llama_hf" > "$dir/export.log" 2>&1 || { cat "$dir/export.log"; exit 1; }
+go 2 hf model.n_layers=1 training.max_steps=2 training.per_device_train_batch_size=4 \
+  distillation.teacher="$dir/llama_hf"
+grep -q "distillation: teacher Llama dim 64 x 2 layers" "$dir/hf.log"
+"$python" - "$dir" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+def steps(name):
+    return {j["step"]: j for j in map(json.loads, open(f"{d}/{name}/metrics.jsonl")) if "loss" in j}
+one = steps("d1")
+assert sorted(one) == [1, 2, 3, 4], sorted(one)
+worst = 0.0
+for name in ("d2", "ep2"):
+    got = steps(name)
+    assert sorted(got) == [1, 2, 3, 4], (name, sorted(got))
+    for s, j in got.items():
+        for k in ("loss", "kd_loss", "ce_loss", "grad_norm"):
+            diff = abs(j[k] - one[s][k])
+            worst = max(worst, diff)
+            assert diff < 1e-5, (name, s, k, j[k], one[s][k])
+        assert j["teacher_reduce_scatter_bytes"] == 0, (name, s, j)
+        assert j["teacher_all_gather_bytes"] > 0, (name, s, j)
+for s, j in one.items():
+    # The mix, as torchtune's recipe writes it, plus the student's load-balancing loss.
+    mix = 0.3 * j["ce_loss"] + 0.7 * j["kd_loss"] + 0.001 * j["aux_loss"]
+    assert abs(j["loss"] - mix) < 1e-5, (s, j["loss"], mix)
+    assert j["teacher_all_gather_bytes"] == 0 and j["teacher_reduce_scatter_bytes"] == 0, j
+print(f"distill: FSDP 2 and EP 2 x 4 steps equal one process, worst difference {worst:.2e}; "
+      f"kd_loss {one[1]['kd_loss']:.4f} -> {one[4]['kd_loss']:.4f}, ce_loss "
+      f"{one[1]['ce_loss']:.4f} -> {one[4]['ce_loss']:.4f}; teacher all-gathers "
+      f"{steps('d2')[1]['teacher_all_gather_bytes']} bytes a step per rank on 2 ranks, reduce-scatters 0")
+kd = steps("same")[1]["kd_loss"]
+kd_bf16 = steps("same_bf16")[1]["kd_loss"]
+assert kd < 1e-6, kd
+assert 1e-7 < kd_bf16 < 1e-2, kd_bf16
+print(f"distill: the teacher's own weights as the student: kd_loss {kd:.2e} (float32 teacher), "
+      f"{kd_bf16:.2e} (bfloat16 teacher)")
+kd0, plain = steps("kd0"), steps("plain")
+for s in (1, 2):
+    for k in ("loss", "grad_norm"):
+        assert abs(kd0[s][k] - plain[s][k]) < 1e-6, (s, k, kd0[s][k], plain[s][k])
+    assert abs(kd0[s]["ce_loss"] + 0.001 * kd0[s]["aux_loss"] - plain[s]["loss"]) < 1e-6, s
+hf = steps("hf")
+assert hf[1]["kd_loss"] > 0 and hf[2]["teacher_reduce_scatter_bytes"] == 0, hf
+# No teacher tensor in the student's checkpoint, and the same files as without distillation.
+names = sorted(os.listdir(f"{d}/kd0/checkpoint-2"))
+assert names == sorted(os.listdir(f"{d}/plain/checkpoint-2")), names
+print(f"distill: kd_ratio 0 equals no distillation; a Llama teacher from a Hugging Face "
+      f"directory: kd_loss {hf[1]['kd_loss']:.4f}")
+PY
+bad 1 "distillation.kd_ratio=1.5: expected a number in [0, 1]" distillation.kd_ratio=1.5
+bad 1 "distillation.loss" distillation.loss=kl
+bad 1 "distillation.teacher_dtype" distillation.teacher_dtype=fp16
+bad 1 "distillation.beta=2: expected a number in [0, 1]" distillation.beta=2
+bad 1 "distillation.temperature=0: expected a finite number > 0" distillation.temperature=0
+bad 1 "distillation.teacher='$dir/none' is not a directory" distillation.teacher="$dir/none"
+bad 1 "has a vocabulary of 256 tokens and the student 300" model.vocab_size=300 \
+  distillation.teacher="$teacher"
+bad 1 "distillation.top_k=999 is larger than the vocabulary (256 tokens)" distillation.top_k=999 \
+  distillation.teacher="$teacher"
+echo "distill: bad values refused"

@@ -1,0 +1,114 @@
+// The distillation: section of TrainConfig (docs/distillation.md#the-distillation-section): its
+// keys from YAML and from overrides (next to the Hydra group's distillation.training.X), the
+// round trip through to_yaml, and [config] errors naming the key and what is accepted.
+// tests/train/distill.sh runs it with fsdpp-train.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/train/config.h"
+
+using fsdpp::ConfigError;
+using fsdpp::train::DistillLossType;
+using fsdpp::train::TeacherDtype;
+using fsdpp::train::TrainConfig;
+
+namespace {
+
+const std::string kYaml = R"(data:
+  path: corpus.txt
+training:
+  max_steps: 10
+distillation:
+  teacher: runs/qwen3-moe-small/checkpoint-300
+  loss: generalized_jsd
+  beta: 0.3
+  temperature: 2.0
+  kd_ratio: 0.7
+  top_k: 20
+  teacher_dtype: bfloat16
+)";
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(DistillConfig, ReadsTheSection) {
+  const auto cfg = TrainConfig::from_yaml_string(kYaml);
+  const auto& d = cfg.distillation;
+  EXPECT_TRUE(d.enabled());
+  EXPECT_EQ(d.teacher, "runs/qwen3-moe-small/checkpoint-300");
+  EXPECT_EQ(d.loss, DistillLossType::GENERALIZED_JSD);
+  EXPECT_EQ(d.beta, 0.3);
+  EXPECT_EQ(d.temperature, 2.0);
+  EXPECT_EQ(d.kd_ratio, 0.7);
+  EXPECT_EQ(d.top_k, 20);
+  EXPECT_EQ(d.teacher_dtype, TeacherDtype::BFLOAT16);
+  // Off by default, with torchtune's / TRL's defaults.
+  const auto plain = TrainConfig::from_yaml_string("data:\n  path: c.txt\ntraining:\n  max_steps: 1\n");
+  EXPECT_FALSE(plain.distillation.enabled());
+  EXPECT_EQ(plain.distillation.loss, DistillLossType::FORWARD_KL);
+  EXPECT_EQ(plain.distillation.kd_ratio, 0.5);
+  EXPECT_EQ(plain.distillation.temperature, 1.0);
+  EXPECT_EQ(plain.distillation.teacher_dtype, TeacherDtype::FLOAT32);
+}
+
+TEST(DistillConfig, OverridesNextToTheHydraGroup) {
+  const auto cfg = TrainConfig::from_yaml_string(
+      "data:\n  path: c.txt\ntraining:\n  max_steps: 1\n",
+      {"distillation.teacher=/models/teacher", "distillation.kd_ratio=0.25",
+       "distillation.loss=reverse_kl", "distillation.training.per_device_train_batch_size=3",
+       "distillation.training.fsdp=\"shard_grad_op\""});
+  EXPECT_EQ(cfg.distillation.teacher, "/models/teacher");
+  EXPECT_EQ(cfg.distillation.kd_ratio, 0.25);
+  EXPECT_EQ(cfg.distillation.loss, DistillLossType::REVERSE_KL);
+  EXPECT_EQ(cfg.training.per_device_train_batch_size, 3);
+  EXPECT_EQ(cfg.training.fsdp, fsdpp::ShardingStrategy::SHARD_GRAD_OP);
+}
+
+TEST(DistillConfig, RoundTripsThroughToYaml) {
+  const auto cfg = TrainConfig::from_yaml_string(kYaml);
+  const auto again = TrainConfig::from_yaml_string(cfg.to_yaml());
+  EXPECT_EQ(again.to_yaml(), cfg.to_yaml());
+  EXPECT_EQ(again.distillation.teacher, cfg.distillation.teacher);
+  EXPECT_EQ(again.distillation.teacher_dtype, TeacherDtype::BFLOAT16);
+  EXPECT_NE(cfg.to_yaml().find("distillation:"), std::string::npos);
+}
+
+TEST(DistillConfig, BadValuesNameTheKey) {
+  auto bad = [](const std::string& o) {
+    return error_of([&] { TrainConfig::from_yaml_string(kYaml, {o}); });
+  };
+  EXPECT_NE(bad("distillation.kd_ratio=1.5").find(
+                "[config] distillation.kd_ratio=1.5: expected a number in [0, 1]"),
+            std::string::npos);
+  EXPECT_NE(bad("distillation.beta=-0.1").find("[config] distillation.beta=-0.1: expected a "
+                                                "number in [0, 1]"),
+            std::string::npos);
+  EXPECT_NE(bad("distillation.temperature=0").find("distillation.temperature=0: expected a "
+                                                    "finite number > 0"),
+            std::string::npos);
+  EXPECT_NE(bad("distillation.top_k=-1").find("distillation.top_k=-1: expected >= 0"),
+            std::string::npos);
+  const auto loss = bad("distillation.loss=kl");
+  EXPECT_NE(loss.find("distillation.loss"), std::string::npos) << loss;
+  EXPECT_NE(loss.find("forward_kl, reverse_kl"), std::string::npos) << loss;
+  const auto dtype = bad("distillation.teacher_dtype=fp16");
+  EXPECT_NE(dtype.find("distillation.teacher_dtype"), std::string::npos) << dtype;
+  EXPECT_NE(dtype.find("float32, bfloat16"), std::string::npos) << dtype;
+  const auto unknown = bad("distillation.teachr=x");
+  EXPECT_NE(unknown.find("teacher"), std::string::npos) << unknown;
+  EXPECT_NE(bad("parallelism.tensor_parallel_degree=2").find(
+                "distillation.teacher with parallelism.tensor_parallel_degree=2"),
+            std::string::npos);
+}
+
+}  // namespace
