@@ -8,6 +8,7 @@
 
 #include "fsdpp/common/atomic_file.h"
 #include "fsdpp/data/printable_text.h"
+#include "fsdpp/train/run_plot.h"
 #include "phases.h"
 
 namespace fsdpp::train::detail {
@@ -27,6 +28,15 @@ TrainResult finish(TrainSession& s) {
     save_checkpoint(s, result.steps);  // the final model
   }
   s.checkpointer->finish();  // an asynchronous save still being written: wait, report its error
+  if (lead && s.metrics && result.steps >= first_step) {
+    // The run's picture beside metrics.jsonl (run_plot.h). The run itself has succeeded: a
+    // picture that cannot be written is a warning, and `fsdpp-train plot` can draw it later.
+    try {
+      write_run_plot(out_dir);
+    } catch (const std::exception& e) {
+      s.say(fmt::format("[train] warning: the run's picture was not written: {}", e.what()));
+    }
+  }
   result.final_val_loss = val_loss;
   if (result.stopped_by_signal != 0) {
     const auto saved = list_checkpoints(out_dir);

@@ -22,11 +22,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double peak_rss_mb() {
+// A field of /proc/self/status in MB: VmHWM the peak resident set so far, VmRSS the current one.
+double status_mb(const char* field) {
   std::ifstream in("/proc/self/status");
   std::string line;
+  const std::string key = std::string(field) + ":";
   while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+    if (line.rfind(key, 0) == 0) return std::stod(line.substr(key.size())) / 1024.0;
   }
   return 0;
 }
@@ -88,8 +90,13 @@ void train_loop(TrainSession& s) {
       val_loss = evaluate(s);
     }
     if (step % t.logging_steps == 0 || step == first_step || step == total_steps || eval_now) {
-      auto rss = torch::tensor({peak_rss_mb()}, torch::kDouble);
-      world.group()->all_reduce(rss, dist::ReduceOp::MAX, {"metrics"});
+      // Every rank's (peak, current) resident set: the peak over ranks for the progress line,
+      // each rank's current one for the run's picture (run_plot.h).
+      auto mine = torch::tensor({status_mb("VmHWM"), status_mb("VmRSS")}, torch::kDouble);
+      auto all_rss = torch::empty({world.size() * 2}, torch::kDouble);
+      world.group()->all_gather_into_tensor(all_rss, mine, {"metrics"});
+      all_rss = all_rss.view({world.size(), 2});
+      const auto rss = all_rss.select(1, 0).max();
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       nlohmann::json j;
       j["step"] = step;
@@ -105,6 +112,11 @@ void train_loop(TrainSession& s) {
       j["tokens_per_s"] = tokens_per_step / (step_ms / 1000.0);
       j["step_ms"] = step_ms;
       j["peak_rss_mb"] = rss.item<double>();
+      {
+        const auto current = all_rss.select(1, 1).contiguous();
+        j["rss_mb_per_rank"] = std::vector<double>(current.data_ptr<double>(),
+                                                   current.data_ptr<double>() + current.numel());
+      }
       j["comm_bytes"] = (comm_counters(model) - comm_before).total_bytes();
       const auto split_after = comm_split(s);
       j["comm_bytes_intra"] = split_after.first - split_before.first;
