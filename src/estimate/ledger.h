@@ -16,7 +16,7 @@ namespace fsdpp::estimate_detail {
 
 // What holds a tensor of the ledger. Gradient shards are apart from the other gradient buffers
 // because CPU offload moves them to the host.
-enum Cat { kParams, kGradWork, kGradShards, kOptim, kUnsharded, kActs, kNumCats };
+enum Cat { kParams, kGradWork, kGradShards, kOptim, kUnsharded, kActs, kTeacher, kNumCats };
 
 // glibc's malloc (malloc/malloc.c) reduced to what decides the resident memory of tensor-sized
 // blocks on a CPU run:

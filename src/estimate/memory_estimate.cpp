@@ -8,6 +8,7 @@
 
 #include "decoder_activations.h"
 #include "qwen3_activations.h"
+#include "teacher_activations.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/strategy_traits.h"
 #include "fsdpp/optim/optimizer_state.h"
@@ -67,7 +68,6 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
   FSDPP_CHECK_AS(ConfigError, o.pipeline.degree <= 1,
                  "[estimate] pipeline parallelism goes through estimate_pipeline's stages; "
                  "estimate_memory takes pipeline.degree 1");
-  FSDPP_CHECK_AS(ConfigError, !o.teacher, "[estimate] a distillation teacher is not modelled yet");
   const int ep = o.expert_parallel;
   FSDPP_CHECK_AS(ConfigError, ep >= 1 && o.world_size % ep == 0,
                  "[estimate] expert-parallel degree {} does not divide the world size {}", ep, o.world_size);
@@ -101,6 +101,11 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
   std::vector<int> usw(model.units.size(), shard_world);
   for (size_t i = 0; i < model.units.size(); ++i)
     if (model.units[i].experts) usw[i] = traits.shards ? std::max(1, shard_world / ep) : 1;
+  FSDPP_CHECK_AS(ConfigError, !o.teacher || tp == 1,
+                 "[estimate] a distillation teacher with tensor parallelism is not modelled");
+  // The teacher: FULL_SHARD over the data-parallel ranks whatever the student's strategy.
+  std::optional<TeacherPlan> teacher;
+  if (o.teacher) teacher = plan_teacher(*o.teacher, dp_world, o.forward_prefetch);
   const bool reshard_after_forward = traits.reshard_after_forward;
   const bool keep_unsharded = traits.keep_unsharded_between_steps;
   // ZERO1 shards the optimizer state (and, as fsdpp implements it, the gradients) but keeps every
@@ -226,6 +231,8 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
       for (Id id : ids[i]) l.free(id);
     }
   }
+
+  if (teacher) build_teacher(l, *teacher);
 
   // ---- before the first step: buffers ---------------------------------------------------------
   l.at("start of the step");
@@ -444,6 +451,13 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
       l.free(flat);
     }
     if (reshard_after_forward) reshard(0);
+    // Distillation (fsdpp-train's Teacher::loss): the teacher's forward on the same tokens, while
+    // the student's activations wait for backward, then the objective on both logits.
+    std::vector<Id> kd_saved;
+    if (teacher && have_shape) {
+      const Id tl = teacher_forward(l, *teacher, o.batch, o.seq_len);
+      kd_saved = distill_loss_forward(l, d.BT, d.V, d.e, teacher->bytes, tl);
+    }
 
     // ---- backward ------------------------------------------------------------------------------
     l.at("backward of the loss and output layer");
@@ -457,17 +471,30 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
       // gradient for both, and autograd materialises the logits' missing one as zeros. They are
       // summed into the output layer's incoming gradient.
       for (Id id : lb_saved) l.free(id);  // the load-balancing loss's backward (small)
-      Id zeros = l.alloc(kActs, d.e * d.BT * d.V);
-      Id g1 = l.alloc(kActs, f32 * d.BT * d.V);  // nll_loss backward
-      Id g2 = l.alloc(kActs, f32 * d.BT * d.V);  // log_softmax backward
-      l.free(lsm);
-      l.free(g1);
-      if (mp) {
-        Id g2e = l.alloc(kActs, d.e * d.BT * d.V);
-        l.free(g2);
-        g2 = g2e;
+      Id zeros = -1;
+      if (!kd_saved.empty()) {
+        // The objective's backward gives the logits their gradient; the student's own loss
+        // (its log_softmax) is not backwarded and stays with the output until the step ends.
+        zeros = distill_loss_backward(l, d.BT, d.V, kd_saved);
+        if (mp) {
+          Id ge = l.alloc(kActs, d.e * d.BT * d.V);
+          l.free(zeros);
+          zeros = ge;
+        }
+        l.at("backward of the loss and output layer");
+      } else {
+        zeros = l.alloc(kActs, d.e * d.BT * d.V);
+        Id g1 = l.alloc(kActs, f32 * d.BT * d.V);  // nll_loss backward
+        Id g2 = l.alloc(kActs, f32 * d.BT * d.V);  // log_softmax backward
+        l.free(lsm);
+        l.free(g1);
+        if (mp) {
+          Id g2e = l.alloc(kActs, d.e * d.BT * d.V);
+          l.free(g2);
+          g2 = g2e;
+        }
+        l.free(g2);  // added into `zeros` in place
       }
-      l.free(g2);  // added into `zeros` in place
       Id gnf = l.alloc(kActs, d.e * d.BT * d.C);
       root_grad(d.V * d.C);  // output.weight (or the tied embedding's first gradient)
       l.free(zeros);
@@ -575,6 +602,7 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
     }
     for (auto& u : us) l.free(u.grad_shard);  // zero_grad
     l.free(logits);  // the caller's output goes out of scope after the step
+    l.free(lsm);     // with distillation, its loss's graph went with it
     for (Id id : router_logits) l.free(id);
   };
   // Two steps reach the steady state; the third lets the heap settle after the first step's
@@ -590,6 +618,7 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
   e.optimizer_state = p[kOptim];
   e.unsharded = p[kUnsharded];
   e.activations = p[kActs];
+  e.teacher = p[kTeacher];
   e.tensors = l.peak();
   e.allocator = heap ? std::max<int64_t>(0, l.resident_peak() - l.peak()) : 0;
   e.runtime = o.runtime_baseline_bytes;
@@ -599,6 +628,10 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
   if (!have_shape) e.notes.push_back("activations not estimated: the model was given as a parameter count");
   if (mp) e.notes.push_back("mixed precision: bf16/fp16 gathers and compute, fp32 master shards");
   if (o.activation_checkpointing) e.notes.push_back("activation checkpointing per TransformerBlock");
+  if (teacher)
+    e.notes.push_back(fmt::format("distillation teacher: {:.2f} M parameters in {}, FULL_SHARD over {} rank(s), "
+                                  "forward under no-grad after the student's, its logits and probabilities in fp32",
+                                  o.teacher->model.num_params() / 1e6, to_string(o.teacher->dtype), dp_world));
   if (tp > 1)
     e.notes.push_back(fmt::format("tensor parallel {}{}: the Llama plan's slices (the largest rank's), FSDP over {} "
                                   "data-parallel ranks", tp, o.sequence_parallel ? " with sequence parallelism" : "",

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -79,6 +80,19 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
                                     layer, fc.auto_wrap_policy));
   }
   return out;
+}
+
+ModelDescription describe_teacher(const std::string& path, int64_t vocab) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return describe_model_directory(path);
+  FSDPP_CHECK_AS(ConfigError, fs::is_regular_file(path, ec),
+                 "[train] teacher '{}' is neither a model directory (an fsdpp checkpoint or a Hugging Face "
+                 "model directory) nor an fsdpp-train YAML config", path);
+  const TrainConfig cfg = TrainConfig::from_file(path);
+  return cfg.model.architecture == ModelArchitecture::LLAMA
+             ? describe_decoder(decoder_shape_of(cfg.llama_config(vocab)))
+             : describe_decoder(decoder_shape_of(cfg.qwen3_moe_config(vocab)));
 }
 
 MemoryHeadroom memory_headroom(int local_world_size) {

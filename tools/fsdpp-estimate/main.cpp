@@ -123,6 +123,11 @@ int main(int argc, char** argv) {
   int64_t head_dim = 0, num_experts = 0, top_k = 0, moe_intermediate = 0, sparse_step = 0;
   std::vector<int64_t> mlp_only;
   int ep = 0;
+  std::string teacher_path, teacher_dtype;
+  app.add_option("--teacher-config", teacher_path,
+                 "distillation: the teacher, a model directory (fsdpp checkpoint or Hugging Face) or an "
+                 "fsdpp-train YAML config whose model: it is (default: the config's distillation.teacher)");
+  app.add_option("--teacher-dtype", teacher_dtype, "distillation: the teacher's parameters, fp32 (default) or bf16");
   app.add_option("--architecture", architecture, "llama (default) or qwen3_moe (a config's model.architecture)");
   app.add_option("--head-dim", head_dim, "qwen3_moe: head_dim (0: dim / n_heads)");
   app.add_option("--num-experts", num_experts, "qwen3_moe: experts per sparse layer (implies --architecture qwen3_moe)");
@@ -320,6 +325,28 @@ int main(int argc, char** argv) {
     o.sequence_parallel = sequence_parallel;
     o.expert_parallel = ep > 0 ? ep : 1;
     if (!optimizer.empty()) o.optimizer = fsdpp::parse_estimate_optimizer(optimizer);
+    if (!teacher_path.empty()) {
+      FSDPP_CHECK_AS(ConfigError, model->shape.has_value(),
+                     "[estimate] a distillation teacher needs the student's shape (its vocabulary and logits), "
+                     "not --params");
+      const auto& sh = *model->shape;
+      o.teacher = fsdpp::EstimateOptions::Teacher{fsdpp::train::describe_teacher(teacher_path, sh.vocab_size),
+                                                  o.teacher ? o.teacher->dtype : fsdpp::EstimateDType::FP32};
+    }
+    if (!teacher_dtype.empty()) {
+      FSDPP_CHECK_AS(ConfigError, o.teacher.has_value(),
+                     "[estimate] --teacher-dtype without a teacher; give --teacher-config (or a config with "
+                     "distillation.teacher)");
+      o.teacher->dtype = fsdpp::parse_estimate_dtype(teacher_dtype);
+    }
+    if (o.teacher) {
+      const auto& t = *o.teacher->model.shape;
+      FSDPP_CHECK_AS(ConfigError, t.vocab_size == model->shape->vocab_size,
+                     "[estimate] the teacher's vocabulary ({}) differs from the student's ({}); distillation "
+                     "compares their logits token by token", t.vocab_size, model->shape->vocab_size);
+      notes.push_back(fmt::format("distillation teacher: {} {:.2f} M parameters in {}", t.architecture(),
+                                  o.teacher->model.num_params() / 1e6, fsdpp::to_string(o.teacher->dtype)));
+    }
     if (runtime_mb >= 0) {
       o.runtime_baseline_bytes = static_cast<int64_t>(runtime_mb * 1024 * 1024);
     } else if (o.device_is_gpu) {
@@ -368,6 +395,7 @@ int main(int argc, char** argv) {
                                   {"sequence_parallel", o.sequence_parallel},
                                   {"expert_parallel", o.expert_parallel},
                                   {"expert_shard_world", e.expert_shard_world},
+                                  {"teacher_bytes", e.teacher},
                                   {"shard_world", e.shard_world}, {"parameters_bytes", e.parameters},
                                   {"gradients_bytes", e.gradients}, {"optimizer_state_bytes", e.optimizer_state},
                                   {"unsharded_bytes", e.unsharded}, {"activations_bytes", e.activations},
@@ -425,6 +453,7 @@ int main(int argc, char** argv) {
     row("optimizer state", [](const auto& e) { return e.optimizer_state; });
     row("unsharded units in flight", [](const auto& e) { return e.unsharded; });
     row("activations", [](const auto& e) { return e.activations; });
+    if (o.teacher) row("distillation teacher", [](const auto& e) { return e.teacher; });
     if (!o.device_is_gpu) row("allocator (glibc heap) retention", [](const auto& e) { return e.allocator; });
     row("runtime (LibTorch, Gloo, process)", [](const auto& e) { return e.runtime; });
     row("total", [](const auto& e) { return e.total; });

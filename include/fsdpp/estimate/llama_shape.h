@@ -7,6 +7,8 @@
 //   auto model = fsdpp::describe_decoder(fsdpp::decoder_shape_of(cfg.llama_config(vocab)));
 //   auto moe = fsdpp::describe_decoder(fsdpp::decoder_shape_of(cfg.qwen3_moe_config(vocab)));
 
+#include <filesystem>
+
 #include "fsdpp/estimate/memory_estimate.h"
 #include "fsdpp/models/llama.h"
 #include "fsdpp/models/qwen3_moe.h"
@@ -16,5 +18,10 @@ namespace fsdpp {
 DecoderShape decoder_shape_of(const models::LlamaConfig& config);
 // The router logits are taken as kept (fsdpp-train asks for them with every loss).
 DecoderShape decoder_shape_of(const models::Qwen3MoeConfig& config);
+
+// The model a directory holds, from its description alone (no weights read): an fsdpp checkpoint
+// (model_config.json) or a Hugging Face model directory (config.json), of a Llama or a Qwen3-MoE
+// (fsdpp/models/hf_checkpoint.h tells which). ConfigError naming the directory otherwise.
+ModelDescription describe_model_directory(const std::filesystem::path& dir);
 
 }  // namespace fsdpp

@@ -217,7 +217,9 @@ struct MemoryEstimate {
   int64_t optimizer_state = 0;   // e.g. AdamW's exp_avg and exp_avg_sq, plus step temporaries
   int64_t unsharded = 0;         // gathered units in flight and their all-gather buffers
   int64_t activations = 0;       // saved tensors, gradients flowing back, logits, inputs
-  int64_t tensors = 0;           // the sum of the five above: live tensor bytes at the peak
+  int64_t teacher = 0;           // distillation: the teacher's shards, gathered units, forward
+                                 // tensors, logits and probabilities
+  int64_t tensors = 0;           // the sum of the six above: live tensor bytes at the peak
   // CPU only: what glibc's heap keeps resident beyond the live tensors at its own high water
   // (freed chunks that the next step's allocations cannot reuse); see docs/estimate.md.
   int64_t allocator = 0;
@@ -229,7 +231,6 @@ struct MemoryEstimate {
   int64_t model_states = 0;
   int shard_world = 1;           // ranks FSDP shards each (TP-local) parameter over
   int expert_shard_world = 1;    // ranks FSDP shards each expert unit over (world / ep)
-  int64_t teacher = 0;           // of the rows above: the distillation teacher's bytes at the peak
   // Pipeline parallelism: the stage reported above and every stage's own estimate (its total,
   // where its peak is, the microbatches whose activations it holds at most).
   struct Stage {

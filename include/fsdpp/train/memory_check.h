@@ -24,6 +24,12 @@ struct ConfiguredEstimate {
 ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, int world_size,
                                        int local_world_size);
 
+// A distillation teacher's description for the estimate: `path` is a model directory (an fsdpp
+// checkpoint or a Hugging Face model directory, as distillation.teacher names one; its shape from
+// model_config.json / config.json) or an fsdpp-train YAML config, whose model: section is taken
+// (with `vocab` tokens when its model.vocab_size is 0). ConfigError naming the path otherwise.
+ModelDescription describe_teacher(const std::string& path, int64_t vocab);
+
 // What this process may still allocate: the least of the node's available memory shared by its
 // local ranks, its cgroup's headroom likewise, and its own address-space limit (RLIMIT_AS).
 struct MemoryHeadroom {
