@@ -398,6 +398,10 @@ def derive(c, cfg, n_params, cpus):
     c["profile_ms"] = {"step": t_step, "compute": t_compute, "communication": t_comm, "copies": t_copy,
                        "waiting_other": t_step - t_compute - t_comm - t_copy}
     c["overlap_efficiency"] = max(t_compute, t_comm) / t_step if t_step > 0 else float("nan")
+    # At one rank T_compute is plain LibTorch (the same model and AdamW, no fully_shard): what
+    # fsdpp's step costs over it is FSDP's own overhead, with nothing to communicate.
+    if n == 1:
+        c["plain_libtorch_ratio"] = t_step / t_compute if t_compute > 0 else float("nan")
     # The best ratio this fsdpp could reach on this machine: its step with every collective and
     # copy hidden, i.e. the compute alone with the optimizer stepping only the local shard.
     floor = t_compute - c["compute"]["phase_ms"]["optimizer"] + fs["phase_ms"]["optimizer"]
@@ -503,6 +507,22 @@ def report(r, png):
           f"{c['pytorch']['median_step_ms']:.0f} | **{c['ratio']:.2f}** | {c['fsdpp_tokens_per_s']:.0f} | "
           f"{c['pytorch_tokens_per_s']:.0f} | {target} |")
     w("")
+    ones = [c for c in r["configs"] if c["world_size"] == 1 and "plain_libtorch_ratio" in c]
+    if ones:
+        w("## One rank: fsdpp against plain LibTorch\n")
+        w("The same model, batches and AdamW in one process without `fully_shard` (`fsdpp-bench train "
+          "--no-fsdp`, alternated with the fsdpp runs): what FSDP itself costs where it has nothing to "
+          "communicate. Target: at most 1.03.\n")
+        w("| strategy | fsdpp ms/step | plain LibTorch ms/step | fsdpp / plain | forward fsdpp / plain | "
+          "backward fsdpp / plain | optimizer fsdpp / plain | target (<= 1.03) |")
+        w("|---|---:|---:|---:|---:|---:|---:|---|")
+        for c in ones:
+            f, p = c["fsdpp"]["phase_ms"], c["compute"]["phase_ms"]
+            target = "met" if c["plain_libtorch_ratio"] <= 1.03 else f"gap: {c['plain_libtorch_ratio'] - 1.03:+.3f}"
+            w(f"| {c['strategy']} | {c['fsdpp']['median_step_ms']:.0f} | {c['compute']['median_step_ms']:.0f} | "
+              f"**{c['plain_libtorch_ratio']:.3f}** | {f['forward']:.0f} / {p['forward']:.0f} | "
+              f"{f['backward']:.0f} / {p['backward']:.0f} | {f['optimizer']:.0f} / {p['optimizer']:.0f} | {target} |")
+        w("")
     w("## Memory (peak RSS per rank, MiB)\n")
     chk_env = r["environment"].get("memory_check_MALLOC_MMAP_THRESHOLD_", "")
     w("Peak resident set (VmHWM) of each rank in the timed runs, worst rank shown; 'model' is the peak minus "
