@@ -155,12 +155,16 @@ std::string describe_model_config(const std::string& text, const std::string& so
       "  model: qwen3_moe, hidden {} x {} layers, {} heads ({} kv) of {}, vocab {}, "
       "max_position_embeddings {}{}\n"
       "  experts: {} per sparse layer (moe_intermediate_size {}), top {}{}, {} sparse layer(s) "
-      "[{}], dense MLPs of {}\n"
+      "[{}]{}\n"
       "  {} parameters, {} active per token\n",
       D, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, hd, c.vocab_size,
       c.max_position_embeddings, c.tie_word_embeddings ? ", tied embeddings" : "", E, I,
       c.num_experts_per_tok, c.norm_topk_prob ? " renormalised" : "", sparse.size(),
-      fmt::join(sparse, ", "), c.intermediate_size, total, active);
+      fmt::join(sparse, ", "),
+      static_cast<int64_t>(sparse.size()) < c.num_hidden_layers
+          ? fmt::format(", dense MLPs of {}", c.intermediate_size)
+          : std::string(),
+      total, active);
 }
 
 HfConversion import_hf_checkpoint(const fs::path& hf_dir, const fs::path& out) {

@@ -14,6 +14,7 @@ usage: qwen3_moe_ckpt_tool.py FSDPP_RUN FSDPP_CKPT TOOL
 import filecmp
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -87,9 +88,13 @@ with tempfile.TemporaryDirectory() as tmp:
     assert mc["model_type"] == "qwen3_moe" and mc["num_experts"] == 8, mc
     info = sh(ckpt_tool, "inspect", p("ck"))
     for want in ("model: qwen3_moe", "experts: 8 per sparse layer", "top 2 renormalised",
-                 "2 sparse layer(s) [0, 2]", "checksums: "):
+                 "2 sparse layer(s) [0, 2], dense MLPs of 64", "checksums: "):
         assert want in info, (want, info)
     print("\n".join(l for l in info.splitlines() if "model:" in l or "experts:" in l or "active" in l))
+    elements = int(re.search(r"parameter tensors, (\d+) elements", info).group(1))
+    total, active = map(int, re.search(r"(\d+) parameters, (\d+) active per token", info).groups())
+    # Active: all but the experts outside the top-k of the two sparse layers.
+    assert total == elements and active == elements - 2 * (8 - 2) * 3 * 24 * 48, (total, active)
 
     # 2. the imported checkpoint in fsdpp on 2 ranks against transformers
     out = p("ck_fwd.safetensors")
