@@ -49,6 +49,18 @@ go 1 llama model.architecture=llama training.fsdp_config.fsdp_transformer_layer_
 go 2 hf model.n_layers=1 training.max_steps=2 training.per_device_train_batch_size=4 \
   distillation.teacher="$dir/llama_hf"
 grep -q "distillation: teacher Llama dim 64 x 2 layers" "$dir/hf.log"
+# configs/distill-moe.yaml (the guide's training: section) as docs/distillation.md runs it: a
+# student compressed from the teacher (half its experts), with the torchrun spelling of the flag.
+"$ckpt" compress --num-experts 2 --calibration "$dir/text.txt" "$teacher" "$dir/student" \
+  > "$dir/compress.log" 2>&1 || { cat "$dir/compress.log"; exit 1; }
+"$run" --nproc_per_node=2 --timeout-s 120 "$train" "$src/configs/distill-moe.yaml" \
+  data.path="$dir/text.txt" data.cache_dir="$dir/cache" data.seq_len=32 \
+  model.init_from="$dir/student" distillation.teacher="$teacher" training.max_steps=2 \
+  training.logging_steps=1 training.sample_tokens=0 training.output_dir="$dir/example" \
+  > "$dir/example.log" 2>&1 || { cat "$dir/example.log"; exit 1; }
+grep -q "activation checkpointing: 2 of 2 blocks" "$dir/example.log"
+grep -q "(bfloat16, FULL_SHARD, frozen); loss forward_kl, temperature 2, kd_ratio 0.5" "$dir/example.log"
+test -f "$dir/example/checkpoint-2/model.safetensors"  # FULL_STATE_DICT
 "$python" - "$dir" <<'PY'
 import json, os, sys
 d = sys.argv[1]
@@ -94,6 +106,11 @@ names = sorted(os.listdir(f"{d}/kd0/checkpoint-2"))
 assert names == sorted(os.listdir(f"{d}/plain/checkpoint-2")), names
 print(f"distill: kd_ratio 0 equals no distillation; a Llama teacher from a Hugging Face "
       f"directory: kd_loss {hf[1]['kd_loss']:.4f}")
+ex = steps("example")
+assert sorted(ex) == [1, 2] and all(j["teacher_reduce_scatter_bytes"] == 0 for j in ex.values()), ex
+assert all(0 < j["kd_loss"] < 10 for j in ex.values()), ex
+print(f"distill: configs/distill-moe.yaml on a compressed student: kd_loss {ex[1]['kd_loss']:.2e}, "
+      f"ce_loss {ex[1]['ce_loss']:.4f} at step 1")
 PY
 bad 1 "distillation.kd_ratio=1.5: expected a number in [0, 1]" distillation.kd_ratio=1.5
 bad 1 "distillation.loss" distillation.loss=kl
