@@ -14,6 +14,7 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/state/safetensors.h"
 #include "fsdpp/state/state_dict.h"
+#include "parts.h"
 #include "records.h"
 
 namespace fsdpp::state {
@@ -24,7 +25,7 @@ using namespace detail;
 
 // The index of `dir`, or for a directory with only a model.safetensors (as Hugging Face writes
 // one) an index that describes that file: FULL, whole tensors, the model's buffers as buffers.
-CheckpointIndex index_of(const fs::path& dir, torch::nn::Module& root) {
+CheckpointIndex index_of(const fs::path& dir, const std::set<std::string>& buffer_names) {
   std::error_code ec;
   if (fs::exists(dir / kIndexFile, ec)) return read_index(dir);
   FSDPP_CHECK_AS(CheckpointError, fs::exists(dir / kModelFile, ec),
@@ -34,8 +35,6 @@ CheckpointIndex index_of(const fs::path& dir, torch::nn::Module& root) {
   ix.format = kFormatFull;
   ix.buffers_file = kModelFile;
   auto f = SafetensorsFile::open(dir / kModelFile);
-  std::set<std::string> buffer_names;
-  for (const auto& b : root.named_buffers(true)) buffer_names.insert(b.key());
   for (const auto& name : f.names()) {
     const auto& info = f.info(name);
     const std::string dtype(safetensors_dtype_name(info.dtype));
@@ -54,16 +53,40 @@ std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]"
 
 void load_state_dict(const fs::path& dir, torch::nn::Module& root, torch::optim::Optimizer* optimizer,
                      const std::shared_ptr<dist::ProcessGroup>& group, const LoadOptions& options) {
+  load_state_dict(dir, std::vector<torch::nn::Module*>{&root}, optimizer, group, options);
+}
+
+void load_state_dict(const fs::path& dir, const std::vector<torch::nn::Module*>& parts,
+                     torch::optim::Optimizer* optimizer,
+                     const std::shared_ptr<dist::ProcessGroup>& group, const LoadOptions& options) {
   const Comm c{group};
   at::NoGradGuard no_grad;
   std::vector<ShardedParam> params;
   std::optional<OptimizerKind> kind;
   CheckpointIndex ck;
   CheckpointReader reader(dir);
+  // This rank's buffers (every one, defined or not, by name), and what all ranks hold together:
+  // the checkpoint must have nothing beyond that.
+  std::vector<std::pair<std::string, at::Tensor>> my_buffers;
+  std::set<std::string> seen_buffers;
+  for (auto* part : parts) {
+    for (const auto& b : part->named_buffers(true)) {
+      if (seen_buffers.insert(b.key()).second) my_buffers.emplace_back(b.key(), b.value());
+    }
+  }
+  std::vector<std::string> param_names, buffer_names_mine;
   agreed(c, [&] {
-    params = model_params(root);
+    params = parts_params(parts);
+    for (const auto& p : params) param_names.push_back(p.fqn);
+  });
+  for (const auto& [name, t] : my_buffers) {
+    if (t.defined()) buffer_names_mine.push_back(name);
+  }
+  const std::set<std::string> every_param = all_names(c, param_names);
+  const std::set<std::string> every_buffer = all_names(c, buffer_names_mine);
+  agreed(c, [&] {
     kind = optimizer_kind_of(optimizer);
-    ck = index_of(dir, root);
+    ck = index_of(dir, every_buffer);
   });
   const bool local = ck.format == kFormatLocal;
   const std::string own_file = rank_file(/*local=*/true, c.rank());
@@ -119,9 +142,7 @@ void load_state_dict(const fs::path& dir, torch::nn::Module& root, torch::optim:
                      where, ck.world_size, ck.world_size == 1 ? "" : "s", c.size(),
                      c.size() == 1 ? "" : "s");
     }
-    std::set<std::string> model_names;
     for (const auto& p : params) {
-      model_names.insert(p.fqn);
       auto it = saved.find(p.fqn);
       FSDPP_CHECK_AS(CheckpointError, it != saved.end(),
                      "[state] '{}': parameter '{}' of the model is missing from the checkpoint",
@@ -130,28 +151,26 @@ void load_state_dict(const fs::path& dir, torch::nn::Module& root, torch::optim:
       load_rows(p.fqn, p, *it->second, at::Tensor());
     }
     for (const auto& [name, e] : ck.params) {
-      FSDPP_CHECK_AS(CheckpointError, model_names.count(name),
+      FSDPP_CHECK_AS(CheckpointError, every_param.count(name),
                      "[state] '{}': unexpected tensor '{}' in the checkpoint: the model has no "
                      "parameter or buffer of that name", where, name);
     }
-    std::set<std::string> buffer_names;
-    for (const auto& b : root.named_buffers(true)) {
-      if (!b.value().defined()) continue;
-      buffer_names.insert(b.key());
-      const BufferEntry* be = find(ck.buffers, b.key());
+    for (const auto& [key, value] : my_buffers) {
+      if (!value.defined()) continue;
+      const BufferEntry* be = find(ck.buffers, key);
       if (!be) {
-        FSDPP_CHECK_AS(CheckpointError, options.skip_buffer && options.skip_buffer(b.key()),
+        FSDPP_CHECK_AS(CheckpointError, options.skip_buffer && options.skip_buffer(key),
                        "[state] '{}': buffer '{}' of the model is missing from the checkpoint",
-                       where, b.key());
+                       where, key);
         continue;
       }
-      FSDPP_CHECK_AS(CheckpointError, be->shape == b.value().sizes().vec(),
+      FSDPP_CHECK_AS(CheckpointError, be->shape == value.sizes().vec(),
                      "[state] '{}': buffer '{}' has shape {} in the checkpoint but {} in the "
-                     "model", where, b.key(), shape_str(be->shape), shape_str(b.value().sizes().vec()));
-      reader.buffer(ck, b.key(), *be);
+                     "model", where, key, shape_str(be->shape), shape_str(value.sizes().vec()));
+      reader.buffer(ck, key, *be);
     }
     for (const auto& [name, e] : ck.buffers) {
-      FSDPP_CHECK_AS(CheckpointError, buffer_names.count(name),
+      FSDPP_CHECK_AS(CheckpointError, every_buffer.count(name),
                      "[state] '{}': unexpected buffer '{}' in the checkpoint: the model has no "
                      "buffer of that name", where, name);
     }
@@ -168,8 +187,9 @@ void load_state_dict(const fs::path& dir, torch::nn::Module& root, torch::optim:
     const auto& names = optim::state_names(*kind);
     for (const auto& [name, op] : ck.optim) {
       auto it = by_name.find(name);
-      FSDPP_CHECK_AS(CheckpointError, it != by_name.end(),
+      FSDPP_CHECK_AS(CheckpointError, every_param.count(name),
                      "[state] '{}': optimizer state for '{}', which the model does not have", where, name);
+      if (it == by_name.end()) continue;  // another rank's part holds it
       const auto& p = *it->second;
       FSDPP_CHECK_AS(CheckpointError, held.count(p.param.unsafeGetTensorImpl()),
                      "[state] '{}': the optimizer does not hold parameter '{}'; make it on "
@@ -194,9 +214,11 @@ void load_state_dict(const fs::path& dir, torch::nn::Module& root, torch::optim:
       load_rows(p.fqn, p, *saved.at(p.fqn), dst);
       p.param.detach().copy_(dst);
     }
-    std::map<std::string, at::Tensor> buffers;
-    for (const auto& b : root.named_buffers(true)) buffers[b.key()] = b.value();
-    for (const auto& [name, be] : ck.buffers) buffers.at(name).copy_(reader.buffer(ck, name, be));
+    std::map<std::string, at::Tensor> buffers(my_buffers.begin(), my_buffers.end());
+    for (const auto& [name, be] : ck.buffers) {
+      auto it = buffers.find(name);
+      if (it != buffers.end()) it->second.copy_(reader.buffer(ck, name, be));
+    }
     if (!load_optim) return;
     for (const auto& p : params) {
       std::optional<optim::ParamState> st;

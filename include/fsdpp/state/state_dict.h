@@ -42,6 +42,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace torch::optim {
 class Optimizer;
@@ -91,6 +92,23 @@ void save_state_dict(const std::filesystem::path& dir, torch::nn::Module& root,
 // sharding, optimizer state for another kind of optimizer. Tensors are converted to the
 // parameter's dtype. `optimizer` may be null (optimizer state in the checkpoint is ignored).
 void load_state_dict(const std::filesystem::path& dir, torch::nn::Module& root,
+                     torch::optim::Optimizer* optimizer,
+                     const std::shared_ptr<dist::ProcessGroup>& group,
+                     const LoadOptions& options = {});
+
+// A model held in parts across the ranks of `group`: `parts` are this rank's (pipeline stages,
+// each the module given last to fully_shard, registering the whole model's parameter names;
+// docs/pipeline.md#checkpoints). Ranks may hold different parameters; together they must hold
+// the whole model. The checkpoint is the whole model's, as one model would save it: every tensor
+// is written once (by the ranks of the part that holds it; FULL: rank 0 writes them all, those
+// it does not hold sent by their first holder), and it loads into any layout. A load reads
+// only the rows each rank's parts need, and checks names against what all ranks hold together.
+// The single-root functions above are these with one part.
+void save_state_dict(const std::filesystem::path& dir, const std::vector<torch::nn::Module*>& parts,
+                     torch::optim::Optimizer* optimizer,
+                     const std::shared_ptr<dist::ProcessGroup>& group,
+                     const SaveOptions& options = {});
+void load_state_dict(const std::filesystem::path& dir, const std::vector<torch::nn::Module*>& parts,
                      torch::optim::Optimizer* optimizer,
                      const std::shared_ptr<dist::ProcessGroup>& group,
                      const LoadOptions& options = {});
