@@ -333,6 +333,7 @@ struct Checkpointer::State {
   const ShardedGradScaler* scaler = nullptr;  // fp16
   std::map<std::string, std::string> extra_files;  // add_files(): written into every checkpoint
   std::function<void(int, const std::string&)> before_write;  // set_before_write()
+  std::vector<torch::nn::Module*> parts;  // set_parts(): a pipelined run's stages
 
   bool lead() const { return world->rank() == 0; }
   void say(const std::string& line) const {
@@ -436,7 +437,11 @@ void Checkpointer::restore(const fs::path& dir, const TrainerState& ts, torch::n
   check_resume_compatible(dir, ts);
   state::LoadOptions lo;
   lo.skip_buffer = skip_buffer;
-  state::load_state_dict(dir, model, &opt, world.group(), lo);
+  if (s_->parts.empty()) {
+    state::load_state_dict(dir, model, &opt, world.group(), lo);
+  } else {
+    state::load_state_dict(dir, s_->parts, &opt, world.group(), lo);
+  }
   const auto rank = static_cast<size_t>(world.rank());
   if (rank < ts.rng.size()) {
     try {
@@ -537,13 +542,19 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
                       step, ms_since(t0), waited_ms, s.saver->last_snapshot_ms(), dir.string()));
     return;
   }
-  state::save_state_dict(dir, model, optimizer, world.group(), so);
+  if (s.parts.empty()) {
+    state::save_state_dict(dir, model, optimizer, world.group(), so);
+  } else {
+    state::save_state_dict(dir, s.parts, optimizer, world.group(), so);
+  }
   if (s.lead()) prune();
   s.say(fmt::format("[train] checkpoint-{} (sync): training blocked {:.1f} ms; saved {}", step,
                     ms_since(t0), dir.string()));
 }
 
 void Checkpointer::finish() { s_->wait_async(); }
+
+void Checkpointer::set_parts(std::vector<torch::nn::Module*> parts) { s_->parts = std::move(parts); }
 
 void Checkpointer::track_grad_scaler(const ShardedGradScaler* scaler) { s_->scaler = scaler; }
 

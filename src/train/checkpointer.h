@@ -115,6 +115,10 @@ class Checkpointer {
   // Files written into every checkpoint beside the state (the run's tokenizer, so that it
   // travels with the model: data/tokenizer_files.h).
   void add_files(std::map<std::string, std::string> files);
+  // A pipelined run: this rank's stages, which save() and restore() use instead of `model`
+  // (state::save_state_dict's parts: the ranks together write and read the whole model's
+  // checkpoint, loadable into any layout). They must outlive the checkpointer.
+  void set_parts(std::vector<torch::nn::Module*> parts);
   // fp16: the loss scaler whose state save() records (nullptr: none).
   void track_grad_scaler(const ShardedGradScaler* scaler);
 

@@ -190,6 +190,10 @@ const Schema& train_schema() {
                       FSDPP_KEY(parallelism, tensor_parallel_degree),
                       FSDPP_KEY(parallelism, enable_sequence_parallel),
                       FSDPP_KEY(parallelism, expert_parallel_degree),
+                      FSDPP_KEY(parallelism, pipeline_parallel_degree),
+                      FSDPP_KEY(parallelism, pipeline_parallel_schedule),
+                      FSDPP_KEY(parallelism, pipeline_parallel_microbatch_size),
+                      FSDPP_KEY(parallelism, pipeline_parallel_layers_per_stage),
                   }),
       }),
       // Other frameworks' names for our keys (Hugging Face's LlamaConfig, nanoGPT, ...).

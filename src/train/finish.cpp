@@ -65,7 +65,7 @@ TrainResult finish(TrainSession& s) {
     go.temperature = t.sample_temperature;
     go.top_k = t.sample_top_k;
     go.generator = gen;
-    auto ids = s.lm->generate(prompt, go);
+    auto ids = s.pipeline ? pipeline_generate(s, prompt, go) : s.lm->generate(prompt, go);
     auto tail = ids.narrow(0, static_cast<int64_t>(prompt_ids.size()), t.sample_tokens).to(torch::kInt);
     std::vector<int32_t> v(tail.data_ptr<int32_t>(), tail.data_ptr<int32_t>() + tail.numel());
     result.sample = t.sample_prompt + tokenizer->decode(v);

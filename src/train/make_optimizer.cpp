@@ -13,8 +13,10 @@ void make_optimizer(TrainSession& s) {
   const auto& t = cfg.training;
   auto& world = s.world;
   torch::nn::Module& model = s.lm->module();
+  // Pipelined: this rank's stages only (the rest of the model it built is not trained here).
   s.opt = std::make_unique<torch::optim::AdamW>(
-      model.parameters(), torch::optim::AdamWOptions(t.learning_rate)
+      s.pipeline ? s.pipeline->runtime->parameters() : model.parameters(),
+      torch::optim::AdamWOptions(t.learning_rate)
                                .betas({t.adam_beta1, t.adam_beta2})
                                .eps(t.adam_epsilon)
                                .weight_decay(t.weight_decay));
@@ -23,7 +25,8 @@ void make_optimizer(TrainSession& s) {
   // fp16: the sharded dynamic loss scaler (disabled, it is a pass-through for other dtypes).
   GradScalerOptions scaler_options;
   scaler_options.enabled = t.fp16;
-  s.scaler = std::make_unique<ShardedGradScaler>(model, scaler_options);
+  s.scaler = std::make_unique<ShardedGradScaler>(
+      s.pipeline ? *s.pipeline->stages.front() : model, scaler_options);  // pp: disabled (no fp16)
   auto& offload = s.offload;
   if (!t.fsdp_config.offload_optimizer_state_dir.empty()) {
     DiskOffloadOptions oo;

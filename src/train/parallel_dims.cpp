@@ -4,13 +4,97 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <vector>
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/strategy_traits.h"
+#include "fsdpp/models/llama_stages.h"
+#include "fsdpp/pipeline/schedules.h"
 #include "fsdpp/train/config.h"
 
 namespace fsdpp::train {
+
+namespace {
+
+std::string schedule_list() {
+  std::string out;
+  const auto names = pipeline::schedule_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + std::string(names[i]);
+  }
+  return out;
+}
+
+// The pipeline's keys that need no world. What pipelining does not compose with yet is refused
+// by name (each keeps per-rank state or layouts the stages would have to agree on).
+void validate_pipeline(const TrainConfig& cfg) {
+  const auto& p = cfg.parallelism;
+  const auto& t = cfg.training;
+  FSDPP_CHECK_AS(ConfigError, p.pipeline_parallel_degree >= 1,
+                 "[config] parallelism.pipeline_parallel_degree={}: expected >= 1",
+                 p.pipeline_parallel_degree);
+  FSDPP_CHECK_AS(ConfigError, p.pipeline_parallel_microbatch_size >= 1,
+                 "[config] parallelism.pipeline_parallel_microbatch_size={}: expected >= 1 "
+                 "(sequences per microbatch)",
+                 p.pipeline_parallel_microbatch_size);
+  FSDPP_CHECK_AS(ConfigError, p.pipeline_parallel_layers_per_stage >= 0,
+                 "[config] parallelism.pipeline_parallel_layers_per_stage={}: expected >= 1, or 0 "
+                 "(the units split evenly over the stages)",
+                 p.pipeline_parallel_layers_per_stage);
+  try {
+    (void)pipeline::make_schedule(p.pipeline_parallel_schedule, 1, 1);
+  } catch (const ConfigError&) {
+    FSDPP_THROW(ConfigError, "[config] parallelism.pipeline_parallel_schedule='{}' is not a schedule; "
+                "expected {} (PyTorch's names; case and a 'Schedule' prefix are ignored)",
+                p.pipeline_parallel_schedule, schedule_list());
+  }
+  const int64_t pp = p.pipeline_parallel_degree;
+  if (pp == 1) return;
+  const std::string with = fmt::format("with parallelism.pipeline_parallel_degree={}", pp);
+  FSDPP_CHECK_AS(ConfigError, cfg.model.architecture == ModelArchitecture::LLAMA,
+                 "[config] model.architecture={} {}: only the Llama is cut into stages so far",
+                 cfg.model.architecture.name(), with);
+  FSDPP_CHECK_AS(ConfigError, !cfg.model.tie_embeddings,
+                 "[config] model.tie_embeddings=true {}: the tied table would live on the first and "
+                 "the last stage; untie it",
+                 with);
+  FSDPP_CHECK_AS(ConfigError, p.tensor_parallel_degree == 1,
+                 "[config] parallelism.tensor_parallel_degree={} {}: tensor parallelism inside the "
+                 "stages is not built yet; use one of them",
+                 p.tensor_parallel_degree, with);
+  FSDPP_CHECK_AS(ConfigError, p.expert_parallel_degree == 1,
+                 "[config] parallelism.expert_parallel_degree={} {}: not supported; use one of them",
+                 p.expert_parallel_degree, with);
+  FSDPP_CHECK_AS(ConfigError, p.data_parallel_replicate_degree == 1 && !traits_of(t.fsdp).hybrid,
+                 "[config] training.fsdp={} / parallelism.data_parallel_replicate_degree={} {}: the "
+                 "stages are sharded over a (pp, dp_shard) mesh; use full_shard, shard_grad_op, "
+                 "zero1 or no_shard",
+                 to_string(t.fsdp), p.data_parallel_replicate_degree, with);
+  FSDPP_CHECK_AS(ConfigError, !t.fp16,
+                 "[config] training.fp16=true {}: the loss scaler does not check the pp group; use "
+                 "training.bf16",
+                 with);
+  FSDPP_CHECK_AS(ConfigError,
+                 t.fsdp_config.offload_optimizer_state_dir.empty() && !t.fsdp_config.offload_params,
+                 "[config] training.fsdp_config offload (offload_params / offload_optimizer_state_dir) "
+                 "{} is not supported; drop the offload or the pipeline",
+                 with);
+  FSDPP_CHECK_AS(ConfigError, !t.async_save,
+                 "[config] training.async_save=true {}: checkpoints of a pipelined run are saved "
+                 "synchronously; set training.async_save=false",
+                 with);
+  FSDPP_CHECK_AS(ConfigError, t.fsdp_config.state_dict_type != state::StateDictType::LOCAL,
+                 "[config] training.fsdp_config.fsdp_state_dict_type=LOCAL_STATE_DICT {}: use "
+                 "SHARDED_STATE_DICT or FULL_STATE_DICT (they load into any layout)",
+                 with);
+  FSDPP_CHECK_AS(ConfigError, cfg.model.init_from.empty(),
+                 "[config] model.init_from {}: fine-tuning a pipelined run is not built yet",
+                 with);
+}
+
+}  // namespace
 
 void validate_parallelism(const TrainConfig& cfg) {
   const auto& p = cfg.parallelism;
@@ -50,6 +134,7 @@ void validate_parallelism(const TrainConfig& cfg) {
                                             ? ", offload"
                                             : ""));
   }
+  validate_pipeline(cfg);
   if (p.tensor_parallel_degree == 1) return;
   // Each of these keeps state per rank that would have to agree across the tp group (the
   // scaler's inf check, the offloaded optimizer's files): not built for TP yet.
@@ -75,16 +160,20 @@ ParallelDims parallel_dims(const TrainConfig& cfg, int world_size) {
   FSDPP_CHECK_AS(ConfigError, world_size % d.ep == 0,
                  "[config] parallelism.expert_parallel_degree={} does not divide the world size {}",
                  d.ep, world_size);
-  const int64_t others = p.tensor_parallel_degree * p.data_parallel_replicate_degree;
+  d.pp = static_cast<int>(p.pipeline_parallel_degree);
+  const int64_t others =
+      p.tensor_parallel_degree * p.data_parallel_replicate_degree * p.pipeline_parallel_degree;
   const std::string degrees = fmt::format(
-      "parallelism.data_parallel_replicate_degree={} x data_parallel_shard_degree={} x "
+      "parallelism.{}data_parallel_replicate_degree={} x data_parallel_shard_degree={} x "
       "tensor_parallel_degree={}",
+      d.pp > 1 ? fmt::format("pipeline_parallel_degree={} x ", d.pp) : "",
       p.data_parallel_replicate_degree, p.data_parallel_shard_degree, p.tensor_parallel_degree);
   if (p.data_parallel_shard_degree == -1) {
     FSDPP_CHECK_AS(ConfigError, world_size % others == 0,
-                   "[config] {} cannot fill {} ranks: the replicate and tensor degrees ({}) must "
-                   "divide the world size",
-                   degrees, world_size, others);
+                   "[config] {} cannot fill {} ranks: the {} degrees ({}) must divide the world "
+                   "size",
+                   degrees, world_size, d.pp > 1 ? "pipeline, replicate and tensor" : "replicate and tensor",
+                   others);
     d.dp_shard = static_cast<int>(world_size / others);
   } else {
     FSDPP_CHECK_AS(ConfigError, others * p.data_parallel_shard_degree == world_size,
@@ -122,12 +211,80 @@ std::shared_ptr<dist::DeviceMesh> ParallelDims::build_mesh(dist::World& world) c
   return world.init_device_mesh({dp_shard, tp}, {"shard", "tp"});
 }
 
+std::shared_ptr<dist::DeviceMesh> ParallelDims::build_pipeline_mesh(dist::World& world) const {
+  FSDPP_CHECK(world.size() == world_size(), "[train] a mesh of {} ranks on a world of {}",
+              world_size(), world.size());
+  return world.init_device_mesh({pp, dp_shard}, {"pp", "dp_shard"});
+}
+
+PipelinePlan pipeline_plan(const TrainConfig& cfg, const ParallelDims& dims) {
+  const auto& p = cfg.parallelism;
+  const auto& t = cfg.training;
+  PipelinePlan plan;
+  const int64_t rows = t.per_device_train_batch_size * t.gradient_accumulation_steps;
+  const int64_t mb = p.pipeline_parallel_microbatch_size;
+  FSDPP_CHECK_AS(ConfigError, rows % mb == 0,
+                 "[config] parallelism.pipeline_parallel_microbatch_size={} does not divide the "
+                 "{} sequences of a step on each dp rank (training.per_device_train_batch_size={} "
+                 "x gradient_accumulation_steps={}); the microbatches must be equal",
+                 mb, rows, t.per_device_train_batch_size, t.gradient_accumulation_steps);
+  plan.microbatches = static_cast<int>(rows / mb);
+  const int64_t units = cfg.model.n_layers + 2;  // models::llama_pipeline_units
+  const std::string name = p.pipeline_parallel_schedule;
+  std::string key;
+  for (char c : name) key.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  const bool multi = key.find("interleaved") != std::string::npos || key.find("zbv") != std::string::npos;
+  int stages = multi ? 2 * dims.pp : dims.pp;
+  if (p.pipeline_parallel_layers_per_stage > 0) {
+    plan.units_per_stage =
+        models::units_per_stage(units, static_cast<int>(p.pipeline_parallel_layers_per_stage));
+    stages = static_cast<int>(plan.units_per_stage.size());
+    const bool fits = multi ? stages % dims.pp == 0 && stages >= 2 * dims.pp : stages == dims.pp;
+    FSDPP_CHECK_AS(ConfigError, fits,
+                   "[config] parallelism.pipeline_parallel_layers_per_stage={} makes {} stages of "
+                   "the model's {} units (model.n_layers={} blocks, the embedding and the head) "
+                   "but schedule {} on parallelism.pipeline_parallel_degree={} needs {}",
+                   p.pipeline_parallel_layers_per_stage, stages, units, cfg.model.n_layers, name,
+                   dims.pp,
+                   multi ? fmt::format("a multiple of {} (at least {})", dims.pp, 2 * dims.pp)
+                         : fmt::format("{} (one per rank)", dims.pp));
+  } else {
+    FSDPP_CHECK_AS(ConfigError, units >= stages,
+                   "[config] schedule {} on parallelism.pipeline_parallel_degree={} needs {} stages "
+                   "but the model has {} units (model.n_layers={} blocks, the embedding and the "
+                   "head); raise model.n_layers",
+                   name, dims.pp, stages, units, cfg.model.n_layers);
+    plan.units_per_stage = models::even_units_per_stage(units, stages);
+  }
+  try {
+    plan.schedule = pipeline::make_schedule(name, dims.pp, plan.microbatches, stages / dims.pp);
+  } catch (const ConfigError& e) {
+    FSDPP_THROW(ConfigError,
+                "[config] parallelism.pipeline_parallel_schedule={} with {} microbatches "
+                "(per_device_train_batch_size={} x gradient_accumulation_steps={} / "
+                "pipeline_parallel_microbatch_size={}): {}",
+                name, plan.microbatches, t.per_device_train_batch_size,
+                t.gradient_accumulation_steps, mb, e.what());
+  }
+  return plan;
+}
+
+std::string PipelinePlan::describe() const {
+  std::string counts;
+  for (size_t i = 0; i < units_per_stage.size(); ++i) {
+    counts += (i ? "+" : "") + std::to_string(units_per_stage[i]);
+  }
+  return fmt::format("{}, {} stages of {} units, {} microbatches", schedule.name,
+                     units_per_stage.size(), counts, microbatches);
+}
+
 std::shared_ptr<dist::DeviceMesh> ParallelDims::build_expert_mesh(dist::World& world) const {
   return world.init_device_mesh({world.size() / ep, ep}, {"efsdp", "ep"});
 }
 
 std::string ParallelDims::describe() const {
   std::string s;
+  if (pp > 1) return fmt::format("pp {} x dp_shard {}", pp, dp_shard);
   if (dp_replicate > 1) s += fmt::format("dp_replicate {} x ", dp_replicate);
   s += fmt::format("dp_shard {} x tp {}", dp_shard, tp);
   if (sequence_parallel) s += " (sequence parallel)";

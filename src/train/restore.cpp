@@ -79,6 +79,7 @@ void restore(TrainSession& s) {
   // Seeds the generators, and holds the background writer of training.async_save.
   s.checkpointer = std::make_unique<Checkpointer>(cfg, s.world_ptr, *s.lm);
   auto& checkpointer = *s.checkpointer;
+  if (s.pipeline) checkpointer.set_parts(s.pipeline->roots());
   checkpointer.track_grad_scaler(&scaler);
   checkpointer.set_before_write(s.hooks.before_checkpoint_write);
   checkpointer.add_files(data::tokenizer_files(*tokenizer));  // the tokenizer travels with the model

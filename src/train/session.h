@@ -39,6 +39,7 @@
 #include "init_from.h"
 #include "metrics_log.h"
 #include "output_dir.h"
+#include "pipeline_step.h"
 #include "progress.h"
 #include "stop_signal.h"
 #include "teacher.h"
@@ -95,6 +96,9 @@ struct TrainSession {
   // Tensor parallelism: the (replicate,) shard, tp mesh and the Llama plan applied to `model`.
   std::shared_ptr<dist::DeviceMesh> tp_mesh;
   std::optional<tp::TensorParallel> tp;
+  // Pipeline parallelism: the (pp, dp_shard) mesh, this rank's stages, the runtime; null
+  // without (pipeline_step.h).
+  std::shared_ptr<PipelineParts> pipeline;
   // distillation.teacher: the frozen teacher, sharded on its own (teacher.h); null otherwise.
   std::unique_ptr<Teacher> teacher;
 

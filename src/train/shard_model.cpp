@@ -86,6 +86,8 @@ void shard_model(TrainSession& s) {
                 "[train] glibc refused training.malloc_mmap_threshold={}",
                 t.malloc_mmap_threshold);
   }
+  // Pipeline parallelism: stages fully_shard-ed over the dp ranks instead (pipeline_step.cpp).
+  if (s.dims.pipeline_parallel()) return shard_pipeline(s);
   const bool hybrid = s.hybrid = traits_of(t.fsdp).hybrid;
   const ParallelDims& dims = s.dims;
   std::shared_ptr<dist::DeviceMesh> mesh = world.mesh();
@@ -189,6 +191,7 @@ std::pair<uint64_t, uint64_t> comm_split(TrainSession& s) {
   const auto& fopts = s.fopts;
   torch::nn::Module& model = s.lm->module();
   std::pair<uint64_t, uint64_t> intra_inter{0, 0};
+  if (s.pipeline) return {pipeline_comm_counters(*s.pipeline).total_bytes(), 0};
   if (hybrid) {
     intra_inter = {fopts.mesh->counters("shard").total_bytes(),
                    fopts.mesh->counters("replicate").total_bytes()};

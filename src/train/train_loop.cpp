@@ -58,6 +58,10 @@ void train_loop(TrainSession& s) {
   result.steps = first_step - 1;
   const auto start = Clock::now();
   double& val_loss = s.val_loss;
+  // Pipelined: the stages' collectives on dp_shard and their messages on pp (pipeline_step.h).
+  auto comm_counters = [&](torch::nn::Module& m) {
+    return s.pipeline ? pipeline_comm_counters(*s.pipeline) : fsdpp::comm_counters(m);
+  };
   for (int64_t step = first_step; step <= total_steps; ++step) {
     const auto t0 = Clock::now();
     if (trace) trace->begin_step(step);

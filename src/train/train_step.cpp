@@ -41,6 +41,7 @@ namespace {
 }  // namespace
 
 StepOutcome train_step(TrainSession& s, int64_t step) {
+  if (s.pipeline) return pipeline_train_step(s, step);  // pipeline_step.cpp
   const auto& t = s.cfg.training;
   auto& world = s.world;
   torch::nn::Module& model = s.lm->module();

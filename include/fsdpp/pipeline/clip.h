@@ -17,4 +17,15 @@ namespace fsdpp::pipeline {
 double clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm,
                        const std::vector<std::shared_ptr<dist::ProcessGroup>>& groups);
 
+// With tensor parallelism inside the stages: the parameters tensor parallelism split over `tp`
+// (each of its ranks holds another piece) and those it left whole on every rank of `tp`
+// (norms, replicated copies), which count once. `groups` as above (pp, and FSDP's shard group),
+// not `tp`.
+struct TensorParallelParams {
+  std::vector<at::Tensor> split, replicated;
+  std::shared_ptr<dist::ProcessGroup> tp;
+};
+double clip_grad_norm_(const TensorParallelParams& params, double max_norm,
+                       const std::vector<std::shared_ptr<dist::ProcessGroup>>& groups);
+
 }  // namespace fsdpp::pipeline

@@ -185,6 +185,16 @@ struct ParallelismSection {
   int64_t tensor_parallel_degree = 1;          // the Llama plan over groups of this many ranks
   bool enable_sequence_parallel = false;       // norms and residuals split along the sequence
   int64_t expert_parallel_degree = 1;          // qwen3_moe: experts split over groups of this many
+  // Pipeline parallelism (docs/pipeline.md#fsdpp-train): the Llama cut into stages over groups
+  // of this many ranks (the outermost mesh dim), each stage FSDP over the dp ranks.
+  int64_t pipeline_parallel_degree = 1;
+  std::string pipeline_parallel_schedule = "1F1B";  // pipeline::make_schedule's names
+  // Sequences per microbatch: a step's per_device_train_batch_size x gradient_accumulation_steps
+  // sequences on each dp rank go through the pipeline as that many / this microbatches.
+  int64_t pipeline_parallel_microbatch_size = 1;
+  // Units (embedding, blocks, head) per stage; 0: one stage per rank (two for the interleaved
+  // and V schedules), the units split as evenly as can be.
+  int64_t pipeline_parallel_layers_per_stage = 0;
 };
 
 // `distillation:` knowledge distillation from a frozen teacher (docs/distillation.md): off while

@@ -13,8 +13,11 @@
 #include <memory>
 #include <string>
 
+#include <vector>
+
 #include "fsdpp/dist/device_mesh.h"
 #include "fsdpp/dist/world.h"
+#include "fsdpp/pipeline/schedule.h"
 
 namespace fsdpp::train {
 
@@ -30,17 +33,25 @@ struct ParallelDims {
   // split over `ep` consecutive ranks and FSDP-sharded over the world / ep ranks holding the
   // same ones (build_expert_mesh).
   int ep = 1;
+  // Pipeline parallelism: the outermost dim, pp groups of ranks that hold the stages of one
+  // model replica and take the same batches (docs/pipeline.md#fsdpp-train).
+  int pp = 1;
 
-  int world_size() const { return dp_replicate * dp_shard * tp; }
+  int world_size() const { return pp * dp_replicate * dp_shard * tp; }
   int dp() const { return dp_replicate * dp_shard; }  // ranks that see different data
-  // This rank's place among the data-parallel ranks: the ranks of a tp group share it.
-  int dp_rank(int rank) const { return rank / tp; }
+  // This rank's place among the data-parallel ranks: the ranks of a tp group and of a pp group
+  // share it.
+  int dp_rank(int rank) const { return (rank / tp) % dp(); }
   bool tensor_parallel() const { return tp > 1; }
+  bool pipeline_parallel() const { return pp > 1; }
+  // ("pp", "dp_shard") over the world, pp outermost: a pp group is ranks dp_shard apart, a
+  // dp_shard group consecutive ranks. Collective.
+  std::shared_ptr<dist::DeviceMesh> build_pipeline_mesh(dist::World& world) const;
   // The mesh, for tensor parallelism only: dims ("replicate",) "shard", "tp" (the replicate
   // dim only when dp_replicate > 1). FSDP shards over sub({"shard"}), or sub({"replicate",
   // "shard"}) for the HYBRID strategies; the Llama plan runs over group("tp"). Collective.
   std::shared_ptr<dist::DeviceMesh> build_mesh(dist::World& world) const;
-  std::string describe() const;  // "dp_shard 2 x tp 2 (sequence parallel)"
+  std::string describe() const;  // "dp_shard 2 x tp 2 (sequence parallel)", "pp 2 x dp_shard 2"
   bool expert_parallel() const { return ep > 1; }
   // ("efsdp", "ep") over the world, ep innermost. Collective.
   std::shared_ptr<dist::DeviceMesh> build_expert_mesh(dist::World& world) const;
@@ -54,5 +65,18 @@ void validate_parallelism(const TrainConfig& cfg);
 // The degrees on `world_size` ranks; throws ConfigError naming the keys when their product is
 // not the world size or the strategy cannot hold them (replicas without a HYBRID strategy).
 ParallelDims parallel_dims(const TrainConfig& cfg, int world_size);
+
+// What a pipelined run executes on `dims` (pp > 1): the schedule of
+// parallelism.pipeline_parallel_schedule with its microbatches (per_device_train_batch_size x
+// gradient_accumulation_steps / pipeline_parallel_microbatch_size) and the Llama's units per
+// stage (pipeline_parallel_layers_per_stage, or even). ConfigError naming the keys when they
+// do not fit together.
+struct PipelinePlan {
+  pipeline::PipelineSchedule schedule;
+  std::vector<int> units_per_stage;
+  int microbatches = 1;
+  std::string describe() const;  // "1F1B, 4 stages of 2+1+1+2 units, 8 microbatches"
+};
+PipelinePlan pipeline_plan(const TrainConfig& cfg, const ParallelDims& dims);
 
 }  // namespace fsdpp::train
