@@ -156,7 +156,7 @@ std::string run_plot_svg(const std::filesystem::path& metrics_jsonl, const std::
   FSDPP_CHECK(in, "[plot] cannot read {}", metrics_jsonl.string());
   Series loss{"loss", "#1f77b4"}, val{"validation loss", "#ff7f0e", false, true},
       kd{"kd_loss", "#2ca02c", true}, ce{"ce_loss", "#9467bd", true},
-      peak{"peak RSS, max of ranks", "#000000", true};
+      peak{"peak, max of ranks", "#000000", true};
   std::map<size_t, Series> ranks;
   Range xr;
   RunPlotSummary sum;

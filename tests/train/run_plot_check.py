@@ -58,7 +58,7 @@ rank_series = [k for k in series if k and k.startswith("rank ")]
 assert len(rank_series) == ranks, f"memory lines {rank_series}, expected {ranks} ranks"
 memory_panel = [linear(series[f"rank {r} RSS"], values("rss_mb_per_rank", r), f"rank {r}")
                 for r in range(ranks)]
-memory_panel.append(linear(series["peak RSS, max of ranks"], values("peak_rss_mb"), "peak"))
+memory_panel.append(linear(series["peak, max of ranks"], values("peak_rss_mb"), "peak"))
 check_panel(memory_panel, "memory panel")
 for l in lines:
     assert max(l["rss_mb_per_rank"]) <= l["peak_rss_mb"] + 1e-9, "a rank's RSS above the peak"
