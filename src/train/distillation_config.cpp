@@ -39,6 +39,11 @@ void validate_distillation(const TrainConfig& cfg) {
         "[config] distillation.teacher with parallelism.tensor_parallel_degree={}: the KD loss "
         "needs the student's whole vocabulary on each rank; expected 1",
         cfg.parallelism.tensor_parallel_degree);
+  // The pipelined step computes the loss in the last stage, which has no teacher (yet).
+  check(cfg.parallelism.pipeline_parallel_degree == 1,
+        "[config] distillation.teacher with parallelism.pipeline_parallel_degree={}: the "
+        "pipelined step has no teacher; expected 1",
+        cfg.parallelism.pipeline_parallel_degree);
 }
 
 }  // namespace fsdpp::train

@@ -109,6 +109,9 @@ TEST(DistillConfig, BadValuesNameTheKey) {
   EXPECT_NE(bad("parallelism.tensor_parallel_degree=2").find(
                 "distillation.teacher with parallelism.tensor_parallel_degree=2"),
             std::string::npos);
+  EXPECT_NE(bad("parallelism.pipeline_parallel_degree=2").find(
+                "distillation.teacher with parallelism.pipeline_parallel_degree=2"),
+            std::string::npos);
 }
 
 }  // namespace
