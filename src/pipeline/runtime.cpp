@@ -185,6 +185,10 @@ StepOutput PipelineRuntime::step(const at::Tensor& inputs, const at::Tensor& tar
   st.t0 = Clock::now();
   st.last_abort_check = st.t0;
   timings_ = MeasuredRank{};
+  if (options_.memory_probe) {
+    timings_.start_bytes = options_.memory_probe();
+    timings_.peak_bytes_above_start = 0;
+  }
   const auto& list = schedule_.actions[static_cast<size_t>(rank)];
   auto ms = [&](Clock::time_point t) {
     return std::chrono::duration<double, std::milli>(t - st.t0).count();
@@ -203,6 +207,13 @@ StepOutput PipelineRuntime::step(const at::Tensor& inputs, const at::Tensor& tar
       const auto end = Clock::now();
       timings_.actions.push_back({list[i], ms(begin), ms(end)});
       if (is_compute(list[i].kind)) timings_.busy_ms += ms(end) - ms(begin);
+      if (options_.memory_probe) {
+        // Read after the clock stops, so the probe's own cost is not in the action's time.
+        const int64_t now = options_.memory_probe();
+        timings_.actions.back().bytes = now;
+        timings_.peak_bytes_above_start =
+            std::max(timings_.peak_bytes_above_start, now - timings_.start_bytes);
+      }
     }
     // Sends complete when their recv has taken them.
     for (auto& [work, tensor] : st.sends) wait(work, list.empty() ? Action{} : list.back(), st);

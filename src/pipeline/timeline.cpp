@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cmath>
 #include <fstream>
+#include <malloc.h>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -28,6 +29,11 @@ std::vector<int> peak_activations(const PipelineSchedule& schedule) {
     }
   }
   return peak;
+}
+
+int64_t malloc_bytes_in_use() {
+  const auto mi = mallinfo2();
+  return static_cast<int64_t>(mi.uordblks + mi.hblkhd);
 }
 
 MeasuredTimeline summarize(const PipelineSchedule& schedule, std::vector<MeasuredRank> ranks) {
@@ -65,21 +71,23 @@ MeasuredTimeline summarize(const PipelineSchedule& schedule, std::vector<Measure
 }
 
 MeasuredTimeline PipelineRuntime::gather_timeline() const {
-  // One line per action: "<action> <start> <end>"; the first line "<busy> <end>".
+  // One line per action: "<action> <start> <end> <bytes>"; the first line "<busy> <end>
+  // <start bytes> <peak above start>".
   std::ostringstream out;
-  out << fmt::format("{:.6f} {:.6f}\n", timings_.busy_ms, timings_.end_ms);
+  out << fmt::format("{:.6f} {:.6f} {} {}\n", timings_.busy_ms, timings_.end_ms,
+                     timings_.start_bytes, timings_.peak_bytes_above_start);
   for (const auto& a : timings_.actions) {
-    out << fmt::format("{} {:.6f} {:.6f}\n", to_string(a.action), a.start_ms, a.end_ms);
+    out << fmt::format("{} {:.6f} {:.6f} {}\n", to_string(a.action), a.start_ms, a.end_ms, a.bytes);
   }
   const auto texts = dist::all_gather_strings(*pp_, out.str(), {"pipeline timeline"});
   std::vector<MeasuredRank> ranks;
   for (const auto& text : texts) {
     std::istringstream in(text);
     MeasuredRank r;
-    in >> r.busy_ms >> r.end_ms;
+    in >> r.busy_ms >> r.end_ms >> r.start_bytes >> r.peak_bytes_above_start;
     std::string token;
     MeasuredAction a;
-    while (in >> token >> a.start_ms >> a.end_ms) {
+    while (in >> token >> a.start_ms >> a.end_ms >> a.bytes) {
       a.action = parse_action(token);
       r.actions.push_back(a);
     }

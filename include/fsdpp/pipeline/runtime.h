@@ -37,6 +37,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,6 +76,10 @@ struct RuntimeOptions {
   // Post every recv of a step at its start (from the second step on, once shapes are agreed),
   // so that messages are taken as soon as they are sent; false: each when its action comes.
   bool post_recvs_early = true;
+  // Bytes in use now (e.g. malloc_bytes_in_use() of timeline.h on CPU), read at the step's
+  // start and after every action: the timeline then has each action's reading and each rank's
+  // peak above its start (MeasuredRank), the activation memory of its schedule measured.
+  std::function<int64_t()> memory_probe;
 };
 
 struct StepOutput {

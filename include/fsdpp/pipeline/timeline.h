@@ -10,6 +10,7 @@
 // over the pp group (so they agree to about a message latency). Busy time is the compute
 // actions (F, B, I, W); time in recv waits, sends and FSDP bookkeeping counts as idle.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,12 +22,18 @@ struct MeasuredAction {
   Action action;
   double start_ms = 0;
   double end_ms = 0;
+  int64_t bytes = -1;  // RuntimeOptions::memory_probe right after the action (-1: no probe)
 };
 
 struct MeasuredRank {
   std::vector<MeasuredAction> actions;  // in execution order
   double busy_ms = 0;                   // sum of F, B, I, W
   double end_ms = 0;                    // when its last action ended
+  // With a memory probe: its value at the step's start and the most it rose above that after
+  // any action of the step: the activations the rank's stages held at once (with the messages
+  // in flight and any other allocation of the step).
+  int64_t start_bytes = -1;
+  int64_t peak_bytes_above_start = -1;
 };
 
 struct MeasuredTimeline {
@@ -47,6 +54,12 @@ MeasuredTimeline summarize(const PipelineSchedule& schedule, std::vector<Measure
 // Per stage, the most microbatches whose activations a schedule holds at once (F done, B or I
 // not yet), from the order of the actions alone.
 std::vector<int> peak_activations(const PipelineSchedule& schedule);
+
+// A memory probe for RuntimeOptions::memory_probe on CPU: the bytes the C library's malloc has
+// handed out and not taken back (mallinfo2: the heap in use plus mmapped chunks), where LibTorch's
+// CPU tensors live. Process-wide; differences between two readings are what was allocated in
+// between. On CUDA, probe the caching allocator's allocated bytes instead.
+int64_t malloc_bytes_in_use();
 
 // An SVG: ranks as rows, each compute action a box over time coloured by kind (F blue, B green,
 // I orange, W purple; a rank's later stages in lighter shades), labelled with its microbatch;
