@@ -8,6 +8,7 @@
 
 #include "decoder_activations.h"
 #include "qwen3_activations.h"
+#include "pipeline_estimate.h"
 #include "teacher_activations.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/strategy_traits.h"
@@ -65,9 +66,7 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
   FSDPP_CHECK_AS(ConfigError, !o.sequence_parallel || o.seq_len % tp == 0,
                  "[estimate] sequence parallelism: seq_len={} is not divisible by the tensor-parallel degree {}",
                  o.seq_len, tp);
-  FSDPP_CHECK_AS(ConfigError, o.pipeline.degree <= 1,
-                 "[estimate] pipeline parallelism goes through estimate_pipeline's stages; "
-                 "estimate_memory takes pipeline.degree 1");
+  if (o.pipeline.degree > 1) return estimate_pipeline(whole, o);
   const int ep = o.expert_parallel;
   FSDPP_CHECK_AS(ConfigError, ep >= 1 && o.world_size % ep == 0,
                  "[estimate] expert-parallel degree {} does not divide the world size {}", ep, o.world_size);

@@ -38,7 +38,12 @@ Recommendation recommend(const ModelDescription& model, const EstimateOptions& b
       ShardingStrategy::FULL_SHARD, model.shape.has_value(), true);
   const double gib = 1024.0 * 1024 * 1024;
   for (auto& c : r.candidates) {
-    c.estimate = estimate_memory(model, c.options);
+    try {
+      c.estimate = estimate_memory(model, c.options);
+    } catch (const ConfigError& error) {  // a combination the estimate does not model (pipeline + offload, ...)
+      c.why = fmt::format("not estimated: {}", error.what());
+      continue;
+    }
     const auto& e = c.estimate;
     c.fits = e.total <= budget;
     if (c.fits) {
@@ -46,7 +51,8 @@ Recommendation recommend(const ModelDescription& model, const EstimateOptions& b
     } else {
       std::vector<std::pair<int64_t, std::string>> terms = {
           {e.parameters, "parameters"}, {e.gradients, "gradients"}, {e.optimizer_state, "optimizer state"},
-          {e.unsharded, "unsharded units"}, {e.activations, "activations"}, {e.runtime, "runtime"}};
+          {e.unsharded, "unsharded units"}, {e.activations, "activations"}, {e.teacher, "teacher"},
+          {e.runtime, "runtime"}};
       std::sort(terms.begin(), terms.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
       c.why = fmt::format("needs {:.2f} GiB > {:.2f} GiB; largest: {} {:.2f} GiB, {} {:.2f} GiB", e.total / gib,
                           budget / gib, terms[0].second, terms[0].first / gib, terms[1].second,

@@ -24,6 +24,10 @@ void build_model(TrainSession& s) {
     const int local = world.env().local_world_size;
     dist::agree_on_failure(*world.group(), "checking that the run fits in memory", [&] {
       const auto ce = configured_estimate(cfg, vocab, world.size(), local);
+      if (!ce.skip.empty()) {
+        s.say("[train] memory check: skipped (" + ce.skip + ")");
+        return;
+      }
       check_memory_fits(estimate_memory(ce.model, ce.options), ce.model.num_params() * 4, local);
     });
   }

@@ -10,6 +10,7 @@
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/estimate/llama_shape.h"
+#include "fsdpp/fsdp/strategy_traits.h"
 #include "fsdpp/models/llama.h"
 #include "fsdpp/models/qwen3_moe.h"
 
@@ -71,6 +72,30 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
   // Experts split over ep and sharded over world / ep (fully_shard_qwen3_moe), the rest over
   // the world.
   out.options.expert_parallel = static_cast<int>(cfg.parallelism.expert_parallel_degree);
+  // Pipeline: a step's per-rank sequences (batch x accumulation) go through the stages as
+  // microbatches of pipeline_parallel_microbatch_size (the trainer's pipeline_step).
+  const auto& p = cfg.parallelism;
+  if (p.pipeline_parallel_degree > 1) {
+    auto& pp = out.options.pipeline;
+    const int64_t step_batch = cfg.training.per_device_train_batch_size * cfg.training.gradient_accumulation_steps;
+    pp.degree = static_cast<int>(p.pipeline_parallel_degree);
+    pp.schedule = p.pipeline_parallel_schedule;
+    pp.layers_per_stage = static_cast<int>(p.pipeline_parallel_layers_per_stage);
+    pp.microbatches = static_cast<int>(step_batch / std::max<int64_t>(1, p.pipeline_parallel_microbatch_size));
+    out.options.batch = step_batch;
+    if (p.tensor_parallel_degree > 1 || cfg.training.gradient_checkpointing || traits_of(cfg.training.fsdp).hybrid ||
+        cfg.training.fsdp_config.offload_params)
+      out.skip = "pipeline parallelism with tensor parallelism, gradient checkpointing, offload or HYBRID "
+                 "sharding is not modelled by fsdpp-estimate yet";
+  }
+  // Distillation: the teacher's shape from its directory (weights unread), its dtype.
+  if (cfg.distillation.enabled()) {
+    out.options.teacher = EstimateOptions::Teacher{
+        describe_model_directory(cfg.distillation.teacher),
+        cfg.distillation.teacher_dtype == TeacherDtype::BFLOAT16 ? EstimateDType::BF16 : EstimateDType::FP32};
+    if (p.tensor_parallel_degree > 1)
+      out.skip = "a distillation teacher with tensor parallelism is not modelled by fsdpp-estimate yet";
+  }
   const auto& fc = cfg.training.fsdp_config;
   const std::string layer = llama ? "TransformerBlock" : "Qwen3MoeDecoderLayer";
   if (fc.auto_wrap_policy != AutoWrapPolicy::TRANSFORMER_BASED_WRAP ||

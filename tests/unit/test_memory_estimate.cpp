@@ -524,6 +524,67 @@ INSTANTIATE_TEST_SUITE_P(Distillation, EstimateVsAllocatorTeacher,
                          ::testing::Values(TeacherCase{"teacher_1", 1, false}, TeacherCase{"teacher_fsdp2", 2, false}),
                          [](const ::testing::TestParamInfo<TeacherCase>& i) { return std::string(i.param.name); });
 
+// Pipeline: the microbatches each stage holds are read off the schedule's action lists, and they
+// are the textbook's: GPipe all m on every stage, 1F1B at most p - s on stage s, ZBH1 as 1F1B
+// plus weight gradients waiting (W); the reported rank is the most loaded one.
+TEST(MemoryEstimate, PipelineHoldsWhatTheScheduleSays) {
+  auto cfg = small_config(/*tie=*/false, /*kv=*/2);
+  cfg.n_layers = 6;  // 8 units: 2 stages of 4, or 4 of 2
+  const auto model = fsdpp::describe_decoder(shape_of(cfg));
+  fsdpp::EstimateOptions o;
+  o.world_size = 4;  // pp 4 (x dp 1), or pp 2 x dp 2
+  o.batch = 8;
+  o.seq_len = 32;
+  o.runtime_baseline_bytes = 0;
+  o.pipeline.degree = 4;
+  o.pipeline.microbatches = 8;
+  auto run = [&](const std::string& schedule) {
+    auto oo = o;
+    oo.pipeline.schedule = schedule;
+    return fsdpp::estimate_memory(model, oo);
+  };
+  const auto gpipe = run("GPipe"), f1b = run("1F1B"), zb = run("ZBH1");
+  ASSERT_EQ(gpipe.stages.size(), 4u);
+  for (const auto& s : gpipe.stages) EXPECT_EQ(s.in_flight, 8) << "GPipe stage " << s.stage;
+  for (const auto& s : f1b.stages) {
+    EXPECT_EQ(s.in_flight, 4 - s.stage) << "1F1B stage " << s.stage;
+    EXPECT_EQ(s.held_weight_grads, 0);
+  }
+  int held = 0;
+  for (const auto& s : zb.stages) {
+    EXPECT_LE(s.in_flight, 4 - s.stage) << "ZBH1 stage " << s.stage;
+    held = std::max(held, s.held_weight_grads);
+  }
+  EXPECT_GT(held, 0);
+  EXPECT_GT(gpipe.total, f1b.total);
+  // The estimate is its most loaded rank's; stage 0 holds the most microbatches under 1F1B.
+  int64_t most = 0;
+  for (const auto& s : f1b.stages) most = std::max(most, s.total);
+  EXPECT_EQ(f1b.total, most);
+  EXPECT_EQ(f1b.stages[0].units.front(), "tok_embeddings");
+  EXPECT_EQ(f1b.stages[3].units.back(), "head");
+  // Interleaved: 2 stages per rank, rank 0 holds stages 0 and 4... of 8; pp 2 x dp 2 shards each.
+  auto inter = o;
+  inter.pipeline.schedule = "Interleaved1F1B";
+  inter.pipeline.degree = 2;
+  inter.pipeline.layers_per_stage = 2;
+  const auto il = fsdpp::estimate_memory(model, inter);
+  ASSERT_EQ(il.stages.size(), 4u);
+  EXPECT_EQ(il.stages[0].rank, il.stages[2].rank);
+  EXPECT_EQ(il.shard_world, 2);
+  auto reported = o;
+  reported.pipeline.schedule = "1F1B";
+  reported.pipeline.stage = 3;
+  EXPECT_EQ(fsdpp::estimate_memory(model, reported).total, f1b.stages[3].total);
+  // What does not make a pipeline is refused with a sentence.
+  auto odd = o;
+  odd.pipeline.microbatches = 3;
+  EXPECT_THROW(fsdpp::estimate_memory(model, odd), fsdpp::ConfigError);
+  auto tied = o;
+  EXPECT_THROW(fsdpp::estimate_memory(fsdpp::describe_decoder(shape_of(small_config(true, 2))), tied),
+               fsdpp::ConfigError);
+}
+
 TEST(MemoryEstimate, BudgetPicksTheFastestThatFits) {
   fsdpp::DecoderShape shape{32000, 4096, 32, 32, 32, 11008, false};  // Llama-2 7B
   const auto model = fsdpp::describe_decoder(shape);

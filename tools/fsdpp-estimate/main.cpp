@@ -124,6 +124,20 @@ int main(int argc, char** argv) {
   std::vector<int64_t> mlp_only;
   int ep = 0;
   std::string teacher_path, teacher_dtype;
+  fsdpp::EstimateOptions::Pipeline pipe;
+  pipe.degree = 0;
+  pipe.microbatches = 0;
+  pipe.schedule.clear();
+  app.add_option("--pp", pipe.degree, "pipeline-parallel degree: the Llama cut into stages over groups of this many "
+                 "ranks (--world-size counts all ranks; FSDP over world / pp)");
+  app.add_option("--microbatches", pipe.microbatches, "pipeline: microbatches per step (--batch is split into them)");
+  app.add_option("--schedule", pipe.schedule, "pipeline: GPipe, 1F1B (default), Interleaved1F1B, ZBH1, "
+                 "InterleavedZeroBubble, ZBVZeroBubble");
+  app.add_option("--layers-per-stage", pipe.layers_per_stage, "pipeline: units per stage, the embedding and head "
+                 "counting as units (default: as even as can be)");
+  app.add_option("--stages-per-rank", pipe.stages_per_rank, "pipeline: stages per rank of the interleaved schedules "
+                 "(default 2)");
+  app.add_option("--stage", pipe.stage, "pipeline: report the rank of this stage (default: the most loaded rank)");
   app.add_option("--teacher-config", teacher_path,
                  "distillation: the teacher, a model directory (fsdpp checkpoint or Hugging Face) or an "
                  "fsdpp-train YAML config whose model: it is (default: the config's distillation.teacher)");
@@ -226,6 +240,9 @@ int main(int argc, char** argv) {
       if (limit_all_gathers < 0) limit_all_gathers = co.limit_all_gathers;
       if (shard_group == 0) shard_group = co.shard_group_size;
       if (tp == 0) tp = co.tensor_parallel;
+      o.pipeline = co.pipeline;  // flags below override it
+      o.teacher = co.teacher;
+      if (!ce.skip.empty()) notes.push_back("fsdpp-train skips its memory check for this config: " + ce.skip);
       sequence_parallel = sequence_parallel || co.sequence_parallel;
       notes.insert(notes.end(), ce.notes.begin(), ce.notes.end());
     }
@@ -324,6 +341,15 @@ int main(int argc, char** argv) {
     o.tensor_parallel = tp > 0 ? tp : 1;
     o.sequence_parallel = sequence_parallel;
     o.expert_parallel = ep > 0 ? ep : 1;
+    if (pipe.degree > 0) o.pipeline.degree = pipe.degree;
+    if (pipe.microbatches > 0) o.pipeline.microbatches = pipe.microbatches;
+    if (!pipe.schedule.empty()) o.pipeline.schedule = pipe.schedule;
+    if (pipe.layers_per_stage > 0) o.pipeline.layers_per_stage = pipe.layers_per_stage;
+    if (pipe.stages_per_rank > 0) o.pipeline.stages_per_rank = pipe.stages_per_rank;
+    o.pipeline.stage = pipe.stage;
+    // Without --microbatches: as many as the degree when the batch divides, else one.
+    if (o.pipeline.degree > 1 && pipe.microbatches <= 0 && pipe.degree > 0)
+      o.pipeline.microbatches = o.batch % o.pipeline.degree == 0 ? o.pipeline.degree : 1;
     if (!optimizer.empty()) o.optimizer = fsdpp::parse_estimate_optimizer(optimizer);
     if (!teacher_path.empty()) {
       FSDPP_CHECK_AS(ConfigError, model->shape.has_value(),
@@ -361,7 +387,7 @@ int main(int argc, char** argv) {
     o.mmap_threshold = mmap_threshold;
     // Without --world-size: one tp (or ep) group (a single rank without either).
     const auto world_sizes = parse_world_sizes(
-        world_text.empty() ? std::to_string(o.tensor_parallel * o.expert_parallel) : world_text);
+        world_text.empty() ? std::to_string(o.tensor_parallel * o.expert_parallel * o.pipeline.degree) : world_text);
 
     std::vector<fsdpp::MemoryEstimate> ests;
     for (int n : world_sizes) {
@@ -396,6 +422,8 @@ int main(int argc, char** argv) {
                                   {"expert_parallel", o.expert_parallel},
                                   {"expert_shard_world", e.expert_shard_world},
                                   {"teacher_bytes", e.teacher},
+                                  {"pipeline_parallel", o.pipeline.degree},
+                                  {"pipeline_stage", e.pipeline_stage},
                                   {"shard_world", e.shard_world}, {"parameters_bytes", e.parameters},
                                   {"gradients_bytes", e.gradients}, {"optimizer_state_bytes", e.optimizer_state},
                                   {"unsharded_bytes", e.unsharded}, {"activations_bytes", e.activations},
@@ -406,6 +434,13 @@ int main(int argc, char** argv) {
         const auto z = fsdpp::zero_model_states(psi, std::max(1, world_sizes[i] / tp_degree));
         j["zero_model_states_bytes"].push_back({{"world_size", world_sizes[i]}, {"no_shard", z.no_shard},
                                                 {"zero1", z.zero1}, {"zero2", z.zero2}, {"zero3", z.zero3}});
+      }
+      for (size_t i = 0; i < ests.size(); ++i) {
+        for (const auto& st : ests[i].stages)
+          j["estimates"][i]["stages"].push_back({{"stage", st.stage}, {"rank", st.rank}, {"units", st.units},
+                                                 {"total_bytes", st.total}, {"in_flight", st.in_flight},
+                                                 {"held_weight_grads", st.held_weight_grads},
+                                                 {"peak_at", st.peak_at}});
       }
       for (size_t i = 0; i < recs.size(); ++i) {
         json r;
@@ -463,6 +498,21 @@ int main(int argc, char** argv) {
     std::printf("\n");
     for (size_t i = 0; i < ests.size(); ++i)
       for (const auto& n : ests[i].notes) std::printf("  note (N=%d): %s\n", world_sizes[i], n.c_str());
+
+    for (size_t i = 0; i < ests.size(); ++i) {
+      if (ests[i].stages.empty()) continue;
+      std::printf("\npipeline %d, %d microbatches of %lld, %s; N=%d (in flight: microbatches whose activations a "
+                  "stage holds at most; W: those waiting for their weight gradient)\n",
+                  o.pipeline.degree, o.pipeline.microbatches, static_cast<long long>(o.batch / o.pipeline.microbatches),
+                  o.pipeline.schedule.c_str(), world_sizes[i]);
+      const int shown = ests[i].stages[static_cast<size_t>(ests[i].pipeline_stage)].rank;
+      for (const auto& st : ests[i].stages) {
+        const std::string units = st.units.front() + (st.units.size() > 1 ? " .. " + st.units.back() : "");
+        std::printf("  %s stage %d on rank %d (%s): in flight %d, W %d; rank total %s %s\n",
+                    st.rank == shown ? "->" : "  ", st.stage, st.rank, units.c_str(), st.in_flight,
+                    st.held_weight_grads, fmt_bytes(st.total, u).c_str(), u.name);
+      }
+    }
 
     std::printf("\nZeRO model states per rank (Adam, mixed precision: 2+2+12 bytes per parameter, "
                 "Rajbhandari et al. 2020; GB = 1e9 bytes), Psi = %.4g%s\n  %-38s", psi,

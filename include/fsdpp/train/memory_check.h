@@ -17,6 +17,9 @@ struct ConfiguredEstimate {
   ModelDescription model;
   EstimateOptions options;
   std::vector<std::string> notes;  // where the config says more than the estimate models
+  // Non-empty: why the estimate cannot describe this run (a combination it does not model); the
+  // trainer then says so and skips its memory check instead of refusing the run.
+  std::string skip;
 };
 
 // The estimate's inputs as fsdpp-train will run `cfg` with a vocabulary of `vocab` tokens on

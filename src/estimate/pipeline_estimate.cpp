@@ -1,0 +1,337 @@
+#include "pipeline_estimate.h"
+
+#include <algorithm>
+#include <map>
+
+#include "decoder_activations.h"
+#include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/strategy_traits.h"
+#include "fsdpp/models/llama_stages.h"
+#include "fsdpp/optim/optimizer_state.h"
+#include "fsdpp/pipeline/schedules.h"
+
+namespace fsdpp::estimate_detail {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// One stage: its units (0 the embedding, 1..L the blocks, L+1 the head, as llama_stages.h counts
+// them) and what one microbatch costs it.
+struct StagePlan {
+  int first = 0, count = 0;
+  bool embedding = false, head = false;
+  int64_t numel = 0, shard = 0, buffers = 0, largest_param = 0, largest_unit_shard = 0;
+  int64_t saved = 0;      // a microbatch's tensors from its F to its B (input and output included)
+  int64_t fwd_extra = 0;  // above `saved` at the forward's own peak, over what was live before it
+  int64_t bwd_extra = 0;  // above `saved` during its backward (received gradient included)
+  int64_t wgrad = 0;      // zero-bubble: what I leaves for W beyond `saved` (gradients at the weights' nodes)
+};
+
+// A microbatch through the stage's units in a ledger of its own: the forward (the input received,
+// or the embedding's output; the blocks' saved tensors; the head's logits and log_softmax) and the
+// backward (the gradient received, or the loss's; each block's; weight gradients as temporaries,
+// since the stage's unsharded gradients are counted once for the step).
+void measure(StagePlan& s, const DecoderShape& sh, const Dims& d) {
+  Ledger l({true, true, true, true, true, true, true}, nullptr);
+  std::vector<Id> keep;
+  if (s.embedding) keep.push_back(l.alloc(kActs, 8 * d.BT));  // tokens
+  if (s.head) keep.push_back(l.alloc(kActs, 8 * d.BT));       // targets
+  Id x = l.alloc(kActs, d.e * d.BT * d.C);                     // received, or the embedding's output
+  std::vector<BlockSaved> saved;
+  const int blocks_first = std::max(s.first, 1), blocks_end = std::min<int>(s.first + s.count, sh.n_layers + 1);
+  for (int u = blocks_first; u < blocks_end; ++u) {
+    saved.push_back(block_forward(l, d, x));
+    x = saved.back().out;
+  }
+  std::vector<Id> head;
+  Id logits = -1, lsm = -1;
+  if (s.head) {
+    norm_forward(l, d, head);
+    logits = l.alloc(kActs, d.e * d.BT * d.V);
+    lsm = l.alloc(kActs, 4 * d.BT * d.V);
+  }
+  s.saved = l.live();
+  s.fwd_extra = l.peak() - s.saved;
+  l.reset_peak();
+  std::vector<Id> grads;
+  const GradAlloc grad{&l, d.e, &grads};
+  auto drop_grads = [&] {
+    for (Id g : grads) l.free(g);
+    grads.clear();
+  };
+  Id g = -1;
+  if (s.head) {
+    Id g1 = l.alloc(kActs, 4 * d.BT * d.V), g2 = l.alloc(kActs, 4 * d.BT * d.V);
+    l.free(lsm);
+    l.free(g1);
+    Id gnf = l.alloc(kActs, d.e * d.BT * d.C);
+    grad(d.V * d.C);
+    l.free(g2);
+    l.free(head.back());
+    g = norm_backward(l, d, gnf);
+    grad(d.C);
+    for (Id id : head) l.free(id);
+    l.free(x);
+    drop_grads();
+  } else {
+    g = l.alloc(kActs, d.e * d.BT * d.C);  // the gradient received from the next stage
+  }
+  for (auto it = saved.rbegin(); it != saved.rend(); ++it) {
+    g = block_backward(l, d, *it, g, grad);
+    drop_grads();
+  }
+  if (s.embedding) l.touch(kGradWork, d.V * d.C * d.e);  // the dense embedding gradient
+  s.bwd_extra = std::max<int64_t>(0, l.peak() - s.saved);
+  // What W needs after I: the gradients at the nodes where the weights' paths leave the input's
+  // (each linear's output, each norm's weight multiply); the saved tensors stay with the graph.
+  const int64_t blocks = blocks_end - blocks_first;
+  s.wgrad = blocks * d.e * d.BT * (d.Q + 2 * d.K + 4 * d.C + 2 * d.F);
+  if (s.head) s.wgrad += d.e * d.BT * (d.V + d.C);
+  if (s.embedding) s.wgrad += d.e * d.BT * d.C;
+  (void)logits;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOptions& o) {
+  const auto& pp = o.pipeline;
+  FSDPP_CHECK_AS(ConfigError, model.shape && !model.shape->moe && !model.shape->qk_norm,
+                 "[estimate] pipeline parallelism: the Llama's stages are modelled (a model given by its shape); "
+                 "{} is not", model.shape ? model.shape->architecture() : "a parameter count");
+  const auto& sh = *model.shape;
+  FSDPP_CHECK_AS(ConfigError, !sh.tie_embeddings,
+                 "[estimate] pipeline parallelism with tied embeddings: the table would live on the first and "
+                 "the last stage (split_llama refuses it)");
+  FSDPP_CHECK_AS(ConfigError, o.tensor_parallel == 1 && o.expert_parallel == 1 && !o.teacher,
+                 "[estimate] pipeline parallelism with tensor or expert parallelism or a distillation teacher is "
+                 "not modelled");
+  FSDPP_CHECK_AS(ConfigError, !o.activation_checkpointing && !o.cpu_offload,
+                 "[estimate] pipeline parallelism with activation checkpointing or CPU offload is not modelled");
+  const int degree = pp.degree, m = pp.microbatches;
+  FSDPP_CHECK_AS(ConfigError, degree >= 1 && o.world_size % degree == 0,
+                 "[estimate] pipeline-parallel degree {} does not divide the world size {}", degree, o.world_size);
+  FSDPP_CHECK_AS(ConfigError, m >= 1 && o.batch % m == 0,
+                 "[estimate] pipeline: batch={} is not divisible into {} microbatches", o.batch, m);
+  const StrategyTraits& traits = traits_of(o.strategy);
+  FSDPP_CHECK_AS(ConfigError, !traits.hybrid && !traits.keep_unsharded_between_steps,
+                 "[estimate] pipeline parallelism with {} is not modelled (FULL_SHARD, SHARD_GRAD_OP or NO_SHARD "
+                 "over each stage's data-parallel ranks)", to_string(o.strategy));
+  const int dp = o.world_size / degree;
+  const int sw = traits.shards ? dp : 1;
+  const bool gather = sw > 1;
+
+  // Stages: by layers_per_stage (torchtitan's key), or as even as can be over the schedule's.
+  const int64_t L = sh.n_layers, n_units = L + 2;
+  std::vector<int> counts;
+  pipeline::PipelineSchedule sched;
+  if (pp.layers_per_stage > 0) {
+    counts = models::units_per_stage(n_units, pp.layers_per_stage);
+    FSDPP_CHECK_AS(ConfigError, static_cast<int>(counts.size()) % degree == 0,
+                   "[estimate] pipeline: {} units in stages of {} make {} stages, not a multiple of the degree {}",
+                   n_units, pp.layers_per_stage, counts.size(), degree);
+    sched = pipeline::make_schedule(pp.schedule, degree, m, static_cast<int>(counts.size()) / degree);
+  } else {
+    sched = pipeline::make_schedule(pp.schedule, degree, m, pp.stages_per_rank);
+    counts = models::even_units_per_stage(n_units, sched.num_stages);
+  }
+  FSDPP_CHECK_AS(ConfigError, static_cast<int>(counts.size()) == sched.num_stages,
+                 "[estimate] pipeline: {} stages of units, but schedule {} runs {} stages on {} ranks",
+                 counts.size(), pp.schedule, sched.num_stages, degree);
+
+  const int64_t pb = dtype_bytes(o.param_dtype), rb = dtype_bytes(o.reduce_dtype), f32 = 4;
+  const int64_t mb = o.batch / m, BT = mb * o.seq_len;
+  const Dims d{BT, mb, o.seq_len, sh.dim, sh.n_heads * sh.head_dim(), sh.n_kv_heads * sh.head_dim(), sh.ffn_hidden,
+               sh.vocab_size, sh.n_heads, sh.n_heads / sh.n_kv_heads, pb, o.param_dtype != EstimateDType::FP32, BT};
+  const int64_t rope_rows = sh.max_seq_len > 0 ? sh.max_seq_len : o.seq_len;
+  std::vector<StagePlan> plan(counts.size());
+  int first = 0;
+  for (size_t s = 0; s < counts.size(); ++s) {
+    auto& st = plan[s];
+    st.first = first;
+    st.count = counts[s];
+    first += counts[s];
+    st.embedding = st.first == 0;
+    st.head = st.first + st.count == n_units;
+    std::vector<std::vector<ModelDescription::Param>> units;  // the stage's FSDP units
+    std::vector<ModelDescription::Param> root;
+    for (int u = st.first; u < st.first + st.count; ++u) {
+      if (u == 0) {
+        root.push_back({sh.vocab_size, sh.dim});
+      } else if (u == n_units - 1) {
+        root.push_back({sh.dim, 1});
+        root.push_back({sh.vocab_size, sh.dim});
+      } else {
+        units.push_back(model.units[static_cast<size_t>(u)].params);
+        st.buffers += 2 * rope_rows * (sh.head_dim() / 2) * f32;
+      }
+    }
+    if (!root.empty()) units.push_back(root);
+    for (const auto& u : units) {
+      int64_t shard = 0;
+      for (const auto& p : u) {
+        st.numel += p.numel();
+        shard += gather ? ceil_div(p.rows, sw) * p.row_numel : p.numel();
+        st.largest_param = std::max(st.largest_param, p.numel());
+      }
+      st.shard += shard;
+      st.largest_unit_shard = std::max(st.largest_unit_shard, shard);
+    }
+    measure(st, sh, d);
+  }
+
+  const auto optimizer = [&] {
+    switch (o.optimizer) {
+      case EstimateOptimizer::SGD: return optim::created_state_names(optim::OptimizerKind::SGD, {}).size();
+      case EstimateOptimizer::SGD_MOMENTUM:
+        return optim::created_state_names(optim::OptimizerKind::SGD, {.momentum = true}).size();
+      default: return optim::created_state_names(optim::OptimizerKind::ADAMW, {}).size();
+    }
+  }();
+  const bool adam = o.optimizer == EstimateOptimizer::ADAMW || o.optimizer == EstimateOptimizer::ADAM;
+  int64_t whole = 0, largest = 0;
+  for (const auto& u : model.units)
+    for (const auto& p : u.params) {
+      whole += p.numel();
+      largest = std::max(largest, p.numel());
+    }
+
+  MemoryEstimate best;
+  best.total = -1;
+  std::vector<MemoryEstimate::Stage> stages(counts.size());
+  std::vector<int64_t> rank_totals(static_cast<size_t>(degree), 0);
+  for (int r = 0; r < degree; ++r) {
+    const auto mine = sched.stages_of(r);
+    int64_t shards = 0, buffers = 0, numel = 0, largest_shard_unit = 0, largest_shard_param = 0;
+    for (int s : mine) {
+      const auto& st = plan[static_cast<size_t>(s)];
+      shards += st.shard;
+      buffers += st.buffers;
+      numel += st.numel;
+      largest_shard_unit = std::max(largest_shard_unit, st.largest_unit_shard);
+      largest_shard_param = std::max(largest_shard_param, gather ? ceil_div(st.largest_param, sw) : st.largest_param);
+    }
+    // Persistent: fp32 shards (or replicas), buffers, the optimizer's state (steady state).
+    const int64_t params = shards * f32 + buffers;
+    const int64_t optim_state = static_cast<int64_t>(optimizer) * shards * f32;
+    const int64_t gathered = gather ? numel * pb : (pb != f32 ? numel * pb : 0);
+    struct Peak {
+      int64_t total = -1, grads = 0, unsharded = 0, acts = 0, optim = 0;
+      std::string where;
+    } peak;
+    auto consider = [&](int64_t grads, int64_t unsharded, int64_t acts, int64_t extra_optim, std::string where) {
+      const int64_t t = params + optim_state + extra_optim + grads + unsharded + acts;
+      if (t > peak.total) peak = {t, grads, unsharded, acts, optim_state + extra_optim, std::move(where)};
+    };
+    // Building: every rank builds the whole model in fp32 (one init temporary beside it), then
+    // keeps its stages' shards.
+    const int64_t build_total = whole * f32 + largest * f32;
+    // The step: UNSHARD of every stage at its first action (the all-gather buffer beside it).
+    consider(0, gathered + (gather ? sw * largest_shard_unit * pb : 0), 0, 0, "unshard at the step's start");
+    // Posted recvs: every activation and gradient this rank will receive, from the step's start.
+    const int64_t msg = d.e * BT * d.C;
+    int64_t pending = 0;
+    std::map<std::pair<int, int>, int> fwd_pending, bwd_pending;
+    for (const auto& a : sched.actions[static_cast<size_t>(r)]) {
+      if (a.kind == pipeline::ActionKind::RECV_F) {
+        pending += msg;
+        fwd_pending[{a.stage, a.microbatch}] = 1;
+      } else if (a.kind == pipeline::ActionKind::RECV_B) {
+        pending += msg;
+        bwd_pending[{a.stage, a.microbatch}] = 1;
+      }
+    }
+    int64_t acts = 0, grads = 0;
+    std::map<int, int> in_flight, held_w;
+    std::map<int, bool> has_grads;
+    auto grads_appear = [&](int s) {
+      if (has_grads[s]) return;
+      has_grads[s] = true;
+      grads += plan[static_cast<size_t>(s)].numel * pb;
+    };
+    for (const auto& a : sched.actions[static_cast<size_t>(r)]) {
+      const auto& st = plan[static_cast<size_t>(a.stage)];
+      auto& ms = stages[static_cast<size_t>(a.stage)];
+      const std::string at = fmt::format("{} of stage {} microbatch {}", pipeline::kind_name(a.kind), a.stage, a.microbatch);
+      switch (a.kind) {
+        case pipeline::ActionKind::F:
+          if (fwd_pending.erase({a.stage, a.microbatch})) pending -= msg;  // becomes the stage's input
+          consider(grads, gathered, pending + acts + st.fwd_extra, 0, at);
+          acts += st.saved;
+          ms.in_flight = std::max(ms.in_flight, ++in_flight[a.stage]);
+          break;
+        case pipeline::ActionKind::B:
+        case pipeline::ActionKind::I:
+          if (bwd_pending.erase({a.stage, a.microbatch})) pending -= msg;  // counted in the backward's own
+          if (a.kind == pipeline::ActionKind::B) grads_appear(a.stage);
+          consider(grads, gathered, pending + acts + st.bwd_extra, 0, at);
+          --in_flight[a.stage];
+          if (a.kind == pipeline::ActionKind::B) {
+            acts -= st.saved;
+          } else {
+            acts += st.wgrad;
+            ms.held_weight_grads = std::max(ms.held_weight_grads, ++held_w[a.stage]);
+          }
+          break;
+        case pipeline::ActionKind::W:
+          grads_appear(a.stage);
+          consider(grads, gathered, pending + acts + st.largest_param * pb, 0, at);
+          acts -= st.saved + st.wgrad;
+          --held_w[a.stage];
+          break;
+        default:
+          break;
+      }
+    }
+    // REDUCE_GRAD: each unit's reduce-scatter input beside its gradients, then the shards; the
+    // optimizer step with AdamW's two temporaries of the largest shard.
+    const int64_t grad_shards = gather ? shards * f32 : numel * rb;
+    consider(grads, gathered, 0, 0, "reduce-scatter of the gradients");
+    consider(gather ? grad_shards + sw * largest_shard_unit * rb : grad_shards, 0, 0, 0, "reduce-scatter of the gradients");
+    consider(grad_shards, 0, 0, adam ? 2 * largest_shard_param * f32 : 0, "optimizer step");
+    MemoryEstimate e;
+    e.parameters = params;
+    e.gradients = peak.grads;
+    e.optimizer_state = peak.optim;
+    e.unsharded = peak.unsharded;
+    e.activations = peak.acts;
+    e.tensors = peak.total;
+    e.peak_at = fmt::format("pp rank {}: {}", r, peak.where);
+    if (build_total > e.tensors) {
+      e = MemoryEstimate{};
+      e.parameters = e.tensors = build_total;
+      e.peak_at = fmt::format("pp rank {}: building the model", r);
+    }
+    e.runtime = o.runtime_baseline_bytes;
+    e.total = e.tensors + e.runtime;
+    e.shard_world = e.expert_shard_world = sw;
+    e.model_states = shards * f32 * 2 + optim_state;
+    e.pipeline_stage = mine.front();
+    rank_totals[static_cast<size_t>(r)] = e.total;
+    for (int s : mine) {
+      auto& ms = stages[static_cast<size_t>(s)];
+      ms.stage = s;
+      ms.rank = r;
+      ms.total = e.total;
+      ms.tensors = e.tensors;
+      ms.peak_at = e.peak_at;
+      const auto& st = plan[static_cast<size_t>(s)];
+      for (int u = st.first; u < st.first + st.count; ++u)
+        ms.units.push_back(u == 0 ? "tok_embeddings" : u == n_units - 1 ? "head" : "layers." + std::to_string(u - 1));
+    }
+    const bool wanted = pp.stage >= 0 ? std::find(mine.begin(), mine.end(), pp.stage) != mine.end()
+                                       : e.total > best.total;
+    if (wanted) best = e;
+  }
+  FSDPP_CHECK_AS(ConfigError, best.total >= 0, "[estimate] pipeline: stage {} is not one of the {} stages",
+                 pp.stage, counts.size());
+  best.stages = stages;
+  best.notes.push_back(fmt::format(
+      "pipeline {} x {} microbatches of {} sequences, schedule {} ({} stage(s) per rank), FSDP over {} rank(s) per "
+      "stage; parameters gathered and gradients unsharded for the whole step; the estimate is pp rank {}'s",
+      degree, m, mb, sched.name, sched.num_stages / degree, sw, best.pipeline_stage >= 0
+          ? sched.rank_of(best.pipeline_stage) : 0));
+  best.notes.push_back("pipeline: the C library's heap is not modelled (allocator 0; set MALLOC_MMAP_THRESHOLD_)");
+  return best;
+}
+
+}  // namespace fsdpp::estimate_detail
