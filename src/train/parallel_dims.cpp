@@ -60,10 +60,10 @@ void validate_pipeline(const TrainConfig& cfg) {
                  "[config] model.tie_embeddings=true {}: the tied table would live on the first and "
                  "the last stage; untie it",
                  with);
-  FSDPP_CHECK_AS(ConfigError, p.tensor_parallel_degree == 1,
-                 "[config] parallelism.tensor_parallel_degree={} {}: tensor parallelism inside the "
-                 "stages is not built yet; use one of them",
-                 p.tensor_parallel_degree, with);
+  FSDPP_CHECK_AS(ConfigError, !cfg.distillation.enabled(),
+                 "[config] distillation.teacher {}: distilling into a pipelined student is not "
+                 "built yet; drop one of them",
+                 with);
   FSDPP_CHECK_AS(ConfigError, p.expert_parallel_degree == 1,
                  "[config] parallelism.expert_parallel_degree={} {}: not supported; use one of them",
                  p.expert_parallel_degree, with);
@@ -214,7 +214,7 @@ std::shared_ptr<dist::DeviceMesh> ParallelDims::build_mesh(dist::World& world) c
 std::shared_ptr<dist::DeviceMesh> ParallelDims::build_pipeline_mesh(dist::World& world) const {
   FSDPP_CHECK(world.size() == world_size(), "[train] a mesh of {} ranks on a world of {}",
               world_size(), world.size());
-  return world.init_device_mesh({pp, dp_shard}, {"pp", "dp_shard"});
+  return world.init_device_mesh({pp, dp_shard, tp}, {"pp", "dp_shard", "tp"});
 }
 
 PipelinePlan pipeline_plan(const TrainConfig& cfg, const ParallelDims& dims) {
@@ -284,7 +284,11 @@ std::shared_ptr<dist::DeviceMesh> ParallelDims::build_expert_mesh(dist::World& w
 
 std::string ParallelDims::describe() const {
   std::string s;
-  if (pp > 1) return fmt::format("pp {} x dp_shard {}", pp, dp_shard);
+  if (pp > 1) {
+    return fmt::format("pp {} x dp_shard {}{}", pp, dp_shard,
+                       tp > 1 ? fmt::format(" x tp {}{}", tp, sequence_parallel ? " (sequence parallel)" : "")
+                              : "");
+  }
   if (dp_replicate > 1) s += fmt::format("dp_replicate {} x ", dp_replicate);
   s += fmt::format("dp_shard {} x tp {}", dp_shard, tp);
   if (sequence_parallel) s += " (sequence parallel)";

@@ -12,6 +12,7 @@
 #include "fsdpp/fsdp/activation_checkpoint.h"
 #include "fsdpp/fsdp/strategy_traits.h"
 #include "fsdpp/fsdp/wrap_policy.h"
+#include "fsdpp/models/llama_tp_plan.h"
 #include "fsdpp/pipeline/clip.h"
 #include "phases.h"
 
@@ -95,7 +96,7 @@ std::vector<torch::nn::Module*> PipelineParts::roots() const {
 
 dist::CommCounters pipeline_comm_counters(const PipelineParts& parts) {
   dist::CommCounters sum;
-  for (const char* dim : {"pp", "dp_shard"}) {
+  for (const char* dim : {"pp", "dp_shard", "tp"}) {
     const auto c = parts.mesh->counters(dim);
     for (int k = 0; k < dist::kNumCollectives; ++k) {
       sum.bytes[static_cast<size_t>(k)] += c.bytes[static_cast<size_t>(k)];
@@ -118,6 +119,14 @@ void shard_pipeline(TrainSession& s) {
   if (fopts.sync_module_states) {
     sync_whole_model(model, world);
     fopts.sync_module_states = false;
+  }
+  if (s.dims.tensor_parallel()) {
+    // The Llama plan on the whole model, then cut: the stages keep its hooks (docs/pipeline.md,
+    // with tensor parallelism); FSDP shards what each rank holds, over dp_shard.
+    s.tp_mesh = parts->mesh;
+    s.tp = models::parallelize_llama(*s.llama, parts->mesh->group("tp"),
+                                     {.sequence_parallel = s.dims.sequence_parallel});
+    fopts.outer_layout = s.tp->outer_layout(model);
   }
   if (t.gradient_checkpointing) {
     apply_activation_checkpointing(model, t.fsdp_config.transformer_layer_cls_to_wrap,
@@ -189,7 +198,19 @@ StepOutcome pipeline_train_step(TrainSession& s, int64_t step) {
   // strategy shards them (replicas otherwise).
   std::vector<std::shared_ptr<dist::ProcessGroup>> groups{parts.mesh->group("pp")};
   if (traits_of(t.fsdp).shards_grads) groups.push_back(parts.mesh->group("dp_shard"));
-  const double grad_norm = pipeline::clip_grad_norm_(parts.runtime->parameters(), max_norm, groups);
+  double grad_norm = 0;
+  if (s.tp) {
+    // The tp-split pieces summed over tp, the parameters tp left whole counted once.
+    pipeline::TensorParallelParams params{.tp = parts.mesh->group("tp")};
+    for (const auto& st : parts.runtime->stages()) {
+      for (const auto& p : st.module->named_parameters()) {
+        (s.tp->placement(p.key()).sharded ? params.split : params.replicated).push_back(p.value());
+      }
+    }
+    grad_norm = pipeline::clip_grad_norm_(params, max_norm, groups);
+  } else {
+    grad_norm = pipeline::clip_grad_norm_(parts.runtime->parameters(), max_norm, groups);
+  }
   FSDPP_CHECK(std::isfinite(grad_norm),
               "[train] step {}: the gradient norm is {} (loss {}): non-finite gradients; stopped "
               "before the optimizer step, so the parameters are those of step {}",
@@ -226,10 +247,24 @@ at::Tensor pipeline_generate(TrainSession& s, const at::Tensor& prompt,
   const auto& cfg = s.llama->config();
   const at::Device device = parts.runtime->parameters().front().device();
   auto pp = parts.mesh->group("pp");
+  auto* parallel = s.llama->parallel.get();
   auto last_logits = [&](const at::Tensor& tokens) {
-    auto out = forward_through(parts, tokens);  // (B,t,V) on the last stage's rank
+    // Sequence parallelism needs a length its degree divides (as models::generate pads).
+    at::Tensor context = tokens;
+    int64_t t = context.size(1);
+    const int64_t multiple = parallel ? parallel->sequence_multiple() : 1;
+    if (t % multiple != 0 && t + multiple - t % multiple <= cfg.max_seq_len) {
+      context = at::cat({context, at::zeros({context.size(0), multiple - t % multiple}, context.options())}, 1);
+    } else if (t % multiple != 0) {
+      context = context.narrow(1, t % multiple, t - t % multiple);
+      t = context.size(1);
+    }
+    auto out = forward_through(parts, context);  // (B,t,V) on the last stage's ranks
     auto last = at::empty({tokens.size(0), cfg.vocab_size}, at::TensorOptions(at::kFloat).device(device));
-    if (out.defined()) last.copy_(out.select(1, out.size(1) - 1).to(at::kFloat));
+    if (out.defined()) {
+      auto l = out.select(1, t - 1).to(at::kFloat);
+      last.copy_(parallel ? parallel->whole_logits(l) : l);  // tp: each rank has its columns
+    }
     pp->broadcast(last, sched.rank_of(sched.num_stages - 1), {"pipeline sample"});
     return last;
   };

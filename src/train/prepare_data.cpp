@@ -80,6 +80,7 @@ void prepare_data(TrainSession& s) {
   auto& init = s.init;
   auto& tokenizer = s.tokenizer;
   s.dims = parallel_dims(cfg, world.size());  // its errors before any data work
+  if (s.dims.pipeline_parallel()) (void)pipeline_plan(cfg, s.dims);  // and the pipeline's
   const fs::path& corpus = s.corpus = corpus_file(cfg.data, cache_dir, world);
   // A model starts from its own tokenizer: the one stored with model.init_from's weights.
   tokenizer = init ? init->take_tokenizer() : nullptr;

@@ -6,12 +6,15 @@
 # norm equal one's within 1e-5, and so do the validation loss and the sample text.
 #   pipeline.sh RUN TRAIN PYTHON SRC 1F1B GPipe        (train.pipeline)
 #   pipeline.sh RUN TRAIN PYTHON SRC Interleaved1F1B   (train.pipeline_interleaved: then ZBH1 on
-#                                                       pp 2 x FSDP 2, layers_per_stage on pp 3)
+#                                                       pp 2 x FSDP 2, 1F1B on pp 2 x TP 2 with
+#                                                       sequence parallelism, layers_per_stage
+#                                                       on pp 3)
 #   pipeline.sh RUN TRAIN PYTHON SRC resume            (train.pipeline_resume: pp 2 x FSDP 2's
 #                                                       SHARDED checkpoint-3 resumes on one
-#                                                       process, pp 4, FSDP 4 and pp 2 x FSDP 2,
-#                                                       its FULL one on one process and pp 4,
-#                                                       with one's losses from step 4)
+#                                                       process, pp 4 and FSDP 4 with one's
+#                                                       losses)
+#   pipeline.sh RUN TRAIN PYTHON SRC resume_full       (train.pipeline_resume_full: its FULL one
+#                                                       on one process, pp 2 x FSDP 2, pp 2 x TP 2)
 #   pipeline.sh RUN TRAIN PYTHON SRC bad               (train.pipeline_config: bad combinations
 #                                                       are [config] errors naming the keys)
 set -euo pipefail
@@ -31,26 +34,33 @@ common=(data.path="$dir/text.txt" data.seq_len=16 data.val_fraction=0.1 model.di
         training.gradient_accumulation_steps=2)
 config="$src/configs/default.yaml"
 source "$src/tests/train/layouts_lib.sh"
-if [[ "${schedules[0]}" == resume ]]; then
+if [[ "${schedules[0]}" == resume* ]]; then
   go 1 one training.per_device_train_batch_size=4
   pp2x2=(parallelism.pipeline_parallel_degree=2 parallelism.pipeline_parallel_microbatch_size=1
          training.per_device_train_batch_size=2 training.per_device_eval_batch_size=2)
   save=(training.save_strategy=steps training.save_steps=3)
-  go 4 src_sharded "${pp2x2[@]}" "${save[@]}"
-  go 4 src_full "${pp2x2[@]}" "${save[@]}" training.fsdp_config.fsdp_state_dict_type=FULL_STATE_DICT
+  # resume: the SHARDED checkpoint into one process, pp 4 and FSDP 4; resume_full: the FULL one
+  # into one process, pp 2 x TP 2 and pp 2 x FSDP 2 (dist.pipeline_state moves both kinds
+  # everywhere, bit for bit).
+  if [[ "${schedules[0]}" == resume ]]; then
+    from=sharded
+    go 4 src_$from "${pp2x2[@]}" "${save[@]}"
+    layouts=("1 one 4" "4 pp4 4 parallelism.pipeline_parallel_degree=4 parallelism.pipeline_parallel_microbatch_size=2"
+             "4 fsdp4 1")
+  else
+    from=full
+    go 4 src_$from "${pp2x2[@]}" "${save[@]}" training.fsdp_config.fsdp_state_dict_type=FULL_STATE_DICT
+    layouts=("1 one 4" "4 pp2x2 2 ${pp2x2[*]}"
+             "4 pp2xtp2 4 parallelism.pipeline_parallel_degree=2 parallelism.pipeline_parallel_microbatch_size=2 parallelism.tensor_parallel_degree=2")
+  fi
   names=()
-  for from in sharded full; do
-    for layout in "1 one 4" "4 pp4 4 parallelism.pipeline_parallel_degree=4 parallelism.pipeline_parallel_microbatch_size=2" \
-                  "4 fsdp4 1" "4 pp2x2 2 ${pp2x2[*]}"; do
-      set -- $layout
-      # FULL into two layouts (dist.pipeline_state moves both kinds everywhere, bit for bit).
-      [[ $from == full && ( $2 == fsdp4 || $2 == pp2x2 ) ]] && continue
-      n=$1 out=r_${from}_$2 b=$3
-      shift 3
-      go "$n" "$out" training.per_device_train_batch_size="$b" \
-        training.resume_from_checkpoint="$dir/src_$from/checkpoint-3" "$@"
-      names+=("$out")
-    done
+  for layout in "${layouts[@]}"; do
+    set -- $layout
+    n=$1 out=r_${from}_$2 b=$3
+    shift 3
+    go "$n" "$out" training.per_device_train_batch_size="$b" \
+      training.resume_from_checkpoint="$dir/src_$from/checkpoint-3" "$@"
+    names+=("$out")
   done
   "$python" - "$dir" "${names[@]}" <<'PY'
 import json, sys
@@ -67,7 +77,7 @@ for name in names:
             diff = abs(j[k] - one[s][k])
             worst = max(worst, diff)
             assert diff < 1e-5, (name, s, k, j[k], one[s][k])
-print(f"pipeline: pp 2 x FSDP 2 checkpoints (SHARDED, FULL) resumed in {len(names)} layouts "
+print(f"pipeline: pp 2 x FSDP 2 checkpoint resumed in {len(names)} layouts ({', '.join(names)}) "
       f"continue with one process's losses, worst difference {worst:.2e}")
 PY
   exit 0
@@ -95,11 +105,16 @@ if $interleaved; then
   go 4 pp2x2_ZBH1 training.per_device_train_batch_size=2 parallelism.pipeline_parallel_degree=2 \
     parallelism.pipeline_parallel_microbatch_size=1 parallelism.pipeline_parallel_schedule=ZBH1 \
     training.per_device_eval_batch_size=2
+  # Tensor parallelism inside the stages, with sequence parallelism: pp 2 x TP 2.
+  go 4 pp2xtp2_sp training.per_device_train_batch_size=4 parallelism.pipeline_parallel_degree=2 \
+    parallelism.pipeline_parallel_microbatch_size=2 parallelism.tensor_parallel_degree=2 \
+    parallelism.enable_sequence_parallel=true
+  grep -q "pipeline parallel: pp 2 x dp_shard 1 x tp 2 (sequence parallel); 1F1B" "$dir/pp2xtp2_sp.log"
   # pipeline_parallel_layers_per_stage: 3 + 3 + 2 units.
   go 3 pp3_layers training.per_device_train_batch_size=4 parallelism.pipeline_parallel_degree=3 \
     parallelism.pipeline_parallel_microbatch_size=4 parallelism.pipeline_parallel_layers_per_stage=3
   grep -q "1F1B, 3 stages of 3+3+2 units, 2 microbatches" "$dir/pp3_layers.log"
-  names+=(pp2x2_ZBH1 pp3_layers)
+  names+=(pp2x2_ZBH1 pp2xtp2_sp pp3_layers)
 fi
 "$python" - "$dir" "${names[@]}" <<'PY'
 import json, sys
@@ -133,8 +148,8 @@ bad 2 "parallelism.pipeline_parallel_schedule='1F2B' is not a schedule; expected
 bad 2 "parallelism.pipeline_parallel_microbatch_size=3 does not divide the 8 sequences" \
   training.per_device_train_batch_size=4 parallelism.pipeline_parallel_degree=2 \
   parallelism.pipeline_parallel_microbatch_size=3
-bad 4 "parallelism.tensor_parallel_degree=2 with parallelism.pipeline_parallel_degree=2" \
-  parallelism.pipeline_parallel_degree=2 parallelism.tensor_parallel_degree=2
+bad 2 "distillation.teacher with parallelism.pipeline_parallel_degree=2" \
+  parallelism.pipeline_parallel_degree=2 distillation.teacher="$dir/teacher"
 bad 2 "training.fp16=true with parallelism.pipeline_parallel_degree=2" \
   parallelism.pipeline_parallel_degree=2 training.fp16=true
 bad 2 "with parallelism.pipeline_parallel_degree=2: only the Llama" \

@@ -44,8 +44,8 @@ struct ParallelDims {
   int dp_rank(int rank) const { return (rank / tp) % dp(); }
   bool tensor_parallel() const { return tp > 1; }
   bool pipeline_parallel() const { return pp > 1; }
-  // ("pp", "dp_shard") over the world, pp outermost: a pp group is ranks dp_shard apart, a
-  // dp_shard group consecutive ranks. Collective.
+  // ("pp", "dp_shard", "tp") over the world, pp outermost and tp innermost (consecutive ranks,
+  // as build_mesh places it). Collective.
   std::shared_ptr<dist::DeviceMesh> build_pipeline_mesh(dist::World& world) const;
   // The mesh, for tensor parallelism only: dims ("replicate",) "shard", "tp" (the replicate
   // dim only when dp_replicate > 1). FSDP shards over sub({"shard"}), or sub({"replicate",
