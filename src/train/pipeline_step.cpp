@@ -110,6 +110,12 @@ void shard_pipeline(TrainSession& s) {
   const auto& cfg = s.cfg;
   const auto& t = cfg.training;
   auto& world = s.world;
+  // The loss lives inside the stages' microbatches: there is no loss of the step to hand over.
+  FSDPP_CHECK_AS(ConfigError, !s.hooks.after_loss,
+                 "[train] TrainerHooks::after_loss is not called under pipeline parallelism "
+                 "(parallelism.pipeline_parallel_degree={}): each microbatch's loss is computed "
+                 "inside the last stage; unset the hook or the pipeline",
+                 s.dims.pp);
   auto parts = std::make_shared<PipelineParts>();
   parts->plan = pipeline_plan(cfg, s.dims);
   parts->mesh = s.dims.build_pipeline_mesh(world);
