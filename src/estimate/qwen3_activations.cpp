@@ -146,10 +146,10 @@ void qwen3_mlp_forward(Ledger& l, const Dims& d, const MoeDims& m, bool sparse, 
       s.ffn.push_back(l.alloc(kActs, d.e * rows * C));  // index_select: the expert's input
       Id y = expert_forward(l, d, m, rows, s.ffn);
       s.ffn.push_back(y);                                // saved by the weights' multiply
-      Id yw = l.alloc(kActs, d.e * rows * C);
+      // Weighted, then added into a new (N, C) sum; index_add's backward keeps its source.
+      s.ffn.push_back(l.alloc(kActs, d.e * rows * C));
       Id next = l.alloc(kActs, d.e * N * C);
       l.free(out);
-      l.free(yw);
       out = next;
     }
     if (hooks.after_forward) hooks.after_forward();
@@ -182,11 +182,11 @@ void qwen3_mlp_forward(Ledger& l, const Dims& d, const MoeDims& m, bool sparse, 
   Id back = l.alloc(kActs, d.e * Nk * C);  // the all-to-all back; saved by the multiply
   l.free(yi);
   s.ffn.push_back(back);
-  Id weighted = l.alloc(kActs, d.e * Nk * C);
+  Id weighted = l.alloc(kActs, d.e * Nk * C);  // kept by index_add's backward (its source)
+  s.ffn.push_back(weighted);
   Id zeros = l.alloc(kActs, d.e * N * C);
   Id out = l.alloc(kActs, d.e * N * C);
   l.free(zeros);
-  l.free(weighted);
   s.out = l.alloc(kActs, d.e * N * C);
   l.free(out);
   l.free(weights);
@@ -246,9 +246,10 @@ Id qwen3_mlp_backward(Ledger& l, const Dims& d, const MoeDims& m, bool sparse, B
       for (auto it = split.rbegin(); it != split.rend(); ++it) {
         const int64_t rows = *it;
         if (rows == 0) continue;
-        pos -= 6;  // xe, four SwiGLU tensors, y
+        pos -= 7;  // xe, four SwiGLU tensors, y, y weighted
         std::vector<Id> sw(experts.begin() + static_cast<long>(pos) + 1, experts.begin() + static_cast<long>(pos) + 5);
         Id gy = l.alloc(kActs, d.e * rows * C);
+        l.free(experts[pos + 6]);
         Id gd = l.alloc(kActs, d.e * rows * C);
         l.free(gy);
         l.free(experts[pos + 5]);
@@ -266,8 +267,9 @@ Id qwen3_mlp_backward(Ledger& l, const Dims& d, const MoeDims& m, bool sparse, B
       }
     } else {
       const int64_t M = Nk, local = m.E / m.ep;
-      const Id tokens = experts[0], back = experts.back();
+      const Id tokens = experts[0], back = experts[experts.size() - 2];
       Id gw = l.alloc(kActs, d.e * Nk * C);     // index_add backward
+      l.free(experts.back());
       Id gback = l.alloc(kActs, d.e * Nk * C);  // times the weights
       l.free(gw);
       l.free(back);
@@ -276,7 +278,7 @@ Id qwen3_mlp_backward(Ledger& l, const Dims& d, const MoeDims& m, bool sparse, B
       Id gy = l.alloc(kActs, d.e * M * C);      // index_select backward: zeros + index_add
       l.free(gyi);
       const auto split = split_rows(M, local);
-      size_t pos = experts.size() - 1;
+      size_t pos = experts.size() - 2;
       Id gtokens = -1;
       bool first = true;
       for (auto it = split.rbegin(); it != split.rend(); ++it) {

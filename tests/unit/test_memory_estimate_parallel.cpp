@@ -96,7 +96,7 @@ class EstimateVsAllocatorMoe : public ::testing::TestWithParam<MoeCase> {};
 // The Qwen3-MoE trained three steps as fsdpp-train runs it: every decoder layer a unit
 // (FULL_SHARD), or with expert parallelism the experts a unit over world / ep and the rest over
 // the world; each rank its own batch.
-TEST_P(EstimateVsAllocatorMoe, PeakTensorBytesWithinTenPercent) {
+TEST_P(EstimateVsAllocatorMoe, PeakTensorBytesWithinFivePercent) {
   const MoeCase c = GetParam();
   const auto cfg = small_moe_config();
   const int64_t B = 8, T = 32;
@@ -145,9 +145,9 @@ TEST_P(EstimateVsAllocatorMoe, PeakTensorBytesWithinTenPercent) {
       std::printf("[estimate] %s: live tensor peak estimated %lld B, counted %lld B (%+.2f%%), at %s\n", c.name,
                   static_cast<long long>(e.tensors), static_cast<long long>(peak[r]), 100 * err, e.peak_at.c_str());
     }
-    // Routing is not balanced in the real run (the estimate assumes it is) and the experts'
-    // per-expert temporaries are lumped; the totals are what is checked.
-    EXPECT_LT(std::abs(err), 0.10) << c.name << " rank " << r << ": estimate " << e.tensors << " B, counted "
+    // Routing is not balanced in the real run (the estimate assumes it is): the totals of the
+    // experts' rows are the same, their per-expert temporaries are not.
+    EXPECT_LT(std::abs(err), 0.05) << c.name << " rank " << r << ": estimate " << e.tensors << " B, counted "
                                    << peak[r] << " B; params " << e.parameters << " grads " << e.gradients
                                    << " optim " << e.optimizer_state << " unsharded " << e.unsharded << " acts "
                                    << e.activations << ", peak at " << e.peak_at;
@@ -171,7 +171,7 @@ struct TeacherCase {
 void PrintTo(const TeacherCase& c, std::ostream* os) { *os << c.name; }
 class EstimateVsAllocatorTeacher : public ::testing::TestWithParam<TeacherCase> {};
 
-TEST_P(EstimateVsAllocatorTeacher, PeakTensorBytesWithinTenPercent) {
+TEST_P(EstimateVsAllocatorTeacher, PeakTensorBytesWithinFivePercent) {
   const TeacherCase c = GetParam();
   auto student_cfg = small_moe_config();
   student_cfg.num_hidden_layers = 2;
@@ -232,7 +232,7 @@ TEST_P(EstimateVsAllocatorTeacher, PeakTensorBytesWithinTenPercent) {
                   c.name, static_cast<long long>(e.tensors), static_cast<long long>(e.teacher),
                   static_cast<long long>(peak[r]), 100 * err, e.peak_at.c_str());
     }
-    EXPECT_LT(std::abs(err), 0.10) << c.name << " rank " << r << ": estimate " << e.tensors << " B, counted "
+    EXPECT_LT(std::abs(err), 0.05) << c.name << " rank " << r << ": estimate " << e.tensors << " B, counted "
                                    << peak[r] << " B; teacher " << e.teacher << " acts " << e.activations
                                    << ", peak at " << e.peak_at;
   }
