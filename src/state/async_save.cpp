@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <set>
 #include <thread>
 
 #include "agree.h"
@@ -15,6 +16,7 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/state/atomic_dir.h"
 #include "fsdpp/state/safetensors.h"
+#include "parts.h"
 #include "records.h"
 
 namespace fsdpp::state {
@@ -31,7 +33,9 @@ class PendingSave {
   // Collective over `group`, like save_state_dict. FULL gathers every unit and keeps the full
   // tensors (parameters and optimizer state) on rank 0; SHARDED and LOCAL copy each rank's
   // own pieces.
-  PendingSave(const std::filesystem::path& dir, torch::nn::Module& root, torch::optim::Optimizer* optimizer,
+  // `parts`: this rank's parts of a model held in parts (parts.h), or the one root.
+  PendingSave(const std::filesystem::path& dir, const std::vector<torch::nn::Module*>& parts,
+              torch::optim::Optimizer* optimizer,
               const std::shared_ptr<dist::ProcessGroup>& group, const SaveOptions& options);
   std::string write_files();
   // Rank 0: every rank's report in rank order.
@@ -48,7 +52,7 @@ class PendingSave {
   std::vector<RecordMeta> metas_;
   std::map<std::string, std::string> extra_files_;
   std::function<void(int, const std::string&)> before_write_;  // SaveOptions::before_write
-  // SHARDED / LOCAL: this rank's pieces (record index, rows, CPU copy).
+  // SHARDED / LOCAL: this rank's pieces (index in metas_, rows, CPU copy).
   std::vector<std::pair<size_t, OwnPiece>> own_;
   // FULL, rank 0: full CPU copies of the parameters and of the optimizer state.
   NamedTensors full_model_, full_optim_;
@@ -63,7 +67,8 @@ at::Tensor cpu_copy(const at::Tensor& t) {
 }
 }  // namespace
 
-PendingSave::PendingSave(const std::filesystem::path& target, torch::nn::Module& root,
+PendingSave::PendingSave(const std::filesystem::path& target,
+                         const std::vector<torch::nn::Module*>& parts,
                          torch::optim::Optimizer* optimizer,
                          const std::shared_ptr<dist::ProcessGroup>& group, const SaveOptions& options)
     : dir(target), type_(options.type), extra_files_(options.extra_files),
@@ -74,34 +79,67 @@ PendingSave::PendingSave(const std::filesystem::path& target, torch::nn::Module&
   world = c.size();
   std::vector<ShardedParam> params;
   std::vector<Record> records;
+  NamedTensors buffers;
   agreed(c, [&] {
-    params = model_params(root);
+    params = parts_params(parts);
     kind_ = optimizer_kind_of(optimizer);
     records = make_records(params, optimizer, kind_);
-    metas_ = metas_of(records);
+    buffers = parts_buffers(parts, options.skip_buffer);
     if (c.rank() != 0) return;
     adir_ = std::make_unique<AtomicDir>(dir);
     tmp = adir_->path().string();
   });
   if (type_ != StateDictType::FULL) gather_record_rows(records);
+  // Every rank's records by name (a model in parts: each rank its own), as save_state_dict.
+  const MergedRecords merged = merge_records(c, metas_of(records));
+  metas_ = merged.metas;
+  {  // rank 0 writes the buffers: a buffer only another rank holds would be lost (as in save.cpp)
+    std::vector<std::string> names;
+    for (const auto& b : buffers) names.push_back(b.first);
+    const auto every = all_names(c, names);
+    agreed(c, [&] {
+      if (c.rank() != 0) return;
+      std::set<std::string> mine(names.begin(), names.end());
+      for (const auto& n : every) {
+        FSDPP_CHECK_AS(CheckpointError, mine.count(n),
+                       "[state] buffer '{}' is held by another rank than rank 0, which writes the "
+                       "buffers; a model in parts must keep its saved buffers on rank 0 too", n);
+      }
+    });
+  }
   broadcast_string(c, tmp, 0);
   if (type_ == StateDictType::FULL) {
     std::string err;  // rank 0 keeps joining the gathers after an error
+    std::map<size_t, at::Tensor> to_send;  // tensors rank 0 does not hold, from their first holder
     gather_full_records(records, [&](bool is_optim, const std::string& name, const at::Tensor& full) {
-      if (c.rank() != 0 || !err.empty()) return;
+      if (c.rank() != 0) {
+        const size_t g = merged.index.at(name);
+        if (merged.holder[g] == c.rank()) to_send[g] = full.contiguous().clone();
+        return;
+      }
+      if (!err.empty()) return;
       try {
         (is_optim ? full_optim_ : full_model_).emplace_back(name, cpu_copy(full));
       } catch (const std::exception& e) {
         err = e.what();
       }
     });
+    for (size_t g = 0; g < metas_.size(); ++g) {
+      const auto& m = metas_[g];
+      if (merged.holder[g] == 0 || !m.defined) continue;
+      if (c.rank() == 0) {
+        auto t = at::empty(m.shape, at::TensorOptions(m.dtype).device(c.device()));
+        c.group->recv(t, merged.holder[g], 0, kStateTag);
+        (m.state.empty() ? full_model_ : full_optim_).emplace_back(m.name, cpu_copy(t));
+      } else if (merged.holder[g] == c.rank()) {
+        c.group->send(to_send.at(g).to(c.device()), 0, 0, kStateTag);
+      }
+    }
     agreed(c, [&] {
       if (!err.empty()) throw CheckpointError(err);
       if (c.rank() != 0) return;
       for (auto& st : full_steps(metas_)) full_optim_.push_back(std::move(st));
-      for (const auto& [name, t] : model_buffers(root, options.skip_buffer)) {
-        buffers_.emplace_back(name, cpu_copy(t));
-      }
+      for (const auto& [name, t] : buffers) buffers_.emplace_back(name, cpu_copy(t));
     });
   } else {
     const bool local = type_ == StateDictType::LOCAL;
@@ -110,12 +148,10 @@ PendingSave::PendingSave(const std::filesystem::path& target, torch::nn::Module&
         auto piece = own_piece(records[i], local);
         if (!piece.t.defined()) continue;
         piece.t = cpu_copy(piece.t);
-        own_.emplace_back(i, std::move(piece));
+        own_.emplace_back(merged.local[i], std::move(piece));
       }
       if (c.rank() != 0) return;
-      for (const auto& [name, t] : model_buffers(root, options.skip_buffer)) {
-        buffers_.emplace_back(name, cpu_copy(t));
-      }
+      for (const auto& [name, t] : buffers) buffers_.emplace_back(name, cpu_copy(t));
     });
   }
 }
@@ -275,10 +311,16 @@ void AsyncSaver::wait() {
 void AsyncSaver::save(const fs::path& dir, torch::nn::Module& root,
                       torch::optim::Optimizer* optimizer, const SaveOptions& options,
                       std::function<void()> on_committed) {
+  save(dir, std::vector<torch::nn::Module*>{&root}, optimizer, options, std::move(on_committed));
+}
+
+void AsyncSaver::save(const fs::path& dir, const std::vector<torch::nn::Module*>& parts,
+                      torch::optim::Optimizer* optimizer, const SaveOptions& options,
+                      std::function<void()> on_committed) {
   wait();
   auto& s = *s_;
   const auto t0 = Clock::now();
-  auto pending = std::make_shared<detail::PendingSave>(dir, root, optimizer, s.comm.group, options);
+  auto pending = std::make_shared<detail::PendingSave>(dir, parts, optimizer, s.comm.group, options);
   s.snapshot_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   s.dir = dir;
   s.error.clear();

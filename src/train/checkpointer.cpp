@@ -534,7 +534,11 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
     for (int64_t i = 0; i < extra; ++i) state::remove_tree(found[i].second);
   };
   if (s.saver) {
-    s.saver->save(dir, model, optimizer, so, prune);
+    if (s.parts.empty()) {
+      s.saver->save(dir, model, optimizer, so, prune);
+    } else {
+      s.saver->save(dir, s.parts, optimizer, so, prune);
+    }
     s.pending_dir = dir;
     s.say(fmt::format("[train] checkpoint-{} (async): training blocked {:.1f} ms (waited {:.1f} ms "
                       "for the previous save, state copied in {:.1f} ms); writing {} in the "

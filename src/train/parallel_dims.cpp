@@ -81,10 +81,6 @@ void validate_pipeline(const TrainConfig& cfg) {
                  "[config] training.fsdp_config offload (offload_params / offload_optimizer_state_dir) "
                  "{} is not supported; drop the offload or the pipeline",
                  with);
-  FSDPP_CHECK_AS(ConfigError, !t.async_save,
-                 "[config] training.async_save=true {}: checkpoints of a pipelined run are saved "
-                 "synchronously; set training.async_save=false",
-                 with);
   FSDPP_CHECK_AS(ConfigError, t.fsdp_config.state_dict_type != state::StateDictType::LOCAL,
                  "[config] training.fsdp_config.fsdp_state_dict_type=LOCAL_STATE_DICT {}: use "
                  "SHARDED_STATE_DICT or FULL_STATE_DICT (they load into any layout)",

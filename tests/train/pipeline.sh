@@ -10,7 +10,8 @@
 #                                                       sequence parallelism, layers_per_stage
 #                                                       on pp 3)
 #   pipeline.sh RUN TRAIN PYTHON SRC resume            (train.pipeline_resume: pp 2 x FSDP 2's
-#                                                       SHARDED checkpoint-3 resumes on one
+#                                                       SHARDED checkpoint-3, saved with
+#                                                       async_save, resumes on one
 #                                                       process, pp 4 and FSDP 4 with one's
 #                                                       losses)
 #   pipeline.sh RUN TRAIN PYTHON SRC resume_full       (train.pipeline_resume_full: its FULL one
@@ -44,7 +45,8 @@ if [[ "${schedules[0]}" == resume* ]]; then
   # everywhere, bit for bit).
   if [[ "${schedules[0]}" == resume ]]; then
     from=sharded
-    go 4 src_$from "${pp2x2[@]}" "${save[@]}"
+    # Saved in the background (training.async_save): the same checkpoint.
+    go 4 src_$from "${pp2x2[@]}" "${save[@]}" training.async_save=true
     layouts=("1 one 4" "4 pp4 4 parallelism.pipeline_parallel_degree=4 parallelism.pipeline_parallel_microbatch_size=2"
              "4 fsdp4 1")
   else

@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fsdpp/state/state_dict.h"
 
@@ -58,6 +59,10 @@ class AsyncSaver {
   // `dir`. `on_committed` runs on rank 0's writer thread right after the directory is in place
   // (fsdpp-train deletes checkpoints beyond save_total_limit there); it must not use `group`.
   void save(const std::filesystem::path& dir, torch::nn::Module& root,
+            torch::optim::Optimizer* optimizer, const SaveOptions& options = {},
+            std::function<void()> on_committed = {});
+  // The same for a model held in parts across the ranks (state_dict.h: pipeline stages).
+  void save(const std::filesystem::path& dir, const std::vector<torch::nn::Module*>& parts,
             torch::optim::Optimizer* optimizer, const SaveOptions& options = {},
             std::function<void()> on_committed = {});
 
