@@ -262,20 +262,31 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
         case pipeline::ActionKind::B:
         case pipeline::ActionKind::I:
           if (bwd_pending.erase({a.stage, a.microbatch})) pending -= msg;  // counted in the backward's own
+          // The stage's first backward makes its gradients as it goes (the backward's own
+          // temporaries hold them, a block at a time); they stay from then on.
+          // The first stage's input needs no gradient: its I does nothing and its W is the
+          // whole backward (split_backward.h).
+          if (!(a.kind == pipeline::ActionKind::I && st.embedding))
+            consider(grads, gathered, pending + acts + st.bwd_extra, 0, at);
           if (a.kind == pipeline::ActionKind::B) grads_appear(a.stage);
-          consider(grads, gathered, pending + acts + st.bwd_extra, 0, at);
           --in_flight[a.stage];
           if (a.kind == pipeline::ActionKind::B) {
             acts -= st.saved;
           } else {
-            acts += st.wgrad;
+            if (!st.embedding) acts += st.wgrad;
             ms.held_weight_grads = std::max(ms.held_weight_grads, ++held_w[a.stage]);
           }
           break;
         case pipeline::ActionKind::W:
-          grads_appear(a.stage);
-          consider(grads, gathered, pending + acts + st.largest_param * pb, 0, at);
-          acts -= st.saved + st.wgrad;
+          if (st.embedding) {
+            consider(grads, gathered, pending + acts + st.bwd_extra, 0, at);
+            grads_appear(a.stage);
+            acts -= st.saved;
+          } else {
+            grads_appear(a.stage);
+            consider(grads, gathered, pending + acts + st.largest_param * pb, 0, at);
+            acts -= st.saved + st.wgrad;
+          }
           --held_w[a.stage];
           break;
         default:
