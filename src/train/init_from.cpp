@@ -175,4 +175,12 @@ void ModelSource::load_after_sharding(models::CausalLM& model,
   state::load_state_dict(dir_, model.module(), /*optimizer=*/nullptr, group, lo);
 }
 
+void ModelSource::load_after_sharding(const std::vector<torch::nn::Module*>& parts,
+                                      const std::shared_ptr<dist::ProcessGroup>& group) const {
+  if (hf_) return;  // loaded into the whole model before it was cut
+  state::LoadOptions lo;
+  lo.skip_buffer = [](const std::string& n) { return models::is_non_persistent_buffer(n); };
+  state::load_state_dict(dir_, parts, /*optimizer=*/nullptr, group, lo);
+}
+
 }  // namespace fsdpp::train::detail

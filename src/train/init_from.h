@@ -50,6 +50,9 @@ class ModelSource {
   void load_before_sharding(models::CausalLM& model) const;
   void load_after_sharding(models::CausalLM& model,
                            const std::shared_ptr<dist::ProcessGroup>& group) const;
+  // The same into a model held in parts (a pipelined run's stages, state_dict.h).
+  void load_after_sharding(const std::vector<torch::nn::Module*>& parts,
+                           const std::shared_ptr<dist::ProcessGroup>& group) const;
 
  private:
   std::filesystem::path dir_;

@@ -85,9 +85,6 @@ void validate_pipeline(const TrainConfig& cfg) {
                  "[config] training.fsdp_config.fsdp_state_dict_type=LOCAL_STATE_DICT {}: use "
                  "SHARDED_STATE_DICT or FULL_STATE_DICT (they load into any layout)",
                  with);
-  FSDPP_CHECK_AS(ConfigError, cfg.model.init_from.empty(),
-                 "[config] model.init_from {}: fine-tuning a pipelined run is not built yet",
-                 with);
 }
 
 }  // namespace

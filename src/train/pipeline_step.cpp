@@ -116,6 +116,11 @@ void shard_pipeline(TrainSession& s) {
                  "(parallelism.pipeline_parallel_degree={}): each microbatch's loss is computed "
                  "inside the last stage; unset the hook or the pipeline",
                  s.dims.pp);
+  // model.init_from may have made the model another architecture after the config's checks.
+  FSDPP_CHECK_AS(ConfigError, s.llama,
+                 "[train] model.init_from made the model {} with parallelism.pipeline_parallel_degree={}: "
+                 "only the Llama is cut into stages so far",
+                 s.lm->describe(), s.dims.pp);
   auto parts = std::make_shared<PipelineParts>();
   parts->plan = pipeline_plan(cfg, s.dims);
   parts->mesh = s.dims.build_pipeline_mesh(world);
@@ -163,6 +168,12 @@ void shard_pipeline(TrainSession& s) {
   } catch (const ConfigError& e) {
     FSDPP_THROW(ConfigError, "[config] parallelism.pipeline_parallel_schedule={}: {}",
                 cfg.parallelism.pipeline_parallel_schedule, e.what());
+  }
+  if (s.init) {
+    s.init->load_after_sharding(parts->roots(), world.group());
+    s.say(fmt::format("[train] weights from {} (model.init_from); optimizer, schedule and data "
+                      "start afresh at step 1",
+                      s.init->dir().string()));
   }
   int64_t held = 0;
   for (const auto& p : parts->runtime->parameters()) held += p.numel();

@@ -13,7 +13,8 @@
 #                                                       SHARDED checkpoint-3, saved with
 #                                                       async_save, resumes on one
 #                                                       process, pp 4 and FSDP 4 with one's
-#                                                       losses)
+#                                                       losses; model.init_from it on pp 2 x
+#                                                       FSDP 2 equals one process)
 #   pipeline.sh RUN TRAIN PYTHON SRC resume_full       (train.pipeline_resume_full: its FULL one
 #                                                       on one process, pp 2 x FSDP 2, pp 2 x TP 2)
 #   pipeline.sh RUN TRAIN PYTHON SRC bad               (train.pipeline_config: bad combinations
@@ -82,6 +83,27 @@ for name in names:
 print(f"pipeline: pp 2 x FSDP 2 checkpoint resumed in {len(names)} layouts ({', '.join(names)}) "
       f"continue with one process's losses, worst difference {worst:.2e}")
 PY
+  if [[ "${schedules[0]}" == resume ]]; then
+    # model.init_from a pipelined run's checkpoint: fine-tuning on pp 2 x FSDP 2 equals it on
+    # one process (new run: step 1, fresh optimizer).
+    init=(model.init_from="$dir/src_sharded/checkpoint-3" training.max_steps=3)
+    go 1 i_one training.per_device_train_batch_size=4 "${init[@]}"
+    go 4 i_pp2x2 "${pp2x2[@]}" "${init[@]}"
+    grep -q "weights from .*src_sharded/checkpoint-3 (model.init_from)" "$dir/i_pp2x2.log"
+    "$python" - "$dir" <<'PY'
+import json, sys
+d = sys.argv[1]
+def steps(name):
+    return {j["step"]: j for j in map(json.loads, open(f"{d}/{name}/metrics.jsonl")) if "loss" in j}
+a, b, fresh = steps("i_one"), steps("i_pp2x2"), steps("one")
+assert sorted(a) == sorted(b) == [1, 2, 3], (sorted(a), sorted(b))
+assert a[1]["loss"] < fresh[1]["loss"] - 0.01, ("init_from did not load", a[1]["loss"], fresh[1]["loss"])
+for s in a:
+    for k in ("loss", "grad_norm"):
+        assert abs(a[s][k] - b[s][k]) < 1e-5, (s, k, a[s][k], b[s][k])
+print("pipeline: model.init_from the pp 2 x FSDP 2 checkpoint trains on pp 2 x FSDP 2 as on one process")
+PY
+  fi
   exit 0
 fi
 if [[ "${schedules[0]}" != bad ]]; then
