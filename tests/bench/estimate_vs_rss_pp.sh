@@ -14,6 +14,7 @@ run=$1 train=$2 bench=$3 estimate=$4 python=$5 src=$6
 cases=${7:-"2:GPipe 2:1F1B 2:ZBH1 2:Interleaved1F1B 4:1F1B"}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
+. "$src/tests/bench/estimate_rss_lib.sh"
 cp "$src/docs/estimate.md" "$dir/text.txt"  # any fixed text: the loss does not matter here
 common=(data.path="$dir/text.txt" data.seq_len=128 data.val_fraction=0.05 data.cache_dir="$dir/cache"
         model.dim=256 model.n_layers=4 model.n_heads=4 model.n_kv_heads=2 model.max_seq_len=128
@@ -24,32 +25,9 @@ common=(data.path="$dir/text.txt" data.seq_len=128 data.val_fraction=0.05 data.c
 status=0
 for c in $cases; do
   IFS=: read -r n schedule <<<"$c"
-  [ -f "$dir/baseline-$n.json" ] ||
-    "$run" --nproc-per-node $n --timeout-s 120 "$bench" baseline --out "$dir/baseline-$n.json" >/dev/null
-  name=$schedule-$n
-  keys=("${common[@]}" parallelism.pipeline_parallel_schedule=$schedule)
-  "$run" --nproc-per-node "$n" --timeout-s 120 "$train" "$src/configs/default.yaml" "${keys[@]}" \
-    training.output_dir="$dir/$name" > "$dir/$name.log" 2>&1 || { cat "$dir/$name.log"; exit 1; }
-  grep -q "memory check: skipped" "$dir/$name.log" && { echo "$name: the trainer skipped its memory check"; exit 1; }
-  base=$("$python" -c "import json,sys; print(max(json.load(open(sys.argv[1]))['peak_rss_mb']))" "$dir/baseline-$n.json")
-  "$estimate" --json "$src/configs/default.yaml" "${keys[@]}" --world-size "$n" --runtime-baseline-mb "$base" \
-    > "$dir/est-$name.json"
-  "$python" - "$dir/$name/metrics.jsonl" "$dir/est-$name.json" "$name" "$dir/measured.txt" <<'PY' || status=1
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-meas = max(r["peak_rss_mb"] for r in rows if "peak_rss_mb" in r)
-e = json.load(open(sys.argv[2]))["estimates"][0]
-assert e["pipeline_parallel"] == 2, e  # the config's parallelism: section reached the estimate
-est = e["total_bytes"] / 2**20
-err = (est - meas) / meas
-stages = "; ".join(f"stage {s['stage']} (rank {s['rank']}) in flight {s['in_flight']}, W {s['held_weight_grads']}"
-                   for s in e["stages"])
-print(f"{sys.argv[3]}: measured peak RSS {meas:.0f} MiB, estimate {est:.0f} MiB ({100 * err:+.1f}%; "
-      f"activations {e['activations_bytes'] / 2**20:.1f}, runtime {e['runtime_bytes'] / 2**20:.1f}; peak at "
-      f"{e['peak_at']}; {stages})")
-open(sys.argv[4], "a").write(f"{sys.argv[3]} {meas} {est}\n")
-sys.exit(0 if abs(err) < 0.10 else 1)
-PY
+  train_and_estimate "$schedule-$n" "$n" "$src/configs/default.yaml" "${common[@]}" \
+    parallelism.pipeline_parallel_schedule=$schedule
+  check_estimate "$schedule-$n" 0.10 --expect pipeline_parallel=2 --record "$dir/measured.txt" || status=1
 done
 "$python" - "$dir/measured.txt" <<'PY' || status=1
 import sys
