@@ -19,6 +19,8 @@ void build_model(TrainSession& s) {
                  "[train] model.vocab_size={} is smaller than the tokenizer's vocabulary ({})",
                  vocab, tokenizer->vocab_size());
   const bool llama = cfg.model.architecture == ModelArchitecture::LLAMA;
+  // distillation.teacher's directory and vocabulary, named by the key before anything reads it.
+  if (cfg.distillation.enabled()) check_teacher_source(cfg, vocab);
   if (!t.skip_memory_check && world.backend() == dist::BackendKind::GLOO) {
     // The host's memory is the device's on CPU; a GPU's is not checked here.
     const int local = world.env().local_world_size;

@@ -26,6 +26,10 @@
 
 namespace fsdpp::train::detail {
 
+// Throws ConfigError naming distillation.teacher when its directory is neither kind of model, or
+// its vocabulary is not `student_vocab` (naming both), or top_k is above it. Reads configs only.
+ModelSource check_teacher_source(const TrainConfig& cfg, int64_t student_vocab);
+
 class Teacher {
  public:
   // Collective over the world: reads the teacher's config and weights, checks its vocabulary

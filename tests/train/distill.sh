@@ -35,6 +35,8 @@ go 1 d1 "${student[@]}" training.per_device_train_batch_size=8
 go 2 d2 "${student[@]}" distillation.training.per_device_train_batch_size=4
 go 2 ep2 "${student[@]}" training.per_device_train_batch_size=4 parallelism.expert_parallel_degree=2
 grep -q "distillation: teacher Qwen3-MoE hidden 64 x 2 layers" "$dir/d2.log"
+grep -qa "train/kd_loss" "$dir"/d1/runs/events.out.tfevents.*  # TensorBoard has them too
+grep -qa "train/ce_loss" "$dir"/d1/runs/events.out.tfevents.*
 same=(model.init_from="$teacher" training.max_steps=1 training.per_device_train_batch_size=8
       distillation.teacher="$teacher" distillation.kd_ratio=1)
 go 1 same "${same[@]}"
