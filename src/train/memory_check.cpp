@@ -83,10 +83,11 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
     pp.layers_per_stage = static_cast<int>(p.pipeline_parallel_layers_per_stage);
     pp.microbatches = static_cast<int>(step_batch / std::max<int64_t>(1, p.pipeline_parallel_microbatch_size));
     out.options.batch = step_batch;
-    if (p.tensor_parallel_degree > 1 || cfg.training.gradient_checkpointing || traits_of(cfg.training.fsdp).hybrid ||
-        cfg.training.fsdp_config.offload_params)
-      out.skip = "pipeline parallelism with tensor parallelism, gradient checkpointing, offload or HYBRID "
-                 "sharding is not modelled by fsdpp-estimate yet";
+    const auto& traits = traits_of(cfg.training.fsdp);
+    if (p.tensor_parallel_degree > 1 || cfg.training.gradient_checkpointing || traits.hybrid ||
+        traits.keep_unsharded_between_steps || cfg.training.fsdp_config.offload_params)
+      out.skip = "pipeline parallelism with tensor parallelism, gradient checkpointing, offload, ZERO1 or "
+                 "HYBRID sharding is not modelled by fsdpp-estimate yet";
   }
   // Distillation: the teacher's shape from its directory (weights unread), its dtype.
   if (cfg.distillation.enabled()) {
