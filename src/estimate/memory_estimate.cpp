@@ -400,7 +400,7 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
     std::vector<Id> kd_saved;
     if (teacher && have_shape) {
       const Id tl = teacher_forward(l, *teacher, o.batch, o.seq_len);
-      kd_saved = distill_loss_forward(l, d.BT, d.V, d.e, teacher->bytes, tl);
+      kd_saved = distill_loss_forward(l, d.BT, d.V, d.e, teacher->compute_bytes, tl);
     }
 
     // ---- backward ------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ TeacherPlan plan_teacher(const EstimateOptions::Teacher& teacher, int shard_worl
   p.model = &teacher.model;
   p.shard_world = shard_world;
   p.bytes = dtype_bytes(teacher.dtype);
+  p.compute_bytes = dtype_bytes(teacher.compute.value_or(teacher.dtype));
   p.forward_prefetch = forward_prefetch;
   for (const auto& u : teacher.model.units) {
     int64_t n = 0;
@@ -65,7 +66,7 @@ void build_teacher(Ledger& l, const TeacherPlan& p) {
 Id teacher_forward(Ledger& l, const TeacherPlan& p, int64_t B, int64_t T) {
   const auto& m = *p.model;
   const auto& s = *m.shape;
-  const int64_t BT = B * T, e = p.bytes, C = s.dim;
+  const int64_t BT = B * T, e = p.compute_bytes, C = s.dim;
   const bool gather = p.shard_world > 1;
   const size_t n = m.units.size();
   std::vector<Id> pending(n, -1);

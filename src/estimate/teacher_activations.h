@@ -13,7 +13,8 @@ namespace fsdpp::estimate_detail {
 struct TeacherPlan {
   const ModelDescription* model = nullptr;
   int shard_world = 1;        // the data-parallel ranks: FULL_SHARD over all of them
-  int64_t bytes = 4;          // its parameters' (and compute's) element bytes
+  int64_t bytes = 4;          // its stored parameters' element bytes
+  int64_t compute_bytes = 4;  // its gathered parameters', activations' and logits'
   int forward_prefetch = 0;   // units gathered ahead (fully_shard's forward_prefetch)
   std::vector<int64_t> shard; // per unit: this rank's padded elements
 };

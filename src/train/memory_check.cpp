@@ -89,11 +89,13 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
       out.skip = "pipeline parallelism with tensor parallelism, gradient checkpointing, offload, ZERO1 or "
                  "HYBRID sharding is not modelled by fsdpp-estimate yet";
   }
-  // Distillation: the teacher's shape from its directory (weights unread), its dtype.
+  // Distillation: the teacher's shape from its directory (weights unread), its dtype; gathered
+  // and computed in float32 (the trainer runs on the CPU: teacher.h).
   if (cfg.distillation.enabled()) {
     out.options.teacher = EstimateOptions::Teacher{
         describe_model_directory(cfg.distillation.teacher),
-        cfg.distillation.teacher_dtype == TeacherDtype::BFLOAT16 ? EstimateDType::BF16 : EstimateDType::FP32};
+        cfg.distillation.teacher_dtype == TeacherDtype::BFLOAT16 ? EstimateDType::BF16 : EstimateDType::FP32,
+        EstimateDType::FP32};
     if (p.tensor_parallel_degree > 1)
       out.skip = "a distillation teacher with tensor parallelism is not modelled by fsdpp-estimate yet";
   }

@@ -356,8 +356,10 @@ int main(int argc, char** argv) {
                      "[estimate] a distillation teacher needs the student's shape (its vocabulary and logits), "
                      "not --params");
       const auto& sh = *model->shape;
+      // Gathered and computed in float32, as fsdpp-train's teacher on the CPU.
       o.teacher = fsdpp::EstimateOptions::Teacher{fsdpp::train::describe_teacher(teacher_path, sh.vocab_size),
-                                                  o.teacher ? o.teacher->dtype : fsdpp::EstimateDType::FP32};
+                                                  o.teacher ? o.teacher->dtype : fsdpp::EstimateDType::FP32,
+                                                  fsdpp::EstimateDType::FP32};
     }
     if (!teacher_dtype.empty()) {
       FSDPP_CHECK_AS(ConfigError, o.teacher.has_value(),

@@ -200,6 +200,10 @@ struct EstimateOptions {
   struct Teacher {
     ModelDescription model;
     EstimateDType dtype = EstimateDType::FP32;
+    // What its gathered parameters, forward and logits use (unset: `dtype`, as on a GPU).
+    // fsdpp-train's teacher on the CPU gathers and computes in float32 whatever its storage
+    // (oneDNN's bf16 kernels cache a primitive per shape: docs/distillation.md#the-teacher).
+    std::optional<EstimateDType> compute;
   };
   std::optional<Teacher> teacher;
 };
