@@ -37,6 +37,10 @@ void open_logs(TrainSession& s);
 void train_loop(TrainSession& s);
 TrainResult finish(TrainSession& s);
 
+// fsdp_sync_module_states: rank 0's parameters and buffers on every rank, over the world, before
+// any unit exists or the model is cut into stages (shard_model.cpp).
+void sync_module_states(torch::nn::Module& model, dist::World& world);
+
 // Bytes the units moved over the shard groups (inside a node under hybrid_shard) and over the
 // replicate groups (across nodes), for metrics.jsonl (shard_model.cpp).
 std::pair<uint64_t, uint64_t> comm_split(TrainSession& s);

@@ -23,21 +23,6 @@ namespace {
 // its messages by the end of each step).
 constexpr int kForwardTag = 1 << 24;
 
-// fsdp_sync_module_states: rank 0's whole model on every rank, before it is cut (as shard_model
-// does for the unsplit model).
-void sync_whole_model(torch::nn::Module& model, dist::World& world) {
-  if (world.size() == 1) return;
-  at::NoGradGuard no_grad;
-  std::vector<at::Tensor> tensors;
-  for (auto& p : model.parameters()) tensors.push_back(p);
-  for (auto& b : model.buffers()) tensors.push_back(b);
-  for (auto& t : tensors) {
-    auto c = t.contiguous();
-    world.group()->broadcast(c, 0, {"sync_module_states"});
-    if (!c.is_same(t)) t.copy_(c);
-  }
-}
-
 // Sends `t` with its dtype and sizes first, so that the receiver needs to know neither.
 void send_tensor(dist::ProcessGroup& pp, const at::Tensor& t, int dst, int tag) {
   auto c = t.contiguous();
@@ -128,7 +113,7 @@ void shard_pipeline(TrainSession& s) {
   FullyShardOptions& fopts = s.fopts = cfg.fully_shard_options(parts->mesh->sub({"dp_shard"}));
   torch::nn::Module& model = s.lm->module();
   if (fopts.sync_module_states) {
-    sync_whole_model(model, world);
+    sync_module_states(model, world);
     fopts.sync_module_states = false;
   }
   if (s.dims.tensor_parallel()) {

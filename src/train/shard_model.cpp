@@ -50,6 +50,8 @@ void check_layer_classes(const TrainConfig& cfg, torch::nn::Module& model) {
   }
 }
 
+}  // namespace
+
 // fsdp_sync_module_states: rank 0's parameters and buffers on every rank, once, over the world
 // before any unit exists (every tensor is then whole on every rank). Done here rather than by
 // each fully_shard call: fully_shard's broadcast on the root unit also covers the parameters of
@@ -67,8 +69,6 @@ void sync_module_states(torch::nn::Module& model, dist::World& world) {
     if (!c.is_same(t)) t.copy_(c);
   }
 }
-
-}  // namespace
 
 void shard_model(TrainSession& s) {
   const auto& cfg = s.cfg;
