@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Does distillation beat cross-entropy for a compressed MoE? The experiment of
-# docs/distillation.md "Measured: distilled vs cross-entropy only", end to end:
+# docs/distillation.md "Does it help? Measured on tinyshakespeare", end to end:
 #
 #   1. a teacher Qwen3-MoE (configs/qwen3-moe-small.yaml, 8 experts per layer) trained on DATA
 #   2. fsdpp-ckpt compress: the student keeps the EXPERTS most used experts of each layer
@@ -13,7 +13,7 @@
 #   e.g. scripts/distill_experiment.sh build ../shared/data/tinyshakespeare.txt /tmp/distill-exp
 # Writes WORK_DIR/results.md (the table), WORK_DIR/<run>.log and the runs' directories.
 # Knobs (environment): TEACHER_STEPS=500 STUDENT_STEPS=400 EXPERTS=4 NPROC=2 STUDENT_LR=5e-4
-#   EVAL_STEPS=100 VARIANT=1. About 15 minutes on 2 CPU cores with the defaults.
+#   EVAL_STEPS=100 VARIANT=1. About 9 to 15 minutes on 2 busy CPU cores with the defaults.
 #
 # Every student run has the same data order (training.seed), batch (8 sequences of 128 tokens
 # per rank), schedule and world size, and every run (the teacher's too) evaluates on the whole
