@@ -192,6 +192,15 @@ std::vector<TensorBoardScalar> tensorboard_scalars(const nlohmann::json& metrics
   std::vector<TensorBoardScalar> out;
   for (const auto& [key, value] : metrics_line.items()) {
     if (key == "step") continue;
+    if (value.is_array()) {
+      // A figure per rank (rss_mb_per_rank): one tag per rank, train/rss_mb_per_rank/rank_0, ...
+      for (size_t r = 0; r < value.size(); ++r) {
+        if (value[r].is_number()) {
+          out.push_back({fmt::format("train/{}/rank_{}", key, r), static_cast<float>(value[r].get<double>())});
+        }
+      }
+      continue;
+    }
     float v = 0;
     if (value.is_boolean()) {
       v = value.get<bool>() ? 1.0f : 0.0f;

@@ -9,10 +9,13 @@ set -euo pipefail
 run=$1 train=$2 src=$3
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
-job=("$src/configs/default.yaml" "data.path=$src/configs" data.seq_len=32 model.max_seq_len=32
+# A corpus of a fixed size (the byte tokenizer: 4,893 tokens), not a folder of the project that
+# grows: data.val_fraction=0.01 of it is 48 tokens, one window of 33 tokens for 2 ranks.
+seq 1 1200 > "$d/corpus.txt"
+job=("$src/configs/default.yaml" "data.path=$d/corpus.txt" data.seq_len=32 model.max_seq_len=32
      model.dim=32 model.n_layers=2 training.sample_tokens=0 "data.cache_dir=$d/cache")
 
-# 1. data.val_fraction=0.01 of configs/ is ~45 tokens: one window of 33 tokens for 2 ranks.
+# 1. One window of 33 tokens for 2 ranks.
 if "$run" --nproc-per-node 2 --timeout-s 120 "$train" "${job[@]}" data.val_fraction=0.01 \
      training.max_steps=5 "training.output_dir=$d/small-val" >"$d/log" 2>&1; then
   cat "$d/log"; echo "FAIL: a validation split of one window on 2 ranks was accepted"; exit 1

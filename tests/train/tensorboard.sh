@@ -71,7 +71,10 @@ def expected_scalars(metrics):
     for line in open(metrics):
         j = json.loads(line)
         for k, v in j.items():
-            if k != "step" and not isinstance(v, str):
+            if isinstance(v, list):  # a figure per rank: one tag per rank
+                for r, x in enumerate(v):
+                    want.setdefault(f"train/{k}/rank_{r}", {})[j["step"]] = f32(x)
+            elif k != "step" and not isinstance(v, str):
                 want.setdefault(HF_TAGS.get(k, "train/" + k), {})[j["step"]] = f32(v)
     return want
 
