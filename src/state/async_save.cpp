@@ -93,20 +93,7 @@ PendingSave::PendingSave(const std::filesystem::path& target,
   // Every rank's records by name (a model in parts: each rank its own), as save_state_dict.
   const MergedRecords merged = merge_records(c, metas_of(records));
   metas_ = merged.metas;
-  {  // rank 0 writes the buffers: a buffer only another rank holds would be lost (as in save.cpp)
-    std::vector<std::string> names;
-    for (const auto& b : buffers) names.push_back(b.first);
-    const auto every = all_names(c, names);
-    agreed(c, [&] {
-      if (c.rank() != 0) return;
-      std::set<std::string> mine(names.begin(), names.end());
-      for (const auto& n : every) {
-        FSDPP_CHECK_AS(CheckpointError, mine.count(n),
-                       "[state] buffer '{}' is held by another rank than rank 0, which writes the "
-                       "buffers; a model in parts must keep its saved buffers on rank 0 too", n);
-      }
-    });
-  }
+  check_buffers_on_rank0(c, buffers);
   broadcast_string(c, tmp, 0);
   if (type_ == StateDictType::FULL) {
     std::string err;  // rank 0 keeps joining the gathers after an error

@@ -96,4 +96,19 @@ std::set<std::string> all_names(const Comm& c, const std::vector<std::string>& m
   return out;
 }
 
+void check_buffers_on_rank0(const Comm& c, const NamedTensors& buffers) {
+  std::vector<std::string> names;
+  for (const auto& b : buffers) names.push_back(b.first);
+  const auto every = all_names(c, names);
+  agreed(c, [&] {
+    if (c.rank() != 0) return;
+    std::set<std::string> mine(names.begin(), names.end());
+    for (const auto& n : every) {
+      FSDPP_CHECK_AS(CheckpointError, mine.count(n),
+                     "[state] buffer '{}' is held by another rank than rank 0, which writes the "
+                     "buffers; a model in parts must keep its saved buffers on rank 0 too", n);
+    }
+  });
+}
+
 }  // namespace fsdpp::state::detail

@@ -36,4 +36,8 @@ MergedRecords merge_records(const Comm& c, const std::vector<RecordMeta>& mine);
 // The union of every rank's names. Collective over c.
 std::set<std::string> all_names(const Comm& c, const std::vector<std::string>& mine);
 
+// Rank 0 writes the buffers: a CheckpointError on every rank when a buffer only another rank
+// holds would be lost. Collective over c.
+void check_buffers_on_rank0(const Comm& c, const NamedTensors& buffers);
+
 }  // namespace fsdpp::state::detail

@@ -168,21 +168,7 @@ void save_state_dict(const fs::path& dir, const std::vector<torch::nn::Module*>&
   });
   if (options.type != StateDictType::FULL) gather_record_rows(records);
   const MergedRecords merged = merge_records(c, metas_of(records));
-  // Rank 0 writes the buffers: a buffer only another rank holds would be lost.
-  {
-    std::vector<std::string> names;
-    for (const auto& b : buffers) names.push_back(b.first);
-    const auto every = all_names(c, names);
-    agreed(c, [&] {
-      if (c.rank() != 0) return;
-      std::set<std::string> mine(names.begin(), names.end());
-      for (const auto& n : every) {
-        FSDPP_CHECK_AS(CheckpointError, mine.count(n),
-                       "[state] buffer '{}' is held by another rank than rank 0, which writes the "
-                       "buffers; a model in parts must keep its saved buffers on rank 0 too", n);
-      }
-    });
-  }
+  check_buffers_on_rank0(c, buffers);
 
   // Rank 0 owns the temporary directory; everyone writes into it.
   std::unique_ptr<AtomicDir> adir;
