@@ -19,40 +19,12 @@ import subprocess
 import sys
 import tempfile
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from hf_check import IDS, IDS_ARG, TOL, compare, sh, tensors_of
 import torch
 from safetensors.torch import load_file
-import transformers
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-transformers.utils.logging.disable_progress_bar()
-transformers.utils.logging.set_verbosity_error()
-
 run, ckpt_tool, tool = sys.argv[1:4]
-TOL = 1e-5
-IDS = [[3, 17, 42, 0, 9, 55, 23, 8, 31, 60, 12, 5], [7, 7, 1, 44, 2, 90, 13, 61, 29, 4, 38, 50]]
-IDS_ARG = ";".join(",".join(map(str, r)) for r in IDS)
-
-
-def sh(*cmd):
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if r.returncode != 0:
-        sys.exit(f"command failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout}")
-    return r.stdout
-
-
-def compare(what, a, b):
-    d = (torch.as_tensor(a).double() - torch.as_tensor(b).double()).abs().max().item()
-    print(f"{what}: max |diff| {d:.3g}")
-    assert d < TOL, f"{what}: {d} >= {TOL}"
-
-
-def tensors_of(d):
-    t = {}
-    for f in sorted(os.listdir(d)):
-        if f.endswith(".safetensors"):
-            t.update(load_file(os.path.join(d, f)))
-    return t
 
 
 def same_tensors(what, a, b):
