@@ -20,23 +20,20 @@ import sys
 
 def load(path):
     with open(path) as f:
-        trace = json.load(f)
+        try:
+            trace = json.load(f)
+        except ValueError as e:  # a file cut short by a killed run
+            sys.exit(f"[trace] {path} is not JSON: {e}")
     if not isinstance(trace, dict) or "traceEvents" not in trace:
         sys.exit(f"[trace] {path} is not a Chrome trace (no traceEvents)")
     return trace
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("inputs", nargs="+", help="rank<R>.trace.json files, or a directory of them")
-    ap.add_argument("-o", "--output", help="the merged file (default: merged.trace.json beside the inputs)")
-    ap.add_argument("--summary", action="store_true",
-                    help="print, per rank and profiled step, the step time, the time the main "
-                         "track blocked in Work::wait (exposed communication) per unit, and the "
-                         "time each group's collectives ran")
-    args = ap.parse_args()
+def collect(inputs):
+    """The files that inputs name (rank<R>.trace.json files, directories of them, or a merged
+    file), their ranks and hosts, and all their events, on one clock."""
     paths = []
-    for p in args.inputs:
+    for p in inputs:
         if os.path.isdir(p):
             found = sorted(f for f in os.listdir(p) if f.startswith("rank") and f.endswith(".trace.json"))
             if not found:
@@ -60,6 +57,19 @@ def main():
             if shift and "ts" in e:
                 e = dict(e, ts=e["ts"] + shift)
             events.append(e)
+    return paths, ranks, hosts, events
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("inputs", nargs="+", help="rank<R>.trace.json files, or a directory of them")
+    ap.add_argument("-o", "--output", help="the merged file (default: merged.trace.json beside the inputs)")
+    ap.add_argument("--summary", action="store_true",
+                    help="print, per rank and profiled step, the step time, the time the main "
+                         "track blocked in Work::wait (exposed communication) per unit, and the "
+                         "time each group's collectives ran")
+    args = ap.parse_args()
+    paths, ranks, hosts, events = collect(args.inputs)
     out = args.output or os.path.join(os.path.dirname(paths[0]) or ".", "merged.trace.json")
     merged = {
         "displayTimeUnit": "ms",
