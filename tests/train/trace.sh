@@ -2,7 +2,8 @@
 # Timeline traces (training.profile_steps, docs/observability.md#timeline-traces), 2 ranks,
 # FULL_SHARD, a tiny model: each rank writes traces/rank<R>.trace.json after the last profiled
 # step; trace_check.py checks that they load, nest, hold every collective the counters saw and
-# the step time metrics.jsonl has, and scripts/merge_traces.py joins them into one timeline.
+# the step time metrics.jsonl has, and scripts/merge_traces.py joins them into one timeline;
+# scripts/trace_svg.py draws a step, where trace_svg_check.py finds every event of it.
 # FSDPP_PROFILE_STEPS (the library's variable) gives the trainer its steps too; a malformed
 # value is refused naming the variable, and a step 0 in training.profile_steps naming the key.
 set -euo pipefail
@@ -19,6 +20,13 @@ np2=("$run" --nproc-per-node 2 --timeout-s 120 "$train" "$src/configs/default.ya
   > "$dir/A.log" 2>&1 || { cat "$dir/A.log"; exit 1; }
 "$python" "$src/scripts/merge_traces.py" "$dir/A/traces"
 "$python" "$src/tests/train/trace_check.py" "$dir/A" 2 3 4
+"$python" "$src/scripts/trace_svg.py" "$dir/A/traces" --step 3 -o "$dir/A/step3.svg"
+"$python" "$src/tests/train/trace_svg_check.py" "$dir/A/traces" "$dir/A/step3.svg" 3
+if "$python" "$src/scripts/trace_svg.py" "$dir/A/traces" --step 99 -o "$dir/A/x.svg" > "$dir/E.log" 2>&1; then
+  echo "FAIL: trace_svg.py --step 99 was accepted"; exit 1
+fi
+grep -q "\[trace\] step 99 is not in the traces of every rank: they hold steps 3, 4$" "$dir/E.log" ||
+  { echo "FAIL: trace_svg.py --step 99"; cat "$dir/E.log"; exit 1; }
 
 # The environment variable, as a program using the library directly sets it.
 FSDPP_PROFILE_STEPS=2 "${np2[@]}" training.max_steps=3 training.output_dir="$dir/B" \
