@@ -28,6 +28,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from tp_bench import parse_tp_configs, run_tp_plan, tp_problems, tp_report  # noqa: E402
+import trace_overlap  # noqa: E402
 ROOT = os.path.dirname(HERE)
 
 # The headline model: 11.2 M parameters (byte vocabulary, GQA 6 query / 2 kv heads, SwiGLU 1024).
@@ -218,6 +219,12 @@ def main():
                     default=int(env_default("BENCH_MEMORY_CHECK_THRESHOLD", "65536") or 0),
                     help="one more fsdpp run per configuration with this MALLOC_MMAP_THRESHOLD_, where RSS "
                          "follows the live tensors, to check fsdpp-estimate against (0: check the timed runs)")
+    ap.add_argument("--forward-prefetch", type=int, default=int(env_default("BENCH_FORWARD_PREFETCH", "1")),
+                    help="units whose all-gather each unit issues before its own forward, both sides "
+                         "(fsdpp's forward_prefetch, FSDP2's set_modules_to_forward_prefetch)")
+    ap.add_argument("--trace-prefetch", default=env_default("BENCH_TRACE_PREFETCH", "0,1,2"),
+                    help="forward prefetch depths of the traced fsdpp runs, one per depth and multi-rank "
+                         "configuration, whose traces give the exposed communication ('' for none)")
     ap.add_argument("--note", default=env_default("BENCH_NOTE", ""),
                     help="a line for the report (e.g. what else ran on the machine)")
     ap.add_argument("--render", metavar="JSON",
@@ -276,6 +283,21 @@ def main():
                  os.path.join(HERE, "torch_bench.py")] + args + ["--out", out], env=env, attempts=2)
             return json.load(open(out))
 
+        trace_depths = [int(d) for d in a.trace_prefetch.split(",") if d.strip()]
+
+        def launch_traced(n, strategy, depth):
+            # The timed steps traced (FSDPP_PROFILE_STEPS; a step runs from one root forward to
+            # the next, so one more step ends the last traced one), at a given forward prefetch.
+            tdir = os.path.join(work, f"trace-{strategy}-{n}-{depth}")
+            run_env = dict(env, FSDPP_PROFILE_STEPS=f"{a.warmup + 1}-{a.warmup + a.steps}", FSDPP_TRACE_DIR=tdir)
+            r = launch_fsdpp(n, ["train", "--dir", work, "--strategy", strategy, "--steps", str(a.steps + 1),
+                                 "--warmup", str(a.warmup), "--forward-prefetch", str(depth)],
+                             os.path.join(work, f"traced-{strategy}-{n}-{depth}.json"), run_env)
+            s = trace_overlap.summarize(trace_overlap.read(tdir))
+            s.update(forward_prefetch=depth, peak_rss_mb=max(r["peak_rss_mb"]),
+                     counted_collectives=r.get("comm_per_step"))
+            return s
+
         # The runtime's own memory, per world size (fsdpp-estimate's runtime term).
         baseline = {}
         for n in world_sizes:
@@ -297,7 +319,8 @@ def main():
         configs = []
         for strategy, n in plan:
             runs = {"fsdpp": [], "pytorch": []}
-            common = ["--dir", work, "--strategy", strategy, "--steps", str(a.steps), "--warmup", str(a.warmup)]
+            common = ["--dir", work, "--strategy", strategy, "--steps", str(a.steps), "--warmup", str(a.warmup),
+                      "--forward-prefetch", str(a.forward_prefetch)]
             for rep in range(a.repeats):
                 # Alternate (fsdpp, pytorch, fsdpp, pytorch, ...), so that a noisy minute hits both.
                 for side in ("fsdpp", "pytorch"):
@@ -317,12 +340,15 @@ def main():
             est = estimate(build, cfg, strategy, n, baseline[n], a.mmap_threshold)
             memory_check = None
             if a.memory_check_threshold:
-                memory_check = launch_fsdpp(n, ["train"] + common[:-4] + ["--steps", "2", "--warmup", "1"],
+                memory_check = launch_fsdpp(n, ["train"] + common[:-6] + ["--steps", "2", "--warmup", "1"],
                                             os.path.join(work, f"memory-{strategy}-{n}.json"), check_env)
             check_est = estimate(build, cfg, strategy, n, baseline[n], check_threshold)
+            traced = []
+            for depth in (trace_depths if n > 1 else []):
+                traced.append(launch_traced(n, strategy, depth))
             c = {"strategy": strategy, "world_size": n, "fsdpp": fs, "pytorch": pt,
                  "compute": merge(compute[n]), "collectives": coll, "estimate": est,
-                 "memory_check": memory_check, "memory_check_estimate": check_est}
+                 "memory_check": memory_check, "memory_check_estimate": check_est, "traced": traced}
             derive(c, cfg, n_params, os.cpu_count() or 1)
             configs.append(c)
             log(f"{strategy} x{n}: fsdpp {fs['median_step_ms']:.0f} ms, pytorch {pt['median_step_ms']:.0f} ms "
@@ -339,7 +365,7 @@ def main():
                         "load_after": os.getloadavg(), "platform": platform.platform(),
                         "other_cpu_share": other_cpu_share(cpu_before, other_cpu_probe())},
             "quick": a.quick, "note": a.note, "config": cfg, "num_params": n_params, "data": source,
-            "steps": a.steps, "warmup": a.warmup, "repeats": a.repeats,
+            "steps": a.steps, "warmup": a.warmup, "repeats": a.repeats, "forward_prefetch": a.forward_prefetch,
             "environment": {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": env.get("MALLOC_MMAP_THRESHOLD_", ""),
                             "memory_check_MALLOC_MMAP_THRESHOLD_": check_env.get("MALLOC_MMAP_THRESHOLD_", "")},
             "runtime_baseline_mb": baseline, "configs": configs, "tp_configs": tp_rows,
@@ -492,7 +518,9 @@ def report(r, png):
       f"units: each TransformerBlock, then the root. Same initial weights (fsdpp wrote them to safetensors, "
       f"PyTorch loaded them) and the same batches ({r['data']}). One intra-op thread per rank. "
       f"{r['warmup']} warm-up + {r['steps']} timed steps per run, {r['repeats']} runs of each side alternated; "
-      f"medians over all timed steps. Both sides ran with OMP_NUM_THREADS=1"
+      f"medians over all timed steps. Forward prefetch {r.get('forward_prefetch', 0)} on both sides (each unit "
+      f"issues the all-gather of the next {r.get('forward_prefetch', 0)} before its own forward: fsdpp's "
+      f"forward_prefetch, FSDP2's set_modules_to_forward_prefetch). Both sides ran with OMP_NUM_THREADS=1"
       + (f" and MALLOC_MMAP_THRESHOLD_={r['environment']['MALLOC_MMAP_THRESHOLD_']} (tensors of that size or more "
          f"get their own mapping, returned when freed: RSS follows what the programs hold)"
          if r["environment"]["MALLOC_MMAP_THRESHOLD_"] else " and glibc's default malloc") + ".\n")
@@ -584,6 +612,23 @@ def report(r, png):
           f"{c.get('busbw_standalone_gbps', float('nan')):.2f} | {c.get('busbw_in_step_gbps', float('nan')):.2f} | "
           f"{'n/a' if ce is None else f'{ce:.2f}'} |")
     w("")
+    traced = [(c, t) for c in r["configs"] for t in c.get("traced") or []]
+    if traced:
+        w("## Overlap read from the traces (fsdpp)\n")
+        w("One more fsdpp run per forward prefetch depth with its timed steps traced (FSDPP_PROFILE_STEPS, "
+          "[observability.md](../../docs/observability.md#timeline-traces)); medians over every rank and traced "
+          "step. Collectives ran: the time the process groups' comm tracks were busy. Exposed: the time the "
+          "main thread blocked in Work::wait, the communication the step did not hide. Hidden = 1 - exposed / "
+          "ran; not waiting = 1 - exposed / step. Peak RSS: the run's worst rank, the memory cost of "
+          "gathering further ahead. Longest waits: mean per step over ranks and steps, by phase and unit.\n")
+        w("| strategy | ranks | forward prefetch | step ms (trace) | collectives ran | exposed | hidden | not waiting | peak RSS MiB | longest waits (ms per step) |")
+        w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        for c, t in traced:
+            top = "; ".join(f"{k} {v:.1f}" for k, v in t["top_exposed"])
+            w(f"| {c['strategy']} | {c['world_size']} | {t['forward_prefetch']} | {t['step_ms']:.0f} | "
+              f"{t['comm_ms']:.0f} | {t['exposed_ms']:.1f} | {t['hidden']:.2f} | {t['not_waiting']:.2f} | "
+              f"{t['peak_rss_mb']:.0f} | {top} |")
+        w("")
     gaps = [c for c in r["configs"] if c["world_size"] > 1 and c["ratio"] > 0.8]
     mem_gaps = [c for c in r["configs"] if max(c["fsdpp"]["peak_rss_mb"]) > max(c["pytorch"]["peak_rss_mb"])]
     w("## Where fsdpp's time goes\n")

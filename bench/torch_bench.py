@@ -90,6 +90,9 @@ def main():
     ap.add_argument("--strategy", default="full_shard")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--forward-prefetch", type=int, default=0,
+                    help="blocks whose all-gather each block issues before its own forward "
+                         "(set_modules_to_forward_prefetch), as fsdpp's forward_prefetch")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -123,6 +126,11 @@ def main():
     for layer in model.layers:
         fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+    if a.forward_prefetch > 0:
+        layers, k = list(model.layers), a.forward_prefetch
+        model.set_modules_to_forward_prefetch(layers[:k])
+        for i, layer in enumerate(layers):
+            layer.set_modules_to_forward_prefetch(layers[i + 1:i + 1 + k])
     betas = cfg.get("betas", [0.9, 0.95])
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.get("lr", 1e-3), betas=tuple(betas),
                             eps=cfg.get("eps", 1e-8), weight_decay=cfg.get("weight_decay", 0.1))

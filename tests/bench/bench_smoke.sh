@@ -13,6 +13,7 @@ BENCH_QUICK=1 BENCH_CONFIGS="full_shard:2" BENCH_TP_CONFIGS="1x2 2x1" BENCH_STEP
 md=$(ls "$out"/*-quick.md)
 grep -q "| full_shard | 2 |" "$md"
 grep -q "| TP 2 | 2 |" "$md"
+grep -q "## Overlap read from the traces" "$md"
 ls "$out"/*-quick.json "$out"/*-quick.png >/dev/null
 "$python" - "${md%.md}.json" <<'PY'
 import json, sys
@@ -30,5 +31,14 @@ assert tp2["fsdpp"]["comm_bytes_tp_per_step"] == tp2["tp_theory_bytes_per_step"]
 assert tp2["fsdpp"]["comm_bytes_per_step"] == 0 and fsdp2["fsdpp"]["comm_bytes_tp_per_step"] == 0
 assert tp2["max_step_loss_diff"] < 1e-5, tp2["max_step_loss_diff"]
 assert abs(tp2["estimate_error"]) < 0.15, tp2["estimate_error"]
+# The traced runs: every timed step of both ranks read back from their traces, one run per
+# forward prefetch depth.
+tr = c["traced"]
+assert [t["forward_prefetch"] for t in tr] == [0, 1, 2], tr
+for t in tr:
+    print(f"traced, forward prefetch {t['forward_prefetch']}: step {t['step_ms']:.1f} ms, collectives ran "
+          f"{t['comm_ms']:.1f} ms, exposed {t['exposed_ms']:.1f} ms")
+    assert t["steps"] == 2 * r["steps"], t
+    assert t["comm_ms"] > 0 and 0 <= t["exposed_ms"] < t["step_ms"], t
 assert not r["problems"], r["problems"]
 PY
