@@ -107,6 +107,10 @@ class FSDPUnit : public torch::nn::Module {
   // The hooks' reduction: nothing while the sync switch is off or the unit is held.
   void reduce_gradients();
   void issue_reduce();
+  // One rank, no replicas, no dtype or device change, no division: the gradients are already
+  // what the reduction would give.
+  bool gradients_pass_through() const;
+  void pass_gradients_through();
 
   bool reshard_after_forward() const;
   bool keep_unsharded_between_steps() const;

@@ -121,6 +121,10 @@ void FSDPUnit::reduce_held_gradients() {
 void FSDPUnit::issue_reduce() {
   if (num_trainable_ == 0) return;
   at::NoGradGuard no_grad;
+  if (gradients_pass_through()) {
+    pass_gradients_through();
+    return;
+  }
   // Every column is written below (gradient or zeros), so no separate zero-fill pass.
   auto input = at::empty({shard_world_, total_shard_numel_},
                          flat_shard_.options().dtype(reduce_dtype_).device(compute_device_)
@@ -150,6 +154,38 @@ void FSDPUnit::issue_reduce() {
   pending_ = std::move(pending);
 }
 
+bool FSDPUnit::gradients_pass_through() const {
+  return !shard_group_ && !replicate_group_ && !separate_unsharded_ &&
+         reduce_dtype_ == flat_shard_.scalar_type() && divide_factor_ == 1 && predivide_factor_ == 1;
+}
+
+// With nothing to sum, convert or divide, the reduce-scatter's result would be the gradient
+// itself: it becomes the shard's gradient as autograd left it, instead of a copy into a flat
+// buffer (at one rank that copy was most of FSDP's overhead over plain LibTorch). A trainable
+// parameter that no gradient reached gets zeros, as the flat path's zero-filled columns give.
+void FSDPUnit::pass_gradients_through() {
+  if (keep_unsharded_between_steps()) gathered_valid_ = false;
+  for (auto& p : params_) {
+    if (!p->requires_grad) continue;
+    auto g = p->param.grad();
+    p->param.mutable_grad() = at::Tensor();
+    if (!g.defined()) {
+      g = at::zeros_like(p->shard);
+    } else if (g.sizes() != p->shard.sizes() || !g.is_contiguous()) {
+      // A 0-dim parameter's shard is (1); not an autograd view, so zero_grad() may detach it.
+      auto c = g.contiguous();
+      g = at::empty({0}, c.options());
+      g.set_(c.storage(), c.storage_offset(), p->shard.sizes(), p->shard.strides());
+    }
+    at::Tensor& slot = p->on_shard() ? p->param.mutable_grad() : p->shard_grad_stash;
+    if (slot.defined()) {
+      slot.add_(g);
+    } else {
+      slot = std::move(g);
+    }
+  }
+}
+
 void FSDPUnit::finish_gradients() {
   if (!pending_) return;
   auto pending = std::move(*pending_);
@@ -166,7 +202,7 @@ void FSDPUnit::finish_gradients() {
   if (reduced.scalar_type() != flat_shard_.scalar_type() || reduced.device() != flat_shard_.device()) {
     reduced = reduced.to(flat_shard_.options().pinned_memory(false));
   }
-  reduced.div_(divide_factor_ / predivide_factor_);
+  if (divide_factor_ != predivide_factor_) reduced.div_(divide_factor_ / predivide_factor_);
   for (auto& p : params_) {
     if (!p->requires_grad) continue;
     // Shares the reduced buffer's storage without being an autograd view, so that
