@@ -23,15 +23,26 @@ def read(trace_dir):
             events = json.load(fh)["traceEvents"]
         tracks = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
         xs = [e for e in events if e.get("ph") == "X"]
-        phases = [e for e in xs if tracks.get(e["tid"]) == "main" and
-                  e["name"] in ("data", "forward", "backward", "clip_grad_norm", "optimizer")]
+        # What the main thread was doing when it waited: the outermost event around the wait
+        # (fsdpp-train's phases, or in a program without them the root unit's "forward (root)"),
+        # by its first word; a wait outside all of them comes after backward (the last
+        # reduce-scatters, waited on in the end-of-backward callback) or before forward.
+        spans = [e for e in xs if tracks.get(e["tid"]) == "main" and not e["name"].startswith(("step ", "wait "))]
+
+        def phase_of(w, step_began):
+            around = [p for p in spans if p["ts"] <= w["ts"] < p["ts"] + p["dur"]]
+            if around:
+                return max(around, key=lambda p: p["dur"])["name"].split()[0]
+            ended = any(p["name"].startswith("backward") and step_began <= p["ts"] and p["ts"] + p["dur"] <= w["ts"]
+                        for p in spans)
+            return "after backward" if ended else "before forward"
         for st in (e for e in xs if e["name"].startswith("step ")):
             b, end = st["ts"], st["ts"] + st["dur"]
             inside = [e for e in xs if b <= e["ts"] < end]
             comm = sum(e["dur"] for e in inside if tracks.get(e["tid"], "").startswith("comm "))
             by_phase, by_item = collections.Counter(), collections.Counter()
             for w in (e for e in inside if tracks.get(e["tid"]) == "main" and e["name"].startswith("wait ")):
-                phase = next((p["name"] for p in phases if p["ts"] <= w["ts"] < p["ts"] + p["dur"]), "other")
+                phase = phase_of(w, b)
                 by_phase[phase] += w["dur"] / 1e3
                 by_item[f"{phase}: {w['name'][5:]}"] += w["dur"] / 1e3
             steps.append({"rank": st["pid"], "step": st["name"], "step_ms": st["dur"] / 1e3,
@@ -46,9 +57,10 @@ def summarize(steps):
     if not steps:
         raise SystemExit("[bench] the traced run recorded no step")
     med = lambda k: statistics.median(s[k] for s in steps)  # noqa: E731
-    items = collections.Counter()
+    items, phases = collections.Counter(), collections.Counter()
     for s in steps:
         items.update(s["exposed_by_item"])
+        phases.update(s["exposed_by_phase"])
     step_ms, comm_ms, exposed_ms = med("step_ms"), med("comm_ms"), med("exposed_ms")
     return {
         "steps": len(steps), "step_ms": step_ms, "comm_ms": comm_ms, "exposed_ms": exposed_ms,
@@ -56,5 +68,6 @@ def summarize(steps):
         # main thread was not blocked on communication.
         "hidden": 1 - exposed_ms / comm_ms if comm_ms > 0 else float("nan"),
         "not_waiting": 1 - exposed_ms / step_ms if step_ms > 0 else float("nan"),
+        "exposed_by_phase": {k: v / len(steps) for k, v in phases.most_common()},
         "top_exposed": [(k, v / len(steps)) for k, v in items.most_common(3)],
     }
