@@ -294,8 +294,7 @@ def main():
                                  "--warmup", str(a.warmup), "--forward-prefetch", str(depth)],
                              os.path.join(work, f"traced-{strategy}-{n}-{depth}.json"), run_env)
             s = trace_overlap.summarize(trace_overlap.read(tdir))
-            s.update(forward_prefetch=depth, peak_rss_mb=max(r["peak_rss_mb"]),
-                     counted_collectives=r.get("comm_per_step"))
+            s.update(forward_prefetch=depth, peak_rss_mb=max(r["peak_rss_mb"]))
             return s
 
         # The runtime's own memory, per world size (fsdpp-estimate's runtime term).
