@@ -138,6 +138,15 @@ void FSDPParam::use_shard() {
   on_shard_ = true;
 }
 
+void FSDPParam::add_shard_grad(at::Tensor g) {
+  at::Tensor& slot = on_shard_ ? param.mutable_grad() : shard_grad_stash;
+  if (slot.defined()) {
+    slot.add_(g);
+  } else {
+    slot = std::move(g);
+  }
+}
+
 void FSDPParam::use_unsharded() {
   if (!on_shard_) return;
   shard_grad_stash = param.grad();

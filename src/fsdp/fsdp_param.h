@@ -73,6 +73,9 @@ class FSDPParam {
   // unsharded gradient (what autograd accumulates into).
   void use_shard();
   void use_unsharded();
+  // Adds a reduced gradient shard to the shard gradient (the optimizer's, or the stash while
+  // the parameter is unsharded), taking `g` itself when there is none yet.
+  void add_shard_grad(at::Tensor g);
   bool on_shard() const { return on_shard_; }
 
   at::Tensor shard;      // (chunk_rows, rest...) view into the flat shard

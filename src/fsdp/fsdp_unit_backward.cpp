@@ -42,6 +42,14 @@ struct GradReadyHook : public torch::autograd::PostAccumulateGradHook {
   FSDPUnit* unit_;
 };
 
+// The shard-shaped gradient at `offset` elements into `buffer`'s storage, sharing it without
+// being an autograd view, so that optimizer.zero_grad() may detach it in place.
+at::Tensor shard_grad_alias(const at::Tensor& buffer, int64_t offset, const FSDPParam& p) {
+  auto g = at::empty({0}, buffer.options());
+  g.set_(buffer.storage(), buffer.storage_offset() + offset, p.shard.sizes(), p.shard.strides());
+  return g;
+}
+
 }  // namespace
 
 void FSDPUnit::watch_gradient(const at::Tensor& param) {
@@ -163,8 +171,9 @@ bool FSDPUnit::gradients_pass_through() const {
 // itself: it becomes the shard's gradient as autograd left it, instead of a copy into a flat
 // buffer (at one rank that copy was most of FSDP's overhead over plain LibTorch). A trainable
 // parameter that no gradient reached gets zeros, as the flat path's zero-filled columns give.
+// The parameters are their shards here, so unlike finish_gradients() no gathered ZERO1 copy
+// needs invalidating.
 void FSDPUnit::pass_gradients_through() {
-  if (keep_unsharded_between_steps()) gathered_valid_ = false;
   for (auto& p : params_) {
     if (!p->requires_grad) continue;
     auto g = p->param.grad();
@@ -172,17 +181,9 @@ void FSDPUnit::pass_gradients_through() {
     if (!g.defined()) {
       g = at::zeros_like(p->shard);
     } else if (g.sizes() != p->shard.sizes() || !g.is_contiguous()) {
-      // A 0-dim parameter's shard is (1); not an autograd view, so zero_grad() may detach it.
-      auto c = g.contiguous();
-      g = at::empty({0}, c.options());
-      g.set_(c.storage(), c.storage_offset(), p->shard.sizes(), p->shard.strides());
+      g = shard_grad_alias(g.contiguous(), 0, *p);  // a 0-dim parameter's shard is (1)
     }
-    at::Tensor& slot = p->on_shard() ? p->param.mutable_grad() : p->shard_grad_stash;
-    if (slot.defined()) {
-      slot.add_(g);
-    } else {
-      slot = std::move(g);
-    }
+    p->add_shard_grad(std::move(g));
   }
 }
 
@@ -204,18 +205,7 @@ void FSDPUnit::finish_gradients() {
   }
   if (divide_factor_ != predivide_factor_) reduced.div_(divide_factor_ / predivide_factor_);
   for (auto& p : params_) {
-    if (!p->requires_grad) continue;
-    // Shares the reduced buffer's storage without being an autograd view, so that
-    // optimizer.zero_grad() may detach it in place.
-    auto g = at::empty({0}, reduced.options());
-    g.set_(reduced.storage(), reduced.storage_offset() + p->offset, p->shard.sizes(),
-           p->shard.strides());
-    at::Tensor& slot = p->on_shard() ? p->param.mutable_grad() : p->shard_grad_stash;
-    if (slot.defined()) {
-      slot.add_(g);
-    } else {
-      slot = g;
-    }
+    if (p->requires_grad) p->add_shard_grad(shard_grad_alias(reduced, p->offset, *p));
   }
 }
 
