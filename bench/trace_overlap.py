@@ -6,49 +6,24 @@ long each process group's collectives ran (their comm track), and how long the m
 in Work::wait (the `wait ...` events), i.e. the communication the step could not hide.
 """
 import collections
-import json
 import os
 import statistics
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import merge_traces  # noqa: E402
 
 
 def read(trace_dir):
     """Per rank and profiled step: step_ms, comm_ms (collectives ran, all groups), exposed_ms
-    (blocked in Work::wait), exposed by phase, and exposed per collective (wait event name)."""
-    files = sorted(f for f in os.listdir(trace_dir) if f.startswith("rank") and f.endswith(".trace.json"))
-    if not files:
-        raise SystemExit(f"[bench] {trace_dir} holds no rank<R>.trace.json: the traced run wrote no trace")
-    steps = []
-    for f in files:
-        with open(os.path.join(trace_dir, f)) as fh:
-            events = json.load(fh)["traceEvents"]
-        tracks = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
-        xs = [e for e in events if e.get("ph") == "X"]
-        # What the main thread was doing when it waited: the outermost event around the wait
-        # (fsdpp-train's phases, or in a program without them the root unit's "forward (root)"),
-        # by its first word; a wait outside all of them comes after backward (the last
-        # reduce-scatters, waited on in the end-of-backward callback) or before forward.
-        spans = [e for e in xs if tracks.get(e["tid"]) == "main" and not e["name"].startswith(("step ", "wait "))]
-
-        def phase_of(w, step_began):
-            around = [p for p in spans if p["ts"] <= w["ts"] < p["ts"] + p["dur"]]
-            if around:
-                return max(around, key=lambda p: p["dur"])["name"].split()[0]
-            ended = any(p["name"].startswith("backward") and step_began <= p["ts"] and p["ts"] + p["dur"] <= w["ts"]
-                        for p in spans)
-            return "after backward" if ended else "before forward"
-        for st in (e for e in xs if e["name"].startswith("step ")):
-            b, end = st["ts"], st["ts"] + st["dur"]
-            inside = [e for e in xs if b <= e["ts"] < end]
-            comm = sum(e["dur"] for e in inside if tracks.get(e["tid"], "").startswith("comm "))
-            by_phase, by_item = collections.Counter(), collections.Counter()
-            for w in (e for e in inside if tracks.get(e["tid"]) == "main" and e["name"].startswith("wait ")):
-                phase = phase_of(w, b)
-                by_phase[phase] += w["dur"] / 1e3
-                by_item[f"{phase}: {w['name'][5:]}"] += w["dur"] / 1e3
-            steps.append({"rank": st["pid"], "step": st["name"], "step_ms": st["dur"] / 1e3,
-                          "comm_ms": comm / 1e3, "exposed_ms": sum(by_phase.values()),
-                          "exposed_by_phase": dict(by_phase), "exposed_by_item": dict(by_item)})
-    return steps
+    (blocked in Work::wait), exposed by phase, and exposed per "phase: collective"."""
+    _, _, _, events = merge_traces.collect([trace_dir])
+    ms = lambda counter: {k: v / 1e3 for k, v in counter.items()}  # noqa: E731
+    return [{"rank": s["step"]["pid"], "step": s["step"]["name"], "step_ms": s["step"]["dur"] / 1e3,
+             "comm_ms": sum(s["comm"].values()) / 1e3, "exposed_ms": sum(s["exposed_by_phase"].values()) / 1e3,
+             "exposed_by_phase": ms(s["exposed_by_phase"]),
+             "exposed_by_item": {f"{phase}: {what}": v / 1e3 for (phase, what), v in s["exposed_by_item"].items()}}
+            for s in merge_traces.step_waits(events)]
 
 
 def summarize(steps):

@@ -86,40 +86,66 @@ def main():
         summarize(events)
 
 
-def summarize(events):
-    """Per rank and profiled step: the step, its phases, the time the main track blocked in
-    Work::wait (the exposed communication) by phase, and how long each group's collectives ran;
-    then, per rank, the mean exposed time per unit and phase over the profiled steps."""
+PHASES = ("data", "forward", "backward", "clip_grad_norm", "optimizer")
+
+
+def step_waits(events):
+    """Per rank and profiled step, in rank and time order: the step event, how long its phases
+    took, how long each group's collectives ran (their comm track), and the time the main track
+    blocked in Work::wait (the exposed communication) by phase and by (phase, collective).
+
+    A wait's phase is the outermost event around it on the main track: fsdpp-train's phases, or
+    in a program without them the root unit's `forward (root)` / `backward (root)`, by its first
+    word. A wait outside all of them comes after backward (the last reduce-scatters, waited on in
+    the end-of-backward callback) or before forward."""
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
              if e["ph"] == "M" and e["name"] == "thread_name"}
     xs = [e for e in events if e["ph"] == "X"]
-    phases = ("data", "forward", "backward", "clip_grad_norm", "optimizer")
-    steps = sorted((e for e in xs if e["name"].startswith("step ")), key=lambda e: (e["pid"], e["ts"]))
-    per_unit = collections.defaultdict(lambda: collections.defaultdict(float))  # pid -> (phase, unit)
-    nsteps = collections.Counter()
-    for st in steps:
+    out = []
+    for st in sorted((e for e in xs if e["name"].startswith("step ")), key=lambda e: (e["pid"], e["ts"])):
         pid, b, end = st["pid"], st["ts"], st["ts"] + st["dur"]
-        nsteps[pid] += 1
         inside = [e for e in xs if e["pid"] == pid and b <= e["ts"] < end]
-        spans = [e for e in inside if e["name"] in phases]
-        took = collections.Counter()
+        main = [e for e in inside if names.get((pid, e["tid"])) == "main"]
+        spans = [e for e in main if not e["name"].startswith(("step ", "wait "))]
+        took, comm = collections.Counter(), collections.Counter()
         for e in spans:
-            took[e["name"]] += e["dur"]
-        exposed = collections.Counter()
-        for w in (e for e in inside if e["name"].startswith("wait ")):
-            phase = next((p["name"] for p in spans if p["ts"] <= w["ts"] < p["ts"] + p["dur"]), "other")
-            exposed[phase] += w["dur"]
-            per_unit[pid][(phase, w["name"][5:])] += w["dur"]
-        comm = collections.Counter()
+            if e["name"] in PHASES:
+                took[e["name"]] += e["dur"]
         for e in inside:
             track = names.get((pid, e["tid"]), "")
             if track.startswith("comm "):
                 comm[track[5:]] += e["dur"]
-        print(f"rank {pid} {st['name']}: {st['dur'] / 1000:.1f} ms ("
-              + ", ".join(f"{k} {took[k] / 1000:.1f}" for k in phases if k in took)
+        by_phase, by_item = collections.Counter(), collections.Counter()
+        for w in (e for e in main if e["name"].startswith("wait ")):
+            around = [p for p in spans if p["ts"] <= w["ts"] < p["ts"] + p["dur"]]
+            if around:
+                phase = max(around, key=lambda p: p["dur"])["name"].split()[0]
+            elif any(p["name"].startswith("backward") and p["ts"] + p["dur"] <= w["ts"] for p in spans):
+                phase = "after backward"
+            else:
+                phase = "before forward"
+            by_phase[phase] += w["dur"]
+            by_item[(phase, w["name"][5:])] += w["dur"]
+        out.append({"step": st, "took": took, "comm": comm, "exposed_by_phase": by_phase,
+                    "exposed_by_item": by_item})
+    return out
+
+
+def summarize(events):
+    """Per rank and profiled step: the step, its phases, the time the main track blocked in
+    Work::wait (the exposed communication) by phase, and how long each group's collectives ran;
+    then, per rank, the mean exposed time per unit and phase over the profiled steps."""
+    per_unit = collections.defaultdict(collections.Counter)  # pid -> (phase, unit)
+    nsteps = collections.Counter()
+    for s in step_waits(events):
+        st, took, exposed = s["step"], s["took"], s["exposed_by_phase"]
+        nsteps[st["pid"]] += 1
+        per_unit[st["pid"]].update(s["exposed_by_item"])
+        print(f"rank {st['pid']} {st['name']}: {st['dur'] / 1000:.1f} ms ("
+              + ", ".join(f"{k} {took[k] / 1000:.1f}" for k in PHASES if k in took)
               + f"); exposed communication {sum(exposed.values()) / 1000:.1f} ms ("
               + ", ".join(f"{k} {v / 1000:.1f}" for k, v in exposed.items())
-              + "); collectives ran " + ", ".join(f"{g} {v / 1000:.1f} ms" for g, v in comm.items()))
+              + "); collectives ran " + ", ".join(f"{g} {v / 1000:.1f} ms" for g, v in s["comm"].items()))
     for pid, waits in sorted(per_unit.items()):
         print(f"rank {pid}: mean exposed communication per step over {nsteps[pid]} steps, by phase and collective:")
         for (phase, what), v in sorted(waits.items(), key=lambda kv: -kv[1]):
