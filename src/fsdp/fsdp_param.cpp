@@ -90,15 +90,17 @@ void FSDPParam::copy_out(const at::Tensor& gathered_2d, const at::Tensor& dst_fu
   }
 }
 
-void FSDPParam::copy_in_grad(const at::Tensor& grad, const at::Tensor& reduce_input_2d) const {
+void FSDPParam::copy_in_grad(const at::Tensor& grad, const at::Tensor& reduce_input_2d,
+                             int64_t first_column) const {
+  const int64_t column = offset - first_column;
   if (!grad.defined()) {
-    reduce_input_2d.narrow(1, offset, shard_numel()).zero_();
+    reduce_input_2d.narrow(1, column, shard_numel()).zero_();
     return;
   }
   auto src = grad.reshape({dim0, row_numel});
   for (int k = 0; k < shard_world; ++k) {
     const int64_t rows = rows_of_rank(k);
-    auto dst = reduce_input_2d[k].narrow(0, offset, shard_numel()).view({chunk_rows, row_numel});
+    auto dst = reduce_input_2d[k].narrow(0, column, shard_numel()).view({chunk_rows, row_numel});
     if (rows > 0) dst.narrow(0, 0, rows).copy_(src.narrow(0, k * chunk_rows, rows));
     if (rows < chunk_rows) dst.narrow(0, rows, chunk_rows - rows).zero_();  // padding
   }

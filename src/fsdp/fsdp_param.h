@@ -61,7 +61,9 @@ class FSDPParam {
   // Writes this parameter's columns of the (shard_world, total) reduce input, which may be
   // uninitialised: its unsharded gradient and zeros for the padding rows, or zeros throughout
   // when `grad` is undefined (frozen, or no gradient reached it).
-  void copy_in_grad(const at::Tensor& grad, const at::Tensor& reduce_input_2d) const;
+  // The input may cover only a bucket of the unit's columns, the first of them `first_column`.
+  void copy_in_grad(const at::Tensor& grad, const at::Tensor& reduce_input_2d,
+                    int64_t first_column = 0) const;
 
   void alloc_unsharded();
   void free_unsharded();

@@ -104,15 +104,52 @@ FSDPUnit::FSDPUnit(torch::nn::Module& module, const FullyShardOptions& options,
   at::NoGradGuard no_grad;
   flat_shard_ = at::empty({total_shard_numel_}, shard_options);
   const auto unsharded_options = flat_options.dtype(param_dtype_);
-  for (auto& p : params_) {
-    p->init_shard(flat_shard_, unsharded_options, separate_unsharded_);
-    if (p->requires_grad) watch_gradient(p->param);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i]->init_shard(flat_shard_, unsharded_options, separate_unsharded_);
+    if (params_[i]->requires_grad) watch_gradient(i);
   }
   gathered_versions_.assign(params_.size(), -1);
+  plan_reduce_buckets();
+}
+
+void FSDPUnit::plan_reduce_buckets() {
+  const int64_t cap = options_.reduce_bucket_size;
+  bucket_of_.assign(params_.size(), 0);
+  size_t end = params_.size();
+  int64_t numel = 0;
+  for (size_t i = params_.size(); i-- > 0;) {
+    numel += params_[i]->shard_numel() * shard_world_;
+    // Without a cap, or with what is left too small to be worth its own collective, the
+    // bucket runs to the unit's first parameter.
+    if (i > 0 && (cap == 0 || numel < cap)) continue;
+    ReduceBucket b{.first = i, .end = end, .begin = params_[i]->offset};
+    b.numel = params_[end - 1]->offset + params_[end - 1]->shard_numel() - b.begin;
+    for (size_t j = i; j < end; ++j) {
+      bucket_of_[j] = buckets_.size();
+      if (params_[j]->requires_grad) ++b.trainable;
+    }
+    buckets_.push_back(b);
+    end = i;
+    numel = 0;
+  }
 }
 
 bool FSDPUnit::reshard_after_forward() const {
-  return traits_of(options_.strategy).reshard_after_forward;
+  return reshard_after_forward_.value_or(traits_of(options_.strategy).reshard_after_forward);
+}
+
+void FSDPUnit::set_reshard_after_forward(bool reshard) {
+  const auto& t = traits_of(options_.strategy);
+  FSDPP_CHECK_AS(ConfigError, !reshard || (t.shards && !t.keep_unsharded_between_steps),
+                 "[fsdp] set_reshard_after_forward(true) on unit '{}': {} {}; only "
+                 "set_reshard_after_forward(false) applies to it",
+                 name_, to_string(options_.strategy),
+                 t.shards ? "keeps parameters gathered between steps" : "does not shard");
+  FSDPP_CHECK(state_ == UnitState::IDLE,
+              "[fsdp] set_reshard_after_forward on unit '{}' between its forward and the end of "
+              "its backward; call it between steps",
+              name_);
+  reshard_after_forward_ = reshard;
 }
 
 bool FSDPUnit::keep_unsharded_between_steps() const {

@@ -21,6 +21,7 @@
 #include <torch/nn/module.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,7 +51,8 @@ class FSDPUnit : public torch::nn::Module {
 
   // Autograd hooks.
   void pre_backward();
-  void on_grad_accumulated();
+  // `index`: the parameter's place in params().
+  void on_grad_accumulated(size_t index);
 
   // Gathers the parameters (waiting for a prefetch if one is in flight) and points them at the
   // unsharded tensors.
@@ -64,6 +66,7 @@ class FSDPUnit : public torch::nn::Module {
   void hold();
   void release();
   bool held() const { return held_; }
+  void set_reshard_after_forward(bool reshard);
   // Issues the reduction of the accumulated unsharded gradients regardless of the sync switch;
   // finish_gradients() waits for it and adds the result to the shard gradients.
   void reduce_held_gradients();
@@ -100,7 +103,7 @@ class FSDPUnit : public torch::nn::Module {
 
   // Backward (fsdp_unit_backward.cpp).
   // Registers the hook that counts the parameter's accumulated gradients.
-  void watch_gradient(const at::Tensor& param);
+  void watch_gradient(size_t index);
   // The forward outputs that need a gradient, wrapped so that backward reaches pre_backward().
   std::vector<at::Tensor> hook_outputs(std::vector<at::Tensor> outputs);
   void post_backward();
@@ -113,6 +116,14 @@ class FSDPUnit : public torch::nn::Module {
   void pass_gradients_through();
 
   bool reshard_after_forward() const;
+  // Reduce buckets (FullyShardOptions::reduce_bucket_size): consecutive parameters, built from
+  // the unit's last, so that the order autograd computes gradients in (roughly the reverse of
+  // the forward's) fills them one after another.
+  void plan_reduce_buckets();
+  // Issues, in bucket order, every bucket whose gradients have all been accumulated, but never
+  // the last: post_backward() issues that one, after its prefetch.
+  void issue_ready_buckets();
+  void issue_bucket(size_t b);
   bool keep_unsharded_between_steps() const;
   bool gathered_current() const;
   void finish_unshard();
@@ -149,10 +160,21 @@ class FSDPUnit : public torch::nn::Module {
   bool gathered_valid_ = false;   // `unsharded` holds the current values (ZERO1 keeps them)
   std::vector<int64_t> gathered_versions_;
   int64_t grads_ready_ = 0;
+  std::optional<bool> reshard_after_forward_;  // set_reshard_after_forward(); else the strategy's
+
+  struct ReduceBucket {
+    size_t first = 0, end = 0;   // params_[first, end)
+    int64_t begin = 0, numel = 0;  // columns of the flat shard
+    int64_t trainable = 0;       // parameters that get a gradient
+    int64_t ready = 0;           // of those, accumulated in this backward
+  };
+  std::vector<ReduceBucket> buckets_;  // in issue order; one covering the unit when unbucketed
+  std::vector<size_t> bucket_of_;      // params_ index -> buckets_ index
+  size_t next_bucket_ = 0;             // buckets_[0, next_bucket_) are in pending_
 
   struct PendingReduce {
     std::vector<dist::Work> works;
-    at::Tensor output;  // (total_shard_numel) summed gradient shard
+    at::Tensor output;  // (total_shard_numel) summed gradient shard, bucket by bucket
   };
   std::optional<PendingReduce> pending_;
   struct PendingGather {

@@ -37,9 +37,10 @@ struct PreBackwardFn : public torch::autograd::Function<PreBackwardFn> {
 // Runs after autograd has accumulated a parameter's gradient: when all of a unit's trainable
 // parameters have theirs, the unit reduces them while backward goes on with earlier units.
 struct GradReadyHook : public torch::autograd::PostAccumulateGradHook {
-  explicit GradReadyHook(FSDPUnit* unit) : unit_(unit) {}
-  void operator()(const torch::autograd::Variable&) override { unit_->on_grad_accumulated(); }
+  GradReadyHook(FSDPUnit* unit, size_t index) : unit_(unit), index_(index) {}
+  void operator()(const torch::autograd::Variable&) override { unit_->on_grad_accumulated(index_); }
   FSDPUnit* unit_;
+  size_t index_;
 };
 
 // The shard-shaped gradient at `offset` elements into `buffer`'s storage, sharing it without
@@ -52,8 +53,9 @@ at::Tensor shard_grad_alias(const at::Tensor& buffer, int64_t offset, const FSDP
 
 }  // namespace
 
-void FSDPUnit::watch_gradient(const at::Tensor& param) {
-  torch::autograd::impl::set_post_acc_grad_hooks(param, std::make_unique<GradReadyHook>(this));
+void FSDPUnit::watch_gradient(size_t index) {
+  torch::autograd::impl::set_post_acc_grad_hooks(params_[index]->param,
+                                                 std::make_unique<GradReadyHook>(this, index));
 }
 
 std::vector<at::Tensor> FSDPUnit::hook_outputs(std::vector<at::Tensor> outputs) {
@@ -76,18 +78,38 @@ void FSDPUnit::pre_backward() {
   r.queue_end_backward();
   if (state_ == UnitState::PRE_BACKWARD) return;  // a unit called twice in one forward
   backward_began_ = trace_begin();
+  // A second backward through the unit in one step (called twice in the forward, each
+  // reaching the loss by its own path): the first one's reduction is added to the shard
+  // gradients before its buckets are issued again.
+  if (next_bucket_ == buckets_.size()) finish_gradients();
   unshard();
   state_ = UnitState::PRE_BACKWARD;
   grads_ready_ = 0;
+  for (auto& b : buckets_) b.ready = 0;
   r.record_backward(*this);
   if (options_.backward_prefetch == BackwardPrefetch::BACKWARD_PRE) {
     r.prefetch_after(*this, FSDPRootState::Pass::BACKWARD, options_.backward_prefetch_depth);
   }
 }
 
-void FSDPUnit::on_grad_accumulated() {
+void FSDPUnit::on_grad_accumulated(size_t index) {
   if (state_ != UnitState::PRE_BACKWARD) return;
-  if (++grads_ready_ == num_trainable_) post_backward();
+  ++buckets_[bucket_of_[index]].ready;
+  if (++grads_ready_ == num_trainable_) {
+    post_backward();
+  } else if (buckets_.size() > 1) {
+    issue_ready_buckets();
+  }
+}
+
+void FSDPUnit::issue_ready_buckets() {
+  if (held_ || !root().requires_gradient_sync() || gradients_pass_through()) return;
+  // In bucket order whatever order the gradients came in, so that every rank issues the same
+  // collectives in the same order.
+  while (next_bucket_ + 1 < buckets_.size() &&
+         buckets_[next_bucket_].ready == buckets_[next_bucket_].trainable) {
+    issue_bucket(next_bucket_++);
+  }
 }
 
 void FSDPUnit::post_backward() {
@@ -123,9 +145,10 @@ void FSDPUnit::reduce_held_gradients() {
   }
 }
 
-// One flat reduce-scatter for the whole unit: row k of the (shard_world, total) input holds,
-// parameter by parameter, the part of each gradient that rank k's shard covers (zeros where
-// the shard is padding). Summed, then divided once in finish_gradients().
+// Every bucket not yet issued. A bucket is one flat reduce-scatter: row k of its
+// (shard_world, bucket columns) input holds, parameter by parameter, the part of each gradient
+// that rank k's shard covers (zeros where the shard is padding), and the sum lands in the
+// bucket's columns of the unit's reduced shard. Divided once in finish_gradients().
 void FSDPUnit::issue_reduce() {
   if (num_trainable_ == 0) return;
   at::NoGradGuard no_grad;
@@ -133,33 +156,38 @@ void FSDPUnit::issue_reduce() {
     pass_gradients_through();
     return;
   }
-  // Every column is written below (gradient or zeros), so no separate zero-fill pass.
-  auto input = at::empty({shard_world_, total_shard_numel_},
-                         flat_shard_.options().dtype(reduce_dtype_).device(compute_device_)
-                             .pinned_memory(false));
-  for (auto& p : params_) {
-    p->copy_in_grad(p->requires_grad ? p->param.grad() : at::Tensor(), input);
-    if (p->requires_grad) p->param.mutable_grad() = at::Tensor();
+  while (next_bucket_ < buckets_.size()) issue_bucket(next_bucket_++);
+}
+
+void FSDPUnit::issue_bucket(size_t index) {
+  at::NoGradGuard no_grad;
+  const ReduceBucket& b = buckets_[index];
+  const auto options =
+      flat_shard_.options().dtype(reduce_dtype_).device(compute_device_).pinned_memory(false);
+  if (!pending_) pending_.emplace().output = at::empty({total_shard_numel_}, options);
+  PendingReduce& pending = *pending_;
+  auto out = pending.output.narrow(0, b.begin, b.numel);
+  // Every column is written below (gradient or zeros), so no separate zero-fill pass. Without
+  // a shard group the bucket's input is its place in the output.
+  auto input = shard_group_ ? at::empty({shard_world_, b.numel}, options) : out.view({1, b.numel});
+  for (size_t i = b.first; i < b.end; ++i) {
+    auto& p = *params_[i];
+    p.copy_in_grad(p.requires_grad ? p.param.grad() : at::Tensor(), input, b.begin);
+    if (p.requires_grad) p.param.mutable_grad() = at::Tensor();
   }
   if (predivide_factor_ != 1) input.div_(predivide_factor_);
-  PendingReduce pending;
   if (shard_group_) {
-    pending.output = at::empty({total_shard_numel_}, input.options());
-    auto work = shard_group_->reduce_scatter_tensor_async(pending.output, input.view({-1}),
+    auto work = shard_group_->reduce_scatter_tensor_async(out, input.view({-1}),
                                                           dist::ReduceOp::SUM, tag());
     if (replicate_group_) {
       work.wait();  // the replicas reduce what the shard group produced
     } else {
       pending.works.push_back(std::move(work));
     }
-  } else {
-    pending.output = input.view({-1});
   }
   if (replicate_group_) {
-    pending.works.push_back(
-        replicate_group_->all_reduce_async(pending.output, dist::ReduceOp::SUM, tag()));
+    pending.works.push_back(replicate_group_->all_reduce_async(out, dist::ReduceOp::SUM, tag()));
   }
-  pending_ = std::move(pending);
 }
 
 bool FSDPUnit::gradients_pass_through() const {
@@ -191,6 +219,7 @@ void FSDPUnit::finish_gradients() {
   if (!pending_) return;
   auto pending = std::move(*pending_);
   pending_.reset();
+  next_bucket_ = 0;
   for (auto& w : pending.works) w.wait();
   // ZERO1 keeps its gathered parameters between steps; the optimizer step that follows
   // synchronised gradients changes the shards (LibTorch's SGD does it through .data(), which

@@ -109,6 +109,10 @@ void fully_shard(torch::nn::Module& module, const FullyShardOptions& options) {
                  "limit_all_gathers={} must be >= 0",
                  options.forward_prefetch, options.backward_prefetch_depth,
                  options.limit_all_gathers);
+  FSDPP_CHECK_AS(ConfigError, options.reduce_bucket_size >= 0,
+                 "[fsdp] reduce_bucket_size={} must be >= 0 (elements per gradient bucket; 0: "
+                 "one reduction per unit)",
+                 options.reduce_bucket_size);
   std::unordered_set<const c10::TensorImpl*> managed;
   for (const auto& item : module.named_modules("", /*include_self=*/false)) {
     if (FSDPUnit* u = find_unit(*item.value())) {
@@ -130,6 +134,13 @@ void fully_shard(torch::nn::Module& module, const FullyShardOptions& options) {
   auto unit = std::make_shared<FSDPUnit>(module, options, std::move(params));
   unit->adopt_children();
   module.register_module(FSDPUnit::kChildName, unit);
+}
+
+void set_reshard_after_forward(torch::nn::Module& module, bool reshard) {
+  FSDPUnit* unit = find_unit(module);
+  FSDPP_CHECK(unit, "[fsdp] set_reshard_after_forward: module '{}' is not a unit; call it on a "
+              "module given to fully_shard", module.name());
+  unit->set_reshard_after_forward(reshard);
 }
 
 void set_requires_gradient_sync(torch::nn::Module& root, bool sync) {

@@ -99,6 +99,9 @@ void FSDPRootState::prefetch_after(const FSDPUnit& unit, Pass pass, int depth) {
     // A unit that already ran in this pass (the root finishes its backward last but begins
     // it first) would only be gathered to be dropped.
     if (std::find(done.begin(), done.end(), *it) != done.end()) continue;
+    // Still gathered (kept after its forward): nothing to fetch, and no reason to wait for
+    // its backward before fetching the next one.
+    if (!(*it)->sharded_) continue;
     if (limit > 0 && gathers_in_flight_ >= limit) break;
     (*it)->start_unshard();
     --depth;

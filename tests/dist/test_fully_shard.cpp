@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "../support/test_models.h"
 #include "fsdpp/common/error.h"
@@ -32,6 +33,7 @@ struct MLPCase {
   static torch::Tensor loss(const torch::Tensor& out, const torch::Tensor& y) {
     return torch::mse_loss(out, y);
   }
+  static torch::nn::Module& inner_unit(Model& m) { return *m->twice; }
 };
 
 struct TransformerCase {
@@ -45,6 +47,7 @@ struct TransformerCase {
   static torch::Tensor loss(const torch::Tensor& logits, const torch::Tensor& y) {
     return torch::cross_entropy_loss(logits.reshape({-1, 29}), y.reshape({-1}));
   }
+  static torch::nn::Module& inner_unit(Model& m) { return *m->blocks[m->blocks->size() - 1]; }
 };
 
 FullyShardOptions options_for(ShardingStrategy s) {
@@ -88,8 +91,17 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(Optim which,
 // reshard after the last backward, as pipeline stages do).
 enum class Accumulate { SYNC_EVERY, WITHOUT_SYNC, HELD };
 
+// How gradients are bucketed and which units keep their parameters from forward to backward.
+struct Layout {
+  int64_t reduce_bucket_size = 0;
+  // set_reshard_after_forward on the root and on Case::inner_unit (a unit called twice, the
+  // last block) when given.
+  std::optional<bool> reshard_root, reshard_inner;
+};
+
 template <typename Case>
-void check_parity(ShardingStrategy strategy, Accumulate accumulate, Optim which = Optim::ADAMW) {
+void check_parity(ShardingStrategy strategy, Accumulate accumulate, Optim which = Optim::ADAMW,
+                  Layout layout = {}) {
   auto& w = test::world();
   const int n = w.size();
   const int64_t local = kGlobalBatch / n;
@@ -97,7 +109,11 @@ void check_parity(ShardingStrategy strategy, Accumulate accumulate, Optim which 
   auto ref = Case::make();
   torch::manual_seed(1234);
   auto model = Case::make();
-  model->shard(options_for(strategy));
+  auto options = options_for(strategy);
+  options.reduce_bucket_size = layout.reduce_bucket_size;
+  model->shard(options);
+  if (layout.reshard_root) set_reshard_after_forward(*model, *layout.reshard_root);
+  if (layout.reshard_inner) set_reshard_after_forward(Case::inner_unit(model), *layout.reshard_inner);
   auto ref_opt_ptr = make_optimizer(which, ref->parameters());
   auto opt_ptr = make_optimizer(which, model->parameters());
   auto& ref_opt = *ref_opt_ptr;
@@ -168,6 +184,26 @@ TEST(FullyShard, TransformerParityAccumulatingWithoutSync) {
   for (auto s : {ShardingStrategy::FULL_SHARD, ShardingStrategy::NO_SHARD}) {
     check_parity<TransformerCase>(s, Accumulate::WITHOUT_SYNC);
   }
+}
+
+// Gradients reduced in buckets as they are computed (one parameter per bucket, and a few
+// parameters per bucket) and units kept gathered from forward to backward give the same
+// training as one process.
+TEST(FullyShard, ParityWithReduceBucketsAndUnitsKeptAfterForward) {
+  for (auto s : strategies()) {
+    for (int64_t bucket : {int64_t{1}, int64_t{600}}) {
+      const Layout layout{.reduce_bucket_size = bucket, .reshard_root = false, .reshard_inner = false};
+      check_parity<MLPCase>(s, Accumulate::SYNC_EVERY, Optim::ADAMW, layout);
+      check_parity<TransformerCase>(s, Accumulate::SYNC_EVERY, Optim::ADAMW, layout);
+    }
+  }
+  check_parity<MLPCase>(ShardingStrategy::FULL_SHARD, Accumulate::WITHOUT_SYNC, Optim::ADAMW,
+                        {.reduce_bucket_size = 1, .reshard_inner = false});
+  check_parity<MLPCase>(ShardingStrategy::FULL_SHARD, Accumulate::HELD, Optim::ADAMW,
+                        {.reduce_bucket_size = 1});
+  // SHARD_GRAD_OP with units that free their parameters after forward after all.
+  check_parity<TransformerCase>(ShardingStrategy::SHARD_GRAD_OP, Accumulate::SYNC_EVERY,
+                                Optim::ADAMW, {.reshard_root = true, .reshard_inner = true});
 }
 
 // Held by fsdpp::unshard: the micro-batches' separate backward passes reduce nothing and the
@@ -262,6 +298,47 @@ TEST(FullyShard, CommunicationVolumeMatchesTheory) {
   }
 }
 
+// FULL_SHARD with the root and the last block kept gathered from forward to backward: those
+// two units skip their backward all-gather, (S_root + S_last)·(N-1)/N fewer bytes, and hold
+// their parameters between forward and backward only. Reduce buckets split the reduce-scatter
+// without changing its bytes.
+TEST(FullyShard, UnitsKeptAfterForwardSaveTheirBackwardGather) {
+  auto& w = test::world();
+  const int64_t n = w.size();
+  torch::manual_seed(3);
+  auto model = TransformerCase::make();
+  auto options = options_for(ShardingStrategy::FULL_SHARD);
+  options.reduce_bucket_size = 100;
+  model->shard(options);
+  set_reshard_after_forward(*model, false);
+  set_reshard_after_forward(TransformerCase::inner_unit(model), false);
+  const std::string last = "blocks." + std::to_string(model->blocks->size() - 1);
+  int64_t padded = 0, kept = 0;
+  for (const auto& u : inspect_units(*model)) {
+    padded += u.shard_numel * 4 * u.shard_world;
+    if (u.name == "(root)" || u.name == last) kept += u.shard_numel * 4 * u.shard_world;
+  }
+  ASSERT_GT(kept, 0);
+  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  for (int step = 0; step < 2; ++step) {
+    auto before = comm_counters(*model);
+    auto b = TransformerCase::batch(step, 0);
+    auto logits = fsdpp::forward(model, b.x);
+    for (const auto& u : inspect_units(*model)) {
+      const bool keeps = u.name == "(root)" || u.name == last;
+      EXPECT_EQ(u.unsharded_bytes > 0, keeps && n > 1) << u.name << " after forward";
+    }
+    TransformerCase::loss(logits, b.y).backward();
+    for (const auto& u : inspect_units(*model)) EXPECT_EQ(u.unsharded_bytes, 0) << u.name;
+    opt.step();
+    opt.zero_grad();
+    auto d = comm_counters(*model) - before;
+    EXPECT_EQ(d.bytes_of(dist::Collective::ALL_GATHER) + d.bytes_of(dist::Collective::REDUCE_SCATTER),
+              (3 * padded - kept) * (n - 1) / n);
+    EXPECT_EQ(d.bytes_of(dist::Collective::REDUCE_SCATTER), padded * (n - 1) / n);
+  }
+}
+
 TEST(FullyShard, ClearErrors) {
   auto& w = test::world();
   torch::manual_seed(1);
@@ -286,6 +363,24 @@ TEST(FullyShard, ClearErrors) {
   struct Empty : torch::nn::Module {};
   Empty empty;
   EXPECT_THROW(fully_shard(empty, o), fsdpp::Error);
+  EXPECT_THROW(set_reshard_after_forward(empty, false), fsdpp::Error);  // not a unit
+  auto negative = o;
+  negative.reduce_bucket_size = -1;
+  auto other = test::OddMLP();
+  EXPECT_THROW(other->shard(negative), ConfigError);
+  // NO_SHARD has nothing to free; ZERO1 keeps its parameters gathered between steps.
+  for (auto s : {ShardingStrategy::NO_SHARD, ShardingStrategy::ZERO1}) {
+    auto m = test::OddMLP();
+    m->shard(options_for(s));
+    set_reshard_after_forward(*m, false);
+    try {
+      set_reshard_after_forward(*m, true);
+      FAIL() << to_string(s);
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("only set_reshard_after_forward(false)"),
+                std::string::npos) << e.what();
+    }
+  }
   (void)w;
 }
 

@@ -75,6 +75,12 @@ struct FullyShardOptions {
   // Most prefetched all-gathers in flight at once (issued, not yet used); bounds the memory
   // that prefetching adds to about this many units. 0: no limit beyond the depths above.
   int limit_all_gathers = 2;
+  // Gradients are reduced in buckets of at least this many elements (consecutive parameters of
+  // the unit, from its last), each issued as soon as autograd has computed all of its
+  // gradients, instead of in one reduce-scatter once the whole unit's are: the reduction that
+  // nothing computes behind at the end of backward (the first unit's) shrinks to its last
+  // bucket. DeepSpeed's reduce_bucket_size, inside a unit. 0: one reduction per unit, as FSDP2.
+  int64_t reduce_bucket_size = 0;
   // How tensor or expert parallelism already split or replicated each parameter before this
   // call (fsdpp/fsdp/sharded_param.h), e.g. tp::TensorParallel::outer_layout(). FSDP shards
   // what this rank holds either way; the layout lets state dicts and gather_full see the whole
@@ -89,6 +95,15 @@ template <typename T>
 void fully_shard(torch::nn::ModuleHolder<T>& holder, const FullyShardOptions& options) {
   fully_shard(*holder.ptr(), options);
 }
+
+// Overrides the strategy's choice of freeing the gathered parameters of the unit `module` was
+// made into after its forward (FSDP2's set_reshard_after_forward, for one unit). false keeps
+// them to its backward, saving that backward's all-gather for the memory of one gathered unit:
+// FSDP2 does so for the root, torchtitan also for the last block, whose backward comes first
+// and whose gather nothing would hide. true frees them under SHARD_GRAD_OP too. Strategies
+// that do not shard (NO_SHARD) or keep parameters gathered between steps (ZERO1) accept only
+// false.
+void set_reshard_after_forward(torch::nn::Module& module, bool reshard);
 
 // Gradient accumulation without communication: while false, backward keeps unsharded gradients
 // and reduces nothing; the next backward with sync on reduces them all at once.
