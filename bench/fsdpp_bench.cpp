@@ -215,6 +215,10 @@ struct Parallel {
 struct Prefetch {
   int forward = fsdpp::FullyShardOptions{}.forward_prefetch;
   std::string backward = fsdpp::to_string(fsdpp::FullyShardOptions{}.backward_prefetch);
+  int64_t reduce_bucket_size = fsdpp::FullyShardOptions{}.reduce_bucket_size;
+  // The root and the last block keep their parameters from forward to backward (torchtitan's
+  // layout; FSDP2 keeps the root by default).
+  bool keep_ends = false;
 };
 
 fsdpp::models::Llama build_model(const json& cfg, const std::string& dir, fsdpp::dist::World& world,
@@ -243,7 +247,12 @@ fsdpp::models::Llama build_model(const json& cfg, const std::string& dir, fsdpp:
   opts.strategy = fsdpp::parse_sharding_strategy(strategy);
   opts.forward_prefetch = prefetch.forward;
   opts.backward_prefetch = fsdpp::parse_backward_prefetch(prefetch.backward);
+  opts.reduce_bucket_size = prefetch.reduce_bucket_size;
   fsdpp::apply_fully_shard(*model, fsdpp::transformer_layer_policy({"TransformerBlock"}), opts);
+  if (prefetch.keep_ends) {
+    fsdpp::set_reshard_after_forward(*model, false);
+    fsdpp::set_reshard_after_forward(*model->layers[model->layers->size() - 1], false);
+  }
   if (units_out) {
     for (const auto& u : fsdpp::inspect_units(*model)) {
       units_out->push_back({{"name", u.name}, {"numel", u.numel}, {"shard_numel", u.shard_numel},
@@ -366,6 +375,8 @@ int cmd_train(const std::string& dir, const std::string& strategy, const Prefetc
     j["strategy"] = no_fsdp ? "none" : strategy;
     j["forward_prefetch"] = prefetch.forward;
     j["backward_prefetch"] = prefetch.backward;
+    j["reduce_bucket_size"] = prefetch.reduce_bucket_size;
+    j["keep_ends"] = prefetch.keep_ends;
     j["world_size"] = world->size();
     j["tensor_parallel"] = parallel.tp;
     j["sequence_parallel"] = parallel.sp;
@@ -401,21 +412,27 @@ int cmd_train(const std::string& dir, const std::string& strategy, const Prefetc
 // bytes cost on an idle machine. Also times the copies fsdpp does around them (gathered rows
 // into parameters, gradients into the reduce-scatter input) with the same tensor ops.
 int cmd_collectives(const std::string& dir, const std::string& strategy, int repeats,
-                    const std::string& out_path) {
+                    const Prefetch& layout, const std::string& out_path) {
   fsdpp::dist::InitOptions init;
   init.num_threads = 1;
   auto world = fsdpp::dist::init_from_env(init);
   at::set_num_threads(1);
   const json cfg = read_json(dir + "/config.json");
   json units = json::array();
-  auto model = build_model(cfg, dir, *world, strategy, Prefetch{}, true, &units);
+  auto model = build_model(cfg, dir, *world, strategy, layout, true, &units);
   const auto s = fsdpp::parse_sharding_strategy(strategy);
   const int N = world->size();
   auto& pg = *world->group();
   // FULL_SHARD gathers every unit in forward and again in backward; SHARD_GRAD_OP once.
+  // With --keep-ends the root and the last block skip the backward one.
   const int gathers = s == fsdpp::ShardingStrategy::FULL_SHARD ? 2
                       : s == fsdpp::ShardingStrategy::NO_SHARD ? 0
                                                                : 1;
+  const std::string last_block = "layers." + std::to_string(model->layers->size() - 1);
+  auto gathers_of = [&](const std::string& unit) {
+    const bool kept = layout.keep_ends && (unit == "(root)" || unit == last_block);
+    return gathers == 2 && kept ? 1 : gathers;
+  };
   std::vector<double> t_ag, t_rs, t_ar, t_copy, cpu_comm;
   pg.reset_counters();
   for (int r = 0; r < repeats + 1; ++r) {  // the first round warms the sockets up
@@ -434,7 +451,7 @@ int cmd_collectives(const std::string& dir, const std::string& strategy, int rep
       const int64_t shard = u.at("shard_numel"), numel = u.at("numel");
       if (N == 1 || shard == 0) continue;
       auto flat_shard = torch::randn({shard});
-      for (int g = 0; g < gathers; ++g) {
+      for (int g = 0; g < gathers_of(u.at("name")); ++g) {
         auto gathered = torch::empty({N * shard});
         timed(ag, [&] { pg.all_gather_into_tensor(gathered, flat_shard, {"bench"}); });
         const auto t0 = Clock::now();
@@ -557,6 +574,11 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   train->add_option("--backward-prefetch", prefetch.backward,
                     "BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH");
+  train->add_option("--reduce-bucket-size", prefetch.reduce_bucket_size,
+                    "gradient elements per reduce-scatter bucket (0: one per unit)")
+      ->check(CLI::NonNegativeNumber);
+  train->add_flag("--keep-ends", prefetch.keep_ends,
+                  "the root and the last block keep their parameters from forward to backward");
   Parallel parallel;
   train->add_option("--tp", parallel.tp, "tensor-parallel degree (the Llama plan; FSDP over the ranks left)")
       ->check(CLI::PositiveNumber);
@@ -570,6 +592,8 @@ int main(int argc, char** argv) {
   coll->add_option("--dir", dir)->required();
   coll->add_option("--strategy", strategy);
   coll->add_option("--repeats", repeats)->check(CLI::PositiveNumber);
+  coll->add_flag("--keep-ends", prefetch.keep_ends,
+                 "as train --keep-ends: the root and the last block gather once");
   coll->add_option("--out", out)->required();
   auto* base = app.add_subcommand("baseline", "measure the runtime's own memory");
   base->add_option("--out", out)->required();
@@ -577,7 +601,7 @@ int main(int argc, char** argv) {
   try {
     if (*init) return cmd_init(dir);
     if (*train) return cmd_train(dir, strategy, prefetch, steps, warmup, out, no_fsdp, count_alloc, parallel, local_batch);
-    if (*coll) return cmd_collectives(dir, strategy, repeats, out);
+    if (*coll) return cmd_collectives(dir, strategy, repeats, prefetch, out);
     if (*base) return cmd_baseline(out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

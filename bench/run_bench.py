@@ -156,12 +156,23 @@ def param_count(m):
     return V * C * (1 if m.get("tie_embeddings") else 2) + C + L * block
 
 
-def theory_bytes(strategy, n, param_bytes):
-    """Bytes each rank sends per step with ring collectives (ZeRO paper, section 7)."""
+def edge_count(m):
+    """Parameters of the root unit (embeddings, final norm, head) and of the last block: what
+    --keep-ends keeps gathered from forward to backward."""
+    C, V, L = m["dim"], m["vocab_size"], m["n_layers"]
+    root = V * C * (1 if m.get("tie_embeddings") else 2) + C
+    return root + (param_count(m) - root) // L
+
+
+def theory_bytes(strategy, n, param_bytes, kept_bytes=0):
+    """Bytes each rank sends per step with ring collectives (ZeRO paper, section 7); units kept
+    gathered from forward to backward (kept_bytes) skip FULL_SHARD's backward all-gather."""
     if n == 1:
         return 0.0
     f = (n - 1) / n
-    return {"full_shard": 3, "shard_grad_op": 2, "no_shard": 2}[strategy] * param_bytes * f
+    if strategy == "full_shard":
+        return (3 * param_bytes - kept_bytes) * f
+    return {"shard_grad_op": 2, "no_shard": 2}[strategy] * param_bytes * f
 
 
 def median(v):
@@ -222,6 +233,14 @@ def main():
     ap.add_argument("--forward-prefetch", type=int, default=int(env_default("BENCH_FORWARD_PREFETCH", "1")),
                     help="units whose all-gather each unit issues before its own forward, both sides "
                          "(fsdpp's forward_prefetch, FSDP2's set_modules_to_forward_prefetch)")
+    ap.add_argument("--keep-ends", type=int, default=int(env_default("BENCH_KEEP_ENDS", "1")),
+                    help="1: the root and the last block keep their parameters from forward to backward, "
+                         "both sides (fsdpp's set_reshard_after_forward, FSDP2's reshard_after_forward=False "
+                         "on them: torchtitan's layout); 0: every unit reshards")
+    ap.add_argument("--reduce-bucket-size", type=int,
+                    default=int(env_default("BENCH_REDUCE_BUCKET_SIZE", "1000000")),
+                    help="fsdpp's reduce_bucket_size: gradient elements per reduce-scatter bucket, issued "
+                         "as soon as computed (0: one reduce-scatter per unit, as FSDP2)")
     ap.add_argument("--trace-prefetch", default=env_default("BENCH_TRACE_PREFETCH", "0,1,2"),
                     help="forward prefetch depths of the traced fsdpp runs, one per depth and multi-rank "
                          "configuration, whose traces give the exposed communication ('' for none)")
@@ -284,6 +303,8 @@ def main():
             return json.load(open(out))
 
         trace_depths = [int(d) for d in a.trace_prefetch.split(",") if d.strip()]
+        keep_ends = ["--keep-ends"] if a.keep_ends else []
+        fsdpp_layout = keep_ends + ["--reduce-bucket-size", str(a.reduce_bucket_size)]
 
         def launch_traced(n, strategy, depth):
             # The timed steps traced (FSDPP_PROFILE_STEPS; a step runs from one root forward to
@@ -291,7 +312,7 @@ def main():
             tdir = os.path.join(work, f"trace-{strategy}-{n}-{depth}")
             run_env = dict(env, FSDPP_PROFILE_STEPS=f"{a.warmup + 1}-{a.warmup + a.steps}", FSDPP_TRACE_DIR=tdir)
             r = launch_fsdpp(n, ["train", "--dir", work, "--strategy", strategy, "--steps", str(a.steps + 1),
-                                 "--warmup", str(a.warmup), "--forward-prefetch", str(depth)],
+                                 "--warmup", str(a.warmup), "--forward-prefetch", str(depth)] + fsdpp_layout,
                              os.path.join(work, f"traced-{strategy}-{n}-{depth}.json"), run_env)
             s = trace_overlap.summarize(trace_overlap.read(tdir))
             s.update(forward_prefetch=depth, peak_rss_mb=max(r["peak_rss_mb"]))
@@ -325,27 +346,28 @@ def main():
                 for side in ("fsdpp", "pytorch"):
                     out = os.path.join(work, f"{side}-{strategy}-{n}-{rep}.json")
                     if side == "fsdpp":
-                        runs[side].append(launch_fsdpp(n, ["train"] + common, out))
+                        runs[side].append(launch_fsdpp(n, ["train"] + common + fsdpp_layout, out))
                     else:
-                        runs[side].append(launch_torch(n, common, out))
+                        runs[side].append(launch_torch(n, common + keep_ends, out))
                 if len(compute[n]) < a.repeats:
                     launch_compute(n, rep)
             fs, pt = merge(runs["fsdpp"]), merge(runs["pytorch"])
             coll = None
             if n > 1:
                 coll = launch_fsdpp(n, ["collectives", "--dir", work, "--strategy", strategy,
-                                        "--repeats", str(max(2, a.steps))],
+                                        "--repeats", str(max(2, a.steps))] + keep_ends,
                                     os.path.join(work, f"coll-{strategy}-{n}.json"))
             est = estimate(build, cfg, strategy, n, baseline[n], a.mmap_threshold)
             memory_check = None
             if a.memory_check_threshold:
-                memory_check = launch_fsdpp(n, ["train"] + common[:-6] + ["--steps", "2", "--warmup", "1"],
+                memory_check = launch_fsdpp(n, ["train"] + common[:-6] + ["--steps", "2", "--warmup", "1"] +
+                                            fsdpp_layout,
                                             os.path.join(work, f"memory-{strategy}-{n}.json"), check_env)
             check_est = estimate(build, cfg, strategy, n, baseline[n], check_threshold)
             traced = []
             for depth in (trace_depths if n > 1 else []):
                 traced.append(launch_traced(n, strategy, depth))
-            c = {"strategy": strategy, "world_size": n, "fsdpp": fs, "pytorch": pt,
+            c = {"strategy": strategy, "world_size": n, "keep_ends": bool(a.keep_ends), "fsdpp": fs, "pytorch": pt,
                  "compute": merge(compute[n]), "collectives": coll, "estimate": est,
                  "memory_check": memory_check, "memory_check_estimate": check_est, "traced": traced}
             derive(c, cfg, n_params, os.cpu_count() or 1)
@@ -365,6 +387,7 @@ def main():
                         "other_cpu_share": other_cpu_share(cpu_before, other_cpu_probe())},
             "quick": a.quick, "note": a.note, "config": cfg, "num_params": n_params, "data": source,
             "steps": a.steps, "warmup": a.warmup, "repeats": a.repeats, "forward_prefetch": a.forward_prefetch,
+            "keep_ends": bool(a.keep_ends), "reduce_bucket_size": a.reduce_bucket_size,
             "environment": {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": env.get("MALLOC_MMAP_THRESHOLD_", ""),
                             "memory_check_MALLOC_MMAP_THRESHOLD_": check_env.get("MALLOC_MMAP_THRESHOLD_", "")},
             "runtime_baseline_mb": baseline, "configs": configs, "tp_configs": tp_rows,
@@ -414,7 +437,8 @@ def derive(c, cfg, n_params, cpus):
     c["pytorch_tokens_per_s"] = tokens / (pt["median_step_ms"] / 1e3)
     c["loss_diff"] = abs(fs["final_loss"] - pt["final_loss"])
     c["max_step_loss_diff"] = max(abs(a - b) for a, b in zip(fs["losses"], pt["losses"]))
-    c["theory_bytes_per_step"] = theory_bytes(c["strategy"], n, 4 * n_params)
+    c["theory_bytes_per_step"] = theory_bytes(c["strategy"], n, 4 * n_params,
+                                              4 * edge_count(cfg["model"]) if c.get("keep_ends") else 0)
     t_step = fs["median_step_ms"]
     t_compute = c["compute"]["median_step_ms"]
     coll = c["collectives"]
@@ -514,7 +538,14 @@ def report(r, png):
       f"{m['n_heads']} heads / {m.get('n_kv_heads') or m['n_heads']} kv heads, vocab {m['vocab_size']}, "
       f"{'tied' if m.get('tie_embeddings') else 'untied'} head), fp32, AdamW; "
       f"{r['config']['local_batch']} x {r['config']['seq_len']} tokens per rank per step (fixed local batch); "
-      f"units: each TransformerBlock, then the root. Same initial weights (fsdpp wrote them to safetensors, "
+      f"units: each TransformerBlock, then the root" +
+      (" (the root and the last block keep their parameters from forward to backward on both sides: "
+       "fsdpp's set_reshard_after_forward, FSDP2's reshard_after_forward=False, torchtitan's layout)"
+       if r.get("keep_ends") else "") +
+      (f"; fsdpp reduces gradients in buckets of {r['reduce_bucket_size'] / 1e6:g} M elements as they are "
+       f"computed (reduce_bucket_size; FSDP2 has no such option and reduces each unit at once)"
+       if r.get("reduce_bucket_size") else "") +
+      f". Same initial weights (fsdpp wrote them to safetensors, "
       f"PyTorch loaded them) and the same batches ({r['data']}). One intra-op thread per rank. "
       f"{r['warmup']} warm-up + {r['steps']} timed steps per run, {r['repeats']} runs of each side alternated; "
       f"medians over all timed steps. Forward prefetch {r.get('forward_prefetch', 0)} on both sides (each unit "
@@ -579,8 +610,10 @@ def report(r, png):
           f"{c['loss_diff']:.1e} | {c['max_step_loss_diff']:.1e} |")
     w("")
     w("## Communication per step per rank (MB, 10^6 bytes)\n")
-    w("Theory: ring collectives over the fp32 parameter bytes S, FULL_SHARD 3·S·(N-1)/N, SHARD_GRAD_OP and "
-      "NO_SHARD 2·S·(N-1)/N. fsdpp counted: its process group's counters (bytes sent as the algorithm moves "
+    w("Theory: ring collectives over the fp32 parameter bytes S, FULL_SHARD 3·S·(N-1)/N" +
+      (" less the backward all-gather of the units kept gathered (the root and the last block, S_kept·(N-1)/N)"
+       if r.get("keep_ends") else "") +
+      ", SHARD_GRAD_OP and NO_SHARD 2·S·(N-1)/N. fsdpp counted: its process group's counters (bytes sent as the algorithm moves "
       "them; shards padded to a multiple of N rows). PyTorch issued: the collectives FSDP2 called "
       "(torch.distributed wrapped), at the same algorithm model, Gloo's reduce_scatter_tensor being an "
       "all-reduce of the whole input in c10d. Wire: bytes each process wrote to its sockets during the step "

@@ -93,6 +93,9 @@ def main():
     ap.add_argument("--forward-prefetch", type=int, default=0,
                     help="blocks whose all-gather each block issues before its own forward "
                          "(set_modules_to_forward_prefetch), as fsdpp's forward_prefetch")
+    ap.add_argument("--keep-ends", action="store_true",
+                    help="the root and the last block keep their parameters from forward to backward "
+                         "(reshard_after_forward=False on them: torchtitan's layout, FSDP2's default for the root)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -123,9 +126,10 @@ def main():
     else:
         mesh = init_device_mesh("cpu", (world,))
     reshard = a.strategy == "full_shard"
-    for layer in model.layers:
-        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
-    fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+    last = len(model.layers) - 1
+    for i, layer in enumerate(model.layers):
+        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard and not (a.keep_ends and i == last))
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard and not a.keep_ends)
     if a.forward_prefetch > 0:
         layers, k = list(model.layers), a.forward_prefetch
         model.set_modules_to_forward_prefetch(layers[:k])
