@@ -166,6 +166,15 @@ void TrainConfig::validate() const {
   }
   check(f.min_num_params >= 1,
         "[config] training.fsdp_config.fsdp_min_num_params={}: expected >= 1", f.min_num_params);
+  check(f.reduce_bucket_size >= 0,
+        "[config] training.fsdp_config.fsdp_reduce_bucket_size={}: expected 0 (one reduction "
+        "per unit) or gradient elements per bucket >= 1",
+        f.reduce_bucket_size);
+  check(!f.keep_ends_gathered ||
+            (parallelism.pipeline_parallel_degree == 1 && parallelism.expert_parallel_degree == 1),
+        "[config] training.fsdp_config.fsdp_keep_ends_gathered=true with pipeline or expert "
+        "parallelism; expected false there (it keeps the root and the last block of one "
+        "FSDP model)");
   check(f.hybrid_shard_group_size >= 0,
         "[config] training.fsdp_config.fsdp_hybrid_shard_group_size={}: expected 0 "
         "(LOCAL_WORLD_SIZE, one shard group per node) or a number of ranks >= 1",
@@ -319,6 +328,7 @@ FullyShardOptions TrainConfig::fully_shard_options(std::shared_ptr<dist::DeviceM
   // gathers in flight, or none.
   o.forward_prefetch = fc.forward_prefetch ? 1 : 0;
   if (!fc.limit_all_gathers) o.limit_all_gathers = 0;
+  o.reduce_bucket_size = fc.reduce_bucket_size;
   return o;
 }
 

@@ -125,6 +125,8 @@ const Schema& train_schema() {
                                   FSDPP_FSDP_KEY(forward_prefetch),
                                   FSDPP_FSDP_KEY(sync_module_states),
                                   FSDPP_FSDP_KEY(limit_all_gathers),
+                                  FSDPP_FSDP_KEY(keep_ends_gathered),
+                                  FSDPP_FSDP_KEY(reduce_bucket_size),
                                   FSDPP_FSDP_KEY(state_dict_type),
                                   FSDPP_FSDP_KEY(offload_params),
                                   FSDPP_FSDP_KEY(offload_optimizer_state_dir),

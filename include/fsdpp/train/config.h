@@ -94,6 +94,13 @@ struct FsdpSection {
   bool sync_module_states = false;
   // At most two prefetched all-gathers in flight (false: as many as the prefetch asks for).
   bool limit_all_gathers = true;
+  // The root and the last unit made (the last transformer block) keep their parameters from
+  // forward to backward, which then gathers neither (set_reshard_after_forward(false) on them,
+  // torchtitan's layout). Not with pipeline or expert parallelism.
+  bool keep_ends_gathered = false;
+  // Gradient elements per reduce-scatter bucket, issued as soon as computed
+  // (FullyShardOptions::reduce_bucket_size); 0: one reduction per unit.
+  int64_t reduce_bucket_size = 0;
   Choice<state::StateDictType> state_dict_type = state::StateDictType::SHARDED;
   bool offload_params = false;
   // Disk offload of the optimizer state (DiskOffloadedOptimizer): a directory for the per-rank
