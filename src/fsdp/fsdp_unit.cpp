@@ -145,10 +145,7 @@ void FSDPUnit::set_reshard_after_forward(bool reshard) {
                  "set_reshard_after_forward(false) applies to it",
                  name_, to_string(options_.strategy),
                  t.shards ? "keeps parameters gathered between steps" : "does not shard");
-  FSDPP_CHECK(state_ == UnitState::IDLE,
-              "[fsdp] set_reshard_after_forward on unit '{}' between its forward and the end of "
-              "its backward; call it between steps",
-              name_);
+  // Read only at the end of the unit's forward, so a change at any other time is safe.
   reshard_after_forward_ = reshard;
 }
 

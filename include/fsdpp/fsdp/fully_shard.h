@@ -102,7 +102,7 @@ void fully_shard(torch::nn::ModuleHolder<T>& holder, const FullyShardOptions& op
 // FSDP2 does so for the root, torchtitan also for the last block, whose backward comes first
 // and whose gather nothing would hide. true frees them under SHARD_GRAD_OP too. Strategies
 // that do not shard (NO_SHARD) or keep parameters gathered between steps (ZERO1) accept only
-// false.
+// false. Takes effect at the unit's next forward.
 void set_reshard_after_forward(torch::nn::Module& module, bool reshard);
 
 // Gradient accumulation without communication: while false, backward keeps unsharded gradients
