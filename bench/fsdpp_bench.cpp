@@ -248,11 +248,9 @@ fsdpp::models::Llama build_model(const json& cfg, const std::string& dir, fsdpp:
   opts.forward_prefetch = prefetch.forward;
   opts.backward_prefetch = fsdpp::parse_backward_prefetch(prefetch.backward);
   opts.reduce_bucket_size = prefetch.reduce_bucket_size;
-  fsdpp::apply_fully_shard(*model, fsdpp::transformer_layer_policy({"TransformerBlock"}), opts);
-  if (prefetch.keep_ends) {
-    fsdpp::set_reshard_after_forward(*model, false);
-    fsdpp::set_reshard_after_forward(*model->layers[model->layers->size() - 1], false);
-  }
+  const auto made =
+      fsdpp::apply_fully_shard(*model, fsdpp::transformer_layer_policy({"TransformerBlock"}), opts);
+  if (prefetch.keep_ends) fsdpp::keep_ends_gathered(*model, made);
   if (units_out) {
     for (const auto& u : fsdpp::inspect_units(*model)) {
       units_out->push_back({{"name", u.name}, {"numel", u.numel}, {"shard_numel", u.shard_numel},

@@ -69,4 +69,13 @@ std::vector<std::string> apply_fully_shard(torch::nn::Module& root, const WrapPo
   return made;
 }
 
+void keep_ends_gathered(torch::nn::Module& root, const std::vector<std::string>& made) {
+  set_reshard_after_forward(root, false);
+  if (made.size() < 2) return;
+  const std::string& last = made[made.size() - 2];
+  for (const auto& item : root.named_modules()) {
+    if (item.key() == last) set_reshard_after_forward(*item.value(), false);
+  }
+}
+
 }  // namespace fsdpp

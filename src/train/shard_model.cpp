@@ -70,22 +70,6 @@ void sync_module_states(torch::nn::Module& model, dist::World& world) {
   }
 }
 
-namespace {
-
-// The root, whose backward comes first, and the last unit the policy made (post-order: the
-// last block), whose backward comes next: gathered when backward begins, nothing computed
-// before them could hide their all-gather (docs/fully-shard.md#prefetch-and-overlap).
-void keep_ends_gathered(torch::nn::Module& model, const std::vector<std::string>& made) {
-  set_reshard_after_forward(model, false);
-  if (made.size() < 2) return;
-  const std::string& last = made[made.size() - 2];
-  for (const auto& item : model.named_modules()) {
-    if (item.key() == last) set_reshard_after_forward(*item.value(), false);
-  }
-}
-
-}  // namespace
-
 void shard_model(TrainSession& s) {
   const auto& cfg = s.cfg;
   const auto& t = cfg.training;

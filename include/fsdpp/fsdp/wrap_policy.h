@@ -36,4 +36,10 @@ std::string module_class_name(const torch::nn::Module& module);
 std::vector<std::string> apply_fully_shard(torch::nn::Module& root, const WrapPolicy& policy,
                                            const FullyShardOptions& options);
 
+// After apply_fully_shard (`made`, its result): the root, whose backward comes first, and the
+// last unit made (post-order: the last block), whose backward comes next, keep their parameters
+// from forward to backward (set_reshard_after_forward(false)), since nothing computed before
+// their backward could hide its all-gather: torchtitan's layout.
+void keep_ends_gathered(torch::nn::Module& root, const std::vector<std::string>& made);
+
 }  // namespace fsdpp
