@@ -10,8 +10,8 @@
 #include <cmath>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/clip.h"
 #include "fsdpp/fsdp/sharded_param.h"
-#include "fsdpp/moe/clip.h"
 #include "fsdpp/moe/dispatch.h"
 
 namespace fsdpp::models {
@@ -209,12 +209,12 @@ void sync_expert_parallel_gradients(Qwen3MoeImpl& model, const Qwen3MoeExpertPar
 
 double clip_grad_norm_(Qwen3MoeImpl& model, const Qwen3MoeExpertParallel& ep, double max_norm,
                        const moe::GroupPtr& fsdp_group, const moe::GroupPtr& expert_fsdp_group) {
-  moe::GradNormPart dense{{}, {fsdp_group}};
-  moe::GradNormPart experts{{}, {expert_fsdp_group, ep.ep_group()}};
+  GradNormPart dense{{}, {fsdp_group}};
+  GradNormPart experts{{}, {expert_fsdp_group, ep.ep_group()}};
   for (auto& item : model.named_parameters()) {
     (Qwen3MoeExpertParallel::is_expert(item.key()) ? experts : dense).params.push_back(item.value());
   }
-  return moe::clip_grad_norm_({dense, experts}, max_norm);
+  return fsdpp::clip_grad_norm_({dense, experts}, max_norm);
 }
 
 void fully_shard_qwen3_moe(Qwen3MoeImpl& model, const Qwen3MoeExpertParallel& ep,

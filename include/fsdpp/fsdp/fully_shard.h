@@ -128,7 +128,9 @@ void reduce_gradients(torch::nn::Module& root);
 void reshard(torch::nn::Module& root);
 
 // Global gradient-norm clipping over every rank's shards; returns the total norm (the same
-// number single-process training would compute).
+// number single-process training would compute). Reads each parameter's placements
+// (sharded_param.h), so a model tensor or expert parallelism split before fully_shard is clipped
+// as one model too; norm_type 2 or inf. The general form, over parts, is in fsdpp/fsdp/clip.h.
 double clip_grad_norm_(torch::nn::Module& root, double max_norm, double norm_type = 2.0);
 
 class FSDPUnit;
