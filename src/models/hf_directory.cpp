@@ -5,6 +5,9 @@
 #include <sstream>
 #include <vector>
 
+#include <fmt/ranges.h>
+
+#include "fsdpp/state/atomic_dir.h"
 #include "fsdpp/state/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -25,6 +28,49 @@ json parse_json(const std::string& text, const std::string& source) {
   } catch (const json::exception& e) {
     FSDPP_THROW(ConfigError, "[models] '{}' is not valid JSON: {}", source, e.what());
   }
+}
+
+void check_model_type(const json& j, const std::string& source, const std::string& expected) {
+  FSDPP_CHECK_AS(ConfigError, j.is_object(), "[models] '{}' is not a JSON object", source);
+  const std::string type = field<std::string>(j, "model_type", source, expected);
+  FSDPP_CHECK_AS(ConfigError, type == expected,
+                 "[models] '{}': model_type '{}' is not supported here; expected '{}'", source,
+                 type, expected);
+  const std::string act = field<std::string>(j, "hidden_act", source, std::string("silu"));
+  FSDPP_CHECK_AS(ConfigError, act == "silu",
+                 "[models] '{}': hidden_act '{}' is not supported; expected 'silu'", source, act);
+}
+
+double read_rope_theta(const json& j, const std::string& source) {
+  double theta = field<double>(j, "rope_theta", source, 10000.0);
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+    const auto& rp = j["rope_parameters"];
+    theta = field<double>(rp, "rope_theta", source + " rope_parameters", theta);
+    const std::string rt = field<std::string>(rp, "rope_type", source + " rope_parameters",
+                                              std::string("default"));
+    FSDPP_CHECK_AS(ConfigError, rt == "default",
+                   "[models] '{}': rope_parameters.rope_type '{}' (RoPE scaling) is not "
+                   "supported; expected 'default'", source, rt);
+  }
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    FSDPP_THROW(ConfigError, "[models] '{}': rope_scaling {} is not supported; expected null",
+                source, j["rope_scaling"].dump());
+  }
+  return theta;
+}
+
+void write_decoder_keys(json& j, double rope_theta) {
+  j["rope_theta"] = rope_theta;                                                   // transformers 4
+  j["rope_parameters"] = {{"rope_theta", rope_theta}, {"rope_type", "default"}};  // 5
+  j["rope_scaling"] = nullptr;
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+}
+
+void check_shape(const std::string& what, const at::Tensor& t, const std::vector<int64_t>& want) {
+  FSDPP_CHECK_AS(ConfigError, t.sizes().vec() == want,
+                 "[models] '{}' has shape {} but the config gives {}", what, t.sizes().vec(), want);
 }
 
 std::string read_hf_config(const fs::path& dir) {
@@ -61,6 +107,20 @@ NamedTensors read_hf_tensors(const fs::path& dir) {
     for (const auto& name : st.names()) hf.emplace_back(name, st.get(name));
   }
   return hf;
+}
+
+void write_hf_directory(const fs::path& dir, const NamedTensors& hf,
+                        const std::map<std::string, std::string>& files) {
+  state::AtomicDir adir(dir);
+  state::save_safetensors(adir.path() / "model.safetensors", hf, {{"format", "pt"}});
+  for (const auto& [name, bytes] : files) {
+    std::ofstream f(adir.path() / name, std::ios::binary);
+    f << bytes;
+    f.close();
+    FSDPP_CHECK_AS(CheckpointError, f.good(), "[models] cannot write '{}'",
+                   (adir.path() / name).string());
+  }
+  adir.commit();
 }
 
 }  // namespace fsdpp::models::detail

@@ -7,9 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <mutex>
 
 #include "fsdpp/common/error.h"
+#include "decoder_parts.h"
 #include "fsdpp/fsdp/fully_shard.h"
 
 namespace fsdpp::models {
@@ -41,34 +41,6 @@ std::pair<at::Tensor, at::Tensor> rope_tables(int64_t T, int64_t head_dim, doubl
   auto emb = at::cat({freqs, freqs}, -1);                          // (T, D)
   return {emb.cos(), emb.sin()};
 }
-
-// (B,T,Hkv,D) -> (B,T,Hkv*n_rep,D): kv head j serves query heads j*n_rep .. (j+1)*n_rep-1.
-at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
-  if (n_rep == 1) return x;
-  const auto B = x.size(0), T = x.size(1), Hkv = x.size(2), D = x.size(3);
-  return x.unsqueeze(3).expand({B, T, Hkv, n_rep, D}).reshape({B, T, Hkv * n_rep, D});
-}
-
-// As llama.cpp's: module constructors draw from the global generator; put it back as found.
-class GlobalRngRestorer {
- public:
-  GlobalRngRestorer() {
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    state_ = gen.get_state();
-  }
-  ~GlobalRngRestorer() {
-    try {
-      auto gen = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(state_);
-    } catch (...) {  // destructors never throw; losing the restore only costs reproducibility
-    }
-  }
-
- private:
-  at::Tensor state_;
-};
 
 }  // namespace
 
@@ -151,8 +123,8 @@ at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& x, const at::Tensor&
   auto s = sin.view({1, T, 1, head_dim}).to(q.scalar_type());
   q = q * c + rotate_half(q) * s;
   k = k * c + rotate_half(k) * s;
-  k = repeat_kv(k, n_heads / n_kv_heads);
-  v = repeat_kv(v, n_heads / n_kv_heads);
+  k = detail::repeat_kv(k, n_heads / n_kv_heads);
+  v = detail::repeat_kv(v, n_heads / n_kv_heads);
   // SDPA's default scale is head_dim^-0.5, transformers' `scaling`.
   auto y = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                             v.transpose(1, 2), /*attn_mask=*/{},
@@ -298,7 +270,7 @@ Qwen3MoeLayerOutput Qwen3MoeDecoderLayerImpl::forward(const at::Tensor& x, const
 
 Qwen3MoeImpl::Qwen3MoeImpl(const Qwen3MoeConfig& cfg) : cfg_(cfg) {
   cfg_.validate();
-  GlobalRngRestorer restore_global_rng;
+  detail::GlobalRngRestorer restore_global_rng;
   embed_tokens = register_module("embed_tokens",
                                  torch::nn::Embedding(cfg.vocab_size, cfg.hidden_size));
   layers = register_module("layers", torch::nn::ModuleList());
