@@ -30,19 +30,20 @@ at::Tensor rotate_half(const at::Tensor& x) {
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
-// cos and sin (T, head_dim) as Qwen3MoeRotaryEmbedding computes them: inverse frequencies and
-// angles in float32 (not double, unlike fsdpp's Llama), so that they round as transformers'.
-std::pair<at::Tensor, at::Tensor> rope_tables(int64_t T, int64_t head_dim, double theta,
-                                              const at::Device& device) {
-  auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
-  auto exponent = at::arange(0, head_dim, 2, f32) / static_cast<double>(head_dim);
-  auto inv_freq = 1.0 / at::pow(theta, exponent);                  // (D/2)
-  auto freqs = at::arange(T, f32).unsqueeze(1) * inv_freq.unsqueeze(0);  // (T, D/2)
-  auto emb = at::cat({freqs, freqs}, -1);                          // (T, D)
-  return {emb.cos(), emb.sin()};
-}
-
 }  // namespace
+
+// cos and sin as Qwen3MoeRotaryEmbedding computes them: inverse frequencies and angles in float32
+// (not double, unlike fsdpp's Llama), so that they round as transformers', then cast to the
+// activations' dtype (as transformers does, once per forward).
+std::pair<at::Tensor, at::Tensor> qwen3_moe_rope(const Qwen3MoeConfig& cfg, int64_t T,
+                                                 const at::Tensor& like) {
+  auto f32 = at::TensorOptions().dtype(at::kFloat).device(like.device());
+  auto exponent = at::arange(0, cfg.head_dim, 2, f32) / static_cast<double>(cfg.head_dim);
+  auto inv_freq = 1.0 / at::pow(cfg.rope_theta, exponent);               // (D/2)
+  auto freqs = at::arange(T, f32).unsqueeze(1) * inv_freq.unsqueeze(0);  // (T, D/2)
+  auto emb = at::cat({freqs, freqs}, -1);                                // (T, D)
+  return {emb.cos().to(like.scalar_type()), emb.sin().to(like.scalar_type())};
+}
 
 // ---- config ----
 
@@ -112,8 +113,9 @@ Qwen3MoeAttentionImpl::Qwen3MoeAttentionImpl(const Qwen3MoeConfig& cfg)
   k_norm = register_module("k_norm", RMSNorm(head_dim, cfg.rms_norm_eps));
 }
 
-at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
+at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& input, const at::Tensor& cos,
                                           const at::Tensor& sin) {
+  const auto x = tensor_parallel ? tensor_parallel->enter(input, "self_attn") : input;
   const int64_t B = x.size(0), T = x.size(1);
   // The norms act on each head's vector, before RoPE (Qwen3's q_norm / k_norm).
   auto q = q_norm(q_proj(x).view({B, T, n_heads, head_dim}));
@@ -129,7 +131,8 @@ at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& x, const at::Tensor&
   auto y = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                             v.transpose(1, 2), /*attn_mask=*/{},
                                             /*dropout_p=*/0.0, /*is_causal=*/true);
-  return o_proj(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
+  auto out = o_proj(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
+  return tensor_parallel ? tensor_parallel->exit(out, "self_attn") : out;
 }
 
 // ---- dense MLP ----
@@ -140,8 +143,10 @@ Qwen3MoeMLPImpl::Qwen3MoeMLPImpl(int64_t hidden, int64_t intermediate) {
   down_proj = register_module("down_proj", linear(intermediate, hidden));
 }
 
-at::Tensor Qwen3MoeMLPImpl::forward(const at::Tensor& x) {
-  return down_proj(at::silu(gate_proj(x)) * up_proj(x));
+at::Tensor Qwen3MoeMLPImpl::forward(const at::Tensor& input) {
+  const auto x = tensor_parallel ? tensor_parallel->enter(input, "mlp") : input;
+  auto out = down_proj(at::silu(gate_proj(x)) * up_proj(x));
+  return tensor_parallel ? tensor_parallel->exit(out, "mlp") : out;
 }
 
 // ---- experts ----
@@ -232,12 +237,17 @@ Qwen3MoeSparseMoeBlockImpl::Qwen3MoeSparseMoeBlockImpl(const Qwen3MoeConfig& cfg
 }
 
 Qwen3MoeLayerOutput Qwen3MoeSparseMoeBlockImpl::forward(const at::Tensor& x) {
+  if (parallel) return parallel->sparse_block(*this, x);
   const auto flat = x.reshape({-1, x.size(-1)});  // (N, D)
-  auto routing = route_top_k(gate(flat), top_k, norm_topk_prob);
+  auto routing = route(flat, gate->weight);
   // Through fsdpp::forward, so that the experts may be an FSDP unit of their own.
-  auto y = parallel ? parallel->experts(flat, routing.expert_ids, routing.weights, experts)
-                    : fsdpp::forward(experts, flat, routing.expert_ids, routing.weights);
+  auto y = fsdpp::forward(experts, flat, routing.expert_ids, routing.weights);
   return {y.view(x.sizes()), routing.logits};
+}
+
+Qwen3MoeRouting Qwen3MoeSparseMoeBlockImpl::route(const at::Tensor& x,
+                                                  const at::Tensor& gate_weight) const {
+  return route_top_k(at::linear(x, gate_weight), top_k, norm_topk_prob);
 }
 
 // ---- decoder layer ----
@@ -318,11 +328,9 @@ Qwen3MoeOutput Qwen3MoeImpl::forward(const at::Tensor& tokens, const at::Tensor&
   FSDPP_CHECK_AS(ConfigError, !targets.defined() || targets.sizes() == tokens.sizes(),
                  "[models] Qwen3Moe targets have shape {}; expected the tokens' shape {}",
                  targets.sizes(), tokens.sizes());
-  auto h = embed_tokens(tokens);  // (B,T,D)
-  // Made once per forward, as transformers does, and cast to the activations' dtype there too.
-  auto [cos, sin] = rope_tables(T, cfg_.head_dim, cfg_.rope_theta, h.device());
-  cos = cos.to(h.scalar_type());
-  sin = sin.to(h.scalar_type());
+  auto h = tensor_parallel ? tensor_parallel->embed(tokens, embed_tokens->weight)
+                           : embed_tokens(tokens);  // (B,T,D), or this rank's sequence chunk
+  auto [cos, sin] = qwen3_moe_rope(cfg_, T, h);  // once per forward
   Qwen3MoeOutput out;
   for (size_t i = 0; i < layers->size(); ++i) {
     auto o = fsdpp::forward(*layers->ptr<Qwen3MoeDecoderLayerImpl>(i), h, cos, sin);
@@ -332,15 +340,16 @@ Qwen3MoeOutput Qwen3MoeImpl::forward(const at::Tensor& tokens, const at::Tensor&
     }
   }
   h = norm(h);
+  if (tensor_parallel) h = tensor_parallel->enter(h, "lm_head");
   out.logits = lm_head ? lm_head(h) : at::linear(h, embed_tokens->weight);
   if (output_router_logits) {
-    out.aux_loss = parallel ? parallel->load_balancing_loss(out.router_logits, cfg_.num_experts,
-                                                            cfg_.num_experts_per_tok)
-                            : load_balancing_loss(out.router_logits, cfg_.num_experts,
-                                                  cfg_.num_experts_per_tok);
+    auto stats = router_statistics(out.router_logits, cfg_.num_experts, cfg_.num_experts_per_tok);
+    if (parallel) stats = parallel->global_statistics(stats);
+    out.aux_loss = load_balancing_loss(stats, cfg_.num_experts);
   }
   if (targets.defined()) {
-    out.loss = token_cross_entropy(out.logits, targets);
+    out.loss = tensor_parallel ? tensor_parallel->loss(out.logits, targets)
+                               : token_cross_entropy(out.logits, targets);
     if (output_router_logits) {
       out.loss = out.loss + cfg_.router_aux_loss_coef * out.aux_loss.to(out.loss.scalar_type());
     }
@@ -353,23 +362,32 @@ Qwen3MoeOutput Qwen3MoeImpl::forward(const at::Tensor& tokens, const at::Tensor&
 at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t num_experts,
                                int64_t top_k) {
   if (router_logits.empty()) return at::zeros({}, at::kFloat);  // no sparse layer: no loss
-  const auto device = router_logits.front().device();
+  return load_balancing_loss(router_statistics(router_logits, num_experts, top_k), num_experts);
+}
+
+at::Tensor router_statistics(const std::vector<at::Tensor>& router_logits, int64_t num_experts,
+                             int64_t top_k) {
+  const auto device = router_logits.empty() ? at::Device(at::kCPU) : router_logits.front().device();
   auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
-  auto tokens_per_expert = at::zeros({num_experts}, f32);
-  auto prob_per_expert = at::zeros({num_experts}, f32);
+  auto counts = at::zeros({num_experts}, f32);
+  auto prob_sums = at::zeros({num_experts}, f32);
   int64_t rows = 0;
   for (const auto& logits : router_logits) {
     // transformers takes the softmax in the logits' own dtype here (unlike the router's).
     auto probs = at::softmax(logits.to(device), -1);
     auto selected = std::get<1>(at::topk(probs, top_k, -1));
     // Counting needs no gradient; the probabilities carry it (Switch Transformer's f_e * P_e).
-    tokens_per_expert = tokens_per_expert +
-                        at::bincount(selected.reshape({-1}), {}, num_experts).to(at::kFloat);
-    prob_per_expert = prob_per_expert + probs.to(at::kFloat).sum(0);
+    counts = counts + at::bincount(selected.reshape({-1}), {}, num_experts).to(at::kFloat);
+    prob_sums = prob_sums + probs.to(at::kFloat).sum(0);
     rows += probs.size(0);
   }
-  tokens_per_expert = tokens_per_expert / static_cast<double>(rows);
-  prob_per_expert = prob_per_expert / static_cast<double>(rows);
+  return at::cat({counts, prob_sums, at::full({1}, static_cast<double>(rows), f32)});
+}
+
+at::Tensor load_balancing_loss(const at::Tensor& statistics, int64_t num_experts) {
+  const auto rows = statistics.narrow(0, 2 * num_experts, 1).detach().clamp_min(1);
+  auto tokens_per_expert = statistics.narrow(0, 0, num_experts).detach() / rows;
+  auto prob_per_expert = statistics.narrow(0, num_experts, num_experts) / rows;
   return (tokens_per_expert * prob_per_expert).sum() * static_cast<double>(num_experts);
 }
 
