@@ -1,9 +1,9 @@
 // The Llama's plan for parallelize: its stages, its tensor-parallel plan, its blocks. See
 // include/fsdpp/models/model_plan.h.
-#include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/models/llama_stages.h"
 #include "fsdpp/models/llama_tp_plan.h"
 #include "fsdpp/models/model_plan.h"
+#include "model_stage.h"
 
 namespace fsdpp::models {
 namespace {
@@ -19,17 +19,7 @@ class LlamaPlan final : public ModelPlan {
 
   std::vector<ModelStage> split(const std::vector<int>& units_per_stage) override {
     std::vector<ModelStage> out;
-    for (auto& stage : split_llama(model_, units_per_stage)) {
-      ModelStage s;
-      s.module = stage.ptr();
-      s.forward = [stage](const at::Tensor& x) mutable { return fsdpp::forward(stage, x); };
-      if (stage->has_head()) {
-        s.loss = [stage](const at::Tensor& logits, const at::Tensor& targets) {
-          return stage->loss(logits, targets);
-        };
-      }
-      out.push_back(std::move(s));
-    }
+    for (auto& stage : split_llama(model_, units_per_stage)) out.push_back(detail::model_stage(stage));
     return out;
   }
 

@@ -2,11 +2,11 @@
 // layers. See include/fsdpp/models/model_plan.h.
 #include <optional>
 
-#include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/models/model_plan.h"
 #include "fsdpp/models/qwen3_moe_ep.h"
 #include "fsdpp/models/qwen3_moe_stages.h"
 #include "fsdpp/models/qwen3_moe_tp_plan.h"
+#include "model_stage.h"
 
 namespace fsdpp::models {
 namespace {
@@ -22,17 +22,7 @@ class Qwen3MoePlan final : public ModelPlan {
 
   std::vector<ModelStage> split(const std::vector<int>& units_per_stage) override {
     std::vector<ModelStage> out;
-    for (auto& stage : split_qwen3_moe(model_, units_per_stage)) {
-      ModelStage s;
-      s.module = stage.ptr();
-      s.forward = [stage](const at::Tensor& x) mutable { return fsdpp::forward(stage, x); };
-      if (stage->has_head()) {
-        s.loss = [stage](const at::Tensor& logits, const at::Tensor& targets) mutable {
-          return stage->loss(logits, targets);
-        };
-      }
-      out.push_back(std::move(s));
-    }
+    for (auto& stage : split_qwen3_moe(model_, units_per_stage)) out.push_back(detail::model_stage(stage));
     return out;
   }
 

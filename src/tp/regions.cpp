@@ -72,34 +72,6 @@ struct ReduceFromRegion : torch::autograd::Function<ReduceFromRegion> {
   }
 };
 
-struct GatherFromSequence : torch::autograd::Function<GatherFromSequence> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const GroupPtr& group,
-                            int64_t dim, const std::string& what) {
-    save_group(ctx, group, what);
-    ctx->saved_data["dim"] = dim;
-    return all_gather_dim(x, group, dim, what);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto& g = load_group(ctx);
-    return {reduce_scatter_dim(grads[0], g.group, ctx->saved_data["dim"].toInt(), g.what),
-            at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
-
-struct ScatterToSequence : torch::autograd::Function<ScatterToSequence> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const GroupPtr& group,
-                            int64_t dim, const std::string& what) {
-    save_group(ctx, group, what);
-    ctx->saved_data["dim"] = dim;
-    return reduce_scatter_dim(x, group, dim, what);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto& g = load_group(ctx);
-    return {all_gather_dim(grads[0], g.group, ctx->saved_data["dim"].toInt(), g.what),
-            at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
-
 // This rank's equal chunk along `dim` (checked), a view.
 at::Tensor own_chunk(const at::Tensor& x, const GroupPtr& group, int64_t dim,
                      const std::string& what) {
@@ -112,33 +84,31 @@ at::Tensor own_chunk(const at::Tensor& x, const GroupPtr& group, int64_t dim,
   return x.narrow(dim, group->rank() * chunk, chunk);
 }
 
-struct ChunkOfWhole : torch::autograd::Function<ChunkOfWhole> {
+at::Tensor chunk_dim(const at::Tensor& x, const GroupPtr& group, int64_t dim,
+                     const std::string& what) {
+  return own_chunk(x, group, dim, what).contiguous();
+}
+
+// A region along `dim`: Forward in forward, Backward (its adjoint) on the gradient.
+template <auto Forward, auto Backward>
+struct DimRegion : torch::autograd::Function<DimRegion<Forward, Backward>> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const GroupPtr& group,
                             int64_t dim, const std::string& what) {
     save_group(ctx, group, what);
     ctx->saved_data["dim"] = dim;
-    return own_chunk(x, group, dim, what).contiguous();
+    return Forward(x, group, dim, what);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto& g = load_group(ctx);
-    return {all_gather_dim(grads[0], g.group, ctx->saved_data["dim"].toInt(), g.what),
-            at::Tensor(), at::Tensor(), at::Tensor()};
+    return {Backward(grads[0], g.group, ctx->saved_data["dim"].toInt(), g.what), at::Tensor(),
+            at::Tensor(), at::Tensor()};
   }
 };
 
-struct WholeOfChunks : torch::autograd::Function<WholeOfChunks> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const GroupPtr& group,
-                            int64_t dim, const std::string& what) {
-    save_group(ctx, group, what);
-    ctx->saved_data["dim"] = dim;
-    return all_gather_dim(x, group, dim, what);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto& g = load_group(ctx);
-    return {own_chunk(grads[0], g.group, ctx->saved_data["dim"].toInt(), g.what).contiguous(),
-            at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
+using GatherFromSequence = DimRegion<all_gather_dim, reduce_scatter_dim>;
+using ScatterToSequence = DimRegion<reduce_scatter_dim, all_gather_dim>;
+using ChunkOfWhole = DimRegion<chunk_dim, all_gather_dim>;
+using WholeOfChunks = DimRegion<all_gather_dim, chunk_dim>;
 
 }  // namespace
 
