@@ -3,6 +3,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <netdb.h>
 #include <sys/socket.h>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/dist/device.h"
 #include "fsdpp/dist/gloo_address.h"
 #include "fsdpp/dist/trace.h"
 #include "deadline_store.h"
@@ -26,7 +28,7 @@ std::string first_line(const std::exception& e) {
   return why;
 }
 
-BackendKind choose_backend(const InitOptions& options) {
+BackendKind choose_backend(const InitOptions& options, c10::Device device) {
   if (options.backend) return *options.backend;
   if (const char* b = std::getenv("FSDPP_BACKEND"); b && *b) {
     std::string v = b;
@@ -34,7 +36,7 @@ BackendKind choose_backend(const InitOptions& options) {
     if (v == "nccl") return BackendKind::NCCL;
     FSDPP_THROW(ConfigError, "[dist] FSDPP_BACKEND='{}' is not a backend; expected gloo or nccl", v);
   }
-  return cuda_available() ? BackendKind::NCCL : BackendKind::GLOO;
+  return device.is_cuda() ? BackendKind::NCCL : BackendKind::GLOO;
 }
 
 void set_threads(const DistEnv& env, const InitOptions& options) {
@@ -104,7 +106,8 @@ World::World(DistEnv env, c10::intrusive_ptr<c10d::Store> store, BackendKind bac
   o.name = "default";
   o.master_addr = env_.master_addr;
   o.gloo_hostname = gloo_address_;
-  o.device_index = backend_ == BackendKind::NCCL ? env_.local_rank : -1;
+  const c10::Device d = device();
+  o.device_index = d.is_cuda() ? d.index() : -1;
   group_ = ProcessGroup::create(store_, env_.rank, env_.world_size, o);
   trace_ = TraceRecorder::from_env(env_.rank);  // FSDPP_PROFILE_STEPS
   group_->set_trace(trace_);
@@ -112,10 +115,9 @@ World::World(DistEnv env, c10::intrusive_ptr<c10d::Store> store, BackendKind bac
                                        std::vector<std::string>{"shard"});
 }
 
-c10::Device World::device() const {
-  if (backend_ == BackendKind::NCCL) return c10::Device(c10::kCUDA, env_.local_rank);
-  return c10::Device(c10::kCPU);
-}
+// FSDPP_DEVICE, else the LOCAL_RANK-th GPU when there are GPUs, else the CPU (device.h): read
+// again on each call (an environment lookup), and checked once by init_world.
+c10::Device World::device() const { return choose_device(std::nullopt, env_.rank, env_.local_rank); }
 
 std::shared_ptr<ProcessGroup> World::new_group(const std::vector<int>& ranks,
                                                const std::string& name) {
@@ -132,7 +134,8 @@ std::shared_ptr<ProcessGroup> World::new_group(const std::vector<int>& ranks,
   o.global_ranks = ranks;
   o.master_addr = env_.master_addr;
   o.gloo_hostname = gloo_address_;
-  o.device_index = group_->global_rank() >= 0 && backend_ == BackendKind::NCCL ? env_.local_rank : -1;
+  const c10::Device d = device();
+  o.device_index = d.is_cuda() ? d.index() : -1;
   auto group = ProcessGroup::create(store_, static_cast<int>(it - ranks.begin()),
                                     static_cast<int>(ranks.size()), o);
   group->set_trace(trace_);
@@ -157,12 +160,20 @@ std::shared_ptr<World> init_world(const DistEnv& env_in, const c10::intrusive_pt
                                   const InitOptions& options) {
   DistEnv env = env_in;
   if (options.timeout) env.timeout = *options.timeout;
-  const BackendKind backend = choose_backend(options);
+  // A rank whose LOCAL_RANK has no GPU is an error here, before anything connects.
+  const c10::Device device = choose_device(std::nullopt, env.rank, env.local_rank);
+  const BackendKind backend = choose_backend(options, device);
   set_threads(env, options);
   if (backend == BackendKind::NCCL) {
     FSDPP_CHECK_AS(ConfigError, cuda_available(),
                    "[dist] backend nccl needs CUDA devices and none is visible");
+    FSDPP_CHECK_AS(ConfigError, device.is_cuda(),
+                   "[dist] rank {}: backend nccl needs the rank on a GPU, but FSDPP_DEVICE puts it "
+                   "on {}; use Gloo (FSDPP_BACKEND=gloo) on the CPU",
+                   env.rank, device.str());
   }
+  // Allocations that name no index ("cuda") and c10d's NCCL go to this rank's GPU.
+  if (device.is_cuda()) c10::impl::getDeviceGuardImpl(device.type())->setDevice(device);
   return std::make_shared<World>(env, store, backend);
 }
 
