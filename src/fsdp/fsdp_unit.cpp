@@ -228,13 +228,21 @@ void FSDPUnit::start_unshard() {
     return;
   }
   at::NoGradGuard no_grad;
+  FSDPCommContext& comm = root().comm(compute_device_);
   PendingGather g;
-  g.input = gather_input();
-  if (shard_world_ > 1) {
-    g.gathered = at::empty({shard_world_ * total_shard_numel_}, g.input.options());
-    g.work = shard_group_->all_gather_into_tensor_async(g.gathered, g.input, tag());
-  } else {
-    g.gathered = g.input;  // one rank: the converted shard is the whole parameter set
+  {
+    // The copy-in, the gathered buffer and the all-gather's issue on the copy-in stream (the
+    // CPU's: in place).
+    dist::StreamGuard on(comm.all_gather_copy_in());
+    comm.before_copy_in();
+    g.input = gather_input();
+    if (shard_world_ > 1) {
+      g.gathered = at::empty({shard_world_ * total_shard_numel_}, g.input.options());
+      g.work = shard_group_->all_gather_into_tensor_async(g.gathered, g.input, tag());
+    } else {
+      g.gathered = g.input;  // one rank: the converted shard is the whole parameter set
+      g.copied_in.record(comm.all_gather_copy_in());
+    }
   }
   pending_gather_ = std::move(g);
   root().gather_started();
@@ -246,10 +254,13 @@ void FSDPUnit::finish_unshard() {
   auto g = std::move(*pending_gather_);
   pending_gather_.reset();
   root().gather_finished();
+  // The compute stream waits for the gather (the CPU: for the collective itself).
   if (g.work.valid()) g.work.wait();
+  dist::Stream::current(compute_device_).wait(g.copied_in);
   for (auto& p : params_) p->alloc_unsharded();
   auto rows = g.gathered.view({shard_world_, total_shard_numel_});
   for (auto& p : params_) p->copy_out(rows, p->unsharded);
+  retire(g);
   for (size_t i = 0; i < params_.size(); ++i) gathered_versions_[i] = params_[i]->param._version();
   gathered_valid_ = true;
 }
@@ -260,6 +271,11 @@ void FSDPUnit::drop_prefetch() {
   pending_gather_.reset();
   root().gather_finished();
   if (g.work.valid()) g.work.wait();  // the buffers must outlive the collective
+  retire(g);
+}
+
+void FSDPUnit::retire(PendingGather& g) {
+  root().comm(compute_device_).retire_gather({std::move(g.gathered), std::move(g.input)});
 }
 
 void FSDPUnit::unshard() {
@@ -290,6 +306,7 @@ void FSDPUnit::reshard(bool free_unsharded) {
 }
 
 void FSDPUnit::hold() {
+  if (sharded_ && !params_.empty()) root().comm(compute_device_).gathers_follow_compute();
   unshard();
   held_ = true;
 }

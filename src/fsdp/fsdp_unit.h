@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "fsdp_param.h"
+#include "fsdpp/dist/device.h"
 #include "fsdpp/dist/device_mesh.h"
 #include "fsdpp/dist/process_group.h"
 #include "fsdpp/dist/trace.h"
@@ -181,7 +182,10 @@ class FSDPUnit : public torch::nn::Module {
     dist::Work work;
     at::Tensor gathered;  // (shard_world * total_shard_numel) in param dtype
     at::Tensor input;     // kept alive until the collective is done
+    dist::Event copied_in;  // one rank, no collective: the copy-in's end on the copy-in stream
   };
+  // The gather's buffers, kept by the root's comm context until their last reader is done.
+  void retire(PendingGather& g);
   std::optional<PendingGather> pending_gather_;
 
   // Tree.
