@@ -33,7 +33,9 @@ at::Tensor sample_tokens(const std::function<at::Tensor(const at::Tensor&)>& las
   for (int64_t step = 0; step < n_new; ++step) {
     const int64_t len = tokens.size(1);
     auto context = len > max_len ? tokens.narrow(1, len - max_len, max_len) : tokens;
-    auto last = last_logits(context).to(at::kFloat);  // (B,V)
+    // Sampled on the CPU whatever device the model computes on: the generator is a CPU one
+    // (options.generator), and a GPU run samples what a CPU run would.
+    auto last = last_logits(context).to(at::kCPU, at::kFloat);  // (B,V)
     at::Tensor next;                                   // (B,1)
     if (temperature == 0) {
       next = last.argmax(-1, /*keepdim=*/true);
@@ -53,7 +55,7 @@ at::Tensor sample_tokens(const std::function<at::Tensor(const at::Tensor&)>& las
       }
       next = at::multinomial(probs, 1, /*replacement=*/false, options.generator);
     }
-    tokens = at::cat({tokens, next}, 1);
+    tokens = at::cat({tokens, next.to(tokens.device())}, 1);
     if (options.stop && options.stop(tokens)) break;
   }
   return prompt.dim() == 1 ? tokens.squeeze(0) : tokens;

@@ -2,6 +2,7 @@
 // model of model.architecture and model.init_from's weights where they load before sharding.
 #include "fsdpp/common/error.h"
 #include "fsdpp/dist/agree.h"
+#include "fsdpp/dist/device.h"
 #include "fsdpp/estimate/memory_estimate.h"
 #include "fsdpp/train/memory_check.h"
 #include "phases.h"
@@ -21,13 +22,20 @@ void build_model(TrainSession& s) {
   const bool llama = cfg.model.architecture == ModelArchitecture::LLAMA;
   // distillation.teacher's directory and vocabulary, named by the key before anything reads it.
   if (cfg.distillation.enabled()) check_teacher_source(cfg, vocab);
-  if (!t.skip_memory_check && world.backend() == dist::BackendKind::GLOO) {
-    // The host's memory is the device's on CPU; a GPU's is not checked here.
+  if (!t.skip_memory_check) {
+    // The host's memory is the device's on CPU; on a GPU the device's free memory.
     const int local = world.env().local_world_size;
     dist::agree_on_failure(*world.group(), "checking that the run fits in memory", [&] {
       const auto ce = configured_estimate(cfg, vocab, world.size(), local);
       if (!ce.skip.empty()) {
         s.say("[train] memory check: skipped (" + ce.skip + ")");
+        return;
+      }
+      if (!world.device().is_cpu()) {
+        auto o = ce.options;
+        o.device_is_gpu = true;
+        const auto m = dist::device_memory(world.device());
+        check_device_memory_fits(estimate_memory(ce.model, o), m.free, m.total, world.device().str());
         return;
       }
       check_memory_fits(estimate_memory(ce.model, ce.options), ce.model.num_params() * 4, local);

@@ -251,6 +251,10 @@ void TrainConfig::validate() const {
         "[config] training.save_total_limit={}: expected >= 0 (0: keep every checkpoint)",
         t.save_total_limit);
   check(!t.output_dir.empty(), "[config] training.output_dir is empty; expected a directory");
+  check(t.optim.empty() || t.optim == "adamw_torch" || t.optim == "adamw_torch_fused",
+        "[config] training.optim='{}': fsdpp trains with AdamW; expected adamw_torch, "
+        "adamw_torch_fused or empty (fused on a GPU)",
+        t.optim);
   // report_to: Hugging Face's integration names; fsdpp has TensorBoard's. Another one (wandb,
   // mlflow, ...) is an error rather than a run that silently reports nowhere.
   for (const auto& name : t.report_to) {

@@ -26,7 +26,8 @@ double evaluate(TrainSession& s) {
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
     auto [x, y] = val.next_batch(eb);
-    sum += s.pipeline ? pipeline_eval_loss(s, x, y) : s.lm->forward(x, y).loss.item<double>();
+    sum += s.pipeline ? pipeline_eval_loss(s, x, y)
+                      : s.lm->forward(x.to(world.device()), y.to(world.device())).loss.item<double>();
   }
   auto v = torch::tensor({sum / batches}, torch::kDouble);
   world.group()->all_reduce(v, dist::ReduceOp::AVG, {"eval"});

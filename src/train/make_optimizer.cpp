@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 
+#include "fsdpp/optim/fused_adamw.h"
 #include "phases.h"
 
 namespace fsdpp::train::detail {
@@ -14,12 +15,18 @@ void make_optimizer(TrainSession& s) {
   auto& world = s.world;
   torch::nn::Module& model = s.lm->module();
   // Pipelined: this rank's stages only (the rest of the model it built is not trained here).
-  s.opt = std::make_unique<torch::optim::AdamW>(
-      s.pipeline ? s.pipeline->runtime->parameters() : model.parameters(),
-      torch::optim::AdamWOptions(t.learning_rate)
-                               .betas({t.adam_beta1, t.adam_beta2})
-                               .eps(t.adam_epsilon)
-                               .weight_decay(t.weight_decay));
+  auto params = s.pipeline ? s.pipeline->runtime->parameters() : model.parameters();
+  const auto options = torch::optim::AdamWOptions(t.learning_rate)
+                           .betas({t.adam_beta1, t.adam_beta2})
+                           .eps(t.adam_epsilon)
+                           .weight_decay(t.weight_decay);
+  // training.optim: one fused kernel per device and dtype (the default on a GPU), or LibTorch's.
+  const bool fused = t.optim.empty() ? !world.device().is_cpu() : t.optim == "adamw_torch_fused";
+  if (fused) {
+    s.opt = std::make_unique<optim::FusedAdamW>(params, options);
+  } else {
+    s.opt = std::make_unique<torch::optim::AdamW>(params, options);
+  }
   auto& opt = *s.opt;
   // fsdp_offload_optimizer_state_dir: the AdamW state lives in a per-rank memory-mapped file.
   // fp16: the sharded dynamic loss scaler (disabled, it is a pass-through for other dtypes).

@@ -168,4 +168,18 @@ void check_memory_fits(const MemoryEstimate& e, int64_t whole_model_bytes,
               gib(whole_model_bytes), gib(h.bytes), h.limited_by);
 }
 
+void check_device_memory_fits(const MemoryEstimate& e, int64_t free_bytes, int64_t total_bytes,
+                              const std::string& device) {
+  if (e.tensors <= free_bytes) return;
+  FSDPP_THROW(ConfigError,
+              "[train] this run needs an estimated {} of tensors per rank on {} (the step's peak: "
+              "parameters {}, gradients {}, optimizer state {}, gathered units {}, activations "
+              "{}, at {}), but the device has {} free of {}. Use more GPUs, FULL_SHARD, "
+              "training.gradient_checkpointing, training.bf16, fsdp_offload_params, a smaller "
+              "batch or model (fsdpp-estimate CONFIG --budget GB recommends one); "
+              "training.skip_memory_check=true skips this check",
+              gib(e.tensors), device, gib(e.parameters), gib(e.gradients), gib(e.optimizer_state),
+              gib(e.unsharded), gib(e.activations), e.peak_at, gib(free_bytes), gib(total_bytes));
+}
+
 }  // namespace fsdpp::train

@@ -36,6 +36,7 @@ Teacher::Teacher(const TrainConfig& cfg, dist::World& world, int64_t student_voc
   lm_ = source_.build(cfg.training.seed);
   torch::nn::Module& model = lm_->module();
   source_.load_before_sharding(*lm_);
+  if (!world.device().is_cpu()) model.to(world.device());  // the student's device
   {
     at::NoGradGuard no_grad;
     for (auto& p : model.parameters()) {

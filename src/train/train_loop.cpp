@@ -15,6 +15,7 @@
 #include "fsdpp/dist/agree.h"
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/models/qwen3_moe_ep.h"
+#include "device_metrics.h"
 #include "phases.h"
 
 namespace fsdpp::train::detail {
@@ -56,6 +57,7 @@ void train_loop(TrainSession& s) {
   TrainResult& result = s.result;
   result.output_dir = out_dir.string();
   result.steps = first_step - 1;
+  const DeviceMetrics device_metrics(s);  // a GPU's memory and MFU; nothing on the CPU
   const auto start = Clock::now();
   double& val_loss = s.val_loss;
   // Pipelined: the stages' collectives on dp_shard and their messages on pp (pipeline_step.h).
@@ -121,6 +123,7 @@ void train_loop(TrainSession& s) {
         j["rss_mb_per_rank"] = std::vector<double>(current.data_ptr<double>(),
                                                    current.data_ptr<double>() + current.numel());
       }
+      device_metrics.add_to(j, tokens_per_step / (step_ms / 1000.0));
       j["comm_bytes"] = (comm_counters(model) - comm_before).total_bytes();
       const auto split_after = comm_split(s);
       j["comm_bytes_intra"] = split_after.first - split_before.first;

@@ -61,6 +61,9 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   for (int64_t micro = 0; micro < accum; ++micro) {
     dist::TraceSpan data_span(trace.get(), "data");
     auto [x, y] = loader.next();
+    // To the rank's device (asynchronously from pinned batches, training.dataloader_pin_memory).
+    x = x.to(world.device(), /*non_blocking=*/true);
+    y = y.to(world.device(), /*non_blocking=*/true);
     data_span.end();
     dist::TraceSpan forward_span(trace.get(), "forward");
     auto out = s.lm->forward(x, y);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/dist/device.h"
 #include "fsdpp/estimate/llama_shape.h"
 #include "fsdpp/estimate/memory_estimate.h"
 #include "fsdpp/models/llama.h"
@@ -184,6 +185,9 @@ int main(int argc, char** argv) {
   app.add_option("--runtime-baseline-mb", runtime_mb,
                  "the runtime's own memory per rank in MiB (default: measured by fsdpp-bench baseline)");
   app.add_option("--budget", budget_gb, "memory per rank in GiB: recommend the fastest configuration that fits");
+  bool budget_gpu = false;
+  app.add_flag("--budget-gpu", budget_gpu,
+               "the budget is this machine's first GPU's memory (cudaMemGetInfo's total); implies --device cuda");
   int64_t mmap_threshold = -1;
   app.add_option("--mmap-threshold", mmap_threshold,
                  "CPU: glibc's mmap threshold in bytes, fixed as MALLOC_MMAP_THRESHOLD_ sets it (default: "
@@ -326,6 +330,17 @@ int main(int argc, char** argv) {
     }
     if (!param_dtype.empty()) o.param_dtype = fsdpp::parse_estimate_dtype(param_dtype);
     if (!reduce_dtype.empty()) o.reduce_dtype = fsdpp::parse_estimate_dtype(reduce_dtype);
+    if (budget_gpu) {
+      // The device's memory through c10's allocator interface (cudaMemGetInfo), not a datasheet.
+      FSDPP_CHECK_AS(ConfigError, fsdpp::dist::cuda_device_count() > 0,
+                     "[estimate] --budget-gpu needs a visible CUDA device, and this process sees none; "
+                     "give --budget GB for the GPU you plan for");
+      const auto m = fsdpp::dist::device_memory(c10::Device(c10::kCUDA, 0));
+      budget_gb = static_cast<double>(m.total) / (1ll << 30);
+      device = "cuda";
+      notes.push_back(fmt::format("budget: cuda:0's {:.2f} GiB (cudaMemGetInfo; {:.2f} GiB free now)",
+                                  budget_gb, static_cast<double>(m.free) / (1ll << 30)));
+    }
     FSDPP_CHECK_AS(ConfigError, device == "cpu" || device == "cuda",
                    "[estimate] --device '{}' is not known; expected cpu or cuda", device);
     o.device_is_gpu = device == "cuda";

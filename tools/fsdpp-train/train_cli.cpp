@@ -1,6 +1,7 @@
 #include "train_cli.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -47,6 +48,8 @@ int run_fsdpp_train(int argc, char** argv, const std::function<train::TrainerHoo
   try {
     std::vector<std::string> overrides(argv + 2, argv + argc);
     auto config = train::TrainConfig::from_file(argv[1], overrides);
+    // training.use_cpu / no_cuda: this process computes on the CPU whatever GPUs it sees.
+    if (config.training.on_cpu()) setenv("FSDPP_DEVICE", "cpu", 1);
     auto world = dist::init_from_env();
     train::Trainer trainer(std::move(config), world, make_hooks ? make_hooks() : train::TrainerHooks{});
     const auto result = trainer.run();

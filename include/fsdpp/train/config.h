@@ -161,6 +161,15 @@ struct TrainingSection {
   bool overwrite_output_dir = false;
   // Skip the check, before the model is allocated, that the estimated memory per rank fits.
   bool skip_memory_check = false;
+  // Train on the CPU although CUDA devices are visible (Hugging Face's use_cpu, and no_cuda, its
+  // older name); otherwise each rank computes on its LOCAL_RANK-th GPU when there are GPUs.
+  bool use_cpu = false;
+  bool no_cuda = false;
+  bool on_cpu() const { return use_cpu || no_cuda; }
+  // The optimizer (Hugging Face's names): adamw_torch, LibTorch's AdamW; adamw_torch_fused, one
+  // fused kernel over all of a device's parameters (at::_fused_adamw_), the same update; empty:
+  // fused on a GPU, adamw_torch on the CPU.
+  std::string optim;
   // Where the run's metrics go besides metrics.jsonl (Hugging Face's names): "tensorboard"
   // writes TensorBoard event files into logging_dir (docs/observability.md); "all" is every
   // integration fsdpp has (tensorboard); "none" or an empty list: none.

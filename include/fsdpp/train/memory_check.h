@@ -48,4 +48,11 @@ MemoryHeadroom memory_headroom(int local_world_size);
 void check_memory_fits(const MemoryEstimate& estimate, int64_t whole_model_bytes,
                        int local_world_size);
 
+// On a GPU: throws ConfigError when the step's live tensors (`estimate.tensors`, the estimate
+// made with device_is_gpu) exceed the device's free memory (`free_bytes`, cudaMemGetInfo's,
+// after this process's CUDA context), naming the sizes, the device and what to change. The
+// host's memory is not what limits a GPU run; the caching allocator's slack is not counted.
+void check_device_memory_fits(const MemoryEstimate& estimate, int64_t free_bytes,
+                              int64_t total_bytes, const std::string& device);
+
 }  // namespace fsdpp::train
