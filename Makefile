@@ -22,7 +22,7 @@ export CCACHE_PCH_EXTSUM := 1
 export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_file_ctime,locale
 export CCACHE_MAXSIZE ?= 5G
 
-.PHONY: all setup configure build run test test-unit test-dist test-slow test-asan bench bench-memory clean distclean
+.PHONY: all setup configure build run test test-unit test-dist test-slow test-asan test-gpu bench bench-memory bench-gpu bundle clean distclean
 
 all: build
 
@@ -44,7 +44,7 @@ run: build
 	bash scripts/default_job.sh $(BUILD_DIR) $(ARGS)
 
 test: build
-	cd $(BUILD_DIR) && FSDPP_VENV=$(VENV) ctest --output-on-failure --timeout 600 -LE slow $(CTEST_ARGS)
+	cd $(BUILD_DIR) && FSDPP_VENV=$(VENV) ctest --output-on-failure --timeout 600 -LE 'slow|gpu' $(CTEST_ARGS)
 
 test-unit: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -L unit $(CTEST_ARGS)
@@ -54,6 +54,21 @@ test-dist: build
 
 test-slow: build
 	cd $(BUILD_DIR) && FSDPP_VENV=$(VENV) ctest --output-on-failure -L slow $(CTEST_ARGS)
+
+# The tests that need a GPU (label gpu, docs/gpus.md); without a visible GPU each fails saying so.
+test-gpu: build
+	cd $(BUILD_DIR) && FSDPP_VENV=$(VENV) ctest --output-on-failure -L gpu $(CTEST_ARGS)
+
+# A relocatable archive of the tools, the GPU tests and benchmark and the non-LibTorch libraries
+# they link, for a GPU node with PyTorch but no compiler (docs/gpus.md#the-bundle):
+# $(BUILD_DIR)/fsdpp-bundle.tar.gz.
+bundle: build
+	bash scripts/make_bundle.sh $(BUILD_DIR)
+
+# On a GPU: fsdpp against PyTorch's FSDP2 and eager PyTorch on a ~1B Llama, and the default job
+# GPU vs CPU (docs/gpus.md): bench/results/gpu-*.{md,json}. BENCH_QUICK=1 for a small model.
+bench-gpu: build
+	$(VENV)/bin/python bench/gpu_bench.py --bin $(BUILD_DIR)/bin --out bench/results $(BENCH_ARGS)
 
 # fsdpp against PyTorch's own FSDP2, side by side (docs/benchmarks.md): bench/results/latest.md.
 # BENCH_QUICK=1 for a tiny model; BENCH_STEPS, BENCH_WARMUP, BENCH_REPEATS and BENCH_CONFIGS
@@ -86,7 +101,7 @@ test-asan: setup
 	cd $(ASAN_BUILD_DIR) && ASAN_OPTIONS=$(ASAN_OPTIONS_FSDPP) LSAN_OPTIONS=$(LSAN_OPTIONS_FSDPP) \
 	  UBSAN_OPTIONS=$(UBSAN_OPTIONS_FSDPP) \
 	  FSDPP_VENV=$(VENV) ctest --output-on-failure --timeout 900 -L '$(ASAN_LABELS)' \
-	  -LE 'slow|fuzz' -E '$(ASAN_EXCLUDE)' $(CTEST_ARGS)
+	  -LE 'slow|fuzz|gpu' -E '$(ASAN_EXCLUDE)' $(CTEST_ARGS)
 
 clean:
 	rm -rf $(BUILD_DIR)
