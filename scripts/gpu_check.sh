@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The GPU check, in one go (docs/gpus.md#the-gpu-check): on a machine with an NVIDIA GPU and
+# PyTorch but nothing built, from the repository's root, with `make bundle`'s archive:
+#   bash scripts/gpu_check.sh [BUNDLE.tar.gz] [OUT_DIR]
+# (defaults: build/fsdpp-bundle.tar.gz, $OUT or ./gpu-check-out). It unpacks the bundle, finds
+# LibTorch through python3, runs every GPU test (tests/gpu/gpu_tests.sh) and the GPU benchmark
+# (bench/gpu_bench.py), and writes under OUT_DIR: summary.txt (one line per part, PASS/FAIL with
+# its time), gpu-latest.{md,json} (the benchmark's tables), logs.tar.gz (every log and metrics
+# file). It builds nothing. It exits non-zero when any part failed; every part runs regardless.
+# GPU_CHECK_PARTS limits the parts ("unit_nccl bench", ...); GPU_CHECK_QUICK=1 benchmarks a
+# small model; GPU_CHECK_BUDGET_S (default 480) stops starting new parts past that many seconds.
+set -uo pipefail
+src=$(cd "$(dirname "$0")/.." && pwd)
+bundle=${1:-$src/build/fsdpp-bundle.tar.gz}
+out=${2:-${OUT:-$PWD/gpu-check-out}}
+budget=${GPU_CHECK_BUDGET_S:-480}
+mkdir -p "$out"
+work=$(mktemp -d /tmp/fsdpp-gpu-check.XXXXXX)
+summary=$out/summary.txt
+: > "$summary"
+start=$SECONDS
+say() { echo "$*" | tee -a "$summary"; }
+
+say "[gpu-check] $(date -u +%FT%TZ) commit $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo '?') bundle $bundle"
+if [[ ! -f "$bundle" ]]; then
+  say "[gpu-check] FAIL: no bundle at $bundle (run \`make bundle\` where fsdpp builds and carry it)"
+  exit 1
+fi
+tar -C "$work" -xzf "$bundle" || { say "[gpu-check] FAIL: cannot unpack $bundle"; exit 1; }
+say "[gpu-check] bundle built from commit $(cat "$work/fsdpp/COMMIT"), torch $(cat "$work/fsdpp/TORCH_VERSION")"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/[gpu-check] nvidia-smi: /' | tee -a "$summary"
+# The bundle's environment (LibTorch from python3's torch) for everything below.
+if ! source "$work/fsdpp/env.sh"; then
+  say "[gpu-check] FAIL: the bundle's env.sh found no usable LibTorch"
+  exit 1
+fi
+bin=$work/fsdpp/bin
+export FSDPP_DATA=$work/fsdpp/share/fsdpp/fortunes
+export PYTHONUNBUFFERED=1
+
+parts=${GPU_CHECK_PARTS:-"$(bash "$src/tests/gpu/gpu_tests.sh" --list | tr '\n' ' ') bench"}
+failed=0
+for part in $parts; do
+  if (( SECONDS - start > budget )); then
+    say "[gpu-check] SKIPPED $part: past the ${budget} s budget"
+    failed=1
+    continue
+  fi
+  t0=$SECONDS
+  if [[ "$part" == bench ]]; then
+    quick=()
+    [[ "${GPU_CHECK_QUICK:-0}" == 1 ]] && quick=(--quick)
+    python3 "$src/bench/gpu_bench.py" --bin "$bin" --out "$out" --work "$work/bench" \
+      --default-job "$work/tests/default_job" "${quick[@]}" > "$work/bench.log" 2>&1
+  else
+    bash "$src/tests/gpu/gpu_tests.sh" "$part" "$bin" "$src" "$work/tests/$part" > "$work/$part.log" 2>&1
+  fi
+  rc=$?
+  log=$work/$([[ "$part" == bench ]] && echo bench || echo "$part").log
+  if [[ $rc -eq 0 ]]; then
+    say "[gpu-check] PASS $part ($((SECONDS - t0)) s)"
+  else
+    failed=1
+    say "[gpu-check] FAIL $part ($((SECONDS - t0)) s, exit $rc); its last lines:"
+    tail -n 25 "$log" | sed 's/^/    /' | tee -a "$summary"
+  fi
+  grep -h "^\[gpu\]\|^\[bench-gpu\]" "$log" 2>/dev/null | sed 's/^/    /' >> "$summary"
+done
+[[ -f "$out/gpu-latest.md" ]] && cat "$out/gpu-latest.md"
+# Every log, metrics.jsonl and result, two folders deep at most as the device tool returns them.
+(cd "$work" && find . -name '*.log' -o -name 'metrics.jsonl' -o -name '*.json' -size -4M | \
+  grep -v '/bench/model/' | tar -czf "$out/logs.tar.gz" -T -) 2>/dev/null
+say "[gpu-check] $( ((failed)) && echo FAILED || echo PASSED ) in $((SECONDS - start)) s; results in $out"
+rm -rf "$work"
+exit $failed
