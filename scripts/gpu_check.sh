@@ -28,7 +28,11 @@ if [[ ! -f "$bundle" ]]; then
 fi
 tar -C "$work" -xzf "$bundle" || { say "[gpu-check] FAIL: cannot unpack $bundle"; exit 1; }
 say "[gpu-check] bundle built from commit $(cat "$work/fsdpp/COMMIT"), torch $(cat "$work/fsdpp/TORCH_VERSION")"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/[gpu-check] nvidia-smi: /' | tee -a "$summary"
+if command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/[gpu-check] nvidia-smi: /' | tee -a "$summary"
+else
+  say "[gpu-check] nvidia-smi: not found (no NVIDIA driver on this machine?)"
+fi
 # The bundle's environment (LibTorch from python3's torch) for everything below.
 if ! source "$work/fsdpp/env.sh"; then
   say "[gpu-check] FAIL: the bundle's env.sh found no usable LibTorch"

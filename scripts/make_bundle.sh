@@ -37,7 +37,11 @@ done | sort -u | while read -r name path; do
   cp -L "$path" "$root/lib/$name"
 done
 # RUNPATH $ORIGIN-relative: the bundle's lib/ first; LibTorch comes from env.sh's LD_LIBRARY_PATH.
-cmake -DRUNPATH='$ORIGIN/../lib' -P "$src/scripts/set_runpath.cmake" -- "$root"/bin/*
+# fsdpp-run links no LibTorch and has no RUNPATH to rewrite: env.sh's LD_LIBRARY_PATH finds its
+# libraries in lib/.
+with_runpath() { for f in "$@"; do readelf -d "$f" | grep -q '(RUNPATH)' && echo "$f"; done; }
+mapfile -t programs < <(with_runpath "$root"/bin/*)
+cmake -DRUNPATH='$ORIGIN/../lib' -P "$src/scripts/set_runpath.cmake" -- "${programs[@]}"
 cmake -DRUNPATH='$ORIGIN/..' -P "$src/scripts/set_runpath.cmake" -- "$root"/lib/fsdpp/*.so
 
 # The default job's text (Debian's fortunes), which a GPU node has no package for.

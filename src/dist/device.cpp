@@ -92,13 +92,19 @@ c10::Device choose_device(const std::optional<std::string>& requested, int rank,
     index = static_cast<int>(v);
   }
   const char* mask = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string seen =
+      fmt::format("this process sees {} CUDA device(s){}", visible,
+                  mask ? fmt::format(" (CUDA_VISIBLE_DEVICES='{}')", mask) : std::string());
+  FSDPP_CHECK_AS(ConfigError, visible > 0,
+                 "[dist] rank {} (LOCAL_RANK {}) was asked to compute on cuda:{} (FSDPP_DEVICE), but "
+                 "{}: no NVIDIA driver, or the devices are hidden; train on the CPU "
+                 "(training.use_cpu=true, FSDPP_DEVICE=cpu)",
+                 rank, local_rank, index, seen);
   FSDPP_CHECK_AS(ConfigError, index < visible,
-                 "[dist] rank {} (LOCAL_RANK {}) would compute on cuda:{}, but this process sees {} "
-                 "CUDA device(s){}; start at most {} rank(s) per node (fsdpp-run --nproc-per-node), "
-                 "or train on the CPU (training.use_cpu=true, FSDPP_DEVICE=cpu)",
-                 rank, local_rank, index, visible,
-                 mask ? fmt::format(" (CUDA_VISIBLE_DEVICES='{}')", mask) : std::string(),
-                 std::max(visible, 1));
+                 "[dist] rank {} (LOCAL_RANK {}) would compute on cuda:{}, but {}; start at most {} "
+                 "rank(s) per node (fsdpp-run --nproc-per-node), or train on the CPU "
+                 "(training.use_cpu=true, FSDPP_DEVICE=cpu)",
+                 rank, local_rank, index, seen, visible);
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 

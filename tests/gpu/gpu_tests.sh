@@ -59,10 +59,10 @@ case "$name" in
     ;;
   default_job)
     steps=(training.max_steps=50 training.eval_steps=0)
-    train cpu 1 cpu gloo "${steps[@]}"
-    train gpu 1 cuda nccl "${steps[@]}"
-    train cpu_bf16 1 cpu gloo "${steps[@]}" training.bf16=true
+    train gpu 1 cuda nccl "${steps[@]}"  # the GPU runs first: without a GPU this fails at once
     train gpu_bf16 1 cuda nccl "${steps[@]}" training.bf16=true
+    train cpu 1 cpu gloo "${steps[@]}"
+    train cpu_bf16 1 cpu gloo "${steps[@]}" training.bf16=true
     compare gpu cpu 1e-2
     compare gpu_bf16 cpu 5e-2
     "$python" - "$work" <<'PY'
@@ -85,16 +85,16 @@ PY
     ;;
   parallel_gloo2)
     common=(training.max_steps=20 training.eval_steps=0)
-    train tp_cpu 2 cpu gloo "${common[@]}" parallelism.tensor_parallel_degree=2
     train tp_gpu 2 cuda:0 gloo "${common[@]}" parallelism.tensor_parallel_degree=2
+    train tp_cpu 2 cpu gloo "${common[@]}" parallelism.tensor_parallel_degree=2
     compare tp_gpu tp_cpu 1e-2
-    train pp_cpu 2 cpu gloo "${common[@]}" parallelism.pipeline_parallel_degree=2
     train pp_gpu 2 cuda:0 gloo "${common[@]}" parallelism.pipeline_parallel_degree=2
+    train pp_cpu 2 cpu gloo "${common[@]}" parallelism.pipeline_parallel_degree=2
     compare pp_gpu pp_cpu 1e-2
     moe=(model.architecture=qwen3_moe model.num_experts=4 model.num_experts_per_tok=2
          model.moe_intermediate_size=64 parallelism.expert_parallel_degree=2)
-    train ep_cpu 2 cpu gloo "${common[@]}" "${moe[@]}"
     train ep_gpu 2 cuda:0 gloo "${common[@]}" "${moe[@]}"
+    train ep_cpu 2 cpu gloo "${common[@]}" "${moe[@]}"
     compare ep_gpu ep_cpu 1e-2
     ;;
   *)
