@@ -136,7 +136,7 @@ def main():
              "--n-layers", str(m["n_layers"]), "--n-heads", str(m["n_heads"]),
              "--n-kv-heads", str(m["n_kv_heads"]), "--multiple-of", str(m["multiple_of"]),
              "--max-seq-len", str(m["max_seq_len"]), "--batch", str(batch), "--seq-len", str(seq),
-             "--mixed-precision", "bf16", "--device", "cuda", "--json"] + (["--activation-checkpointing"] if ac else []),
+             "--param-dtype", "bf16", "--reduce-dtype", "fp32", "--device", "cuda", "--json"] + (["--activation-checkpointing"] if ac else []),
             capture_output=True, text=True, check=True)
         estimate = json.loads(est.stdout)
         for r in rows:
