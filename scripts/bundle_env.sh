@@ -27,9 +27,14 @@ _fsdpp_bundle_env() {
     echo "[bundle] $torch_dir/lib/libtorch.so does not exist: LIBTORCH_DIR (or python3's torch) must hold LibTorch's lib/" >&2
     return 1
   fi
-  if [[ "$version" != "$want" ]]; then
-    echo "[bundle] this bundle was built against torch $want, but $torch_dir is torch $version: LibTorch's C++ ABI changes between versions; use torch $want or build fsdpp against $version" >&2
+  # The release must match (LibTorch's C++ ABI changes between releases); a different local tag
+  # (+cu130, +cpu) is said, since the CUDA libraries then differ too.
+  if [[ "${version%%+*}" != "${want%%+*}" ]]; then
+    echo "[bundle] this bundle was built against torch $want, but $torch_dir is torch $version: LibTorch's C++ ABI changes between releases; use torch ${want%%+*} or build fsdpp against $version" >&2
     return 1
+  fi
+  if [[ "$version" != "$want" ]]; then
+    echo "[bundle] note: built against torch $want, running with $version (same release)" >&2
   fi
   export FSDPP_BUNDLE_DIR=$here
   export LD_LIBRARY_PATH="$here/lib:$torch_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
