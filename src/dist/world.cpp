@@ -1,6 +1,7 @@
 #include "fsdpp/dist/world.h"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -13,6 +14,8 @@
 #include <thread>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/common/launch_env.h"
+#include "fsdpp/common/whole_number.h"
 #include "fsdpp/dist/device.h"
 #include "fsdpp/dist/gloo_address.h"
 #include "fsdpp/dist/trace.h"
@@ -180,6 +183,12 @@ std::shared_ptr<World> init_world(const DistEnv& env_in, const c10::intrusive_pt
 std::shared_ptr<World> init_from_env(const InitOptions& options) {
   DistEnv env = DistEnv::from_env();
   if (options.timeout) env.timeout = *options.timeout;
+  // One line on what placed the ranks (docs/launcher.md#environments).
+  if (env.launched && env.rank == 0) {
+    if (auto placed = detect_process(process_environment(), "dist")) {
+      fmt::print(stderr, "[dist] {}\n", placed->describe());
+    }
+  }
   c10::intrusive_ptr<c10d::Store> store;
   if (!env.launched || env.world_size == 1) {
     store = c10::make_intrusive<c10d::HashStore>();
@@ -220,6 +229,15 @@ std::shared_ptr<World> init_from_env(const InitOptions& options) {
         env.agent_store ? fmt::format("fsdpp-run's agent at {}:{}", env.master_addr, env.master_port)
                         : fmt::format("hosted by rank 0 at {}:{}", env.master_addr, env.master_port);
     store = c10::make_intrusive<detail::DeadlineStore>(std::move(store), host, env.timeout);
+    // The agent's store outlives a restart of the workers (multi-node --max-restarts): each
+    // attempt's keys get their own prefix, as torchrun's workers do.
+    if (env.agent_store) {
+      const char* attempt = std::getenv("FSDPP_RESTART_COUNT");
+      const auto n = parse_whole_number(attempt != nullptr ? attempt : "0");
+      FSDPP_CHECK_AS(ConfigError, n && *n >= 0,
+                     "[dist] environment variable FSDPP_RESTART_COUNT='{}' is not a count of restarts", attempt);
+      store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("/worker/attempt_{}", *n), std::move(store));
+    }
   }
   return init_world(env, store, options);
 }

@@ -66,12 +66,12 @@ void validate(const LaunchConfig& config) {
         "[fsdpp-run] --master-port is required when --nnodes > 1: every node must be given "
         "the same port (1-65535)");
   }
-  check_range("--max-restarts", config.max_restarts, 0, 1000);
-  if (config.nnodes > 1 && config.max_restarts > 0) {
-    throw UsageError(
-        "[fsdpp-run] --max-restarts > 0 needs --nnodes 1 for now: restarting the workers of "
-        "several nodes together is not implemented");
+  if (config.rdzv_id.size() > 128 ||
+      config.rdzv_id.find_first_of(" \t\n\r") != std::string::npos) {
+    throw UsageError(fmt::format("[fsdpp-run] --rdzv-id must be at most 128 characters without spaces, "
+                                 "got '{}'", config.rdzv_id));
   }
+  check_range("--max-restarts", config.max_restarts, 0, 1000);
   check_range("--timeout-s", config.timeout_s, 1, 7 * 24 * 3600);
   if (!(config.rdzv_timeout_s > 0 && config.rdzv_timeout_s <= 7 * 24 * 3600)) {
     throw UsageError(fmt::format(
@@ -112,6 +112,7 @@ EnvVars worker_env(const LaunchConfig& config, int master_port, int local_rank,
       {"MASTER_PORT", std::to_string(master_port)},
       {"FSDPP_TIMEOUT_S", std::to_string(config.timeout_s)},
       {"FSDPP_RESTART_COUNT", std::to_string(restart_count)},
+      {"FSDPP_LAUNCHER", "fsdpp-run"},
   };
   // Node 0's launcher hosts the store on MASTER_ADDR:MASTER_PORT; the workers use it too.
   if (config.nnodes > 1) env.emplace_back("FSDPP_AGENT_STORE", "1");

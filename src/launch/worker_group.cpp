@@ -134,6 +134,7 @@ void WorkerGroup::start(const std::vector<WorkerSpec>& specs) {
   }
   workers_.clear();
   first_failure_.reset();
+  external_ready_ = false;  // a new round (multi-node restarts): the watched fd was drained
   stopping_ = false;
   workers_.reserve(specs.size());
   try {
