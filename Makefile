@@ -22,7 +22,7 @@ export CCACHE_PCH_EXTSUM := 1
 export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_file_ctime,locale
 export CCACHE_MAXSIZE ?= 5G
 
-.PHONY: all setup configure build run test test-unit test-dist test-slow test-asan test-gpu bench bench-memory bench-gpu bundle clean distclean
+.PHONY: all setup configure build install run test test-unit test-dist test-slow test-asan test-gpu bench bench-memory bench-gpu bundle clean distclean
 
 all: build
 
@@ -38,6 +38,13 @@ configure: setup $(BUILD_DIR)/build.ninja
 
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# fsdpp built and installed under PREFIX (bin/, lib/, include/, the CMake package): the same
+# script the container image runs (Dockerfile, docs/container.md).
+PREFIX ?= /usr/local
+install:
+	@TORCH_VERSION=$(TORCH_VERSION) VENV=$(VENV) BUILD_DIR=$(BUILD_DIR) JOBS=$(JOBS) \
+	  CMAKE_ARGS="$(CMAKE_ARGS)" bash scripts/install.sh $(PREFIX)
 
 # The default job: a short FULL_SHARD training run over 2 ranks.
 run: build
