@@ -21,33 +21,9 @@ run=$1 train=$2 python=$3 src=$4
 start=$SECONDS
 
 fail() { echo "[multinode] FAIL: $*" >&2; exit 1; }
-[ "$(id -u)" = 0 ] || fail "this test builds network namespaces and needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN); it runs as uid $(id -u)"
-command -v ip > /dev/null || fail "the 'ip' command (iproute2) is missing; install iproute2"
-
-tag=$(printf '%x%03x' $$ $((RANDOM % 4096)))  # interface names: at most 15 characters
-nsA=fsdpp-mn-$tag-a nsB=fsdpp-mn-$tag-b vethA=fmn${tag}a vethB=fmn${tag}b
-addrA=10.77.0.1 addrB=10.77.0.2 port=29400
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2> /dev/null || true; done
-  ip netns del "$nsA" 2> /dev/null || true  # deleting a namespace deletes its veth end too
-  ip netns del "$nsB" 2> /dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-
-ip netns add "$nsA" 2> "$dir/err" ||
-  fail "cannot create a network namespace (ip netns add): $(cat "$dir/err"); the test needs root with CAP_SYS_ADMIN"
-ip netns add "$nsB" 2> "$dir/err" || fail "cannot create a second network namespace: $(cat "$dir/err")"
-ip link add "$vethA" netns "$nsA" type veth peer name "$vethB" netns "$nsB" 2> "$dir/err" ||
-  fail "cannot create a veth pair between the namespaces: $(cat "$dir/err"); needs CAP_NET_ADMIN and the veth driver"
-ip -n "$nsA" addr add $addrA/24 dev "$vethA"
-ip -n "$nsB" addr add $addrB/24 dev "$vethB"
-for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
-ip -n "$nsA" link set "$vethA" up
-ip -n "$nsB" link set "$vethB" up
-ip -n "$nsB" route get $addrA | grep -q "dev $vethB" || fail "namespace $nsB has no route to $addrA over $vethB"
+source "$(dirname "$0")/two_hosts.sh"
+two_hosts mn 10.77.0
+port=29400
 
 veth_bytes() {  # NS IF: bytes sent + received on that veth end
   ip netns exec "$1" sh -c "echo \$((\$(cat /sys/class/net/$2/statistics/tx_bytes) + \$(cat /sys/class/net/$2/statistics/rx_bytes)))"

@@ -14,30 +14,9 @@ set -euo pipefail
 run=$1 train=$2 python=$3 src=$4
 start=$SECONDS
 fail() { echo "[netns-restart] FAIL: $*" >&2; exit 1; }
-[ "$(id -u)" = 0 ] || fail "this test builds network namespaces and needs root; it runs as uid $(id -u)"
-command -v ip > /dev/null || fail "the 'ip' command (iproute2) is missing"
-
-tag=$(printf '%x%03x' $$ $((RANDOM % 4096)))
-nsA=fsdpp-rs-$tag-a nsB=fsdpp-rs-$tag-b vethA=frs${tag}a vethB=frs${tag}b
-addrA=10.78.0.1 addrB=10.78.0.2 port=29410
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2> /dev/null || true; done
-  ip netns del "$nsA" 2> /dev/null || true
-  ip netns del "$nsB" 2> /dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-ip netns add "$nsA" 2> "$dir/err" || fail "cannot create a network namespace: $(cat "$dir/err")"
-ip netns add "$nsB" 2> "$dir/err" || fail "cannot create a second network namespace: $(cat "$dir/err")"
-ip link add "$vethA" netns "$nsA" type veth peer name "$vethB" netns "$nsB" 2> "$dir/err" ||
-  fail "cannot create a veth pair: $(cat "$dir/err")"
-ip -n "$nsA" addr add $addrA/24 dev "$vethA"
-ip -n "$nsB" addr add $addrB/24 dev "$vethB"
-for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
-ip -n "$nsA" link set "$vethA" up
-ip -n "$nsB" link set "$vethB" up
+source "$(dirname "$0")/two_hosts.sh"
+two_hosts rs 10.78.0
+port=29410
 
 steps=8
 common=(data.path="$src/docs" data.seq_len=32 data.val_fraction=0.1 model.dim=64 model.n_layers=2
