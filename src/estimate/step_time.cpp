@@ -258,11 +258,12 @@ Plan plan_layouts(const ModelDescription& model, const EstimateOptions& base, co
               continue;
             }
             if (e.memory.total > budget) {
-              e.rejected = fmt::format("needs {:.1f} GiB per device > {:.1f} GiB (parameters {:.1f}, gradients {:.1f}, "
-                                       "optimizer {:.1f}, activations {:.1f}, gathered {:.1f})",
-                                       e.memory.total / kGiB, budget / kGiB, e.memory.parameters / kGiB,
-                                       e.memory.gradients / kGiB, e.memory.optimizer_state / kGiB,
-                                       e.memory.activations / kGiB, e.memory.unsharded / kGiB);
+              e.rejected = fmt::format("needs {:.1f} GiB per device > {:.1f} GiB, peak at {} (parameters {:.1f}, "
+                                       "gradients {:.1f}, optimizer {:.1f}, activations {:.1f}, gathered {:.1f})",
+                                       e.memory.total / kGiB, budget / kGiB, e.memory.peak_at,
+                                       e.memory.parameters / kGiB, e.memory.gradients / kGiB,
+                                       e.memory.optimizer_state / kGiB, e.memory.activations / kGiB,
+                                       e.memory.unsharded / kGiB);
               plan.rejected.push_back(std::move(e));
               continue;
             }

@@ -94,8 +94,9 @@ int main(int argc, char** argv) {
     std::erase_if(plan.fitting, [&](const auto& e) { return !keep(e); });
     std::erase_if(plan.rejected, [&](const auto& e) { return !keep(e); });
 
-    std::printf("fsdpp-plan: %.2f B parameters, %d devices of %s (%s), global batch %lld x %lld tokens, %s\n",
-                model.num_params() / 1e9, world, cluster.name.c_str(), cluster.source.c_str(),
+    const double n = static_cast<double>(model.num_params());
+    std::printf("fsdpp-plan: %.2f %s parameters, %d devices of %s (%s), global batch %lld x %lld tokens, %s\n",
+                n >= 1e9 ? n / 1e9 : n / 1e6, n >= 1e9 ? "B" : "M", world, cluster.name.c_str(), cluster.source.c_str(),
                 static_cast<long long>(global_batch), static_cast<long long>(base.seq_len),
                 fsdpp::to_string(base.param_dtype));
     std::printf("\n  %-44s %10s %12s %7s %10s  %s\n", "layout (fastest first)", "step (s)", "tok/s/dev", "MFU",
