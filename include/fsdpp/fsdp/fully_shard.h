@@ -137,6 +137,11 @@ FSDPUnit* unit_of(torch::nn::Module& module);
 void pre_forward(FSDPUnit& unit);
 std::vector<at::Tensor> post_forward(FSDPUnit& unit, std::vector<at::Tensor> outputs);
 void forward_failed(FSDPUnit& unit);
+// Inside a catch: rethrows the exception a unit's forward threw. A LibTorch error (c10::Error)
+// becomes an fsdpp::Error naming the unit, with its first line only and, for mixed dtypes, the
+// units whose output_dtype handed this one another dtype than its parameters'; fsdpp's own
+// errors and others pass unchanged.
+[[noreturn]] void rethrow_forward_error(FSDPUnit& unit);
 
 // Visits the tensors of a forward's result so that FSDP can hook its backward. Tensors,
 // tuples, pairs and vectors of them are known; for a struct, define
@@ -219,7 +224,7 @@ auto forward_unit(FSDPUnit* unit, Impl& impl, Args&&... args) {
     return out;
   } catch (...) {
     forward_failed(*unit);
-    throw;
+    rethrow_forward_error(*unit);
   }
 }
 
