@@ -11,6 +11,8 @@
 #include <vector>
 
 #include <c10/core/Device.h>
+// world->store() is handed to users (RuntimeOptions::store, AsyncSaver): a complete type for them.
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "fsdpp/dist/device_mesh.h"
 #include "fsdpp/dist/env.h"

@@ -35,6 +35,7 @@
 // ...". A rank killed outright is fsdpp-run's to handle.
 
 #include <c10/util/intrusive_ptr.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>  // RuntimeOptions::store, copied by its users
 
 #include <chrono>
 #include <functional>
@@ -48,9 +49,6 @@
 #include "fsdpp/pipeline/stage.h"
 #include "fsdpp/pipeline/timeline.h"
 
-namespace c10d {
-class Store;
-}
 
 namespace fsdpp::pipeline {
 
