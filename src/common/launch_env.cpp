@@ -1,6 +1,12 @@
 #include "fsdpp/common/launch_env.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "fsdpp/common/error.h"
@@ -86,6 +92,55 @@ ProcessReading read_torchrun_variables(const Vars& v) {
   r.local_rank = v.integer("LOCAL_RANK", 0, r.local_world - 1,
                            fmt::format("0 <= LOCAL_RANK < LOCAL_WORLD_SIZE={}", r.local_world))
                      .value_or(r.rank % r.local_world);
+  return r;
+}
+
+// Whether MASTER_ADDR names this host: a loopback name or address, this host's name, or an
+// address one of its interfaces has. Only numeric addresses are compared (a name other than this
+// host's is taken as another host: no DNS lookup that could block here).
+bool names_this_host(const std::string& addr) {
+  if (addr == "localhost" || addr.starts_with("127.") || addr == "::1") return true;
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) == 0 && addr == name) return true;
+  in_addr v4{};
+  in6_addr v6{};
+  const bool is_v4 = inet_pton(AF_INET, addr.c_str(), &v4) == 1;
+  const bool is_v6 = !is_v4 && inet_pton(AF_INET6, addr.c_str(), &v6) == 1;
+  if (!is_v4 && !is_v6) return false;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return false;
+  bool found = false;
+  for (ifaddrs* i = list; i != nullptr && !found; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    if (is_v4 && i->ifa_addr->sa_family == AF_INET) {
+      found = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == v4.s_addr;
+    } else if (is_v6 && i->ifa_addr->sa_family == AF_INET6) {
+      found = std::memcmp(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, &v6, sizeof(v6)) == 0;
+    }
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+// RANK and WORLD_SIZE exported by hand, the process started without a launcher. Which ranks share
+// this host is known only when the job is this host's alone (MASTER_ADDR unset or this host's):
+// then LOCAL_RANK/LOCAL_WORLD_SIZE default to RANK/WORLD_SIZE and the detection line says so. A
+// job whose store is on another host spans nodes: LOCAL_* must be given (else rank 4 of 8 would
+// take GPU 4 of a 4-GPU node and HYBRID_SHARD would see one node of 8).
+ProcessReading read_by_hand(const Vars& v) {
+  ProcessReading r = read_torchrun_variables(v);
+  if (r.world == 1 || v.has("LOCAL_WORLD_SIZE")) return r;
+  const auto addr = v.get("MASTER_ADDR");
+  FSDPP_CHECK_AS(ConfigError, !addr || addr->empty() || names_this_host(*addr),
+                 "[{}] RANK={} and WORLD_SIZE={} were set by hand with MASTER_ADDR={}, another host: the "
+                 "job spans nodes, and nothing says which of its ranks run on this one; set "
+                 "LOCAL_RANK and LOCAL_WORLD_SIZE for every process (e.g. LOCAL_RANK=0 "
+                 "LOCAL_WORLD_SIZE=4 on a 4-GPU node), or start each node's processes with fsdpp-run "
+                 "--nproc-per-node N, which reads RANK as the node's first rank (docs/multi-node.md)",
+                 v.component(), r.rank, r.world, *addr);
+  r.detail = fmt::format("LOCAL_RANK={} LOCAL_WORLD_SIZE={} derived: {}", r.local_rank, r.local_world,
+                         addr && !addr->empty() ? "MASTER_ADDR=" + *addr + " is this host, so every rank runs here"
+                                                : "MASTER_ADDR unset, so every rank runs on this host");
   return r;
 }
 
@@ -256,7 +311,7 @@ const ProcessEnvironment kProcessEnvironments[] = {
     {"SLURM srun", [](const Vars& v) { return v.has("SLURM_PROCID") && slurm_step(v); }, read_slurm, false},
     {"Kubeflow PyTorchJob", [](const Vars& v) { return has_kubeflow(v) && v.has("RANK"); }, read_kubeflow, true},
     {"RANK/WORLD_SIZE", [](const Vars& v) { return v.has("RANK") || v.has("WORLD_SIZE"); },
-     read_torchrun_variables, true},
+     read_by_hand, true},
 };
 
 // RANK, WORLD_SIZE and LOCAL_RANK set by hand (an sbatch script's `export RANK=0`) while another
@@ -387,10 +442,11 @@ namespace {
 struct NodeEnvironment {
   const char* name;
   bool (*present)(const Vars&);
-  NodePlacement (*read)(const Vars&);
+  // flags: what fsdpp-run's own flags say (--nproc-per-node, for RANK set by hand).
+  NodePlacement (*read)(const Vars&, const NodePlacement& flags);
 };
 
-NodePlacement read_slurm_node(const Vars& v) {
+NodePlacement read_slurm_node(const Vars& v, const NodePlacement&) {
   NodePlacement n;
   n.environment = "SLURM srun";
   n.detail = slurm_detail(v);
@@ -413,7 +469,7 @@ NodePlacement read_slurm_node(const Vars& v) {
 
 // Kubeflow's PyTorchJob and Trainer set torchrun's PET_* variables (torchrun reads --flag from
 // PET_FLAG); older PyTorchJobs only the pod's RANK (its node rank) and WORLD_SIZE (the pods).
-NodePlacement read_kubeflow_node(const Vars& v) {
+NodePlacement read_kubeflow_node(const Vars& v, const NodePlacement&) {
   NodePlacement n;
   n.environment = "Kubeflow";
   const char* elastic = "a positive integer (elastic ranges such as 1:4 are not supported)";
@@ -453,7 +509,7 @@ NodePlacement read_kubeflow_node(const Vars& v) {
 }
 
 // mpirun starting one fsdpp-run per node (--map-by ppr:1:node): the MPI rank is the node's.
-NodePlacement read_open_mpi_node(const Vars& v) {
+NodePlacement read_open_mpi_node(const Vars& v, const NodePlacement&) {
   NodePlacement n;
   n.environment = "Open MPI";
   const int size = *v.integer("OMPI_COMM_WORLD_SIZE", 1, kMaxWorld, "a positive integer");
@@ -475,15 +531,50 @@ NodePlacement read_open_mpi_node(const Vars& v) {
   return n;
 }
 
+// RANK and WORLD_SIZE exported by hand on each node, as the seeds write a two-node job (RANK=0 on
+// node 0, RANK=4 on node 1, WORLD_SIZE=8, MASTER_ADDR the first node): RANK is the node's first
+// rank, so with --nproc-per-node 4 this is node RANK / 4 of WORLD_SIZE / 4.
+NodePlacement read_by_hand_node(const Vars& v, const NodePlacement& flags) {
+  NodePlacement n;
+  n.environment = "RANK/WORLD_SIZE set by hand";
+  const int world = v.required("WORLD_SIZE", 1, kMaxWorld, "a positive integer",
+                               "set it with RANK (every node's workers together)");
+  const int rank = v.required("RANK", 0, world - 1, fmt::format("0 <= RANK < WORLD_SIZE={}", world),
+                              "set it with WORLD_SIZE (the node's first rank)");
+  const int per = flags.nproc_per_node ? flags.nproc_per_node->value : 1;
+  const std::string per_from = flags.nproc_per_node ? flags.nproc_per_node->from : "the default, 1";
+  FSDPP_CHECK_AS(ConfigError, world % per == 0 && rank % per == 0,
+                 "[{}] RANK={} and WORLD_SIZE={} were set by hand for fsdpp-run, which reads RANK as this "
+                 "node's first rank and WORLD_SIZE as every node's workers: both must be multiples of the "
+                 "workers per node ({} from {}); e.g. RANK=0 and RANK=4 with WORLD_SIZE=8 on two nodes of "
+                 "--nproc-per-node 4 (or give --nnodes and --node-rank instead)",
+                 v.component(), rank, world, per, per_from);
+  n.nnodes = Sourced<int>{world / per, fmt::format("WORLD_SIZE={} / {} per node", world, per)};
+  n.node_rank = Sourced<int>{rank / per, fmt::format("RANK={} / {} per node", rank, per)};
+  n.detail = fmt::format("its workers get RANK {}-{} and LOCAL_RANK 0-{}", rank, rank + per - 1, per - 1);
+  if (auto a = v.get("MASTER_ADDR"); a && !a->empty()) n.master_addr = Sourced<std::string>{*a, "MASTER_ADDR"};
+  if (auto p = v.integer("MASTER_PORT", 1, 65535, "a TCP port in [1, 65535]")) {
+    n.master_port = Sourced<int>{*p, "MASTER_PORT"};
+  }
+  return n;
+}
+
+bool kubeflow_node(const Vars& v) {
+  return has_kubeflow(v) || v.has("PET_MASTER_ADDR") ||
+         (v.has("KUBERNETES_SERVICE_HOST") && v.has("RANK") && v.has("WORLD_SIZE") && v.has("MASTER_ADDR"));
+}
+
 const NodeEnvironment kNodeEnvironments[] = {
     {"Open MPI", [](const Vars& v) { return v.has("OMPI_COMM_WORLD_RANK"); }, read_open_mpi_node},
     {"SLURM srun", [](const Vars& v) { return v.has("SLURM_NODEID") && slurm_step(v); }, read_slurm_node},
-    {"Kubeflow",
+    {"Kubeflow", kubeflow_node, read_kubeflow_node},
+    {"RANK/WORLD_SIZE set by hand",
      [](const Vars& v) {
-       return has_kubeflow(v) || v.has("PET_MASTER_ADDR") ||
-              (v.has("KUBERNETES_SERVICE_HOST") && v.has("RANK") && v.has("WORLD_SIZE") && v.has("MASTER_ADDR"));
+       return (v.has("RANK") || v.has("WORLD_SIZE")) && !v.has("OMPI_COMM_WORLD_RANK") &&
+              !(v.has("SLURM_NODEID") && slurm_step(v)) && !kubeflow_node(v) && !v.has("FSDPP_LAUNCHER") &&
+              !v.has("TORCHELASTIC_RUN_ID");
      },
-     read_kubeflow_node},
+     read_by_hand_node},
 };
 
 // A count or index the environment states (how many nodes srun started, which one this is): a
@@ -535,7 +626,7 @@ NodePlacement detect_node(NodePlacement flags, const EnvLookup& env, std::string
   const Vars v(env, component);
   for (const NodeEnvironment& e : kNodeEnvironments) {
     if (!e.present(v)) continue;
-    const NodePlacement found = e.read(v);
+    const NodePlacement found = e.read(v, flags);
     merge_fact(flags.nnodes, found.nnodes, "the number of nodes", e.name, component);
     merge_fact(flags.node_rank, found.node_rank, "this node's rank", e.name, component);
     merge_fact(flags.nproc_per_node, found.nproc_per_node, "workers per node", e.name, component);

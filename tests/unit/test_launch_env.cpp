@@ -205,6 +205,35 @@ TEST(LaunchEnv, KubeflowPodWithoutLauncher) {
             std::string::npos);
 }
 
+// The seeds' two-node recipe run without a launcher (issue 31): RANK=4 of WORLD_SIZE=8 with the
+// store on another host says nothing of which ranks share this node; before, LOCAL_* defaulted to
+// RANK/WORLD_SIZE (GPU 4, one node of 8 for HYBRID_SHARD).
+TEST(LaunchEnv, RankByHandAcrossNodesNeedsLocalVariables) {
+  const Vars seed = {{"RANK", "4"}, {"WORLD_SIZE", "8"}, {"MASTER_ADDR", "192.0.2.100"}, {"MASTER_PORT", "29500"}};
+  const std::string e = process_error(seed);
+  EXPECT_NE(e.find("RANK=4 and WORLD_SIZE=8 were set by hand with MASTER_ADDR=192.0.2.100, another host"),
+            std::string::npos) << e;
+  EXPECT_NE(e.find("set LOCAL_RANK and LOCAL_WORLD_SIZE"), std::string::npos) << e;
+  EXPECT_NE(e.find("fsdpp-run --nproc-per-node N"), std::string::npos) << e;
+  const auto p = process(merged(seed, {{"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "4"}}));
+  EXPECT_EQ(p->local_rank, 0);
+  EXPECT_EQ(p->local_world_size, 4);
+  EXPECT_EQ(p->rank, 4);
+}
+
+TEST(LaunchEnv, RankByHandOnThisHostDerivesAndSaysLocalVariables) {
+  for (const char* addr : {"127.0.0.1", "localhost"}) {
+    const auto p = process({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", addr}, {"MASTER_PORT", "29500"}});
+    EXPECT_EQ(p->local_rank, 3);
+    EXPECT_EQ(p->local_world_size, 4);
+    EXPECT_NE(p->describe().find(std::string("LOCAL_RANK=3 LOCAL_WORLD_SIZE=4 derived: MASTER_ADDR=") + addr +
+                                 " is this host"),
+              std::string::npos) << p->describe();
+  }
+  const auto p = process({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29500"}});
+  EXPECT_NE(p->describe().find("derived: MASTER_ADDR unset"), std::string::npos) << p->describe();
+}
+
 TEST(LaunchEnv, DistEnvKeepsItsMessages) {
   const auto env = fsdpp::dist::DistEnv::from_lookup(lookup(kSrunTask));
   EXPECT_TRUE(env.launched);
@@ -298,6 +327,31 @@ TEST(LaunchEnvNode, KubeflowPetVariables) {
   EXPECT_NE(node_error({{"PET_NNODES", "1:4"}, {"PET_NODE_RANK", "0"}}).find("elastic ranges"), std::string::npos);
   EXPECT_NE(node_error({{"PET_NPROC_PER_NODE", "auto"}}).find("PET_NPROC_PER_NODE=auto is not supported"),
             std::string::npos);
+}
+
+// The seeds' recipe with fsdpp-run on each node: RANK is the node's first rank.
+TEST(LaunchEnvNode, RankByHandIsTheNodesFirstRank) {
+  const Vars node1 = {{"RANK", "4"}, {"WORLD_SIZE", "8"}, {"MASTER_ADDR", "192.0.2.100"}, {"MASTER_PORT", "29500"}};
+  fsdpp::NodePlacement flags;
+  flags.nproc_per_node = fsdpp::Sourced<int>{4, "--nproc-per-node"};
+  const auto n = node(node1, flags);
+  EXPECT_EQ(n.nnodes->value, 2);
+  EXPECT_EQ(n.node_rank->value, 1);
+  EXPECT_EQ(n.master_addr->value, "192.0.2.100");
+  EXPECT_EQ(n.master_port->value, 29500);
+  EXPECT_EQ(n.describe(),
+            "RANK/WORLD_SIZE set by hand (its workers get RANK 4-7 and LOCAL_RANK 0-3): node 1 of 2 "
+            "(RANK=4 / 4 per node, WORLD_SIZE=8 / 4 per node), store at 192.0.2.100:29500 (MASTER_ADDR; "
+            "MASTER_PORT)");
+  fsdpp::NodePlacement three;
+  three.nproc_per_node = fsdpp::Sourced<int>{3, "--nproc-per-node"};
+  const std::string e = node_error(node1, three);
+  EXPECT_NE(e.find("both must be multiples of the workers per node (3 from --nproc-per-node)"), std::string::npos)
+      << e;
+  fsdpp::NodePlacement contradicts = flags;
+  contradicts.node_rank = fsdpp::Sourced<int>{0, "--node-rank"};
+  EXPECT_NE(node_error(node1, contradicts).find("--node-rank says 0, but RANK=4 / 4 per node=1"), std::string::npos)
+      << node_error(node1, contradicts);
 }
 
 TEST(LaunchEnvNode, PortFromJobId) {
