@@ -209,6 +209,8 @@ void TrainConfig::validate() const {
   check(t.learning_rate > 0 && std::isfinite(t.learning_rate),
         "[config] training.learning_rate={}: expected a finite number > 0", t.learning_rate);
   check(t.warmup_steps >= 0, "[config] training.warmup_steps={}: expected >= 0", t.warmup_steps);
+  check(t.warmup_ratio >= 0 && t.warmup_ratio <= 1,
+        "[config] training.warmup_ratio={}: expected a fraction of the run's steps in [0, 1]", t.warmup_ratio);
   check(t.weight_decay >= 0 && std::isfinite(t.weight_decay),
         "[config] training.weight_decay={}: expected a finite number >= 0", t.weight_decay);
   check(t.adam_beta1 >= 0 && t.adam_beta1 < 1,
@@ -382,8 +384,11 @@ EstimateOptions TrainConfig::estimate_options(int world_size, int local_world_si
 
 LrSchedule TrainConfig::lr_schedule(int64_t total_steps) const {
   const auto& t = training;
-  return LrSchedule{std::string(t.lr_scheduler_type.name()), t.learning_rate, t.warmup_steps,
-                    total_steps, t.min_lr_ratio};
+  // Hugging Face's TrainingArguments.get_warmup_steps: warmup_steps if > 0, else
+  // ceil(warmup_ratio x total steps).
+  const int64_t warmup = t.warmup_steps > 0 ? t.warmup_steps
+                                            : static_cast<int64_t>(std::ceil(t.warmup_ratio * static_cast<double>(total_steps)));
+  return LrSchedule{std::string(t.lr_scheduler_type.name()), t.learning_rate, warmup, total_steps, t.min_lr_ratio};
 }
 
 std::vector<std::string> resolve_data_files(const std::string& path) {

@@ -144,6 +144,7 @@ const Schema& train_schema() {
                       FSDPP_KEY(training, dataloader_pin_memory),
                       FSDPP_KEY(training, learning_rate),
                       FSDPP_KEY(training, warmup_steps),
+                      FSDPP_KEY(training, warmup_ratio),
                       FSDPP_KEY(training, weight_decay),
                       FSDPP_KEY(training, adam_beta1),
                       FSDPP_KEY(training, adam_beta2),

@@ -275,6 +275,17 @@ training:
                  {"training.seed is given twice"});
 }
 
+// Hugging Face's warmup_ratio (TrainingArguments.get_warmup_steps): ceil(ratio x the run's
+// steps), warmup_steps > 0 winning.
+TEST(Config, WarmupRatioAsHuggingFaceCountsIt) {
+  EXPECT_EQ(parse(kMinimal, {"training.warmup_ratio=0.1"}).lr_schedule(95).warmup_steps, 10);
+  EXPECT_EQ(parse(kMinimal, {"training.warmup_ratio=0.1"}).lr_schedule(100).warmup_steps, 10);
+  EXPECT_EQ(parse(kMinimal, {"training.warmup_ratio=0.1", "training.warmup_steps=3"}).lr_schedule(100).warmup_steps, 3);
+  EXPECT_EQ(parse(kMinimal).lr_schedule(100).warmup_steps, 0);
+  expect_message(yaml_error(kMinimal, {"training.warmup_ratio=1.5"}),
+                 {"training.warmup_ratio=1.5", "expected a fraction of the run's steps in [0, 1]"});
+}
+
 TEST(Config, Overrides) {
   const std::string yaml = kMinimal + R"(
 training:

@@ -132,6 +132,8 @@ struct TrainingSection {
   bool dataloader_pin_memory = false;
   double learning_rate = 3e-4;
   int64_t warmup_steps = 0;
+  // Hugging Face's warmup_ratio: warmup over ceil(ratio x the run's steps); warmup_steps > 0 wins.
+  double warmup_ratio = 0.0;
   double weight_decay = 0.0;
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.95;
