@@ -28,6 +28,8 @@ fails. Rules:
   A prelude goes first in the block's function, a global before it at namespace scope.
   `<!-- snippet-include <fsdpp/models/llama.h> -->` adds an include to the page (for context
   only: an include the block itself needs belongs in the block).
+- A block after `<!-- snippet-shared -->` declares what the page's later blocks use (the model of
+  a page's examples, shown once): it goes to namespace scope, visible to every later block.
 - Nothing is skipped: a block that cannot compile is a failure to fix in the page.
 """
 import os
@@ -37,6 +39,7 @@ import sys
 BLOCK = re.compile(r"^```cpp\n(.*?)^```", re.M | re.S)
 HIDDEN = re.compile(r"<!--\s*snippet-(prelude|global)\n(.*?)-->", re.S)
 EXTRA_INCLUDE = re.compile(r"<!--\s*snippet-include\s+(\S+)\s*-->")
+SHARED = re.compile(r"<!--\s*snippet-shared\s*-->")
 
 
 def pages(src):
@@ -54,6 +57,7 @@ def hidden_before(text, start):
     kinds = {"prelude": [], "global": []}
     for kind, body in HIDDEN.findall(between):
         kinds[kind].append(body.rstrip())
+    kinds["shared"] = bool(SHARED.search(between))
     return kinds, EXTRA_INCLUDE.findall(between)
 
 
@@ -87,7 +91,9 @@ def page_source(path, text):
         ns = f"{name}_{i + 1}"
         where = f'#line {line} "{path}"'
         glob = "\n".join(hidden["global"])
-        if re.search(r"\bint\s+main\s*\(", body):
+        if hidden["shared"]:
+            parts.append(f"namespace docs_snippet {{\n{glob}\n{where}\n{body}\n}}\n")
+        elif re.search(r"\bint\s+main\s*\(", body):
             body = re.sub(r"\bint\s+main\s*\(", f"int snippet_main_{i + 1}(", body)
             parts.append(f"namespace docs_snippet::{ns} {{\n{glob}\n{where}\n{body}\n}}\n")
         else:
@@ -132,6 +138,10 @@ def self_test():
     assert "struct Model {};" in src.split("namespace docs_snippet::docs_x_2")[1], src
     # Hidden context belongs to the block right after it only.
     assert "int model = 1;" not in src.split("namespace docs_snippet::docs_x_2")[1], src
+    shared = ("<!-- snippet-shared -->\n```cpp\nstruct Net {};\n```\n```cpp\nNet n;\n```\n")
+    src, n = page_source("docs/y.md", shared)
+    assert "namespace docs_snippet {\n\n#line 3 \"docs/y.md\"\nstruct Net {};" in src, src
+    assert src.index("struct Net {};") < src.index("void snippet() {"), src
     print("snippets.py self-test: ok")
 
 
