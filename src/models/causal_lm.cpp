@@ -44,6 +44,7 @@ class LlamaLM final : public CausalLM {
                        c.n_heads, c.kv_heads(), c.vocab_size);
   }
   int64_t vocab_size() const override { return model_->config().vocab_size; }
+  const InitPlan& init_plan() const override { return model_->init_plan(); }
   std::string config_json() const override { return llama_config_to_json(model_->config()); }
   void check_same_model(const std::string& saved_json, const std::string& source) const override {
     const auto saved = llama_config_from_json(saved_json, source);
@@ -89,6 +90,7 @@ class Qwen3MoeLM final : public CausalLM {
                        c.head_dim, c.vocab_size);
   }
   int64_t vocab_size() const override { return model_->config().vocab_size; }
+  const InitPlan& init_plan() const override { return model_->init_plan(); }
   std::string config_json() const override { return qwen3_moe_config_to_hf(model_->config()); }
   void check_same_model(const std::string& saved_json, const std::string& source) const override {
     const auto saved = qwen3_moe_config_from_hf(saved_json, source);

@@ -13,6 +13,7 @@
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/fully_shard.h"
+#include "meta_modules.h"
 
 namespace fsdpp::models {
 namespace {
@@ -120,8 +121,9 @@ int64_t LlamaConfig::ffn_hidden_dim() const {
 
 // ---- RMSNorm ----
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps(eps) {
-  weight = register_parameter("weight", torch::ones({dim}));
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps, at::Device device) : eps(eps) {
+  weight = register_parameter(
+      "weight", torch::ones({dim}, at::TensorOptions().device(device.is_meta() ? device : at::kCPU)));
 }
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
@@ -132,15 +134,13 @@ at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
 
 // ---- Attention ----
 
-AttentionImpl::AttentionImpl(const LlamaConfig& cfg)
+AttentionImpl::AttentionImpl(const LlamaConfig& cfg, at::Device device)
     : n_heads(cfg.n_heads), n_kv_heads(cfg.kv_heads()), head_dim(cfg.head_dim()) {
-  auto linear = [](int64_t in, int64_t out) {
-    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
-  };
-  wq = register_module("wq", linear(cfg.dim, n_heads * head_dim));
-  wk = register_module("wk", linear(cfg.dim, n_kv_heads * head_dim));
-  wv = register_module("wv", linear(cfg.dim, n_kv_heads * head_dim));
-  wo = register_module("wo", linear(n_heads * head_dim, cfg.dim));
+  using detail::make_linear;
+  wq = register_module("wq", make_linear(cfg.dim, n_heads * head_dim, device));
+  wk = register_module("wk", make_linear(cfg.dim, n_kv_heads * head_dim, device));
+  wv = register_module("wv", make_linear(cfg.dim, n_kv_heads * head_dim, device));
+  wo = register_module("wo", make_linear(n_heads * head_dim, cfg.dim, device));
 
   // Angles in double, stored in float32: position t, pair i -> t * theta^(-2i/D).
   auto i = torch::arange(0, head_dim, 2, torch::kDouble);                   // (D/2)
@@ -171,13 +171,11 @@ at::Tensor AttentionImpl::forward(const at::Tensor& input) {
 
 // ---- FeedForward ----
 
-FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
-  auto linear = [](int64_t in, int64_t out) {
-    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
-  };
-  w1 = register_module("w1", linear(dim, hidden));
-  w2 = register_module("w2", linear(hidden, dim));
-  w3 = register_module("w3", linear(dim, hidden));
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden, at::Device device) {
+  using detail::make_linear;
+  w1 = register_module("w1", make_linear(dim, hidden, device));
+  w2 = register_module("w2", make_linear(hidden, dim, device));
+  w3 = register_module("w3", make_linear(dim, hidden, device));
 }
 
 at::Tensor FeedForwardImpl::forward(const at::Tensor& input) {
@@ -188,11 +186,11 @@ at::Tensor FeedForwardImpl::forward(const at::Tensor& input) {
 
 // ---- TransformerBlock ----
 
-TransformerBlockImpl::TransformerBlockImpl(const LlamaConfig& cfg) {
-  attention_norm = register_module("attention_norm", RMSNorm(cfg.dim, cfg.norm_eps));
-  attention = register_module("attention", Attention(cfg));
-  ffn_norm = register_module("ffn_norm", RMSNorm(cfg.dim, cfg.norm_eps));
-  feed_forward = register_module("feed_forward", FeedForward(cfg.dim, cfg.ffn_hidden_dim()));
+TransformerBlockImpl::TransformerBlockImpl(const LlamaConfig& cfg, at::Device device) {
+  attention_norm = register_module("attention_norm", RMSNorm(cfg.dim, cfg.norm_eps, device));
+  attention = register_module("attention", Attention(cfg, device));
+  ffn_norm = register_module("ffn_norm", RMSNorm(cfg.dim, cfg.norm_eps, device));
+  feed_forward = register_module("feed_forward", FeedForward(cfg.dim, cfg.ffn_hidden_dim(), device));
 }
 
 // attention and feed_forward go through fsdpp::forward too, so that a size-based wrap policy
@@ -204,48 +202,55 @@ at::Tensor TransformerBlockImpl::forward(const at::Tensor& x) {
 
 // ---- Llama ----
 
-LlamaImpl::LlamaImpl(const LlamaConfig& cfg) : cfg_(cfg) {
+LlamaImpl::LlamaImpl(const LlamaConfig& cfg, at::Device device) : cfg_(cfg) {
   cfg_.validate();
   GlobalRngRestorer restore_global_rng;
-  tok_embeddings = register_module("tok_embeddings", torch::nn::Embedding(cfg.vocab_size, cfg.dim));
+  tok_embeddings = register_module("tok_embeddings", detail::make_embedding(cfg.vocab_size, cfg.dim, device));
   layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < cfg.n_layers; ++i) layers->push_back(TransformerBlock(cfg_));
-  norm = register_module("norm", RMSNorm(cfg.dim, cfg.norm_eps));
+  for (int64_t i = 0; i < cfg.n_layers; ++i) layers->push_back(TransformerBlock(cfg_, device));
+  norm = register_module("norm", RMSNorm(cfg.dim, cfg.norm_eps, device));
   if (!cfg.tie_embeddings) {
-    output = register_module(
-        "output", torch::nn::Linear(torch::nn::LinearOptions(cfg.dim, cfg.vocab_size).bias(false)));
+    output = register_module("output", detail::make_linear(cfg.dim, cfg.vocab_size, device));
   }
+  // The draws, in order. Residual projections are scaled down so the residual stream's
+  // variance does not grow with depth (GPT-2).
+  const double residual_std = cfg_.init_std / std::sqrt(2.0 * static_cast<double>(cfg_.n_layers));
+  plan_.seed = cfg_.seed;
+  auto normal = [&](const std::string& name, const at::Tensor& w, double std) {
+    plan_.params.push_back({.name = name, .shape = w.sizes().vec(), .std = std});
+  };
+  auto ones = [&](const std::string& name, const at::Tensor& w) {
+    plan_.params.push_back({.name = name, .shape = w.sizes().vec(), .kind = ParamInit::Kind::FILL, .value = 1.0});
+  };
+  normal("tok_embeddings.weight", tok_embeddings->weight, cfg_.init_std);
+  for (size_t i = 0; i < layers->size(); ++i) {
+    auto& block = *layers->ptr<TransformerBlockImpl>(i);
+    const std::string p = fmt::format("layers.{}.", i);
+    normal(p + "attention.wq.weight", block.attention->wq->weight, cfg_.init_std);
+    normal(p + "attention.wk.weight", block.attention->wk->weight, cfg_.init_std);
+    normal(p + "attention.wv.weight", block.attention->wv->weight, cfg_.init_std);
+    normal(p + "attention.wo.weight", block.attention->wo->weight, residual_std);
+    normal(p + "feed_forward.w1.weight", block.feed_forward->w1->weight, cfg_.init_std);
+    normal(p + "feed_forward.w3.weight", block.feed_forward->w3->weight, cfg_.init_std);
+    normal(p + "feed_forward.w2.weight", block.feed_forward->w2->weight, residual_std);
+    ones(p + "attention_norm.weight", block.attention_norm->weight);
+    ones(p + "ffn_norm.weight", block.ffn_norm->weight);
+  }
+  ones("norm.weight", norm->weight);
+  if (output) normal("output.weight", output->weight, cfg_.init_std);
+  if (device.is_meta()) return;
   init_weights();
+  detail::place_on(*this, device);
 }
 
 void LlamaImpl::init_weights() {
-  torch::NoGradGuard no_grad;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(cfg_.seed);
   // Drawn in float32 on the CPU whatever the parameter's dtype and device, so the values
   // depend on the seed alone.
-  auto draw = [&](at::Tensor& w, double std) {
-    auto values = at::empty(w.sizes(), at::TensorOptions().dtype(at::kFloat));
-    values.normal_(0.0, std, gen);
-    w.copy_(values);
-  };
-  // Residual projections are scaled down so the residual stream's variance does not grow
-  // with depth (GPT-2).
-  const double residual_std = cfg_.init_std / std::sqrt(2.0 * static_cast<double>(cfg_.n_layers));
-  draw(tok_embeddings->weight, cfg_.init_std);
-  for (size_t i = 0; i < layers->size(); ++i) {
-    auto& block = *layers->ptr<TransformerBlockImpl>(i);
-    draw(block.attention->wq->weight, cfg_.init_std);
-    draw(block.attention->wk->weight, cfg_.init_std);
-    draw(block.attention->wv->weight, cfg_.init_std);
-    draw(block.attention->wo->weight, residual_std);
-    draw(block.feed_forward->w1->weight, cfg_.init_std);
-    draw(block.feed_forward->w3->weight, cfg_.init_std);
-    draw(block.feed_forward->w2->weight, residual_std);
-    block.attention_norm->weight.fill_(1.0);
-    block.ffn_norm->weight.fill_(1.0);
+  if (fsdpp::detail::unit_of(*this)) {
+    init_exact(*this, plan_);
+  } else {
+    init_whole(*this, plan_);
   }
-  norm->weight.fill_(1.0);
-  if (output) draw(output->weight, cfg_.init_std);
 }
 
 at::Tensor LlamaImpl::hidden_to_logits(const at::Tensor& tokens) {

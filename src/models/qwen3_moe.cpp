@@ -11,6 +11,7 @@
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/fully_shard.h"
+#include "meta_modules.h"
 
 namespace fsdpp::models {
 namespace {
@@ -18,10 +19,6 @@ namespace {
 void check_positive(std::string_view field, int64_t value) {
   FSDPP_CHECK_AS(ConfigError, value > 0,
                  "[models] Qwen3MoeConfig.{}={} is not positive; expected > 0", field, value);
-}
-
-torch::nn::Linear linear(int64_t in, int64_t out) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
 }
 
 // transformers' rotate_half: (x1, x2) -> (-x2, x1) over the two halves of the last dim.
@@ -129,15 +126,16 @@ bool Qwen3MoeConfig::is_sparse_layer(int64_t layer) const {
 
 // ---- attention ----
 
-Qwen3MoeAttentionImpl::Qwen3MoeAttentionImpl(const Qwen3MoeConfig& cfg)
+Qwen3MoeAttentionImpl::Qwen3MoeAttentionImpl(const Qwen3MoeConfig& cfg, at::Device device)
     : n_heads(cfg.num_attention_heads), n_kv_heads(cfg.num_key_value_heads),
       head_dim(cfg.head_dim) {
-  q_proj = register_module("q_proj", linear(cfg.hidden_size, n_heads * head_dim));
-  k_proj = register_module("k_proj", linear(cfg.hidden_size, n_kv_heads * head_dim));
-  v_proj = register_module("v_proj", linear(cfg.hidden_size, n_kv_heads * head_dim));
-  o_proj = register_module("o_proj", linear(n_heads * head_dim, cfg.hidden_size));
-  q_norm = register_module("q_norm", RMSNorm(head_dim, cfg.rms_norm_eps));
-  k_norm = register_module("k_norm", RMSNorm(head_dim, cfg.rms_norm_eps));
+  using detail::make_linear;
+  q_proj = register_module("q_proj", make_linear(cfg.hidden_size, n_heads * head_dim, device));
+  k_proj = register_module("k_proj", make_linear(cfg.hidden_size, n_kv_heads * head_dim, device));
+  v_proj = register_module("v_proj", make_linear(cfg.hidden_size, n_kv_heads * head_dim, device));
+  o_proj = register_module("o_proj", make_linear(n_heads * head_dim, cfg.hidden_size, device));
+  q_norm = register_module("q_norm", RMSNorm(head_dim, cfg.rms_norm_eps, device));
+  k_norm = register_module("k_norm", RMSNorm(head_dim, cfg.rms_norm_eps, device));
 }
 
 at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
@@ -162,10 +160,11 @@ at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& x, const at::Tensor&
 
 // ---- dense MLP ----
 
-Qwen3MoeMLPImpl::Qwen3MoeMLPImpl(int64_t hidden, int64_t intermediate) {
-  gate_proj = register_module("gate_proj", linear(hidden, intermediate));
-  up_proj = register_module("up_proj", linear(hidden, intermediate));
-  down_proj = register_module("down_proj", linear(intermediate, hidden));
+Qwen3MoeMLPImpl::Qwen3MoeMLPImpl(int64_t hidden, int64_t intermediate, at::Device device) {
+  using detail::make_linear;
+  gate_proj = register_module("gate_proj", make_linear(hidden, intermediate, device));
+  up_proj = register_module("up_proj", make_linear(hidden, intermediate, device));
+  down_proj = register_module("down_proj", make_linear(intermediate, hidden, device));
 }
 
 at::Tensor Qwen3MoeMLPImpl::forward(const at::Tensor& x) {
@@ -174,11 +173,13 @@ at::Tensor Qwen3MoeMLPImpl::forward(const at::Tensor& x) {
 
 // ---- experts ----
 
-Qwen3MoeExpertsImpl::Qwen3MoeExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermediate)
+Qwen3MoeExpertsImpl::Qwen3MoeExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermediate,
+                                         at::Device device)
     : num_experts(num_experts) {
-  gate_proj = register_parameter("gate_proj", at::zeros({num_experts, intermediate, hidden}));
-  up_proj = register_parameter("up_proj", at::zeros({num_experts, intermediate, hidden}));
-  down_proj = register_parameter("down_proj", at::zeros({num_experts, hidden, intermediate}));
+  const auto o = at::TensorOptions().device(device.is_meta() ? device : at::kCPU);
+  gate_proj = register_parameter("gate_proj", at::zeros({num_experts, intermediate, hidden}, o));
+  up_proj = register_parameter("up_proj", at::zeros({num_experts, intermediate, hidden}, o));
+  down_proj = register_parameter("down_proj", at::zeros({num_experts, hidden, intermediate}, o));
 }
 
 at::Tensor Qwen3MoeExpertsImpl::forward(const at::Tensor& x, const at::Tensor& expert_ids,
@@ -236,8 +237,9 @@ at::Tensor Qwen3MoeExpertsImpl::forward(const at::Tensor& x,
 
 // ---- router ----
 
-Qwen3MoeRouterImpl::Qwen3MoeRouterImpl(int64_t num_experts, int64_t hidden) {
-  weight = register_parameter("weight", at::zeros({num_experts, hidden}));
+Qwen3MoeRouterImpl::Qwen3MoeRouterImpl(int64_t num_experts, int64_t hidden, at::Device device) {
+  weight = register_parameter(
+      "weight", at::zeros({num_experts, hidden}, at::TensorOptions().device(device.is_meta() ? device : at::kCPU)));
 }
 
 at::Tensor Qwen3MoeRouterImpl::forward(const at::Tensor& x) { return at::linear(x, weight); }
@@ -251,12 +253,12 @@ Qwen3MoeRouting route_top_k(const at::Tensor& logits, int64_t top_k, bool norm_t
 
 // ---- sparse block ----
 
-Qwen3MoeSparseMoeBlockImpl::Qwen3MoeSparseMoeBlockImpl(const Qwen3MoeConfig& cfg)
+Qwen3MoeSparseMoeBlockImpl::Qwen3MoeSparseMoeBlockImpl(const Qwen3MoeConfig& cfg, at::Device device)
     : top_k(cfg.num_experts_per_tok), norm_topk_prob(cfg.norm_topk_prob) {
   // Registered in transformers' order (experts, then gate), so parameter lists line up.
   experts = register_module(
-      "experts", Qwen3MoeExperts(cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size));
-  gate = register_module("gate", Qwen3MoeRouter(cfg.num_experts, cfg.hidden_size));
+      "experts", Qwen3MoeExperts(cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size, device));
+  gate = register_module("gate", Qwen3MoeRouter(cfg.num_experts, cfg.hidden_size, device));
 }
 
 Qwen3MoeLayerOutput Qwen3MoeSparseMoeBlockImpl::forward(const at::Tensor& x) {
@@ -270,16 +272,18 @@ Qwen3MoeLayerOutput Qwen3MoeSparseMoeBlockImpl::forward(const at::Tensor& x) {
 
 // ---- decoder layer ----
 
-Qwen3MoeDecoderLayerImpl::Qwen3MoeDecoderLayerImpl(const Qwen3MoeConfig& cfg, int64_t layer) {
-  self_attn = register_module("self_attn", Qwen3MoeAttention(cfg));
+Qwen3MoeDecoderLayerImpl::Qwen3MoeDecoderLayerImpl(const Qwen3MoeConfig& cfg, int64_t layer,
+                                                   at::Device device) {
+  self_attn = register_module("self_attn", Qwen3MoeAttention(cfg, device));
   if (cfg.is_sparse_layer(layer)) {
-    moe = register_module("mlp", Qwen3MoeSparseMoeBlock(cfg));
+    moe = register_module("mlp", Qwen3MoeSparseMoeBlock(cfg, device));
   } else {
-    dense = register_module("mlp", Qwen3MoeMLP(cfg.hidden_size, cfg.intermediate_size));
+    dense = register_module("mlp", Qwen3MoeMLP(cfg.hidden_size, cfg.intermediate_size, device));
   }
-  input_layernorm = register_module("input_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps));
-  post_attention_layernorm =
-      register_module("post_attention_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps));
+  input_layernorm =
+      register_module("input_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, device));
+  post_attention_layernorm = register_module(
+      "post_attention_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, device));
 }
 
 // The sub-modules go through fsdpp::forward so that a size-based policy may make them units.
@@ -296,37 +300,41 @@ Qwen3MoeLayerOutput Qwen3MoeDecoderLayerImpl::forward(const at::Tensor& x, const
 
 // ---- the model ----
 
-Qwen3MoeImpl::Qwen3MoeImpl(const Qwen3MoeConfig& cfg) : cfg_(cfg) {
+Qwen3MoeImpl::Qwen3MoeImpl(const Qwen3MoeConfig& cfg, at::Device device) : cfg_(cfg) {
   cfg_.validate();
   GlobalRngRestorer restore_global_rng;
   embed_tokens = register_module("embed_tokens",
-                                 torch::nn::Embedding(cfg.vocab_size, cfg.hidden_size));
+                                 detail::make_embedding(cfg.vocab_size, cfg.hidden_size, device));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
-    layers->push_back(Qwen3MoeDecoderLayer(cfg_, i));
+    layers->push_back(Qwen3MoeDecoderLayer(cfg_, i, device));
   }
-  norm = register_module("norm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps));
+  norm = register_module("norm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, device));
   if (!cfg.tie_word_embeddings) {
-    lm_head = register_module("lm_head", linear(cfg.hidden_size, cfg.vocab_size));
+    lm_head = register_module("lm_head", detail::make_linear(cfg.hidden_size, cfg.vocab_size, device));
   }
+  // transformers' _init_weights: normal(0, initializer_range) for every matrix (embeddings,
+  // projections, router, experts), ones for the norms, in parameter order.
+  plan_.seed = cfg_.seed;
+  for (const auto& item : named_parameters(/*recurse=*/true)) {
+    ParamInit p{.name = item.key(), .shape = item.value().sizes().vec(), .std = cfg_.initializer_range};
+    if (item.key().ends_with("norm.weight")) {
+      p.kind = ParamInit::Kind::FILL;
+      p.value = 1.0;
+    }
+    plan_.params.push_back(std::move(p));
+  }
+  if (device.is_meta()) return;
   init_weights();
+  detail::place_on(*this, device);
 }
 
-// transformers' _init_weights: normal(0, initializer_range) for every matrix (embeddings,
-// projections, router, experts), ones for the norms; drawn in float32 on the CPU from a private
-// generator in parameter order, so the values depend on the seed alone.
+// Drawn in float32 on the CPU from a private generator, so the values depend on the seed alone.
 void Qwen3MoeImpl::init_weights() {
-  torch::NoGradGuard no_grad;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(cfg_.seed);
-  for (auto& item : named_parameters(/*recurse=*/true)) {
-    auto& w = item.value();
-    if (item.key().ends_with("norm.weight")) {
-      w.fill_(1.0);
-      continue;
-    }
-    auto values = at::empty(w.sizes(), at::TensorOptions().dtype(at::kFloat));
-    values.normal_(0.0, cfg_.initializer_range, gen);
-    w.copy_(values);
+  if (fsdpp::detail::unit_of(*this)) {
+    init_exact(*this, plan_);
+  } else {
+    init_whole(*this, plan_);
   }
 }
 

@@ -36,6 +36,9 @@ class CausalLM {
   virtual at::Tensor generate(const at::Tensor& prompt, const GenerateOptions& options) = 0;
   virtual std::string describe() const = 0;  // one line for the log
   virtual int64_t vocab_size() const = 0;
+  // How its weights are drawn from its seed (fsdpp/fsdp/deferred_init.h): for a model made on
+  // the meta device and sharded, init_exact or init_per_shard give it its values.
+  virtual const InitPlan& init_plan() const = 0;
   // model_config.json of its checkpoints (fsdpp-ckpt export-hf and fsdpp-generate read it).
   virtual std::string config_json() const = 0;
   // Throws ConfigError when a checkpoint's model_config.json (`saved`, read from `source`)

@@ -7,6 +7,13 @@
 //   fsdpp::fully_shard(model, opts);
 //   auto out = fsdpp::forward(model, inputs, targets);   // out.logits (B,T,V), out.loss ()
 //
+// A model larger than one device is made on the meta device instead, sharded, and each rank's
+// shards drawn with the same values (fsdpp/fsdp/deferred_init.h):
+//   fsdpp::models::Llama model(cfg, at::kMeta);          // no storage, nothing drawn
+//   ... fully_shard as above ...
+//   fsdpp::to_empty(*model, at::kCPU);
+//   model->init_weights();                               // = Llama(cfg)'s values, this rank's rows
+//
 // Parameter names follow Meta's / torchtitan's Llama (tok_embeddings.weight,
 // layers.0.attention.wq.weight, layers.0.feed_forward.w1.weight, norm.weight, output.weight), and
 // so does the rotary embedding: it rotates interleaved pairs (x[2i], x[2i+1]) of each head.
@@ -27,6 +34,7 @@
 #include <optional>
 #include <string_view>
 
+#include "fsdpp/fsdp/deferred_init.h"
 #include "fsdpp/models/generate.h"
 
 namespace fsdpp::models {
@@ -79,7 +87,7 @@ class LlamaParallelHooks {
 // x * rsqrt(mean(x^2) + eps) * weight, normalised in at least float32.
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t dim, double eps);
+  RMSNormImpl(int64_t dim, double eps, at::Device device = at::kCPU);
   at::Tensor forward(const at::Tensor& x);  // (..., dim) -> (..., dim)
 
   at::Tensor weight;  // (dim)
@@ -91,7 +99,9 @@ TORCH_MODULE(RMSNorm);
 // Causal self-attention with grouped-query heads and rotary position embedding.
 class AttentionImpl : public torch::nn::Module {
  public:
-  explicit AttentionImpl(const LlamaConfig& cfg);
+  // The rotary tables are computed on the CPU whatever `device` is (they have storage on the
+  // meta device too: derived from the config, not drawn).
+  explicit AttentionImpl(const LlamaConfig& cfg, at::Device device = at::kCPU);
   at::Tensor forward(const at::Tensor& x);  // (B,T,C) -> (B,T,C)
 
   torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
@@ -107,7 +117,7 @@ TORCH_MODULE(Attention);
 // SwiGLU: w2(silu(w1 x) * w3 x).
 class FeedForwardImpl : public torch::nn::Module {
  public:
-  FeedForwardImpl(int64_t dim, int64_t hidden);
+  FeedForwardImpl(int64_t dim, int64_t hidden, at::Device device = at::kCPU);
   at::Tensor forward(const at::Tensor& x);  // (B,T,C) -> (B,T,C)
 
   torch::nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
@@ -118,7 +128,7 @@ TORCH_MODULE(FeedForward);
 // Pre-norm residual block: h = x + attention(norm(x)); out = h + feed_forward(norm(h)).
 class TransformerBlockImpl : public torch::nn::Module {
  public:
-  explicit TransformerBlockImpl(const LlamaConfig& cfg);
+  explicit TransformerBlockImpl(const LlamaConfig& cfg, at::Device device = at::kCPU);
   at::Tensor forward(const at::Tensor& x);  // (B,T,C) -> (B,T,C)
 
   RMSNorm attention_norm{nullptr};
@@ -141,15 +151,24 @@ void fsdpp_visit_tensors(LlamaOutput& o, F&& f) {
 
 class LlamaImpl : public torch::nn::Module {
  public:
-  explicit LlamaImpl(const LlamaConfig& cfg);  // validates cfg, then init_weights()
+  // Validates cfg; then the parameters on `device` with init_weights()' values, or on the meta
+  // device without storage and undrawn (deferred initialisation: fully_shard, fsdpp::to_empty,
+  // init_weights).
+  explicit LlamaImpl(const LlamaConfig& cfg, at::Device device = at::kCPU);
 
   at::Tensor forward(const at::Tensor& tokens);  // (B,T) int64 -> logits (B,T,V)
   // Logits and the mean cross entropy against targets (B,T) int64; -100 marks ignored positions.
   LlamaOutput forward(const at::Tensor& tokens, const at::Tensor& targets);
 
   // Redraws every weight from cfg.seed in a fixed order with a private generator: the same seed
-  // gives the same model on any rank, under any world size or sharding strategy.
+  // gives the same model on any rank, under any world size or sharding strategy. On a model
+  // that is an FSDP root (fully_shard-ed, tensor parallel or not) each rank draws its shards'
+  // rows only, bit for bit those of the whole model (fsdpp::init_exact).
   void init_weights();
+  // What init_weights draws, in order (normal(0, init_std) for the matrices, the residual
+  // projections wo and w2 at init_std / sqrt(2 n_layers), ones for the norms), with the whole
+  // shapes: for init_exact / init_per_shard on a model cut into pipeline stages.
+  const InitPlan& init_plan() const { return plan_; }
 
   const LlamaConfig& config() const { return cfg_; }
 
@@ -164,6 +183,7 @@ class LlamaImpl : public torch::nn::Module {
   at::Tensor hidden_to_logits(const at::Tensor& tokens);
 
   LlamaConfig cfg_;
+  InitPlan plan_;
 };
 TORCH_MODULE(Llama);
 

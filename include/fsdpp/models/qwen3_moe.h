@@ -64,7 +64,7 @@ struct Qwen3MoeConfig {
 // grouped-query attention scaled by head_dim^-0.5, output projection.
 class Qwen3MoeAttentionImpl : public torch::nn::Module {
  public:
-  explicit Qwen3MoeAttentionImpl(const Qwen3MoeConfig& cfg);
+  explicit Qwen3MoeAttentionImpl(const Qwen3MoeConfig& cfg, at::Device device = at::kCPU);
   // x (B,T,D); cos, sin (T, head_dim) in rotate-half layout -> (B,T,D)
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
@@ -77,7 +77,7 @@ TORCH_MODULE(Qwen3MoeAttention);
 // The dense SwiGLU MLP: down_proj(silu(gate_proj x) * up_proj x).
 class Qwen3MoeMLPImpl : public torch::nn::Module {
  public:
-  Qwen3MoeMLPImpl(int64_t hidden, int64_t intermediate);
+  Qwen3MoeMLPImpl(int64_t hidden, int64_t intermediate, at::Device device = at::kCPU);
   at::Tensor forward(const at::Tensor& x);
 
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
@@ -89,7 +89,8 @@ TORCH_MODULE(Qwen3MoeMLP);
 // only: E/ep of them, num_experts says how many.
 class Qwen3MoeExpertsImpl : public torch::nn::Module {
  public:
-  Qwen3MoeExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermediate);
+  Qwen3MoeExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermediate,
+                      at::Device device = at::kCPU);
   // x (N,D); top-k expert ids (N,k) int64 and weights (N,k) -> sum_j w[n,j] * expert_j(x[n]),
   // (N,D). The (token, choice) pairs are sorted by expert; each expert with tokens gathers them
   // (index_select), runs one SwiGLU over all of them and adds them back weighted (index_add).
@@ -112,7 +113,7 @@ TORCH_MODULE(Qwen3MoeExperts);
 // The router: logits = x W^T (no bias), probabilities by softmax in float32.
 class Qwen3MoeRouterImpl : public torch::nn::Module {
  public:
-  Qwen3MoeRouterImpl(int64_t num_experts, int64_t hidden);
+  Qwen3MoeRouterImpl(int64_t num_experts, int64_t hidden, at::Device device = at::kCPU);
   at::Tensor forward(const at::Tensor& x);  // (N,D) -> logits (N,E)
   at::Tensor weight;                        // (E, D)
 };
@@ -157,7 +158,7 @@ class Qwen3MoeParallelHooks {
 // A sparse MoE block: route, then the experts.
 class Qwen3MoeSparseMoeBlockImpl : public torch::nn::Module {
  public:
-  explicit Qwen3MoeSparseMoeBlockImpl(const Qwen3MoeConfig& cfg);
+  explicit Qwen3MoeSparseMoeBlockImpl(const Qwen3MoeConfig& cfg, at::Device device = at::kCPU);
   // x (B,T,D) -> {hidden (B,T,D), router_logits (B*T,E)}; a struct rather than an
   // out-parameter so that, when the block is an FSDP unit of its own, fsdpp::forward hooks the
   // router logits' backward too (the load-balancing loss reaches the router through them).
@@ -175,7 +176,7 @@ TORCH_MODULE(Qwen3MoeSparseMoeBlock);
 // transformer_layer_policy({"Qwen3MoeDecoderLayer"}) makes every layer an FSDP unit.
 class Qwen3MoeDecoderLayerImpl : public torch::nn::Module {
  public:
-  Qwen3MoeDecoderLayerImpl(const Qwen3MoeConfig& cfg, int64_t layer);
+  Qwen3MoeDecoderLayerImpl(const Qwen3MoeConfig& cfg, int64_t layer, at::Device device = at::kCPU);
   Qwen3MoeLayerOutput forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
   RMSNorm input_layernorm{nullptr};
@@ -203,7 +204,9 @@ void fsdpp_visit_tensors(Qwen3MoeOutput& o, F&& f) {
 
 class Qwen3MoeImpl : public torch::nn::Module {
  public:
-  explicit Qwen3MoeImpl(const Qwen3MoeConfig& cfg);  // validates cfg, then init_weights()
+  // Validates cfg; then the parameters on `device` with init_weights()' values, or on the meta
+  // device without storage and undrawn (fsdpp/fsdp/deferred_init.h; as Llama's).
+  explicit Qwen3MoeImpl(const Qwen3MoeConfig& cfg, at::Device device = at::kCPU);
 
   at::Tensor forward(const at::Tensor& tokens);  // (B,T) int64 -> logits (B,T,V)
   // targets (B,T) int64 aligned with tokens (the next tokens; -100 ignored), or undefined for no
@@ -211,8 +214,13 @@ class Qwen3MoeImpl : public torch::nn::Module {
   Qwen3MoeOutput forward(const at::Tensor& tokens, const at::Tensor& targets,
                          bool output_router_logits);
 
-  // Redraws every weight from cfg.seed (normal(0, initializer_range), norms at 1).
+  // Redraws every weight from cfg.seed (normal(0, initializer_range), norms at 1); on an FSDP
+  // root (expert parallel or not) each rank draws its shards' rows only, bit for bit those of
+  // the whole model (fsdpp::init_exact).
   void init_weights();
+  // What init_weights draws, in parameter order, with the whole shapes (before expert
+  // parallelism keeps a rank's experts).
+  const InitPlan& init_plan() const { return plan_; }
   const Qwen3MoeConfig& config() const { return cfg_; }
 
   torch::nn::Embedding embed_tokens{nullptr};
@@ -224,6 +232,7 @@ class Qwen3MoeImpl : public torch::nn::Module {
 
  private:
   Qwen3MoeConfig cfg_;
+  InitPlan plan_;
 };
 TORCH_MODULE(Qwen3Moe);
 
