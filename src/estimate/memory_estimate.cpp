@@ -173,10 +173,14 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
   {
     std::vector<int64_t> flat_shards;
     for (const auto& u : us) flat_shards.push_back(u.shard);
-    build_model_ledger(l, whole, pre_ep, model, flat_shards, tp, ep);
+    if (o.deferred_init) {
+      deferred_init_ledger(l, whole, flat_shards, tp, o.init_chunk_bytes);
+    } else {
+      build_model_ledger(l, whole, pre_ep, model, flat_shards, tp, ep);
+    }
   }
 
-  if (teacher) build_teacher(l, *teacher);
+  if (teacher) build_teacher(l, *teacher, o.deferred_init, o.init_chunk_bytes);
 
   // ---- before the first step: buffers ---------------------------------------------------------
   l.at("start of the step");

@@ -222,8 +222,8 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
       const int64_t t = params + optim_state + extra_optim + grads + unsharded + acts;
       if (t > peak.total) peak = {t, grads, unsharded, acts, optim_state + extra_optim, std::move(where)};
     };
-    // Building: every rank builds the whole model in fp32 (one init temporary beside it), then
-    // keeps its stages' shards.
+    // Building (a model built whole, not deferred): every rank builds the whole model in fp32 (one
+    // init temporary beside it), then keeps its stages' shards.
     const int64_t build_total = whole * f32 + largest * f32;
     // The step: UNSHARD of every stage at its first action (the all-gather buffer beside it).
     consider(0, gathered + (gather ? sw * largest_shard_unit * pb : 0), 0, 0, "unshard at the step's start");
@@ -307,7 +307,7 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
     e.activations = peak.acts;
     e.tensors = peak.total;
     e.peak_at = fmt::format("pp rank {}: {}", r, peak.where);
-    if (build_total > e.tensors) {
+    if (!o.deferred_init && build_total > e.tensors) {
       e = MemoryEstimate{};
       e.parameters = e.tensors = build_total;
       e.peak_at = fmt::format("pp rank {}: building the model", r);

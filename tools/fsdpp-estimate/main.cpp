@@ -107,7 +107,12 @@ int main(int argc, char** argv) {
   std::string params_text;
   int64_t units = 0;
   app.add_option("--params", params_text, "a parameter count instead of a shape (7.5e9, 7.5B, 350M)");
-  app.add_option("--units", units, "with --params: FSDP units (default: --n-layers + 1, or 1)");
+  app.add_option("--units", units, "with --params: FSDP units (default: --n-layers + 1, or 1, with a warning)");
+  bool build_whole = false;
+  app.add_flag("--build-whole", build_whole,
+               "every rank builds the whole model in fp32 before sharding it (a model made without "
+               "deferred initialisation: model.deferred_init=off, or a user's built whole); default: "
+               "made without storage, each rank allocating only its shards");
   int64_t vocab = 0, dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, ffn_hidden = 0, multiple_of = 32,
           max_seq_len = 0;
   bool tie = false;
@@ -247,6 +252,7 @@ int main(int argc, char** argv) {
       o.pipeline = co.pipeline;  // flags below override it
       o.teacher = co.teacher;
       if (!ce.skip.empty()) notes.push_back("fsdpp-train skips its memory check for this config: " + ce.skip);
+      build_whole = build_whole || !co.deferred_init;
       sequence_parallel = sequence_parallel || co.sequence_parallel;
       notes.insert(notes.end(), ce.notes.begin(), ce.notes.end());
     }
@@ -320,6 +326,14 @@ int main(int argc, char** argv) {
                      "[estimate] no model: give a trainer config, a Llama shape (--dim --n-layers --n-heads "
                      "--vocab-size) or --params");
       const int64_t p = parse_count(params_text);
+      if (units <= 0 && n_layers <= 0) {
+        std::fprintf(stderr,
+                     "fsdpp-estimate: warning: --params without --units takes the model as one FSDP "
+                     "unit, gathered whole at once: the 'unsharded units' and the peak are then the "
+                     "whole model's. Give --units (a Llama of L blocks has L + 1: the blocks and the "
+                     "root) or --n-layers\n");
+        notes.push_back("one FSDP unit: --params without --units (the whole model gathered at once)");
+      }
       if (units <= 0) units = n_layers > 0 ? n_layers + 1 : 1;
       model = fsdpp::describe_parameter_count(p, units);
       model_line = fmt::format("{:.4g} parameters in {} equal unit(s); activations not estimated (no shape)",
@@ -346,6 +360,8 @@ int main(int argc, char** argv) {
     o.device_is_gpu = device == "cuda";
     o.activation_checkpointing = ckpt;
     o.cpu_offload = offload;
+    o.deferred_init = !build_whole;
+    if (build_whole) notes.push_back("the model built whole in fp32 on every rank before it is sharded (--build-whole)");
     o.batch = batch > 0 ? batch : 1;
     o.seq_len = seq_len > 0 ? seq_len : 1;
     if (forward_prefetch >= 0) o.forward_prefetch = forward_prefetch;

@@ -185,6 +185,13 @@ struct EstimateOptions {
   // forward's output while they call backward and step).
   bool keep_logits = true;
   int64_t runtime_baseline_bytes = kDefaultRuntimeBaselineBytes;
+  // Deferred initialisation (fsdpp/fsdp/deferred_init.h, fsdpp-train's model.deferred_init): the
+  // model made without storage, each rank allocating its shards and drawing (or reading) them in
+  // chunks of init_chunk_bytes. false: every rank builds the whole model in fp32 before
+  // fully_shard shards it (a model built whole: deferred_init off, or a user's) and that peak,
+  // "building the model", often exceeds the step's.
+  bool deferred_init = true;
+  int64_t init_chunk_bytes = int64_t{64} << 20;
   // CPU runs: glibc malloc's mmap threshold. 0: glibc's default, which starts at 128 KiB and
   // rises to the size of each mapping freed (heap fragmentation then adds to RSS, and the
   // estimate of it is a lower bound). > 0: fixed, as MALLOC_MMAP_THRESHOLD_=<bytes> (or
