@@ -1,5 +1,6 @@
 // build_model (phases.h): the model's vocabulary, the check that the run fits in memory, the
-// model of model.architecture and model.init_from's weights where they load before sharding.
+// model of model.architecture (on the meta device under model.deferred_init, else whole) and
+// model.init_from's weights where they load before sharding (a model built whole).
 #include "fsdpp/common/error.h"
 #include "fsdpp/dist/agree.h"
 #include "fsdpp/dist/device.h"
@@ -38,16 +39,18 @@ void build_model(TrainSession& s) {
         check_device_memory_fits(estimate_memory(ce.model, o), m.free, m.total, world.device().str());
         return;
       }
-      check_memory_fits(estimate_memory(ce.model, ce.options), ce.model.num_params() * 4, local);
+      check_memory_fits(estimate_memory(ce.model, ce.options),
+                        deferred_init(cfg) ? 0 : ce.model.num_params() * 4, local);
     });
   }
+  const at::Device device = model_build_device(cfg);
   if (llama) {
-    s.llama = models::Llama(cfg.llama_config(vocab));
+    s.llama = models::Llama(cfg.llama_config(vocab), device);
     s.lm = models::causal_lm(s.llama);
   } else {
-    s.lm = models::causal_lm(models::Qwen3Moe(cfg.qwen3_moe_config(vocab)));
+    s.lm = models::causal_lm(models::Qwen3Moe(cfg.qwen3_moe_config(vocab), device));
   }
-  if (init) init->load_before_sharding(*s.lm);
+  if (init && !deferred_init(cfg)) init->load_whole(*s.lm);
   const int64_t n_params = models::num_parameters(s.lm->module());
   s.say(fmt::format("[train] model: {}: {:.2f} M parameters", s.lm->describe(), n_params / 1e6));
 }

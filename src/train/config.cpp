@@ -372,6 +372,7 @@ EstimateOptions TrainConfig::estimate_options(int world_size, int local_world_si
   o.batch = training.per_device_train_batch_size;
   o.seq_len = data.seq_len;
   o.mmap_threshold = training.malloc_mmap_threshold;
+  o.deferred_init = model.deferred_init != DeferredInit::OFF;
   // parallelism: tp slices, FSDP over the rest; with replicas a shard group is the shard degree.
   const auto& p = parallelism;
   o.tensor_parallel = static_cast<int>(p.tensor_parallel_degree);

@@ -102,6 +102,7 @@ const Schema& train_schema() {
                       FSDPP_KEY(model, decoder_sparse_step),
                       FSDPP_KEY(model, mlp_only_layers),
                       FSDPP_KEY(model, init_from),
+                      FSDPP_KEY(model, deferred_init),
                   }),
           section("data",
                   {

@@ -37,9 +37,19 @@ void open_logs(TrainSession& s);
 void train_loop(TrainSession& s);
 TrainResult finish(TrainSession& s);
 
+// model.deferred_init (model_init.cpp): whether the model is made without storage, the device
+// build_model makes it on (meta, or the CPU to build it whole), the device its shards live on,
+// and, once sharded, this rank's parts given storage there and their values (drawn from the seed
+// unless model.init_from or a resume's checkpoint gives them next).
+bool deferred_init(const TrainConfig& cfg);
+at::Device model_build_device(const TrainConfig& cfg);
+at::Device model_device(const TrainSession& s);
+void materialize_model(TrainSession& s, const std::vector<torch::nn::Module*>& parts);
+
 // fsdp_sync_module_states: rank 0's parameters and buffers on every rank, over the world, before
-// any unit exists or the model is cut into stages (shard_model.cpp).
-void sync_module_states(torch::nn::Module& model, dist::World& world);
+// any unit exists or the model is cut into stages (shard_model.cpp); nothing under
+// model.deferred_init, where the model has no values before it is sharded.
+void sync_module_states(TrainSession& s, torch::nn::Module& model);
 
 // Bytes the units moved over the shard groups (inside a node under hybrid_shard) and over the
 // replicate groups (across nodes), for metrics.jsonl (shard_model.cpp).

@@ -113,7 +113,7 @@ void shard_pipeline(TrainSession& s) {
   FullyShardOptions& fopts = s.fopts = cfg.fully_shard_options(parts->mesh->sub({"dp_shard"}));
   torch::nn::Module& model = s.lm->module();
   if (fopts.sync_module_states) {
-    sync_module_states(model, world);
+    sync_module_states(s, model);
     fopts.sync_module_states = false;
   }
   if (s.dims.tensor_parallel()) {
@@ -147,6 +147,7 @@ void shard_pipeline(TrainSession& s) {
     parts->stages.push_back(stage);
     mine.push_back(pipeline::make_stage(st, stage, loss));
   }
+  materialize_model(s, parts->roots());
   try {
     parts->runtime = std::make_unique<pipeline::PipelineRuntime>(
         sched, std::move(mine), pp, pipeline::RuntimeOptions{.store = world.store()});

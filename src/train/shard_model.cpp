@@ -57,8 +57,15 @@ void check_layer_classes(const TrainConfig& cfg, torch::nn::Module& model) {
 // each fully_shard call: fully_shard's broadcast on the root unit also covers the parameters of
 // the units below it, which are already shards by then, and would replace each rank's shard
 // with rank 0's (measured: the losses of a 2-rank run moved by 5e-4).
-void sync_module_states(torch::nn::Module& model, dist::World& world) {
+void sync_module_states(TrainSession& s, torch::nn::Module& model) {
+  auto& world = s.world;
   if (world.size() == 1) return;
+  if (deferred_init(s.cfg)) {
+    s.say("[train] fsdp_sync_module_states: nothing to broadcast before sharding: the model has "
+          "no values yet (model.deferred_init), and every rank draws its shards from the same "
+          "seed");
+    return;
+  }
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> tensors;
   for (auto& p : model.parameters()) tensors.push_back(p);
@@ -115,7 +122,7 @@ void shard_model(TrainSession& s) {
   }
   FullyShardOptions& fopts = s.fopts = cfg.fully_shard_options(mesh);
   if (fopts.sync_module_states) {
-    sync_module_states(model, world);
+    sync_module_states(s, model);
     fopts.sync_module_states = false;  // done, for the whole model
   }
   const WrapPolicy policy = cfg.wrap_policy();
@@ -162,6 +169,7 @@ void shard_model(TrainSession& s) {
     units = made.size();
     if (fc.keep_ends_gathered) keep_ends_gathered(model, made);
   }
+  materialize_model(s, {&model});
   if (init) {
     init->load_after_sharding(*s.lm, world.group());
     s.say(fmt::format("[train] weights from {} (model.init_from); optimizer, schedule and data "

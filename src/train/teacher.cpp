@@ -5,9 +5,11 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/deferred_init.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/fsdp/wrap_policy.h"
+#include "phases.h"
 
 namespace fsdpp::train::detail {
 
@@ -33,10 +35,15 @@ Teacher::Teacher(const TrainConfig& cfg, dist::World& world, int64_t student_voc
   options_.validate();
   kd_ratio_ = d.kd_ratio;
   aux_loss_coef_ = cfg.model.router_aux_loss_coef;
-  lm_ = source_.build(cfg.training.seed);
+  // Under model.deferred_init the teacher is made without storage and each rank reads its
+  // shards' rows only; otherwise built whole and loaded before sharding.
+  const bool deferred = deferred_init(cfg);
+  lm_ = source_.build(cfg.training.seed, deferred ? at::Device(at::kMeta) : at::Device(at::kCPU));
   torch::nn::Module& model = lm_->module();
-  source_.load_before_sharding(*lm_);
-  if (!world.device().is_cpu()) model.to(world.device());  // the student's device
+  if (!deferred) {
+    source_.load_whole(*lm_);
+    if (!world.device().is_cpu()) model.to(world.device());  // the student's device
+  }
   {
     at::NoGradGuard no_grad;
     for (auto& p : model.parameters()) {
@@ -54,7 +61,7 @@ Teacher::Teacher(const TrainConfig& cfg, dist::World& world, int64_t student_voc
   o.strategy = ShardingStrategy::FULL_SHARD;
   o.backward_prefetch = BackwardPrefetch::NONE;
   o.limit_all_gathers = cfg.training.fsdp_config.limit_all_gathers ? 2 : 0;
-  if (d.teacher_dtype == TeacherDtype::BFLOAT16 && !model.parameters().front().is_cuda()) {
+  if (d.teacher_dtype == TeacherDtype::BFLOAT16 && world.device().is_cpu()) {
     // On the CPU, bf16 shards are gathered and computed in float32: oneDNN's bf16 matmuls cache
     // a primitive per shape, and the experts' shapes change with every batch's routing
     // (measured: RSS +320 MiB over 80 steps, where float32 stays flat).
@@ -64,6 +71,7 @@ Teacher::Teacher(const TrainConfig& cfg, dist::World& world, int64_t student_voc
                           ? "Qwen3MoeDecoderLayer"
                           : "TransformerBlock";
   apply_fully_shard(model, transformer_layer_policy({layer}), o);
+  if (deferred) to_empty(model, world.device());
   source_.load_after_sharding(*lm_, mesh_->group(0));
   comm_before_ = comm_counters(model);
 }

@@ -118,10 +118,9 @@ void train_loop(TrainSession& s) {
       j["tokens_per_s"] = tokens_per_step / (step_ms / 1000.0);
       j["step_ms"] = step_ms;
       j["peak_rss_mb"] = rss.item<double>();
-      {
-        const auto current = all_rss.select(1, 1).contiguous();
-        j["rss_mb_per_rank"] = std::vector<double>(current.data_ptr<double>(),
-                                                   current.data_ptr<double>() + current.numel());
+      for (const auto& [key, column] : {std::pair{"peak_rss_mb_per_rank", 0}, std::pair{"rss_mb_per_rank", 1}}) {
+        const auto v = all_rss.select(1, column).contiguous();
+        j[key] = std::vector<double>(v.data_ptr<double>(), v.data_ptr<double>() + v.numel());
       }
       device_metrics.add_to(j, tokens_per_step / (step_ms / 1000.0));
       j["comm_bytes"] = (comm_counters(model) - comm_before).total_bytes();

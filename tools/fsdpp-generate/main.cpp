@@ -19,7 +19,9 @@
 #include "fsdpp/data/printable_text.h"
 #include "fsdpp/data/tokenizer.h"
 #include "fsdpp/data/tokenizer_files.h"
+#include "fsdpp/dist/agree.h"
 #include "fsdpp/dist/world.h"
+#include "fsdpp/fsdp/deferred_init.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/models/hf_llama.h"
@@ -41,8 +43,9 @@ struct Loaded {
   std::unique_ptr<fsdpp::data::Tokenizer> tokenizer;
 };
 
-// The model built whole on every rank, loaded (a Hugging Face directory before sharding, an
-// fsdpp checkpoint after: it reshards on load), then sharded over the world.
+// The model made without storage, sharded over the world, then each rank's rows read from the
+// checkpoint (any layout: it reshards on load) or the Hugging Face files: no rank holds the
+// whole model (fsdpp/fsdp/deferred_init.h).
 Loaded load(const fs::path& dir, const std::string& tokenizer_flag, fsdpp::dist::World& world) {
   FSDPP_CHECK_AS(ConfigError, fs::is_directory(dir),
                  "[generate] '{}' is not a directory; expected an fsdpp checkpoint "
@@ -55,7 +58,6 @@ Loaded load(const fs::path& dir, const std::string& tokenizer_flag, fsdpp::dist:
                  "[generate] '{}' has neither index.json (an fsdpp checkpoint) nor config.json "
                  "(a Hugging Face model)",
                  dir.string());
-  std::optional<fsdpp::models::HfLlama> hf_model;
   fsdpp::models::LlamaConfig cfg;
   if (fsdpp_ckpt) {
     FSDPP_CHECK_AS(ConfigError, fs::exists(dir / "model_config.json"),
@@ -65,15 +67,19 @@ Loaded load(const fs::path& dir, const std::string& tokenizer_flag, fsdpp::dist:
     cfg = fsdpp::models::llama_config_from_json(read_file(dir / "model_config.json"),
                                                 (dir / "model_config.json").string());
   } else {
-    hf_model = fsdpp::models::load_hf_llama(dir);
-    cfg = hf_model->config;
+    cfg = fsdpp::models::llama_config_from_hf(read_file(dir / "config.json"),
+                                              (dir / "config.json").string());
   }
-  out.model = fsdpp::models::Llama(cfg);
-  if (hf_model) fsdpp::models::load_named_tensors(*out.model, hf_model->tensors);
+  out.model = fsdpp::models::Llama(cfg, at::kMeta);
   fsdpp::FullyShardOptions fo;
   fo.mesh = world.mesh();
   fsdpp::apply_fully_shard(*out.model, fsdpp::transformer_layer_policy({"TransformerBlock"}), fo);
-  if (fsdpp_ckpt) {
+  fsdpp::to_empty(*out.model, at::kCPU);
+  if (!fsdpp_ckpt) {
+    fsdpp::dist::agree_on_failure(*world.group(), "loading the Hugging Face weights", [&] {
+      fsdpp::models::load_hf_llama_rows(dir, cfg, {&*out.model});
+    });
+  } else {
     fsdpp::state::LoadOptions lo;
     lo.skip_buffer = [](const std::string& n) { return fsdpp::models::is_non_persistent_buffer(n); };
     fsdpp::state::load_state_dict(dir, *out.model, nullptr, world.group(), lo);

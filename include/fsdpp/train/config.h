@@ -65,6 +65,11 @@ struct ModelSection {
   // or a Hugging Face model directory, whose shape then replaces the keys above; a new run
   // (step 1, fresh optimizer, schedule and data position), unlike a resume.
   std::string init_from;
+  // exact: the model is made without storage, sharded, and each rank draws its shards' rows of
+  // the whole model's values (bit for bit those of `off`), or reads them (init_from, a resume);
+  // per_shard: the same, the values counter-based per parameter and element (not those of one
+  // process); off: every rank builds the whole model in fp32 first, then shards it.
+  Choice<DeferredInit> deferred_init = DeferredInit::EXACT;
 };
 
 // `data:`

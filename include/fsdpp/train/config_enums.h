@@ -25,6 +25,10 @@ enum class SaveStrategy { STEPS, EPOCH, NO };
 enum class LrSchedulerType { COSINE, LINEAR, CONSTANT };
 // distillation.teacher_dtype: the dtype the teacher's parameters are stored (and computed) in.
 enum class TeacherDtype { FLOAT32, BFLOAT16 };
+// model.deferred_init: the model made without storage and each rank's shards given the values
+// of the whole model (EXACT) or counter-based ones (PER_SHARD); OFF: every rank builds the
+// whole model, then shards it (fsdpp/fsdp/deferred_init.h).
+enum class DeferredInit { EXACT, PER_SHARD, OFF };
 
 template <>
 struct ChoiceNames<ModelArchitecture> {
@@ -112,6 +116,17 @@ struct ChoiceNames<TeacherDtype> {
   static constexpr std::array<std::pair<TeacherDtype, std::string_view>, 2> kNames{{
       {TeacherDtype::FLOAT32, "float32"},
       {TeacherDtype::BFLOAT16, "bfloat16"},
+  }};
+};
+
+template <>
+struct ChoiceNames<DeferredInit> {
+  static constexpr std::string_view kWhat = "deferred initialisation";
+  static constexpr bool kAnyCase = false;
+  static constexpr std::array<std::pair<DeferredInit, std::string_view>, 3> kNames{{
+      {DeferredInit::EXACT, "exact"},
+      {DeferredInit::PER_SHARD, "per_shard"},
+      {DeferredInit::OFF, "off"},
   }};
 };
 

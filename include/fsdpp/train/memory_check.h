@@ -34,7 +34,8 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
 ModelDescription describe_teacher(const std::string& path, int64_t vocab);
 
 // What this process may still allocate: the least of the node's available memory shared by its
-// local ranks, its cgroup's headroom likewise, and its own address-space limit (RLIMIT_AS).
+// local ranks, its cgroup's headroom likewise, and its own address-space and data limits
+// (RLIMIT_AS, RLIMIT_DATA) less what it uses of them.
 struct MemoryHeadroom {
   int64_t bytes = 0;
   std::string limited_by;  // "MemAvailable 3.2 GiB over 2 local ranks", ...
@@ -42,9 +43,9 @@ struct MemoryHeadroom {
 MemoryHeadroom memory_headroom(int local_world_size);
 
 // Throws ConfigError when the step's peak (`estimate`), or the model built whole in fp32 before
-// fully_shard shards it (`whole_model_bytes`, on top of the runtime), exceeds what this process
-// can still get, naming the sizes, the limit, and what to change. training.skip_memory_check
-// skips the call.
+// fully_shard shards it (`whole_model_bytes`, on top of the runtime; 0 under model.deferred_init,
+// where no rank holds the whole model), exceeds what this process can still get, naming the
+// sizes, the limit, and what to change. training.skip_memory_check skips the call.
 void check_memory_fits(const MemoryEstimate& estimate, int64_t whole_model_bytes,
                        int local_world_size);
 
