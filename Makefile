@@ -22,7 +22,7 @@ export CCACHE_PCH_EXTSUM := 1
 export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_file_ctime,locale
 export CCACHE_MAXSIZE ?= 5G
 
-.PHONY: all setup configure build install run test test-unit test-dist test-slow test-asan test-gpu bench bench-memory bench-gpu bundle clean distclean
+.PHONY: all setup configure build install run test test-unit test-dist test-slow test-asan test-gpu bench bench-memory bench-gpu bundle bench-big-model clean distclean
 
 all: build
 
@@ -87,6 +87,13 @@ bench: build
 # bench/results/memory_table.{md,json,png}.
 bench-memory: build
 	$(VENV)/bin/python bench/memory_table.py --build $(BUILD_DIR) $(BENCH_ARGS)
+
+# A 1.3 B-parameter model trained on 4 ranks, each under a data limit smaller than the model in
+# fp32, and reloaded from its Hugging Face export (docs/fully-shard.md#models-larger-than-one-device):
+# bench/results/big_model.{md,json}. About 15 GiB of memory and 25 GB of disk while it runs;
+# BENCH_ARGS="--quick" for a small model.
+bench-big-model: build
+	$(VENV)/bin/python bench/big_model.py --build $(BUILD_DIR) $(BENCH_ARGS)
 
 # The unit and dist tests under AddressSanitizer + UndefinedBehaviorSanitizer, in their own build
 # directory (docs/faults.md, "Sanitizers"). ASAN_LABELS picks the tests (CI: unit). Left out:

@@ -129,7 +129,7 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
   const auto optimizer = adapter_view(o.optimizer);
   const auto optim_states =
       static_cast<int64_t>(optim::created_state_names(optimizer.kind, optimizer.config).size());
-  const int64_t optim_per_elem = optim_states * 4;
+  const int64_t optim_per_elem = o.optimizer_state_on_disk ? 0 : optim_states * 4;
   const bool adam_step =
       optimizer.kind == optim::OptimizerKind::ADAMW || optimizer.kind == optim::OptimizerKind::ADAM;
   std::vector<UnitState> us(model.units.size());
@@ -537,8 +537,11 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
     // LibTorch AdamW's two temporaries (exp_avg_sq.sqrt(), and that divided by a scalar) --------
     l.at("optimizer step");
     for (int64_t n : param_shards) {
-      if (first) {
-        for (int64_t k = 0; k < optim_states; ++k) optim_state.push_back(l.alloc(kOptim, n * f32));
+      // On disk: this parameter's state mapped in for its update only.
+      std::vector<Id> mapped;
+      if (first || o.optimizer_state_on_disk) {
+        for (int64_t k = 0; k < optim_states; ++k)
+          (o.optimizer_state_on_disk ? mapped : optim_state).push_back(l.alloc(kOptim, n * f32));
       }
       if (adam_step) {
         Id t1 = l.alloc(kOptim, n * f32), t2 = l.alloc(kOptim, n * f32);
@@ -547,6 +550,7 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
       } else {
         l.touch(kOptim, n * f32);
       }
+      for (Id id : mapped) l.free(id);
     }
     for (auto& u : us) l.free(u.grad_shard);  // zero_grad
     l.free(logits);  // the caller's output goes out of scope after the step
@@ -591,6 +595,9 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
                                                        e.expert_shard_world)
                                          : ""));
   if (tp > 1 && !have_shape) e.notes.push_back("tensor parallel on a parameter count: every parameter divided by the degree");
+  if (o.optimizer_state_on_disk)
+    e.notes.push_back("optimizer state in memory-mapped files: one parameter's state in memory at a time, during "
+                      "its update (its pages stay in the page cache, which the kernel reclaims)");
   if (o.cpu_offload && !o.device_is_gpu)
     e.notes.push_back("CPU offload on a CPU device moves nothing: everything is host memory already");
   if (!o.device_is_gpu && o.mmap_threshold <= 0)

@@ -212,7 +212,7 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
     }
     // Persistent: fp32 shards (or replicas), buffers, the optimizer's state (steady state).
     const int64_t params = shards * f32 + buffers;
-    const int64_t optim_state = static_cast<int64_t>(optimizer) * shards * f32;
+    const int64_t optim_state = o.optimizer_state_on_disk ? 0 : static_cast<int64_t>(optimizer) * shards * f32;
     const int64_t gathered = gather ? numel * pb : (pb != f32 ? numel * pb : 0);
     struct Peak {
       int64_t total = -1, grads = 0, unsharded = 0, acts = 0, optim = 0;
@@ -298,7 +298,8 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
     const int64_t grad_shards = gather ? shards * f32 : numel * rb;
     consider(grads, gathered, 0, 0, "reduce-scatter of the gradients");
     consider(gather ? grad_shards + sw * largest_shard_unit * rb : grad_shards, 0, 0, 0, "reduce-scatter of the gradients");
-    consider(grad_shards, 0, 0, adam ? 2 * largest_shard_param * f32 : 0, "optimizer step");
+    const int64_t mapped = o.optimizer_state_on_disk ? static_cast<int64_t>(optimizer) * largest_shard_param * f32 : 0;
+    consider(grad_shards, 0, 0, mapped + (adam ? 2 * largest_shard_param * f32 : 0), "optimizer step");
     MemoryEstimate e;
     e.parameters = params;
     e.gradients = peak.grads;

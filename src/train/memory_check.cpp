@@ -73,6 +73,7 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
   // Experts split over ep and sharded over world / ep (fully_shard_qwen3_moe), the rest over
   // the world.
   out.options.expert_parallel = static_cast<int>(cfg.parallelism.expert_parallel_degree);
+  out.options.optimizer_state_on_disk = !cfg.training.fsdp_config.offload_optimizer_state_dir.empty();
   // Pipeline: a step's per-rank sequences (batch x accumulation) go through the stages as
   // microbatches of pipeline_parallel_microbatch_size (the trainer's pipeline_step).
   const auto& p = cfg.parallelism;

@@ -13,7 +13,7 @@ at::Device model_build_device(const TrainConfig& cfg) {
   return deferred_init(cfg) ? at::Device(at::kMeta) : at::Device(at::kCPU);
 }
 
-at::Device model_device(const TrainSession&) { return at::kCPU; }
+at::Device model_device(const TrainSession& s) { return s.world.device(); }
 
 void materialize_model(TrainSession& s, const std::vector<torch::nn::Module*>& parts) {
   if (!deferred_init(s.cfg)) return;

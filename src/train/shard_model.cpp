@@ -93,8 +93,9 @@ void shard_model(TrainSession& s) {
                 "[train] glibc refused training.malloc_mmap_threshold={}",
                 t.malloc_mmap_threshold);
   }
-  // Built on the CPU (the same weights as a CPU run), computed on the rank's device.
-  if (!world.device().is_cpu()) model.to(world.device());
+  // Built on the CPU (the same weights as a CPU run), computed on the rank's device; a model on
+  // the meta device (model.deferred_init) gets its storage there after sharding instead.
+  if (!world.device().is_cpu() && !deferred_init(s.cfg)) model.to(world.device());
   // Pipeline parallelism: stages fully_shard-ed over the dp ranks instead (pipeline_step.cpp).
   if (s.dims.pipeline_parallel()) return shard_pipeline(s);
   const bool hybrid = s.hybrid = traits_of(t.fsdp).hybrid;

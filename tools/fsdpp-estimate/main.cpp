@@ -187,6 +187,10 @@ int main(int argc, char** argv) {
   app.add_flag("--backward-prefetch-post", backward_post, "BACKWARD_POST: prefetch after each unit's backward");
   app.add_option("--limit-all-gathers", limit_all_gathers, "most prefetched gathers in flight (default 2; 0: no bound)");
   app.add_option("--optimizer", optimizer, "adamw (default) | adam | sgd | sgd_momentum");
+  bool optimizer_on_disk = false;
+  app.add_flag("--optimizer-state-on-disk", optimizer_on_disk,
+               "the optimizer state in memory-mapped files, one parameter's in memory at a time "
+               "(fsdp_offload_optimizer_state_dir)");
   app.add_option("--runtime-baseline-mb", runtime_mb,
                  "the runtime's own memory per rank in MiB (default: measured by fsdpp-bench baseline)");
   app.add_option("--budget", budget_gb, "memory per rank in GiB: recommend the fastest configuration that fits");
@@ -253,6 +257,7 @@ int main(int argc, char** argv) {
       o.teacher = co.teacher;
       if (!ce.skip.empty()) notes.push_back("fsdpp-train skips its memory check for this config: " + ce.skip);
       build_whole = build_whole || !co.deferred_init;
+      optimizer_on_disk = optimizer_on_disk || co.optimizer_state_on_disk;
       sequence_parallel = sequence_parallel || co.sequence_parallel;
       notes.insert(notes.end(), ce.notes.begin(), ce.notes.end());
     }
@@ -361,6 +366,7 @@ int main(int argc, char** argv) {
     o.activation_checkpointing = ckpt;
     o.cpu_offload = offload;
     o.deferred_init = !build_whole;
+    o.optimizer_state_on_disk = optimizer_on_disk;
     if (build_whole) notes.push_back("the model built whole in fp32 on every rank before it is sharded (--build-whole)");
     o.batch = batch > 0 ? batch : 1;
     o.seq_len = seq_len > 0 ? seq_len : 1;

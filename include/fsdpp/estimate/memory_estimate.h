@@ -181,6 +181,10 @@ struct EstimateOptions {
   bool backward_prefetch_post = false;  // BACKWARD_POST: issued after the unit's backward
   int limit_all_gathers = 2;
   EstimateOptimizer optimizer = EstimateOptimizer::ADAMW;
+  // The optimizer's state in memory-mapped files (fsdpp/optim/disk_offload.h, fsdpp-train's
+  // fsdp_offload_optimizer_state_dir): a step updates one parameter at a time, its state mapped
+  // in for the update and dropped after it; none of it persists in the process.
+  bool optimizer_state_on_disk = false;
   // The logits stay referenced until the optimizer step (fsdpp-train and the bench keep the
   // forward's output while they call backward and step).
   bool keep_logits = true;
