@@ -55,7 +55,7 @@ void make_optimizer(TrainSession& s) {
   const int64_t tokens_per_step = s.tokens_per_step = B * accum * cfg.data.seq_len * dp;
   s.say(fmt::format("[train] {} steps of {} sequences x {} tokens ({} tokens per step), AdamW lr {} {} warmup {}",
                     total_steps, B * accum * dp, cfg.data.seq_len, tokens_per_step,
-                    t.learning_rate, t.lr_scheduler_type, s.schedule->warmup_steps));
+                    t.learning_rate, t.lr_scheduler_type, s.schedule.warmup_steps));
 }
 
 }  // namespace fsdpp::train::detail
