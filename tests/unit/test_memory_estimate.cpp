@@ -317,13 +317,21 @@ TEST(MemoryEstimate, DeferredInitHasNoBuildingPeak) {
     EXPECT_NEAR(deferred.model_states, 16.0 * model.num_params() / n, 0.001 * deferred.model_states);
     EXPECT_GT(deferred.total, deferred.model_states);
     EXPECT_LT(deferred.total - deferred.model_states, 20 * gib) << n;
-    EXPECT_LT(deferred.total, whole.total / 3) << n;
+    // Built whole, every rank holds the fp32 model (4 bytes per parameter) besides what the step
+    // needs; deferred, 2 bytes per parameter of model states at N = 8, 1 at N = 16.
+    EXPECT_LT(deferred.total, whole.total / (n == 8 ? 1.5 : 3)) << n;
   }
-  // --budget names where the peak is.
+  // --budget names where each candidate peaks, the model's build where that is the peak (with
+  // CPU offload the fp32 model is built in host memory, not on the GPU).
   o.world_size = 16;
   o.deferred_init = false;
   const auto r = fsdpp::recommend(model, o, static_cast<int64_t>(80 * gib));
-  EXPECT_NE(r.candidates.back().why.find("building the model"), std::string::npos) << r.candidates.back().why;
+  int building = 0;
+  for (const auto& c : r.candidates) {
+    EXPECT_NE(c.why.find(c.estimate.peak_at), std::string::npos) << c.why;
+    building += c.estimate.peak_at == "building the model";
+  }
+  EXPECT_GE(building, 1);  // FULL_SHARD: the build is above its step
 }
 
 TEST(MemoryEstimate, CheckpointingAndOffloadShrinkTheDevicePart) {
