@@ -38,7 +38,7 @@ from run_bench import other_cpu_probe, other_cpu_share  # noqa: E402
 # 34 blocks of dim 2048 (16 heads of 128, 4 kv heads, SwiGLU 5632) and a vocabulary of 8192:
 # 1.57 B parameters, 6.3 GB in fp32.
 MODEL = ["model.dim=2048", "model.n_layers=34", "model.n_heads=16", "model.n_kv_heads=4",
-         "model.ffn_hidden=5632", "model.vocab_size=8192", "model.max_seq_len=64", "data.seq_len=64",
+         "model.ffn_hidden=5632", "model.vocab_size=8192", "model.max_seq_len=16", "data.seq_len=16",
          "training.per_device_train_batch_size=1"]
 QUICK_MODEL = ["model.dim=256", "model.n_layers=8", "model.n_heads=4", "model.n_kv_heads=2",
                "model.ffn_hidden=704", "model.vocab_size=2048", "model.max_seq_len=64", "data.seq_len=64",
@@ -117,6 +117,9 @@ def main():
         f"training.max_steps={args.steps}", "training.logging_steps=1", "training.eval_steps=0",
         "training.sample_tokens=0", "training.warmup_steps=0", "training.fsdp=full_shard",
         f"data.cache_dir={work}/cache",
+        # Large blocks from mmap, returned when freed: RLIMIT_DATA counts the heap's address
+        # space, which glibc's dynamic threshold would keep growing (docs/fully-shard.md#memory).
+        "training.malloc_mmap_threshold=1048576",
         f"training.fsdp_config.fsdp_offload_optimizer_state_dir={work}/optim"]
     res = {"model": model, "ranks": RANKS, "limit_bytes": limit, "steps": args.steps, "quick": args.quick,
            "machine_before": machine_state(), "runs": {}}
