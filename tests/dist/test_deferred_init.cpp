@@ -91,6 +91,21 @@ void expect_same_shards(torch::nn::Module& a, torch::nn::Module& b, const std::s
   }
 }
 
+// `place` makes and shards the model on a device; on the CPU it draws eagerly, on the meta device
+// it gets storage and exact draws after sharding. The two must hold the same shards and buffers
+// (and, given tokens x, compute the same forward), bit for bit.
+template <typename Place>
+void expect_deferred_equals_eager(const Place& place, const std::string& what, const at::Tensor& x = {}) {
+  auto eager = place(at::kCPU);
+  auto deferred = place(at::kMeta);
+  to_empty(*deferred, at::kCPU);
+  init_exact(*deferred, deferred->init_plan(), kSmallChunks);
+  expect_same_shards(*eager, *deferred, what);
+  if (!x.defined()) return;
+  at::NoGradGuard no_grad;
+  EXPECT_TRUE(at::equal(fsdpp::forward(eager, x), fsdpp::forward(deferred, x))) << what;
+}
+
 FullyShardOptions opts(std::shared_ptr<dist::DeviceMesh> mesh,
                        ShardingStrategy s = ShardingStrategy::FULL_SHARD) {
   FullyShardOptions o;
@@ -177,14 +192,7 @@ TEST(DeferredInit, Qwen3MoeFsdpEqualsEagerBitForBit) {
     apply_fully_shard(*m, transformer_layer_policy({"Qwen3MoeDecoderLayer"}), opts(w.mesh()));
     return m;
   };
-  auto eager = build(at::kCPU);
-  auto deferred = build(at::kMeta);
-  to_empty(*deferred, at::kCPU);
-  init_exact(*deferred, deferred->init_plan(), kSmallChunks);
-  expect_same_shards(*eager, *deferred, "qwen3_moe");
-  at::NoGradGuard no_grad;
-  auto x = tokens(cfg.vocab_size);
-  EXPECT_TRUE(at::equal(fsdpp::forward(eager, x), fsdpp::forward(deferred, x)));
+  expect_deferred_equals_eager(build, "qwen3_moe", tokens(cfg.vocab_size));
 }
 
 // HYBRID_SHARD on a 2 x 2 mesh (4 ranks): replicas hold equal shards, each the eager one.
@@ -194,11 +202,7 @@ TEST(DeferredInitLayouts, HybridEqualsEager) {
   auto mesh = w.init_device_mesh({2, 2}, {"replicate", "shard"});
   const auto cfg = tiny_llama();
   for (auto s : {ShardingStrategy::HYBRID_SHARD, ShardingStrategy::HYBRID_SHARD_ZERO2}) {
-    auto eager = sharded_llama(cfg, at::kCPU, opts(mesh, s));
-    auto deferred = sharded_llama(cfg, at::kMeta, opts(mesh, s));
-    to_empty(*deferred, at::kCPU);
-    init_exact(*deferred, deferred->init_plan(), kSmallChunks);
-    expect_same_shards(*eager, *deferred, to_string(s));
+    expect_deferred_equals_eager([&](at::Device d) { return sharded_llama(cfg, d, opts(mesh, s)); }, to_string(s));
   }
 }
 
@@ -219,14 +223,7 @@ TEST(DeferredInitLayouts, TensorParallelEqualsEager) {
       apply_fully_shard(*m, transformer_layer_policy({"TransformerBlock"}), o);
       return m;
     };
-    auto eager = place(at::kCPU);
-    auto deferred = place(at::kMeta);
-    to_empty(*deferred, at::kCPU);
-    init_exact(*deferred, deferred->init_plan(), kSmallChunks);
-    expect_same_shards(*eager, *deferred, "tp");
-    at::NoGradGuard no_grad;
-    auto x = tokens(cfg.vocab_size);
-    EXPECT_TRUE(at::equal(fsdpp::forward(eager, x), fsdpp::forward(deferred, x)));
+    expect_deferred_equals_eager(place, "tp", tokens(cfg.vocab_size));
   }
 }
 
@@ -242,11 +239,7 @@ TEST(DeferredInitLayouts, ExpertParallelEqualsEager) {
     models::fully_shard_qwen3_moe(*m, ep, opts(w.mesh()), mesh->sub({"efsdp"}));
     return m;
   };
-  auto eager = place(at::kCPU);
-  auto deferred = place(at::kMeta);
-  to_empty(*deferred, at::kCPU);
-  init_exact(*deferred, deferred->init_plan(), kSmallChunks);
-  expect_same_shards(*eager, *deferred, "ep");
+  expect_deferred_equals_eager(place, "ep");
 }
 
 // Pipeline stages (pp 2 x dp_shard 2 on 4 ranks): a rank holds its stage's shards only, and draws
