@@ -97,11 +97,12 @@ bench-big-model: build
 
 # The unit and dist tests under AddressSanitizer + UndefinedBehaviorSanitizer, in their own build
 # directory (docs/faults.md, "Sanitizers"). ASAN_LABELS picks the tests (CI: unit). Left out:
-# package.find_package (its consumer project is not built with the sanitizers) and the tests that
-# tune or measure malloc (mallopt and RSS mean nothing under ASan's allocator).
+# package.* and docs.snippets_compile (their consumer projects are not built with the sanitizers)
+# and the tests that tune or measure malloc (mallopt and RSS mean nothing under ASan's allocator;
+# the unit binary's *ResidentMemory* cases are left out by tests/CMakeLists.txt).
 ASAN_BUILD_DIR ?= build-asan
 ASAN_LABELS ?= unit|dist
-ASAN_EXCLUDE ?= ^package\.|ResidentMemory
+ASAN_EXCLUDE ?= ^package\.|^docs\.|ResidentMemory
 ASAN_OPTIONS_FSDPP ?= detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1
 LSAN_OPTIONS_FSDPP ?= suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0
 UBSAN_OPTIONS_FSDPP ?= print_stacktrace=1:halt_on_error=1
