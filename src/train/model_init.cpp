@@ -2,6 +2,7 @@
 // parts a rank holds get storage and values once shard_model (or the pipeline's) has sharded them:
 // drawn from training.seed (exact or per shard), or left to model.init_from or the checkpoint a
 // resume loads. Every rank draws what it keeps and nothing else; no communication.
+#include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/deferred_init.h"
 #include "phases.h"
 
@@ -15,6 +16,43 @@ at::Device model_build_device(const TrainConfig& cfg) {
 
 at::Device model_device(const TrainSession& s) { return s.world.device(); }
 
+namespace {
+
+// fsdp_sync_module_states under deferred initialisation: rank 0's model is rank 0's plan (its
+// seed and each parameter's draw), so every rank takes that plan, broadcast once (a few numbers
+// per parameter), and draws its rows of rank 0's model.
+InitPlan rank0_plan(InitPlan plan, dist::World& world) {
+  const auto dev = world.device();
+  const int64_t n = static_cast<int64_t>(plan.params.size());
+  auto head = torch::tensor({static_cast<int64_t>(plan.seed), n}, torch::kLong).to(dev);
+  world.group()->broadcast(head, 0, {"sync_module_states"});
+  head = head.cpu();
+  FSDPP_CHECK_AS(ConfigError, head[1].item<int64_t>() == n,
+                 "[train] fsdp_sync_module_states: rank 0's model has {} parameters and rank {}'s {}; "
+                 "every rank must build the same model",
+                 head[1].item<int64_t>(), world.rank(), n);
+  auto draws = torch::empty({n, 4}, torch::kDouble);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& p = plan.params[static_cast<size_t>(i)];
+    draws[i] = torch::tensor({p.kind == ParamInit::Kind::FILL ? 1.0 : 0.0, p.mean, p.std, p.value}, torch::kDouble);
+  }
+  draws = draws.to(dev);
+  world.group()->broadcast(draws, 0, {"sync_module_states"});
+  draws = draws.cpu();
+  plan.seed = static_cast<uint64_t>(head[0].item<int64_t>());
+  for (int64_t i = 0; i < n; ++i) {
+    auto& p = plan.params[static_cast<size_t>(i)];
+    auto d = draws[i];
+    p.kind = d[0].item<double>() != 0 ? ParamInit::Kind::FILL : ParamInit::Kind::NORMAL;
+    p.mean = d[1].item<double>();
+    p.std = d[2].item<double>();
+    p.value = d[3].item<double>();
+  }
+  return plan;
+}
+
+}  // namespace
+
 void materialize_model(TrainSession& s, const std::vector<torch::nn::Module*>& parts) {
   if (!deferred_init(s.cfg)) return;
   to_empty(parts, model_device(s));
@@ -23,7 +61,11 @@ void materialize_model(TrainSession& s, const std::vector<torch::nn::Module*>& p
     s.say("[train] model.deferred_init: weights from the checkpoint (nothing drawn)");
     return;
   }
-  const auto& plan = s.lm->init_plan();
+  InitPlan plan = s.lm->init_plan();
+  if (s.cfg.training.fsdp_config.sync_module_states && s.world.size() > 1) {
+    plan = rank0_plan(std::move(plan), s.world);
+    s.say("[train] fsdp_sync_module_states: every rank draws rank 0's model (rank 0's seed and draws)");
+  }
   if (s.cfg.model.deferred_init == DeferredInit::PER_SHARD) {
     init_per_shard(parts, plan);
     s.say("[train] model.deferred_init=per_shard: each rank drew its shards' rows (counter-based "

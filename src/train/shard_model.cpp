@@ -61,10 +61,7 @@ void sync_module_states(TrainSession& s, torch::nn::Module& model) {
   auto& world = s.world;
   if (world.size() == 1) return;
   if (deferred_init(s.cfg)) {
-    s.say("[train] fsdp_sync_module_states: nothing to broadcast before sharding: the model has "
-          "no values yet (model.deferred_init), and every rank draws its shards from the same "
-          "seed");
-    return;
+    return;  // the model has no values yet: materialize_model draws rank 0's (model_init.cpp)
   }
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> tensors;
