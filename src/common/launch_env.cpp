@@ -131,6 +131,13 @@ ProcessReading read_by_hand(const Vars& v) {
   ProcessReading r = read_torchrun_variables(v);
   if (r.world == 1 || v.has("LOCAL_WORLD_SIZE")) return r;
   const auto addr = v.get("MASTER_ADDR");
+  // Digits and dots that are no IPv4 address (256.1.1.1) name no host at all: the store's
+  // connection refuses it with its own message (dist/world.cpp), not this one.
+  in_addr unused{};
+  if (addr && !addr->empty() && addr->find_first_not_of("0123456789.") == std::string::npos &&
+      inet_pton(AF_INET, addr->c_str(), &unused) != 1) {
+    return r;
+  }
   FSDPP_CHECK_AS(ConfigError, !addr || addr->empty() || names_this_host(*addr),
                  "[{}] RANK={} and WORLD_SIZE={} were set by hand with MASTER_ADDR={}, another host: the "
                  "job spans nodes, and nothing says which of its ranks run on this one; set "
