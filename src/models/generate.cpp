@@ -6,10 +6,32 @@
 #include <torch/torch.h>
 
 #include <limits>
+#include <memory>
+#include <vector>
 
 #include "fsdpp/common/error.h"
 
 namespace fsdpp::models {
+namespace {
+
+// One token per row of probs (B,V): with the batch's generator, or each row with its own.
+at::Tensor draw(const at::Tensor& probs, const GenerateOptions& options) {
+  if (options.row_generators.empty()) {
+    return at::multinomial(probs, 1, /*replacement=*/false, options.generator);
+  }
+  FSDPP_CHECK_AS(ConfigError, static_cast<int64_t>(options.row_generators.size()) == probs.size(0),
+                 "[models] generate: {} row generators for {} rows; expected one per row",
+                 options.row_generators.size(), probs.size(0));
+  // On the CPU, with CPU generators: the tokens are the same whatever device the model is on.
+  const auto cpu = probs.cpu();
+  std::vector<at::Tensor> rows;
+  for (int64_t b = 0; b < probs.size(0); ++b) {
+    rows.push_back(at::multinomial(cpu[b], 1, /*replacement=*/false, options.row_generators[b]));
+  }
+  return at::stack(rows).to(probs.device());
+}
+
+}  // namespace
 
 at::Tensor sample_tokens(const std::function<at::Tensor(const at::Tensor&)>& last_logits,
                          const SampledModel& model, const at::Tensor& prompt,
@@ -53,12 +75,32 @@ at::Tensor sample_tokens(const std::function<at::Tensor(const at::Tensor&)>& las
         sorted = sorted.masked_fill(before >= options.top_p, 0);
         probs = at::zeros_like(probs).scatter_(-1, order, sorted);
       }
-      next = at::multinomial(probs, 1, /*replacement=*/false, options.generator);
+      next = draw(probs, options);
     }
     tokens = at::cat({tokens, next.to(tokens.device())}, 1);
     if (options.stop && options.stop(tokens)) break;
   }
   return prompt.dim() == 1 ? tokens.squeeze(0) : tokens;
+}
+
+}  // namespace fsdpp::models
+
+namespace fsdpp::models {
+
+std::function<at::Tensor(const at::Tensor&)> cached_last_logits(
+    std::function<at::Tensor(const at::Tensor&, KVCache&)> forward, size_t n_layers) {
+  auto cache = std::make_shared<KVCache>(n_layers);
+  return [forward = std::move(forward), cache](const at::Tensor& context) {
+    const int64_t len = context.size(1);
+    at::Tensor fresh;
+    if (cache->length > 0 && len == cache->length + 1) {
+      fresh = context.narrow(1, len - 1, 1);
+    } else {
+      cache->reset();
+      fresh = context;
+    }
+    return forward(fresh, *cache).select(1, -1);
+  };
 }
 
 }  // namespace fsdpp::models

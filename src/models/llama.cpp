@@ -28,14 +28,19 @@ at::ScalarType compute_dtype(const at::Tensor& x) {
   return at::promote_types(x.scalar_type(), at::kFloat);
 }
 
-// Rotates each interleaved pair (x[2i], x[2i+1]) of every head by angle t * theta^(-2i/D).
-at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+// Rotates each interleaved pair (x[2i], x[2i+1]) of every head by angle t * theta^(-2i/D), for
+// positions t = start .. start + T - 1.
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                      int64_t start = 0) {
   // x: (B,T,H,D); cos, sin: (max_seq_len, D/2)
   const int64_t T = x.size(1), half = x.size(3) / 2;
+  FSDPP_CHECK_AS(ConfigError, start + T <= cos.size(0),
+                 "[models] Llama positions {} .. {} are beyond max_seq_len={}", start,
+                 start + T - 1, cos.size(0));
   auto xc = x.to(compute_dtype(x)).unflatten(-1, {half, 2});  // (B,T,H,D/2,2)
   auto x0 = xc.select(-1, 0), x1 = xc.select(-1, 1);
-  auto c = cos.narrow(0, 0, T).view({1, T, 1, half}).to(xc.scalar_type());
-  auto s = sin.narrow(0, 0, T).view({1, T, 1, half}).to(xc.scalar_type());
+  auto c = cos.narrow(0, start, T).view({1, T, 1, half}).to(xc.scalar_type());
+  auto s = sin.narrow(0, start, T).view({1, T, 1, half}).to(xc.scalar_type());
   auto out = at::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1).flatten(-2);  // (B,T,H,D)
   return out.to(x.scalar_type());
 }
@@ -169,6 +174,18 @@ at::Tensor AttentionImpl::forward(const at::Tensor& input) {
   return parallel ? parallel->exit(out, "attention") : out;
 }
 
+at::Tensor AttentionImpl::forward(const at::Tensor& x, KVCache::Layer& cache) {
+  FSDPP_CHECK(!parallel, "[models] Llama attention with a KV cache under tensor parallelism is "
+                         "not supported; sample without the cache");
+  const int64_t B = x.size(0), T = x.size(1);
+  const int64_t start = cache.k.defined() ? cache.k.size(2) : 0;
+  auto q = apply_rope(wq(x).view({B, T, n_heads, head_dim}), rope_cos, rope_sin, start);
+  auto k = apply_rope(wk(x).view({B, T, n_kv_heads, head_dim}), rope_cos, rope_sin, start);
+  auto v = wv(x).view({B, T, n_kv_heads, head_dim});
+  auto y = cached_attention(cache, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
+  return wo(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
+}
+
 // ---- FeedForward ----
 
 FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden, at::Device device) {
@@ -197,6 +214,11 @@ TransformerBlockImpl::TransformerBlockImpl(const LlamaConfig& cfg, at::Device de
 // may make them units of their own (a plain call when they are not).
 at::Tensor TransformerBlockImpl::forward(const at::Tensor& x) {
   auto h = x + fsdpp::forward(attention, attention_norm(x));
+  return h + fsdpp::forward(feed_forward, ffn_norm(h));
+}
+
+at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, KVCache::Layer& cache) {
+  auto h = x + fsdpp::forward(attention, attention_norm(x), cache);
   return h + fsdpp::forward(feed_forward, ffn_norm(h));
 }
 
@@ -253,18 +275,34 @@ void LlamaImpl::init_weights() {
   }
 }
 
-at::Tensor LlamaImpl::hidden_to_logits(const at::Tensor& tokens) {
+at::Tensor LlamaImpl::hidden_to_logits(const at::Tensor& tokens,
+                                       const std::vector<int64_t>& hidden_layers,
+                                       std::vector<at::Tensor>* hidden, KVCache* cache) {
   FSDPP_CHECK_AS(ConfigError, tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
                  "[models] Llama tokens must be (B,T) int64; got {} dims of {}", tokens.dim(),
                  c10::toString(tokens.scalar_type()));
-  FSDPP_CHECK_AS(ConfigError, tokens.size(1) >= 1 && tokens.size(1) <= cfg_.max_seq_len,
+  const int64_t start = cache ? cache->length : 0;
+  FSDPP_CHECK_AS(ConfigError, tokens.size(1) >= 1 && start + tokens.size(1) <= cfg_.max_seq_len,
                  "[models] Llama sequence length T={} is out of range; expected 1 <= T <= "
                  "max_seq_len={}",
-                 tokens.size(1), cfg_.max_seq_len);
+                 start + tokens.size(1), cfg_.max_seq_len);
+  for (int64_t layer : hidden_layers) {
+    FSDPP_CHECK_AS(ConfigError, layer >= 0 && layer < cfg_.n_layers,
+                   "[models] Llama has no layer {} to return the output of; expected 0 <= layer "
+                   "< n_layers={}",
+                   layer, cfg_.n_layers);
+  }
   auto h = parallel ? parallel->embed(tokens, tok_embeddings->weight)
                     : tok_embeddings(tokens);  // (B,T,C)
+  std::vector<at::Tensor> outputs(layers->size());
   for (size_t i = 0; i < layers->size(); ++i) {
-    h = run_block(*layers->ptr<TransformerBlockImpl>(i), h);
+    auto& block = *layers->ptr<TransformerBlockImpl>(i);
+    h = cache ? fsdpp::forward(block, h, cache->layers.at(i)) : run_block(block, h);
+    outputs[i] = h;
+  }
+  if (cache) cache->length += tokens.size(1);
+  if (hidden) {
+    for (int64_t layer : hidden_layers) hidden->push_back(outputs[layer]);
   }
   h = norm(h);
   if (parallel) h = parallel->enter(h, "output");
@@ -275,14 +313,27 @@ at::Tensor LlamaImpl::hidden_to_logits(const at::Tensor& tokens) {
 at::Tensor LlamaImpl::forward(const at::Tensor& tokens) { return hidden_to_logits(tokens); }
 
 LlamaOutput LlamaImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {
-  FSDPP_CHECK_AS(ConfigError, targets.sizes() == tokens.sizes(),
+  return forward(tokens, targets, {});
+}
+
+LlamaOutput LlamaImpl::forward(const at::Tensor& tokens, const at::Tensor& targets,
+                               const std::vector<int64_t>& hidden_layers) {
+  FSDPP_CHECK_AS(ConfigError, !targets.defined() || targets.sizes() == tokens.sizes(),
                  "[models] Llama targets have shape {}; expected the tokens' shape {}",
                  targets.sizes(), tokens.sizes());
   LlamaOutput out;
-  out.logits = hidden_to_logits(tokens);
+  out.logits = hidden_to_logits(tokens, hidden_layers, &out.hidden_states);
+  if (!targets.defined()) return out;
   out.loss = parallel ? parallel->loss(out.logits, targets)
                       : token_cross_entropy(out.logits, targets);
   return out;
+}
+
+at::Tensor LlamaImpl::forward(const at::Tensor& tokens, KVCache& cache) {
+  FSDPP_CHECK(cache.layers.size() == layers->size(),
+              "[models] a KV cache of {} layers for a Llama of {}; expected KVCache(n_layers)",
+              cache.layers.size(), layers->size());
+  return hidden_to_logits(tokens, {}, nullptr, &cache);
 }
 
 // ---- free functions ----
@@ -320,6 +371,13 @@ at::Tensor generate(Llama& model, const at::Tensor& prompt, int64_t n_new, doubl
 
 at::Tensor generate(Llama& model, const at::Tensor& prompt, const GenerateOptions& options) {
   const int64_t max_len = model->config().max_seq_len;
+  auto on_device = prompt.to(model->tok_embeddings->weight.device(), at::kLong);
+  if (!model->parallel) {
+    auto cached = cached_last_logits(
+        [&](const at::Tensor& tokens, KVCache& cache) { return fsdpp::forward(model, tokens, cache); },
+        model->layers->size());
+    return sample_tokens(cached, {max_len, model->config().vocab_size}, on_device, options);
+  }
   auto last_logits = [&](const at::Tensor& tokens) {
     at::Tensor context = tokens;
     int64_t t = context.size(1);
@@ -339,7 +397,6 @@ at::Tensor generate(Llama& model, const at::Tensor& prompt, const GenerateOption
     // same token from the whole (its generator in the same state).
     return model->parallel ? model->parallel->whole_logits(last) : last;
   };
-  auto on_device = prompt.to(model->tok_embeddings->weight.device(), at::kLong);
   return sample_tokens(last_logits, {max_len, model->config().vocab_size}, on_device, options);
 }
 

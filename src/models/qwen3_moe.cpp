@@ -6,6 +6,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <mutex>
 
@@ -138,23 +139,42 @@ Qwen3MoeAttentionImpl::Qwen3MoeAttentionImpl(const Qwen3MoeConfig& cfg, at::Devi
   k_norm = register_module("k_norm", RMSNorm(head_dim, cfg.rms_norm_eps, device));
 }
 
+namespace {
+
+// q, k, v (B, T, heads, head_dim) of x, q and k normed per head and rotated (RoPE) by cos, sin
+// (T, head_dim): what both forwards of the attention start with.
+std::array<at::Tensor, 3> rotated_qkv(Qwen3MoeAttentionImpl& a, const at::Tensor& x,
+                                      const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t B = x.size(0), T = x.size(1);
+  // The norms act on each head's vector, before RoPE (Qwen3's q_norm / k_norm).
+  auto q = a.q_norm(a.q_proj(x).view({B, T, a.n_heads, a.head_dim}));
+  auto k = a.k_norm(a.k_proj(x).view({B, T, a.n_kv_heads, a.head_dim}));
+  auto v = a.v_proj(x).view({B, T, a.n_kv_heads, a.head_dim});
+  auto c = cos.view({1, T, 1, a.head_dim}).to(q.scalar_type());
+  auto s = sin.view({1, T, 1, a.head_dim}).to(q.scalar_type());
+  return {q * c + rotate_half(q) * s, k * c + rotate_half(k) * s, v};
+}
+
+}  // namespace
+
 at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
                                           const at::Tensor& sin) {
   const int64_t B = x.size(0), T = x.size(1);
-  // The norms act on each head's vector, before RoPE (Qwen3's q_norm / k_norm).
-  auto q = q_norm(q_proj(x).view({B, T, n_heads, head_dim}));
-  auto k = k_norm(k_proj(x).view({B, T, n_kv_heads, head_dim}));
-  auto v = v_proj(x).view({B, T, n_kv_heads, head_dim});
-  auto c = cos.view({1, T, 1, head_dim}).to(q.scalar_type());
-  auto s = sin.view({1, T, 1, head_dim}).to(q.scalar_type());
-  q = q * c + rotate_half(q) * s;
-  k = k * c + rotate_half(k) * s;
+  auto [q, k, v] = rotated_qkv(*this, x, cos, sin);
   k = repeat_kv(k, n_heads / n_kv_heads);
   v = repeat_kv(v, n_heads / n_kv_heads);
   // SDPA's default scale is head_dim^-0.5, transformers' `scaling`.
   auto y = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                             v.transpose(1, 2), /*attn_mask=*/{},
                                             /*dropout_p=*/0.0, /*is_causal=*/true);
+  return o_proj(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
+}
+
+at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
+                                          const at::Tensor& sin, KVCache::Layer& cache) {
+  const int64_t B = x.size(0), T = x.size(1);
+  const auto [q, k, v] = rotated_qkv(*this, x, cos, sin);
+  auto y = cached_attention(cache, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
   return o_proj(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
 }
 
@@ -298,6 +318,18 @@ Qwen3MoeLayerOutput Qwen3MoeDecoderLayerImpl::forward(const at::Tensor& x, const
   return {h + fsdpp::forward(dense, normed), at::Tensor()};
 }
 
+Qwen3MoeLayerOutput Qwen3MoeDecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos,
+                                                      const at::Tensor& sin,
+                                                      KVCache::Layer& cache) {
+  auto h = x + fsdpp::forward(self_attn, input_layernorm(x), cos, sin, cache);
+  auto normed = post_attention_layernorm(h);
+  if (moe) {
+    auto out = fsdpp::forward(moe, normed);
+    return {h + out.hidden, out.router_logits};
+  }
+  return {h + fsdpp::forward(dense, normed), at::Tensor()};
+}
+
 // ---- the model ----
 
 Qwen3MoeImpl::Qwen3MoeImpl(const Qwen3MoeConfig& cfg, at::Device device) : cfg_(cfg) {
@@ -343,7 +375,8 @@ at::Tensor Qwen3MoeImpl::forward(const at::Tensor& tokens) {
 }
 
 Qwen3MoeOutput Qwen3MoeImpl::forward(const at::Tensor& tokens, const at::Tensor& targets,
-                                     bool output_router_logits) {
+                                     bool output_router_logits,
+                                     const std::vector<int64_t>& hidden_layers) {
   FSDPP_CHECK_AS(ConfigError, tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
                  "[models] Qwen3Moe tokens must be (B,T) int64; got {} dims of {}", tokens.dim(),
                  c10::toString(tokens.scalar_type()));
@@ -354,19 +387,27 @@ Qwen3MoeOutput Qwen3MoeImpl::forward(const at::Tensor& tokens, const at::Tensor&
   FSDPP_CHECK_AS(ConfigError, !targets.defined() || targets.sizes() == tokens.sizes(),
                  "[models] Qwen3Moe targets have shape {}; expected the tokens' shape {}",
                  targets.sizes(), tokens.sizes());
+  for (int64_t layer : hidden_layers) {
+    FSDPP_CHECK_AS(ConfigError, layer >= 0 && layer < cfg_.num_hidden_layers,
+                   "[models] Qwen3Moe has no layer {} to return the output of; expected 0 <= "
+                   "layer < num_hidden_layers={}",
+                   layer, cfg_.num_hidden_layers);
+  }
   auto h = embed_tokens(tokens);  // (B,T,D)
   // Made once per forward, as transformers does, and cast to the activations' dtype there too.
   auto [cos, sin] = rope_tables(T, cfg_.head_dim, cfg_.rope_theta, h.device());
   cos = cos.to(h.scalar_type());
   sin = sin.to(h.scalar_type());
   Qwen3MoeOutput out;
+  std::vector<at::Tensor> outputs(layers->size());
   for (size_t i = 0; i < layers->size(); ++i) {
     auto o = fsdpp::forward(*layers->ptr<Qwen3MoeDecoderLayerImpl>(i), h, cos, sin);
-    h = o.hidden;
+    h = outputs[i] = o.hidden;
     if (output_router_logits && o.router_logits.defined()) {
       out.router_logits.push_back(o.router_logits);
     }
   }
+  for (int64_t layer : hidden_layers) out.hidden_states.push_back(outputs[layer]);
   h = norm(h);
   out.logits = lm_head ? lm_head(h) : at::linear(h, embed_tokens->weight);
   if (output_router_logits) {
@@ -382,6 +423,29 @@ Qwen3MoeOutput Qwen3MoeImpl::forward(const at::Tensor& tokens, const at::Tensor&
     }
   }
   return out;
+}
+
+at::Tensor Qwen3MoeImpl::forward(const at::Tensor& tokens, KVCache& cache) {
+  FSDPP_CHECK(cache.layers.size() == layers->size(),
+              "[models] a KV cache of {} layers for a Qwen3Moe of {}; expected KVCache(layers)",
+              cache.layers.size(), layers->size());
+  const int64_t start = cache.length, T = tokens.size(1);
+  FSDPP_CHECK_AS(ConfigError, T >= 1 && start + T <= cfg_.max_position_embeddings,
+                 "[models] Qwen3Moe sequence length T={} is out of range; expected 1 <= T <= "
+                 "max_position_embeddings={}", start + T, cfg_.max_position_embeddings);
+  auto h = embed_tokens(tokens);
+  // The tables of positions 0 .. start + T - 1, as one forward over the whole context makes
+  // them (each position's angles are its own products), then the new positions' rows.
+  auto [cos, sin] = rope_tables(start + T, cfg_.head_dim, cfg_.rope_theta, h.device());
+  cos = cos.narrow(0, start, T).to(h.scalar_type());
+  sin = sin.narrow(0, start, T).to(h.scalar_type());
+  for (size_t i = 0; i < layers->size(); ++i) {
+    h = fsdpp::forward(*layers->ptr<Qwen3MoeDecoderLayerImpl>(i), h, cos, sin, cache.layers[i])
+            .hidden;
+  }
+  cache.length += T;
+  h = norm(h);
+  return lm_head ? lm_head(h) : at::linear(h, embed_tokens->weight);
 }
 
 // ---- load balancing ----

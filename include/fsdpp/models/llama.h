@@ -33,9 +33,11 @@
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "fsdpp/fsdp/deferred_init.h"
 #include "fsdpp/models/generate.h"
+#include "fsdpp/models/kv_cache.h"
 
 namespace fsdpp::models {
 
@@ -103,6 +105,9 @@ class AttentionImpl : public torch::nn::Module {
   // meta device too: derived from the config, not drawn).
   explicit AttentionImpl(const LlamaConfig& cfg, at::Device device = at::kCPU);
   at::Tensor forward(const at::Tensor& x);  // (B,T,C) -> (B,T,C)
+  // The same for tokens at positions cache.k's length onwards, attending to the cached ones
+  // too, whose keys and values x's are appended to (kv_cache.h). Not under tensor parallelism.
+  at::Tensor forward(const at::Tensor& x, KVCache::Layer& cache);
 
   torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
   // (max_seq_len, head_dim/2): derived from the config, not learned. Registered as buffers so
@@ -130,6 +135,7 @@ class TransformerBlockImpl : public torch::nn::Module {
  public:
   explicit TransformerBlockImpl(const LlamaConfig& cfg, at::Device device = at::kCPU);
   at::Tensor forward(const at::Tensor& x);  // (B,T,C) -> (B,T,C)
+  at::Tensor forward(const at::Tensor& x, KVCache::Layer& cache);  // attention over the cache
 
   RMSNorm attention_norm{nullptr};
   Attention attention{nullptr};
@@ -141,12 +147,14 @@ TORCH_MODULE(TransformerBlock);
 struct LlamaOutput {
   at::Tensor logits;  // (B,T,V)
   at::Tensor loss;    // () mean cross entropy over targets != -100; undefined without targets
+  std::vector<at::Tensor> hidden_states;  // (B,T,C) outputs of the blocks asked for, in order
 };
-// Lets fsdpp::forward hook both tensors of the result (see fully_shard.h).
+// Lets fsdpp::forward hook every tensor of the result (see fully_shard.h).
 template <class F>
 void fsdpp_visit_tensors(LlamaOutput& o, F&& f) {
   f(o.logits);
   if (o.loss.defined()) f(o.loss);
+  for (auto& h : o.hidden_states) f(h);
 }
 
 class LlamaImpl : public torch::nn::Module {
@@ -159,6 +167,15 @@ class LlamaImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& tokens);  // (B,T) int64 -> logits (B,T,V)
   // Logits and the mean cross entropy against targets (B,T) int64; -100 marks ignored positions.
   LlamaOutput forward(const at::Tensor& tokens, const at::Tensor& targets);
+  // The same (no loss when targets is undefined) with the outputs of the blocks
+  // `hidden_layers` (ids in [0, n_layers), the residual stream after each) in that order:
+  // transformers' output_hidden_states[i + 1], for a distillation loss on intermediate layers.
+  LlamaOutput forward(const at::Tensor& tokens, const at::Tensor& targets,
+                      const std::vector<int64_t>& hidden_layers);
+  // The logits (B,t,V) of tokens (B,t) at positions cache.length onwards, attending to the
+  // cached tokens too; their keys and values are appended and cache.length grows by t
+  // (kv_cache.h). Sampling's forward; not under tensor parallelism.
+  at::Tensor forward(const at::Tensor& tokens, KVCache& cache);
 
   // Redraws every weight from cfg.seed in a fixed order with a private generator: the same seed
   // gives the same model on any rank, under any world size or sharding strategy. On a model
@@ -180,7 +197,9 @@ class LlamaImpl : public torch::nn::Module {
   std::shared_ptr<LlamaParallelHooks> parallel;
 
  private:
-  at::Tensor hidden_to_logits(const at::Tensor& tokens);
+  // The blocks' outputs `hidden_layers` go to *hidden; with a cache, attention over it.
+  at::Tensor hidden_to_logits(const at::Tensor& tokens, const std::vector<int64_t>& hidden_layers = {},
+                              std::vector<at::Tensor>* hidden = nullptr, KVCache* cache = nullptr);
 
   LlamaConfig cfg_;
   InitPlan plan_;
@@ -199,11 +218,12 @@ bool is_non_persistent_buffer(std::string_view name);
 // that is this rank's shards.
 int64_t num_parameters(const torch::nn::Module& module);
 
-// Autoregressive sampling without a KV cache: appends n_new tokens to prompt (T0) or (B,T0) and
+// Autoregressive sampling: appends n_new tokens to prompt (T0) or (B,T0) and
 // returns (B, T0 + n_new) (or (T0 + n_new) for a 1-D prompt). The context is cropped to the last
 // max_seq_len tokens. temperature == 0 is greedy; top_k > 0 keeps the k most likely tokens.
 // Runs the model through fsdpp::forward, so a sharded model works when every rank calls this
-// with the same prompt and an identically seeded generator.
+// with the same prompt and an identically seeded generator. With a KV cache (kv_cache.h) each
+// new token is run alone, except under tensor parallelism and once the context is cropped.
 at::Tensor generate(Llama& model, const at::Tensor& prompt, int64_t n_new, double temperature = 1.0,
                     int64_t top_k = 0, std::optional<at::Generator> generator = std::nullopt);
 

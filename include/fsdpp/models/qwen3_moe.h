@@ -28,6 +28,7 @@
 #include <memory>
 #include <vector>
 
+#include "fsdpp/models/kv_cache.h"
 #include "fsdpp/models/llama.h"  // RMSNorm (the same maths as Qwen3MoeRMSNorm)
 
 namespace fsdpp::models {
@@ -67,6 +68,10 @@ class Qwen3MoeAttentionImpl : public torch::nn::Module {
   explicit Qwen3MoeAttentionImpl(const Qwen3MoeConfig& cfg, at::Device device = at::kCPU);
   // x (B,T,D); cos, sin (T, head_dim) in rotate-half layout -> (B,T,D)
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  // The same for tokens after the cached ones (cos, sin of their positions), attending to them
+  // too; x's keys and values are appended to the cache (kv_cache.h).
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                     KVCache::Layer& cache);
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
@@ -178,6 +183,9 @@ class Qwen3MoeDecoderLayerImpl : public torch::nn::Module {
  public:
   Qwen3MoeDecoderLayerImpl(const Qwen3MoeConfig& cfg, int64_t layer, at::Device device = at::kCPU);
   Qwen3MoeLayerOutput forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  // Attention over a KV cache (sampling).
+  Qwen3MoeLayerOutput forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                              KVCache::Layer& cache);
 
   RMSNorm input_layernorm{nullptr};
   Qwen3MoeAttention self_attn{nullptr};
@@ -193,6 +201,7 @@ struct Qwen3MoeOutput {
   at::Tensor loss;      // () with targets: mean cross entropy (+ coef * aux_loss when asked)
   at::Tensor aux_loss;  // () load-balancing loss, unscaled, when output_router_logits
   std::vector<at::Tensor> router_logits;  // one (B*T,E) per sparse layer, when asked
+  std::vector<at::Tensor> hidden_states;  // (B,T,D) outputs of the layers asked for, in order
 };
 template <class F>
 void fsdpp_visit_tensors(Qwen3MoeOutput& o, F&& f) {
@@ -200,6 +209,7 @@ void fsdpp_visit_tensors(Qwen3MoeOutput& o, F&& f) {
   if (o.loss.defined()) f(o.loss);
   if (o.aux_loss.defined()) f(o.aux_loss);
   for (auto& t : o.router_logits) f(t);
+  for (auto& t : o.hidden_states) f(t);
 }
 
 class Qwen3MoeImpl : public torch::nn::Module {
@@ -211,8 +221,15 @@ class Qwen3MoeImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& tokens);  // (B,T) int64 -> logits (B,T,V)
   // targets (B,T) int64 aligned with tokens (the next tokens; -100 ignored), or undefined for no
   // loss. Unlike transformers' labels, targets are not shifted here (as fsdpp's Llama).
+  // hidden_layers: the outputs of these decoder layers (ids in [0, num_hidden_layers), the
+  // residual stream after each) in hidden_states, in that order (transformers'
+  // output_hidden_states[i + 1]), for a distillation loss on intermediate layers.
   Qwen3MoeOutput forward(const at::Tensor& tokens, const at::Tensor& targets,
-                         bool output_router_logits);
+                         bool output_router_logits,
+                         const std::vector<int64_t>& hidden_layers = {});
+  // The logits (B,t,V) of tokens (B,t) at positions cache.length onwards, attending to the
+  // cached tokens too; their keys and values are appended (kv_cache.h). Sampling's forward.
+  at::Tensor forward(const at::Tensor& tokens, KVCache& cache);
 
   // Redraws every weight from cfg.seed (normal(0, initializer_range), norms at 1); on an FSDP
   // root (expert parallel or not) each rank draws its shards' rows only, bit for bit those of
