@@ -4,21 +4,23 @@
 # 50 suites, so one process per case spent minutes of each CI run, twice (make test and the ASan
 # run). `ctest -R Config` still picks a suite; one case: the binary's --gtest_filter.
 #
-#   fsdpp_gtest_suites(fsdpp_unit_tests LABELS unit TIMEOUT 600 [PREFIX moe.] [EXCLUDE "*Rss*"])
+#   fsdpp_gtest_suites(fsdpp_unit_tests LABELS unit TIMEOUT 600 [PREFIX moe.] [EXCLUDE "*Rss*"]
+#                      [ENVIRONMENT OMP_NUM_THREADS=1])
 #
 # Whenever the target is rebuilt, `--gtest_list_tests` lists its suites into a CTest file that
 # this directory's tests include (a binary not built yet is one failing test saying so).
 set(FSDPP_GTEST_SUITES_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/gtest_suites.cmake)
 
 function(fsdpp_gtest_suites target)
-  cmake_parse_arguments(A "" "PREFIX;TIMEOUT;EXCLUDE" "LABELS" ${ARGN})
+  cmake_parse_arguments(A "" "PREFIX;TIMEOUT;EXCLUDE" "LABELS;ENVIRONMENT" ${ARGN})
   set(list_file "${CMAKE_CURRENT_BINARY_DIR}/${target}_suites.cmake")
   set(include_file "${CMAKE_CURRENT_BINARY_DIR}/${target}_include.cmake")
   string(REPLACE ";" "," labels "${A_LABELS}")
+  string(REPLACE ";" "," environment "${A_ENVIRONMENT}")
   add_custom_command(OUTPUT ${list_file}
     COMMAND ${CMAKE_COMMAND} -D BIN=$<TARGET_FILE:${target}> -D OUT=${list_file}
             -D PREFIX=${A_PREFIX} -D LABELS=${labels} -D TIMEOUT=${A_TIMEOUT}
-            -D EXCLUDE=${A_EXCLUDE} -D WORKDIR=${CMAKE_CURRENT_BINARY_DIR}
+            -D EXCLUDE=${A_EXCLUDE} -D ENVIRONMENT=${environment} -D WORKDIR=${CMAKE_CURRENT_BINARY_DIR}
             -P ${FSDPP_GTEST_SUITES_SCRIPT}
     DEPENDS ${target} ${FSDPP_GTEST_SUITES_SCRIPT}
     COMMENT "Listing the test suites of ${target}"

@@ -5,6 +5,7 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "[tests] ${BIN} --gtest_list_tests failed (${rc}): ${err}")
 endif()
 string(REPLACE "," ";" labels "${LABELS}")
+string(REPLACE "," ";" environment "${ENVIRONMENT}")
 set(negative "")
 if(EXCLUDE)
   set(negative ":-${EXCLUDE}")
@@ -21,7 +22,7 @@ foreach(line IN LISTS lines)
     string(APPEND content
            "add_test([=[${name}]=] [=[${BIN}]=] [=[--gtest_filter=${suite}.*${negative}]=])\n"
            "set_tests_properties([=[${name}]=] PROPERTIES LABELS [=[${labels}]=] TIMEOUT ${TIMEOUT} "
-           "WORKING_DIRECTORY [=[${WORKDIR}]=])\n")
+           "WORKING_DIRECTORY [=[${WORKDIR}]=] ENVIRONMENT [=[${environment}]=])\n")
     math(EXPR count "${count} + 1")
   endif()
 endforeach()

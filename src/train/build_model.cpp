@@ -22,7 +22,7 @@ void build_model(TrainSession& s) {
                  vocab, tokenizer->vocab_size());
   const bool llama = cfg.model.architecture == ModelArchitecture::LLAMA;
   // distillation.teacher's directory and vocabulary, named by the key before anything reads it.
-  if (cfg.distillation.enabled()) check_teacher_source(cfg, vocab);
+  if (cfg.distillation.live_teacher()) check_teacher_source(cfg, vocab);
   if (!t.skip_memory_check) {
     // The host's memory is the device's on CPU; on a GPU the device's free memory.
     const int local = world.env().local_world_size;

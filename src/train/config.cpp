@@ -137,6 +137,10 @@ void TrainConfig::validate() const {
         data.seq_len, model.max_seq_len);
   check(data.val_fraction >= 0 && data.val_fraction < 1,
         "[config] data.val_fraction={}: expected 0 <= val_fraction < 1", data.val_fraction);
+  check(data.train_fraction > 0 && data.train_fraction <= 1,
+        "[config] data.train_fraction={}: expected 0 < train_fraction <= 1 (the first fraction "
+        "of the training split is trained on)",
+        data.train_fraction);
   if (model.vocab_size > 0 && data.tokenizer == TokenizerType::BYTE) {
     check(model.vocab_size >= 256,
           "[config] model.vocab_size={} is smaller than the byte tokenizer's 256 tokens; expected "

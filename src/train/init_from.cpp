@@ -83,6 +83,14 @@ int64_t ModelSource::vocab_size() const {
   return qwen3_moe_ ? qwen3_moe_->vocab_size : llama_.vocab_size;
 }
 
+int64_t ModelSource::hidden_size() const {
+  return qwen3_moe_ ? qwen3_moe_->hidden_size : llama_.dim;
+}
+
+int64_t ModelSource::num_layers() const {
+  return qwen3_moe_ ? qwen3_moe_->num_hidden_layers : llama_.n_layers;
+}
+
 std::vector<std::string> ModelSource::apply_shape(ModelSection& m) const {
   std::vector<std::string> notes;
   auto take = [&](const char* k, auto& field, auto value) {

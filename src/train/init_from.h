@@ -33,6 +33,8 @@ class ModelSource {
     return qwen3_moe_ ? ModelArchitecture::QWEN3_MOE : ModelArchitecture::LLAMA;
   }
   int64_t vocab_size() const;
+  int64_t hidden_size() const;  // the width of its hidden states
+  int64_t num_layers() const;   // decoder layers
   // The tokenizer stored with the weights; nullptr when the source holds none.
   std::unique_ptr<data::Tokenizer> take_tokenizer() { return std::move(tokenizer_); }
 

@@ -93,7 +93,7 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
   }
   // Distillation: the teacher's shape from its directory (weights unread), its dtype; gathered
   // and computed in float32 (the trainer runs on the CPU: teacher.h).
-  if (cfg.distillation.enabled()) {
+  if (cfg.distillation.live_teacher()) {
     out.options.teacher = EstimateOptions::Teacher{
         describe_model_directory(cfg.distillation.teacher),
         cfg.distillation.teacher_dtype == TeacherDtype::BFLOAT16 ? EstimateDType::BF16 : EstimateDType::FP32,

@@ -1,5 +1,6 @@
 // prepare_data (phases.h): the corpus, its tokenizer, the token cache, the training and
 // validation splits and the sampler over the training split.
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -101,6 +102,12 @@ void prepare_data(TrainSession& s) {
     if (!lead) dataset = data::TokenDataset::open(corpus, *tokenizer, dopts);
   });
   auto splits = dataset->split(cfg.data.val_fraction);
+  if (cfg.data.train_fraction < 1) {
+    // The first fraction of the training split (a student that sees part of the data).
+    const auto n = static_cast<int64_t>(std::llround(static_cast<double>(splits.first.size()) *
+                                                     cfg.data.train_fraction));
+    splits.first = splits.first.subrange(0, n);
+  }
   const data::TokenDataset& train_data = s.train_data.emplace(splits.first);
   const data::TokenDataset& val_data = s.val_data.emplace(splits.second);
   s.say(fmt::format("[train] data: {} ({} tokens, tokenizer {}, vocab {}); train {} / validation {} tokens",

@@ -183,10 +183,10 @@ void shard_model(TrainSession& s) {
                     models::num_parameters(model) / 1e6));
   if (cfg.distillation.enabled()) {
     const auto& d = cfg.distillation;
-    s.teacher = std::make_unique<Teacher>(cfg, world, s.vocab);
-    s.say(fmt::format("[train] distillation: teacher {} ({}, FULL_SHARD, frozen); loss {}{}, "
+    s.distiller = std::make_unique<Distiller>(cfg, world, s.vocab, *s.lm);
+    s.say(fmt::format("[train] distillation: {} ({}, FULL_SHARD, frozen); loss {}{}, "
                       "temperature {}, kd_ratio {}{}",
-                      s.teacher->describe(), d.teacher_dtype, d.loss,
+                      s.distiller->describe(), d.teacher_dtype, d.loss,
                       d.loss == DistillLossType::GENERALIZED_JSD ? fmt::format(" beta {}", d.beta)
                                                                  : "",
                       d.temperature, d.kd_ratio,

@@ -31,10 +31,6 @@ ModelSource check_teacher_source(const TrainConfig& cfg, int64_t student_vocab) 
 Teacher::Teacher(const TrainConfig& cfg, dist::World& world, int64_t student_vocab)
     : source_(check_teacher_source(cfg, student_vocab)) {
   const auto& d = cfg.distillation;
-  options_ = {.type = d.loss, .beta = d.beta, .temperature = d.temperature, .top_k = d.top_k};
-  options_.validate();
-  kd_ratio_ = d.kd_ratio;
-  aux_loss_coef_ = cfg.model.router_aux_loss_coef;
   // Under model.deferred_init the teacher is made without storage and each rank reads its
   // shards' rows only; otherwise built whole and loaded before sharding.
   const bool deferred = deferred_init(cfg);
@@ -80,33 +76,15 @@ std::string Teacher::describe() const {
   return fmt::format("{} from {}", lm_->describe(), source_.dir().string());
 }
 
-at::Tensor Teacher::loss(const models::CausalLMOutput& student, const at::Tensor& x,
-                         const at::Tensor& y) {
-  at::Tensor teacher_logits;
-  {
-    at::NoGradGuard no_grad;
-    teacher_logits = lm_->forward(x, at::Tensor()).logits;
-  }
-  auto parts = distillation_objective(student.logits, teacher_logits, y, options_, kd_ratio_);
-  teacher_logits.reset();
-  kd_sum_ += parts.kd.item<double>();
-  ce_sum_ += parts.ce.item<double>();
-  if (student.aux_loss.defined()) return parts.loss + aux_loss_coef_ * student.aux_loss;
-  return parts.loss;
+models::CausalLMOutput Teacher::forward(const at::Tensor& x,
+                                       const std::vector<int64_t>& hidden_layers) {
+  at::NoGradGuard no_grad;
+  return lm_->forward_features(x, /*aux_loss=*/false, hidden_layers);
 }
 
-void Teacher::begin_step() {
-  kd_sum_ = ce_sum_ = 0;
-  comm_before_ = comm_counters(lm_->module());
-}
+void Teacher::begin_step() { comm_before_ = comm_counters(lm_->module()); }
 
-void Teacher::log_step(nlohmann::json& line, dist::World& world, int64_t accum) {
-  auto sums = torch::tensor({kd_sum_ / static_cast<double>(accum),
-                             ce_sum_ / static_cast<double>(accum)},
-                            torch::kDouble);
-  world.group()->all_reduce(sums, dist::ReduceOp::AVG, {"metrics"});
-  line["kd_loss"] = sums[0].item<double>();
-  line["ce_loss"] = sums[1].item<double>();
+void Teacher::log_step(nlohmann::json& line) {
   const auto comm = comm_counters(lm_->module()) - comm_before_;
   line["teacher_all_gather_bytes"] = comm.bytes_of(dist::Collective::ALL_GATHER);
   line["teacher_reduce_scatter_bytes"] = comm.bytes_of(dist::Collective::REDUCE_SCATTER);

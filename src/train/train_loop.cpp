@@ -70,7 +70,7 @@ void train_loop(TrainSession& s) {
     const auto comm_before = comm_counters(model);
     const auto split_before = comm_split(s);
     const uint64_t tp_before = s.tp_mesh ? s.tp_mesh->counters("tp").total_bytes() : 0;
-    if (s.teacher) s.teacher->begin_step();
+    if (s.distiller) s.distiller->begin_step();
     const auto [lr, loss_sum, grad_norm, stepped, loss_scale, aux_loss_sum] = train_step(s, step);
     // The step's routing, before an evaluation routes other tokens.
     const std::vector<int64_t> expert_load = s.expert_load ? s.expert_load() : std::vector<int64_t>{};
@@ -137,7 +137,7 @@ void train_loop(TrainSession& s) {
       }
       // Tensor parallelism's activations and loss, on the tp dim (docs/tensor-parallel.md).
       if (s.tp_mesh) j["comm_bytes_tp"] = s.tp_mesh->counters("tp").total_bytes() - tp_before;
-      if (s.teacher) s.teacher->log_step(j, world, accum);  // kd_loss, ce_loss, its collectives
+      if (s.distiller) s.distiller->log_step(j, world, accum);  // kd_loss, ce_loss, the teacher's collectives
       j["elapsed_s"] = elapsed;
       dist::agree_on_failure(*world.group(), "writing metrics.jsonl", [&] {
         if (lead) metrics->append(j.dump());

@@ -60,21 +60,30 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   const StepContext hook_context{step, world.rank(), s.restart_count, model};
   for (int64_t micro = 0; micro < accum; ++micro) {
     dist::TraceSpan data_span(trace.get(), "data");
-    auto [x, y] = loader.next();
+    auto batch = loader.next_batch();
     // To the rank's device (asynchronously from pinned batches, training.dataloader_pin_memory).
-    x = x.to(world.device(), /*non_blocking=*/true);
-    y = y.to(world.device(), /*non_blocking=*/true);
+    batch.inputs = batch.inputs.to(world.device(), /*non_blocking=*/true);
+    batch.targets = batch.targets.to(world.device(), /*non_blocking=*/true);
     data_span.end();
     dist::TraceSpan forward_span(trace.get(), "forward");
-    auto out = s.lm->forward(x, y);
-    // distillation: (1 - kd_ratio) * cross-entropy + kd_ratio * KD against the teacher's logits.
-    auto loss = s.teacher ? s.teacher->loss(out, x, y) : out.loss;
+    // distillation: (1 - kd_ratio) * cross-entropy + kd_ratio * KD against the teacher, on the
+    // data or on sampled sequences (distiller.h).
+    at::Tensor loss, aux_loss;
+    if (s.distiller) {
+      auto r = s.distiller->loss(*s.lm, batch, step, micro);
+      loss = r.loss;
+      aux_loss = r.aux_loss;
+    } else {
+      auto out = s.lm->forward(batch.inputs, batch.targets);
+      loss = out.loss;
+      aux_loss = out.aux_loss;
+    }
     forward_span.end();
     dist::TraceSpan backward_span(trace.get(), "backward");
     if (s.hooks.after_loss) s.hooks.after_loss(hook_context, loss);
     scaler.scale(loss / static_cast<double>(accum)).backward();
     loss_sum += loss.item<double>();
-    if (out.aux_loss.defined()) aux_loss_sum += out.aux_loss.item<double>();
+    if (aux_loss.defined()) aux_loss_sum += aux_loss.item<double>();
   }
   dist::TraceSpan clip_span(trace.get(), "clip_grad_norm");
   if (s.hooks.after_backward) s.hooks.after_backward(hook_context);

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fsdpp/estimate/memory_estimate.h"
@@ -32,6 +33,7 @@
 #include "fsdpp/state/state_dict.h"
 #include "fsdpp/train/config_enums.h"
 #include "fsdpp/train/distill_loss.h"
+#include "fsdpp/train/layer_distill_loss.h"
 #include "fsdpp/train/lr_schedule.h"
 
 namespace fsdpp::train {
@@ -82,6 +84,7 @@ struct DataSection {
   int64_t tokenizer_vocab_size = 512;  // the vocabulary of a sentencepiece model trained here
   int64_t seq_len = 128;               // tokens per training window, <= model.max_seq_len
   double val_fraction = 0.05;          // the last fraction of tokens is the validation split
+  double train_fraction = 1.0;         // the first fraction of the rest is the training split
   std::string cache_dir;               // empty: <training.output_dir>/cache
 };
 
@@ -233,7 +236,28 @@ struct DistillationSection {
   double kd_ratio = 0.5;     // (1 - kd_ratio) * cross-entropy + kd_ratio * KD
   int64_t top_k = 0;         // > 0: both distributions over the teacher's k most likely tokens
   Choice<TeacherDtype> teacher_dtype = TeacherDtype::FLOAT32;  // the teacher's stored parameters
-  bool enabled() const { return !teacher.empty(); }
+  // An offline teacher (fsdpp-train teacher-logits, teacher_cache.h): data batches read its
+  // top-K log-probabilities instead of running it.
+  std::string teacher_cache;
+  // On-policy (TRL's GKD names): the share of micro-batches whose continuations the student
+  // samples and the teacher scores; seq_kd: the teacher samples the others.
+  double lmbda = 0;
+  bool seq_kd = false;
+  int64_t max_new_tokens = 32;          // tokens sampled after each window's prompt
+  double generation_temperature = 1.0;  // the sampling temperature (not the loss's)
+  // Intermediate layers: "S:T" pairs, the student's layer S pulled towards the teacher's layer
+  // T; [auto]: the layers model.init_from's compress.json kept.
+  std::vector<std::string> layer_map;
+  Choice<LayerLossType> layer_loss = LayerLossType::COSINE;
+  double layer_loss_weight = 1.0;
+  int64_t loss_chunk_tokens = 0;  // positions per chunk of the KD loss; 0: 64 MiB of probabilities
+
+  bool enabled() const { return !teacher.empty() || !teacher_cache.empty(); }
+  // The teacher model is loaded: without a cache, or for what a cache cannot give (samples to
+  // score, hidden states).
+  bool live_teacher() const {
+    return !teacher.empty() && (teacher_cache.empty() || lmbda > 0 || seq_kd || !layer_map.empty());
+  }
 };
 
 struct TrainConfig {
@@ -298,5 +322,8 @@ std::vector<std::string> resolve_data_files(const std::string& path);
 
 // The distillation: section's ranges and its combinations with the rest (distillation_config.cpp).
 void validate_distillation(const TrainConfig& cfg);
+// distillation.layer_map's "S:T" pairs in order; empty for [auto] (resolved by the trainer from
+// model.init_from's compress.json) and for no map. ConfigError for anything else.
+std::vector<std::pair<int64_t, int64_t>> parse_layer_map(const std::vector<std::string>& map);
 
 }  // namespace fsdpp::train
