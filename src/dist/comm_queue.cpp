@@ -156,9 +156,14 @@ void CommQueue::loop(std::shared_ptr<Shared> s) {
       s->abandoned = false;
       if (error && !s->failure) s->failure = first_line_of(error);
       if (finish) {
-        // Started: a finisher takes it from here; one more thread when none is idle.
+        // Started: a finisher takes it from here. Each operation waiting to be finished needs
+        // an idle finisher of its own: a busy one may be blocked for as long as its send's
+        // peer takes to post the recv, which can be after this operation completes (a pipeline
+        // schedule sends ahead and receives in between). Counting a thread that was woken but
+        // has not taken its operation yet as free for this one stranded a completed recv behind
+        // a blocked send until the send timed out (ZBVZeroBubble's hang, docs/faults.md).
         s->finishing.push_back(Finishing{task.state, std::move(finish)});
-        if (s->idle_finishers == 0) {
+        if (s->finishing.size() > static_cast<size_t>(s->idle_finishers)) {
           ++s->idle_finishers;
           s->finishers.emplace_back(&CommQueue::finisher_loop, s);
         } else {

@@ -118,6 +118,8 @@ class CommQueue {
     std::optional<std::string> failure;  // the first task's error: nothing runs after it
     std::deque<Finishing> finishing;     // started, waiting for a finisher
     std::condition_variable finish_cv;   // finishers wait on it (cv is the queue thread's)
+    // Finishers that have not taken an operation yet (started or waiting on finish_cv); never
+    // fewer than the operations in `finishing`.
     int idle_finishers = 0;
     int busy_finishers = 0;
     std::vector<std::thread> finishers;
