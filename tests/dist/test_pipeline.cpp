@@ -7,9 +7,11 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include <fmt/format.h>
@@ -57,6 +59,51 @@ TEST(Pipeline, EveryScheduleMatchesOneProcess) {
     }
   }
   EXPECT_EQ(cases, 24);
+}
+
+// ZBVZeroBubble on a fresh pp group each run, where its hang lived (fsdpp-train hung in step 1
+// in 5 runs of 6: a recv the transport had completed waited in the comm queue behind a send
+// blocked until its peer's later recv; docs/faults.md#third-pass). 2p - 2 and 2p blocks, m = 2,
+// 4, 8 and 16, four times each: 32 first steps on groups with a 5 s timeout, the stall check after
+// 1 s. Before the fix the fifth run stalled (and the stall check named it); each run takes
+// milliseconds.
+TEST(Pipeline, ZbvOnFreshGroupsNeverStalls) {
+  auto& w = test::world();
+  const int p = w.size();
+  ASSERT_GE(p, 2) << "run with 2 or 4 ranks";
+  std::vector<int> ranks(static_cast<size_t>(p));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  int runs = 0;
+  for (int64_t layers : {2 * p - 2, 2 * p}) {
+    const auto cfg = tiny_llama(layers);
+    for (int m : {2, 4, 8, 16}) {
+      for (int rep = 0; rep < 4; ++rep, ++runs) {
+        dist::ProcessGroup::Options o;
+        o.backend = w.backend();
+        o.timeout = std::chrono::milliseconds(5000);
+        o.name = fmt::format("zbv_fresh_{}", runs);
+        o.global_ranks = ranks;
+        o.master_addr = w.env().master_addr;
+        o.gloo_hostname = w.gloo_address();
+        auto g = dist::ProcessGroup::create(w.store(), w.rank(), p, o);
+        const auto sched = pp::make_schedule("ZBVZeroBubble", p, m);
+        models::Llama model(cfg);
+        pp::PipelineRuntime rt(sched, llama_stages(model, sched, g->rank()), g,
+                               {.store = w.store(), .stall_check_after = std::chrono::seconds(1)});
+        const auto b = batch(runs, m * kMicrobatchSize, cfg);
+        std::string error;
+        try {
+          const double loss = rt.step(b.tokens, b.targets).loss;
+          EXPECT_TRUE(std::isfinite(loss)) << loss;
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+        ASSERT_EQ(error, "") << layers << " blocks, m = " << m << ", run " << rep + 1;
+      }
+    }
+  }
+  if (w.rank() == 0) std::printf("  ZBVZeroBubble pp %d: %d first steps on fresh groups\n", p, runs);
+  w.group()->barrier();
 }
 
 namespace {
