@@ -21,6 +21,7 @@
 #include "fsdpp/dist/trace.h"
 #include "deadline_store.h"
 #include "nccl_backend.h"
+#include "stack_traces.h"
 
 namespace fsdpp::dist {
 namespace {
@@ -181,6 +182,7 @@ std::shared_ptr<World> init_world(const DistEnv& env_in, const c10::intrusive_pt
 }
 
 std::shared_ptr<World> init_from_env(const InitOptions& options) {
+  detail::hide_cpp_stack_traces_unless_asked();
   DistEnv env = DistEnv::from_env();
   if (options.timeout) env.timeout = *options.timeout;
   // One line on what placed the ranks (docs/launcher.md#environments).
