@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "descendants.h"
 #include "multi_node.h"
 #include "signal_watch.h"
 #include "unique_fd.h"
@@ -45,6 +46,18 @@ std::string kill_reason(const WorkerGroup::StopResult& stop, double grace_s) {
     return fmt::format("at once on a second signal, {}", signal_name(stop.interrupt_signal));
   }
   return fmt::format("after {} s", grace_s);
+}
+
+void report_leftovers(const WorkerGroup::Leftovers& left) {
+  if (left.groups > 0) {
+    fmt::print(stderr, "[fsdpp-run] every worker exited 0; stopped the processes that {} of them "
+               "left running in the background\n", left.groups);
+  }
+  if (left.outside > 0) {
+    fmt::print(stderr, "[fsdpp-run] every worker exited 0; stopped {} process{} that left its "
+               "worker's process group (setsid) and would have outlived the job\n", left.outside,
+               left.outside == 1 ? "" : "es");
+  }
 }
 
 }  // namespace
@@ -156,6 +169,9 @@ int run(const LaunchConfig& config) {
   const auto grace = std::chrono::milliseconds(std::llround(config.grace_s * 1000));
 
   SignalWatch signals;
+  // Orphans of the workers (a setsid child whose worker exited) become ours, not init's, so
+  // that the job stops them (descendants.h).
+  become_subreaper();
   if (config.nnodes > 1) return run_multi_node(config, signals, grace);
   WorkerGroup group(signals, output_options(config));
   for (int attempt = 0;; ++attempt) {
@@ -167,10 +183,7 @@ int run(const LaunchConfig& config) {
     const WorkerGroup::WaitResult result = group.wait();
 
     if (result.outcome == WorkerGroup::Outcome::kSucceeded) {
-      if (const int n = group.stop_leftovers(grace); n > 0) {
-        fmt::print(stderr, "[fsdpp-run] every worker exited 0; stopped the processes that {} of "
-                   "them left running in the background\n", n);
-      }
+      report_leftovers(group.stop_leftovers(grace));
       return kExitSuccess;
     }
 

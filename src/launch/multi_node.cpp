@@ -100,9 +100,10 @@ RoundEnd run_round(const LaunchConfig& config, NodeLink& link, WorkerGroup& grou
 
   switch (result.outcome) {
     case WorkerGroup::Outcome::kSucceeded: {
-      if (const int n = group.stop_leftovers(grace); n > 0) {
+      if (const auto left = group.stop_leftovers(grace); left.groups + left.outside > 0) {
         fmt::print(stderr, "[fsdpp-run] node {}: every worker exited 0; stopped the processes "
-                   "that {} of them left running in the background\n", self, n);
+                   "that {} of them left running in the background\n", self,
+                   left.groups + left.outside);
       }
       link.set_state(NodeLink::State::kDone);
       if (self != 0) return {RoundEnd::kExit, kExitSuccess};
