@@ -11,6 +11,8 @@
 
 #include "config_schema.h"
 #include "fsdpp/common/error.h"
+#include "fsdpp/models/llama_tp_plan.h"
+#include "fsdpp/models/qwen3_moe_ep.h"
 
 namespace fsdpp::train {
 
@@ -98,6 +100,52 @@ void validate_qwen3_moe(const models::Qwen3MoeConfig& c) {
     c.validate();
   } catch (const ConfigError& e) {
     throw ConfigError(std::string("[config] model.architecture=qwen3_moe: ") + e.what());
+  }
+}
+
+// The model's shape against the parallel degrees, none of which needs the world: each rank of a
+// tp group computes whole heads (and an equal share of the sequence under sequence parallelism),
+// each rank of an ep group an equal number of experts. The models' own checks, which the plans
+// would throw once the model is built, with the config's keys in front.
+void validate_layout(const TrainConfig& cfg) {
+  const auto& m = cfg.model;
+  const auto& p = cfg.parallelism;
+  const int64_t tp = p.tensor_parallel_degree, ep = p.expert_parallel_degree;
+  auto keyed = [](const std::string& keys, const auto& model_check) {
+    try {
+      model_check();
+    } catch (const ConfigError& e) {
+      std::string why = e.what();
+      if (const auto close = why.find("] "); why.rfind('[', 0) == 0 && close != std::string::npos) {
+        why = why.substr(close + 2);  // "[tp] " / "[models] ": the keys say where
+      }
+      throw ConfigError(fmt::format("[config] {}: {}", keys, why));
+    }
+  };
+  if (tp > 1 && m.architecture == ModelArchitecture::LLAMA) {
+    // The vocabulary is the tokenizer's when model.vocab_size is 0, not known yet: the degree
+    // stands in for it (checked when the model is built).
+    keyed(fmt::format("model.n_heads={}, model.n_kv_heads={} with "
+                      "parallelism.tensor_parallel_degree={}",
+                      m.n_heads, m.n_kv_heads, tp),
+          [&] {
+            models::check_tensor_parallel(to_llama(m, m.vocab_size > 0 ? m.vocab_size : tp, 0),
+                                          static_cast<int>(tp));
+          });
+  }
+  const int64_t seq = cfg.data.seq_len;
+  check(!p.enable_sequence_parallel || seq % tp == 0,
+        "[config] data.seq_len={} with parallelism.enable_sequence_parallel=true and "
+        "tensor_parallel_degree={}: each rank of the tp group holds an equal share of the "
+        "sequence; use a data.seq_len divisible by {} (such as {})",
+        seq, tp, tp, seq - seq % tp > 0 ? seq - seq % tp : tp);
+  if (ep > 1 && m.architecture == ModelArchitecture::QWEN3_MOE) {
+    keyed(fmt::format("model.num_experts={} with parallelism.expert_parallel_degree={}",
+                      m.num_experts, ep),
+          [&] {
+            models::check_expert_parallel(to_qwen3_moe(m, m.vocab_size > 0 ? m.vocab_size : 1, 0),
+                                          static_cast<int>(ep));
+          });
   }
 }
 
@@ -287,9 +335,14 @@ void TrainConfig::validate() const {
         t.sample_top_k);
   for (int64_t step : t.profile_steps) {
     check(step >= 1, "[config] training.profile_steps has {}: expected steps >= 1", step);
+    check(t.max_steps == -1 || step <= t.max_steps,
+          "[config] training.profile_steps has {}, beyond training.max_steps={}: that step never "
+          "runs, so nothing would be traced; expected steps 1..{}",
+          step, t.max_steps, t.max_steps);
   }
   // parallelism: (what needs the world size is checked by parallel_dims)
   validate_parallelism(*this);
+  validate_layout(*this);
   validate_distillation(*this);
 }
 

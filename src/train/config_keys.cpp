@@ -277,4 +277,18 @@ std::string TrainConfig::to_yaml() const {
       train_schema(), this, "fsdpp effective configuration (docs/config.md describes every key)");
 }
 
+std::vector<std::string> TrainConfig::unused_keys() const {
+  std::vector<std::string> out;
+  if (distillation.enabled()) return out;
+  // Through the written document, so that every key of the section counts, whatever its type.
+  const YAML::Node mine = YAML::Load(to_yaml())["distillation"];
+  const YAML::Node defaults = YAML::Load(TrainConfig{}.to_yaml())["distillation"];
+  for (const auto& kv : mine) {
+    const auto key = kv.first.as<std::string>();
+    const std::string value = YAML::Dump(kv.second);
+    if (value != YAML::Dump(defaults[key])) out.push_back(fmt::format("distillation.{}={}", key, value));
+  }
+  return out;
+}
+
 }  // namespace fsdpp::train

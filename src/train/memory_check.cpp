@@ -102,7 +102,8 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
       out.skip = "a distillation teacher with tensor parallelism is not modelled by fsdpp-estimate yet";
   }
   const auto& fc = cfg.training.fsdp_config;
-  const std::string layer = llama ? "TransformerBlock" : "Qwen3MoeDecoderLayer";
+  const std::string layer = decoder_layer_class(llama ? ModelArchitecture::LLAMA
+                                                     : ModelArchitecture::QWEN3_MOE);
   if (fc.auto_wrap_policy != AutoWrapPolicy::TRANSFORMER_BASED_WRAP ||
       fc.transformer_layer_cls_to_wrap != std::vector<std::string>{layer}) {
     out.notes.push_back(fmt::format("units taken as one per {} plus the root (the "

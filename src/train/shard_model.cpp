@@ -38,15 +38,22 @@ void check_layer_classes(const TrainConfig& cfg, torch::nn::Module& model) {
     if (classes.count(name)) continue;
     std::string have;
     for (const auto& c : classes) have += (have.empty() ? "" : ", ") + c;
+    // The model built, not the YAML: model.init_from may have made it another architecture.
+    const auto arch = cfg.model.architecture;
     FSDPP_THROW(ConfigError,
                 "[train] training.fsdp_config.fsdp_transformer_layer_cls_to_wrap names '{}', "
                 "which is not a module class of the model fsdpp-train builds ({}: {}){}; "
-                "expected its decoder layer's class, [TransformerBlock]",
+                "expected its decoder layer's class, [{}]{}",
                 name, module_class_name(model), have,
-                name.rfind("Qwen3Moe", 0) == 0
+                arch == ModelArchitecture::LLAMA && name == decoder_layer_class(ModelArchitecture::QWEN3_MOE)
                     ? " (Qwen3MoeDecoderLayer is the Qwen3-MoE model's layer: set "
                       "model.architecture=qwen3_moe)"
-                    : "");
+                    : "",
+                decoder_layer_class(arch),
+                cfg.model.init_from.empty()
+                    ? ""
+                    : fmt::format(" (model.init_from='{}' made the model {})", cfg.model.init_from,
+                                  cfg.model.architecture.name()));
   }
 }
 
@@ -174,11 +181,19 @@ void shard_model(TrainSession& s) {
                       "start afresh at step 1",
                       init->dir().string()));
   }
-  s.say(fmt::format("[train] fsdp: {} over {}{}, {} ({}), {:.2f} M parameters held per rank",
-                    to_string(t.fsdp), count_of(world.size(), "rank"),
-                    hybrid ? fmt::format(" ({} replicas x {} shards)", fopts.mesh->size(0),
-                                         fopts.mesh->size(1))
-                           : "",
+  // The mesh as it is: a HYBRID strategy without a replicate degree takes its shard groups
+  // from fsdp_hybrid_shard_group_size (or the node), which the degrees do not say.
+  ParallelDims mesh_dims = dims;
+  if (hybrid && dims.dp_replicate == 1) {
+    mesh_dims.dp_replicate = static_cast<int>(fopts.mesh->size(0));
+    mesh_dims.dp_shard = static_cast<int>(fopts.mesh->size(1));
+  }
+  s.say(fmt::format("[train] mesh: {}; fsdp: {} over {}, {} ({}), {:.2f} M parameters held per "
+                    "rank",
+                    mesh_dims.describe(), to_string(t.fsdp),
+                    hybrid ? fmt::format("dp_replicate {} x dp_shard {}", mesh_dims.dp_replicate,
+                                         mesh_dims.dp_shard)
+                           : fmt::format("dp_shard {}", mesh_dims.dp_shard),
                     count_of(static_cast<int64_t>(units), "unit"), fc.auto_wrap_policy,
                     models::num_parameters(model) / 1e6));
   if (cfg.distillation.enabled()) {

@@ -284,6 +284,11 @@ struct TrainConfig {
   // equal config.
   std::string to_yaml() const;
 
+  // Keys set to something else than their default that nothing reads in this configuration:
+  // the distillation: section's without distillation.teacher ("distillation.kd_ratio=0.9").
+  // fsdpp-train warns naming them.
+  std::vector<std::string> unused_keys() const;
+
   // The model section as a LlamaConfig with seed = training.seed. `tokenizer_vocab_size` is the
   // tokenizer's vocabulary: the model uses it when model.vocab_size is 0, else model.vocab_size,
   // which must then be at least as large. Validated.

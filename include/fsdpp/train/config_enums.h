@@ -14,6 +14,11 @@ namespace fsdpp::train {
 
 // model.architecture: fsdpp's Llama, or Hugging Face's Qwen3-MoE (docs/moe.md#fsdpp-train).
 enum class ModelArchitecture { LLAMA, QWEN3_MOE };
+// The class of its decoder layers: what fsdp_transformer_layer_cls_to_wrap names to make each
+// one an FSDP unit.
+constexpr const char* decoder_layer_class(ModelArchitecture a) {
+  return a == ModelArchitecture::QWEN3_MOE ? "Qwen3MoeDecoderLayer" : "TransformerBlock";
+}
 // data.tokenizer
 enum class TokenizerType { BYTE, SENTENCEPIECE };
 // training.fsdp_config.fsdp_auto_wrap_policy: one unit per transformer_layer_cls_to_wrap module,
