@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/data/tokenizer_files.h"
+#include "fsdpp/data/tokenizer_identity.h"
 #include "fsdpp/fsdp/deferred_init.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/inspect.h"
@@ -26,6 +28,29 @@ ModelSource check_teacher_source(const TrainConfig& cfg, int64_t student_vocab) 
                  "expected 0 (all of it) or 1..{}",
                  d.top_k, student_vocab, student_vocab);
   return source;
+}
+
+std::optional<std::string> check_teacher_tokenizer(const TrainConfig& cfg,
+                                                   const data::Tokenizer& tokenizer,
+                                                   const std::string& how) {
+  const ModelSource source(cfg.distillation.teacher, "distillation.teacher");
+  const auto student = data::identity_of(tokenizer);
+  const auto teacher = data::read_tokenizer_identity(source.dir());
+  if (!teacher) {
+    return fmt::format("[train] warning: distillation.teacher='{}' holds no tokenizer (no {}, "
+                       "tokenizer.model or tokenizer.json): fsdpp cannot check that it speaks the "
+                       "student's tokenizer, {} ({}); the KD loss is meaningless if it does not",
+                       source.dir().string(), data::kTokenizerFile, student.describe(), how);
+  }
+  FSDPP_CHECK_AS(ConfigError, data::same_tokenizer(*teacher, tokenizer),
+                 "[train] distillation.teacher='{}' speaks another tokenizer than the student: "
+                 "the teacher's is {}, the student's {} ({}). The same id means another string to "
+                 "each, so the KD loss would compare unrelated tokens (a vocabulary of the same "
+                 "size is no proof). Train the student with the teacher's tokenizer, or distil "
+                 "from a teacher trained on the student's (docs/distillation.md#the-teachers-"
+                 "tokenizer)",
+                 source.dir().string(), teacher->describe(), student.describe(), how);
+  return std::nullopt;
 }
 
 Teacher::Teacher(const TrainConfig& cfg, dist::World& world, int64_t student_vocab)
@@ -63,10 +88,7 @@ Teacher::Teacher(const TrainConfig& cfg, dist::World& world, int64_t student_voc
     // (measured: RSS +320 MiB over 80 steps, where float32 stays flat).
     o.mp_policy.param_dtype = at::kFloat;
   }
-  const char* layer = source_.architecture() == ModelArchitecture::QWEN3_MOE
-                          ? "Qwen3MoeDecoderLayer"
-                          : "TransformerBlock";
-  apply_fully_shard(model, transformer_layer_policy({layer}), o);
+  apply_fully_shard(model, transformer_layer_policy({decoder_layer_class(source_.architecture())}), o);
   if (deferred) to_empty(model, world.device());
   source_.load_after_sharding(*lm_, mesh_->group(0));
   comm_before_ = comm_counters(model);

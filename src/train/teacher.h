@@ -13,10 +13,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "fsdpp/data/tokenizer.h"
 #include "fsdpp/dist/device_mesh.h"
 #include "fsdpp/dist/world.h"
 #include "fsdpp/models/causal_lm.h"
@@ -29,6 +32,14 @@ namespace fsdpp::train::detail {
 // Throws ConfigError naming distillation.teacher when its directory is neither kind of model, or
 // its vocabulary is not `student_vocab` (naming both), or top_k is above it. Reads configs only.
 ModelSource check_teacher_source(const TrainConfig& cfg, int64_t student_vocab);
+
+// The teacher's tokenizer against the student's `tokenizer` (`how` says where the student's
+// came from, e.g. "data.tokenizer=byte"): they must be the same tokenizer, not merely of the same
+// vocabulary size, for the KD loss to compare the same strings. ConfigError naming both when they
+// differ; a warning (returned) when the teacher's directory holds no tokenizer to compare.
+std::optional<std::string> check_teacher_tokenizer(const TrainConfig& cfg,
+                                                   const data::Tokenizer& tokenizer,
+                                                   const std::string& how);
 
 class Teacher {
  public:
