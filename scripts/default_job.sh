@@ -4,5 +4,9 @@
 set -euo pipefail
 build=${1:-build}
 shift || true
-echo "[run] fsdpp-run --nproc-per-node 2 $build/bin/fsdpp-train configs/default.yaml $*"
-exec "$build/bin/fsdpp-run" --nproc-per-node 2 "$build/bin/fsdpp-train" configs/default.yaml "$@"
+# A second `make run` replaces the first run in runs/default (fsdpp-train refuses an output_dir
+# holding another run otherwise); ARGS come after, so training.resume_from_checkpoint=latest
+# continues it instead.
+echo "[run] fsdpp-run --nproc-per-node 2 $build/bin/fsdpp-train configs/default.yaml training.overwrite_output_dir=true $*"
+exec "$build/bin/fsdpp-run" --nproc-per-node 2 "$build/bin/fsdpp-train" configs/default.yaml \
+  training.overwrite_output_dir=true "$@"

@@ -133,8 +133,12 @@ grep -q "warning: training.output_dir='$D/shared' is in use by another job (pid 
   { echo "FAIL output_dir_overwrite: no warning"; tail "$D/overwrite.log"; exit 1; }
 echo "ok   output_dir_overwrite: training.overwrite_output_dir=true warns and runs"
 kill -9 "$hpid"; wait "$holder" || true
-"$run" --nproc-per-node 1 "${job[@]}" training.max_steps=2 training.output_dir="$D/shared" \
-  > "$D/after_crash.log" 2>&1 || { echo "FAIL: a killed job's lock was left behind"; tail "$D/after_crash.log"; exit 1; }
+# The directory now holds a run (the overwriting one's checkpoint-2): the next job resumes it,
+# without overwrite_output_dir, which would also pass a held lock.
+"$run" --nproc-per-node 1 "${job[@]}" training.max_steps=3 training.output_dir="$D/shared" \
+  training.resume_from_checkpoint=latest > "$D/after_crash.log" 2>&1 &&
+  ! grep -q "in use by another job" "$D/after_crash.log" ||
+  { echo "FAIL: a killed job's lock was left behind"; tail "$D/after_crash.log"; exit 1; }
 echo "ok   output_dir_after_crash: the lock of a SIGKILLed job does not stay"
 : > "$D/a_file"
 expect_fail output_dir_is_file 1 \
