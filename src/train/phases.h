@@ -5,7 +5,8 @@
 // order on every rank. Private to src/train.
 //
 //   choose_start        which checkpoint to resume from (FSDPP_RESTART_COUNT, resume_from_checkpoint),
-//                       or model.init_from's shape for a fresh run         (start.cpp)
+//                       or model.init_from's shape for a fresh run; the layout on this world
+//                       (parallel_dims, the pipeline's plan)               (start.cpp)
 //   prepare_output_dir  rank 0's lock on output_dir, the cache dir, config.yaml (start.cpp)
 //   prepare_data        corpus, tokenizer, token cache, splits, the sampler (prepare_data.cpp)
 //   build_model         the memory check, the Llama, init_from's weights before sharding
@@ -69,7 +70,14 @@ struct StepOutcome {
 StepOutcome train_step(TrainSession& s, int64_t step);
 
 // The validation loss averaged over every rank; NaN without a validation split (evaluate.cpp).
-double evaluate(TrainSession& s);
+// Each batch writes a heartbeat (fsdpp-run --progress-timeout-s) and asks every rank whether a
+// stop signal came: then the evaluation ends there, NaN, and `stopped` is set.
+double evaluate(TrainSession& s, int64_t step, bool* stopped);
+
+// Whether any rank received SIGTERM or SIGINT (StopSignal): one small all-reduce over the world
+// (none on one rank), so every rank answers the same at the same point (train_loop.cpp). For the
+// work between steps that can take long: evaluation and the final sample.
+bool stop_requested(TrainSession& s);
 
 // Whether training.save_strategy saves after `step`; save_checkpoint saves it (save.cpp).
 bool save_due(const TrainSession& s, int64_t step);

@@ -36,6 +36,13 @@ double status_mb(const char* field) {
 
 }  // namespace
 
+bool stop_requested(TrainSession& s) {
+  if (s.world.size() == 1) return s.stop_signal->received() != 0;
+  auto flag = torch::tensor({s.stop_signal->received() != 0 ? 1.0 : 0.0}, torch::kDouble);
+  s.world.group()->all_reduce(flag, dist::ReduceOp::MAX, {"stop signal"});
+  return flag.item<double>() > 0;
+}
+
 void train_loop(TrainSession& s) {
   const auto& cfg = s.cfg;
   const auto& t = cfg.training;
@@ -85,15 +92,17 @@ void train_loop(TrainSession& s) {
                                torch::kDouble);
     world.group()->all_reduce(stats, dist::ReduceOp::AVG, {"metrics"});
     const double loss = stats[0].item<double>();
-    const bool stop_now = stats[1].item<double>() > 0;
+    bool stop_now = stats[1].item<double>() > 0;
     FSDPP_CHECK(std::isfinite(loss), "[train] the loss became {} at step {}", loss, step);
     result.final_loss = loss;
     result.steps = step;
     const bool eval_now = val_data.size() > 0 &&
                           ((t.eval_steps > 0 && step % t.eval_steps == 0) || step == total_steps);
-    if (eval_now) {
+    if (eval_now && !stop_now) {
       dist::TraceSpan eval_span(trace.get(), "eval");
-      val_loss = evaluate(s);
+      bool stopped = false;
+      val_loss = evaluate(s, step, &stopped);
+      stop_now = stop_now || stopped;
     }
     if (step % t.logging_steps == 0 || step == first_step || step == total_steps || eval_now) {
       // Every rank's (peak, current) resident set: the peak over ranks for the progress line,
