@@ -133,6 +133,13 @@ std::vector<at::Tensor> calibration_rows(const CompressOptions& o, const data::T
   std::string text(static_cast<size_t>(std::min<int64_t>(o.calibration_tokens * 64, 256 << 20)), '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(in.gcount()));
+  // A binary (an executable, a safetensors file) tokenizes without complaint into nonsense.
+  if (const auto nul = text.find('\0'); nul != std::string::npos) {
+    FSDPP_THROW(ConfigError,
+                "[compress] --calibration '{}' is not a text file: it has a NUL byte at offset "
+                "{}; expected text (UTF-8) like the model was trained on",
+                o.calibration_file.string(), nul);
+  }
   auto ids = tok.encode(text);
   if (static_cast<int64_t>(ids.size()) > o.calibration_tokens) ids.resize(o.calibration_tokens);
   FSDPP_CHECK_AS(ConfigError, !ids.empty(), "[compress] --calibration '{}' gives no tokens",

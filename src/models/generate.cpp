@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -43,11 +44,13 @@ at::Tensor sample_tokens(const std::function<at::Tensor(const at::Tensor&)>& las
                  "[models] generate: prompt must be (T) or (B,T) with T >= 1; got shape {}",
                  prompt.sizes());
   FSDPP_CHECK_AS(ConfigError, n_new >= 0, "[models] generate: n_new={} is negative", n_new);
-  FSDPP_CHECK_AS(ConfigError, temperature >= 0,
-                 "[models] generate: temperature={} is negative; expected 0 (greedy) or > 0",
+  FSDPP_CHECK_AS(ConfigError, std::isfinite(temperature) && temperature >= 0,
+                 "[models] generate: temperature={}; expected a finite number >= 0 (0: greedy)",
                  temperature);
   FSDPP_CHECK_AS(ConfigError, options.top_p > 0 && options.top_p <= 1,
-                 "[models] generate: top_p={} is outside (0, 1]", options.top_p);
+                 "[models] generate: top_p={}; expected a probability in (0, 1] (1: every "
+                 "token)",
+                 options.top_p);
   torch::NoGradGuard no_grad;
   const int64_t max_len = model.max_seq_len;
   const int64_t vocab = model.vocab_size;
