@@ -17,10 +17,7 @@ FAULT_DIR=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$FAULT_DIR"' EXIT
 source "$(dirname "$0")/lib.sh"
 D=$FAULT_DIR
-small=(data.path="$src/configs" data.seq_len=32 data.val_fraction=0.1 model.dim=32 model.n_layers=2
-       model.n_heads=4 model.n_kv_heads=2 model.max_seq_len=32 training.logging_steps=1
-       training.eval_steps=0 training.sample_tokens=0 training.per_device_train_batch_size=2
-       data.cache_dir="$D/cache")
+small_config "$src" "$D"
 job=("$train" "$src/configs/default.yaml" "${small[@]}")
 
 # wait_for FILE REGEX [SECONDS]: until a line of FILE matches (the job is under way).
