@@ -528,7 +528,7 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
   ts.seed = t.seed;
   ts.data_path = resolved_data_path(s.cfg.data.path);
   ts.seq_len = s.cfg.data.seq_len;
-  ts.teacher = s.cfg.distillation.enabled() ? resolved_data_path(s.cfg.distillation.teacher) : "";
+  ts.teacher = s.cfg.distillation.teacher.empty() ? "" : resolved_data_path(s.cfg.distillation.teacher);
   if (s.lead()) ts.metrics_digest = metrics_digest(out_dir / "metrics.jsonl");
   state::SaveOptions so = s.cfg.state_dict_options();
   so.skip_buffer = skip_buffer;

@@ -101,7 +101,8 @@ void check_tokenizer_agrees(TrainSession& s, const data::Tokenizer& tok) {
                        : saved && saved->kind == "byte" ? " (data.tokenizer=byte)" : "",
                    s.resume_dir.string());
   }
-  if (s.cfg.distillation.enabled()) {
+  // A teacher model's tokenizer (an offline teacher_cache alone has no model directory to read).
+  if (!s.cfg.distillation.teacher.empty()) {
     if (auto warning = check_teacher_tokenizer(s.cfg, tok, tokenizer_origin(s))) s.say(*warning);
   }
 }
