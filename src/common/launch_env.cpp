@@ -1,15 +1,12 @@
 #include "fsdpp/common/launch_env.h"
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <netinet/in.h>
-#include <unistd.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/common/host_address.h"
 #include "fsdpp/common/hostlist.h"
 #include "fsdpp/common/whole_number.h"
 
@@ -93,33 +90,6 @@ ProcessReading read_torchrun_variables(const Vars& v) {
                            fmt::format("0 <= LOCAL_RANK < LOCAL_WORLD_SIZE={}", r.local_world))
                      .value_or(r.rank % r.local_world);
   return r;
-}
-
-// Whether MASTER_ADDR names this host: a loopback name or address, this host's name, or an
-// address one of its interfaces has. Only numeric addresses are compared (a name other than this
-// host's is taken as another host: no DNS lookup that could block here).
-bool names_this_host(const std::string& addr) {
-  if (addr == "localhost" || addr.starts_with("127.") || addr == "::1") return true;
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) == 0 && addr == name) return true;
-  in_addr v4{};
-  in6_addr v6{};
-  const bool is_v4 = inet_pton(AF_INET, addr.c_str(), &v4) == 1;
-  const bool is_v6 = !is_v4 && inet_pton(AF_INET6, addr.c_str(), &v6) == 1;
-  if (!is_v4 && !is_v6) return false;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return false;
-  bool found = false;
-  for (ifaddrs* i = list; i != nullptr && !found; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr) continue;
-    if (is_v4 && i->ifa_addr->sa_family == AF_INET) {
-      found = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == v4.s_addr;
-    } else if (is_v6 && i->ifa_addr->sa_family == AF_INET6) {
-      found = std::memcmp(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, &v6, sizeof(v6)) == 0;
-    }
-  }
-  freeifaddrs(list);
-  return found;
 }
 
 // RANK and WORLD_SIZE exported by hand, the process started without a launcher. Which ranks share
