@@ -24,6 +24,7 @@
 #include "fsdpp/state/async_save.h"
 #include "fsdpp/state/atomic_dir.h"
 #include "fsdpp/state/state_dict.h"
+#include "elapsed.h"
 #include "metrics_log.h"
 
 namespace fs = std::filesystem;
@@ -31,12 +32,6 @@ using json = nlohmann::ordered_json;
 
 namespace fsdpp::train::detail {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 

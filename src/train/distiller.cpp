@@ -14,17 +14,12 @@
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/train/chunked_distill_loss.h"
 #include "fsdpp/train/layer_distill_loss.h"
+#include "elapsed.h"
 
 namespace fs = std::filesystem;
 
 namespace fsdpp::train::detail {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 // compress.json's layer_map of model.init_from (written by fsdpp-ckpt compress).
 std::vector<std::string> compressed_layer_map(const TrainConfig& cfg) {
