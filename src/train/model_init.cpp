@@ -22,31 +22,29 @@ namespace {
 // seed and each parameter's draw), so every rank takes that plan, broadcast once (a few numbers
 // per parameter), and draws its rows of rank 0's model.
 InitPlan rank0_plan(InitPlan plan, dist::World& world) {
-  const auto dev = world.device();
   const int64_t n = static_cast<int64_t>(plan.params.size());
-  auto head = torch::tensor({static_cast<int64_t>(plan.seed), n}, torch::kLong).to(dev);
+  auto head = torch::tensor({static_cast<int64_t>(plan.seed), n}, torch::kLong).to(world.device());
   world.group()->broadcast(head, 0, {"sync_module_states"});
   head = head.cpu();
   FSDPP_CHECK_AS(ConfigError, head[1].item<int64_t>() == n,
                  "[train] fsdp_sync_module_states: rank 0's model has {} parameters and rank {}'s {}; "
                  "every rank must build the same model",
                  head[1].item<int64_t>(), world.rank(), n);
-  auto draws = torch::empty({n, 4}, torch::kDouble);
-  for (int64_t i = 0; i < n; ++i) {
-    const auto& p = plan.params[static_cast<size_t>(i)];
-    draws[i] = torch::tensor({p.kind == ParamInit::Kind::FILL ? 1.0 : 0.0, p.mean, p.std, p.value}, torch::kDouble);
+  std::vector<double> mine;  // per parameter: fill?, mean, std, value
+  for (const auto& p : plan.params) {
+    mine.insert(mine.end(), {p.kind == ParamInit::Kind::FILL ? 1.0 : 0.0, p.mean, p.std, p.value});
   }
-  draws = draws.to(dev);
+  auto draws = torch::tensor(mine, torch::kDouble).to(world.device());
   world.group()->broadcast(draws, 0, {"sync_module_states"});
-  draws = draws.cpu();
+  const auto rank0_draws = draws.cpu().view({n, 4});
+  const auto rank0 = rank0_draws.accessor<double, 2>();
   plan.seed = static_cast<uint64_t>(head[0].item<int64_t>());
   for (int64_t i = 0; i < n; ++i) {
     auto& p = plan.params[static_cast<size_t>(i)];
-    auto d = draws[i];
-    p.kind = d[0].item<double>() != 0 ? ParamInit::Kind::FILL : ParamInit::Kind::NORMAL;
-    p.mean = d[1].item<double>();
-    p.std = d[2].item<double>();
-    p.value = d[3].item<double>();
+    p.kind = rank0[i][0] != 0 ? ParamInit::Kind::FILL : ParamInit::Kind::NORMAL;
+    p.mean = rank0[i][1];
+    p.std = rank0[i][2];
+    p.value = rank0[i][3];
   }
   return plan;
 }
