@@ -39,13 +39,7 @@ BlockStageImpl::BlockStageImpl(const torch::nn::Sequential& model, BlockRange ra
 }
 
 at::Tensor BlockStageImpl::forward(at::Tensor x) {
-  for (size_t i = 0; i < calls_.size(); ++i) {
-    torch::nn::Module& block = *blocks_[i].ptr();
-    FSDPUnit* unit = detail::unit_of(block);
-    auto* marker = detail::checkpoint_marker_of(block);
-    x = marker && detail::grad_mode_enabled() ? detail::forward_checkpointed(*marker, unit, calls_[i], x)
-                                              : detail::forward_unit(unit, calls_[i], x);
-  }
+  for (size_t i = 0; i < calls_.size(); ++i) x = detail::forward_as(*blocks_[i].ptr(), calls_[i], x);
   return x;
 }
 

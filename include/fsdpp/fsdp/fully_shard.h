@@ -264,6 +264,18 @@ auto forward_checkpointed(CheckpointMarker& marker, FSDPUnit* unit, Impl& impl, 
   visit_tensors(out, [&](at::Tensor& t) { t = flat[i++]; });
   return out;
 }
+
+// fsdpp::forward for a module whose forward is called through `impl` (an object with
+// forward(args...) that lives as long as the module: the Impl itself, or for a type-erased
+// torch::nn::AnyModule a caller of its own, as pipeline::BlockStage has).
+template <typename Impl, typename... Args>
+auto forward_as(torch::nn::Module& mod, Impl& impl, Args&&... args) {
+  FSDPUnit* unit = unit_of(mod);
+  if (auto* marker = checkpoint_marker_of(mod); marker && grad_mode_enabled()) {
+    return forward_checkpointed(*marker, unit, impl, std::forward<Args>(args)...);
+  }
+  return forward_unit(unit, impl, std::forward<Args>(args)...);
+}
 }  // namespace detail
 
 // Runs module.forward(args...) as an FSDP unit: gathers its parameters first, frees them after
@@ -273,13 +285,7 @@ auto forward_checkpointed(CheckpointMarker& marker, FSDPUnit* unit, Impl& impl, 
 // std::shared_ptr<Impl> or the Impl itself.
 template <typename M, typename... Args>
 auto forward(M&& module, Args&&... args) {
-  auto& impl = detail::impl_of(module);
-  auto& mod = detail::as_module(module);
-  FSDPUnit* unit = detail::unit_of(mod);
-  if (auto* marker = detail::checkpoint_marker_of(mod); marker && detail::grad_mode_enabled()) {
-    return detail::forward_checkpointed(*marker, unit, impl, std::forward<Args>(args)...);
-  }
-  return detail::forward_unit(unit, impl, std::forward<Args>(args)...);
+  return detail::forward_as(detail::as_module(module), detail::impl_of(module), std::forward<Args>(args)...);
 }
 
 }  // namespace fsdpp
