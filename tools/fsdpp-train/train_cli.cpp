@@ -16,9 +16,23 @@
 namespace fsdpp::tools {
 namespace {
 
+// Runs a subcommand: its exit code, or the error's message on stderr and 2 for bad input
+// (ConfigError), 1 for anything else.
+int exit_code_of(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}
+
 // fsdpp-train teacher-logits CONFIG OUT [flags] [overrides]: the offline teacher cache.
 int run_teacher_logits(int argc, char** argv) {
-  try {
+  return exit_code_of([&] {
     std::vector<std::string> args(argv + 2, argv + argc);
     train::TeacherCacheOptions o;
     std::vector<std::string> positional, overrides;
@@ -72,13 +86,7 @@ int run_teacher_logits(int argc, char** argv) {
                   static_cast<double>(sum.bytes) / (1 << 20), sum.seconds);
     }
     return 0;
-  } catch (const ConfigError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
-  }
+  });
 }
 
 }  // namespace
@@ -122,7 +130,7 @@ int run_fsdpp_train(int argc, char** argv, const std::function<train::TrainerHoo
       return 1;
     }
   }
-  try {
+  return exit_code_of([&] {
     std::vector<std::string> overrides(argv + 2, argv + argc);
     auto config = train::TrainConfig::from_file(argv[1], overrides);
     // training.use_cpu / no_cuda: this process computes on the CPU whatever GPUs it sees.
@@ -131,13 +139,7 @@ int run_fsdpp_train(int argc, char** argv, const std::function<train::TrainerHoo
     train::Trainer trainer(std::move(config), world, make_hooks ? make_hooks() : train::TrainerHooks{});
     const auto result = trainer.run();
     return result.stopped_by_signal != 0 ? 128 + result.stopped_by_signal : 0;
-  } catch (const ConfigError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
-  }
+  });
 }
 
 }  // namespace fsdpp::tools
