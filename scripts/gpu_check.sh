@@ -8,12 +8,14 @@
 # its time), gpu-latest.{md,json} (the benchmark's tables), logs.tar.gz (every log and metrics
 # file). It builds nothing. It exits non-zero when any part failed; every part runs regardless.
 # GPU_CHECK_PARTS limits the parts ("unit_nccl bench", ...); GPU_CHECK_QUICK=1 benchmarks a
-# small model; GPU_CHECK_BUDGET_S (default 480) stops starting new parts past that many seconds.
+# small model; GPU_CHECK_BUDGET_S (default 480) bounds the whole check (a part is stopped at it,
+# and later parts are skipped), GPU_CHECK_PART_S (default 180) each test part (timeout's exit 124).
 set -uo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 bundle=${1:-$src/build/fsdpp-bundle.tar.gz}
 out=${2:-${OUT:-$PWD/gpu-check-out}}
 budget=${GPU_CHECK_BUDGET_S:-480}
+part_cap=${GPU_CHECK_PART_S:-180}  # a test part that runs longer (a hang) is stopped
 mkdir -p "$out"
 work=$(mktemp -d /tmp/fsdpp-gpu-check.XXXXXX)
 summary=$out/summary.txt
@@ -42,10 +44,16 @@ bin=$work/fsdpp/bin
 export FSDPP_DATA=$work/fsdpp/share/fsdpp/fortunes
 export PYTHONUNBUFFERED=1
 
+# Every log, metrics.jsonl and result, two folders deep at most as the device tool returns them.
+save_logs() {
+  (cd "$work" && find . \( -name '*.log' -o -name 'metrics.jsonl' -o -name '*.json' \) -size -4M | \
+    grep -v '/bench/model/' | tar -czf "$out/logs.tar.gz" -T -) 2>/dev/null
+}
 parts=${GPU_CHECK_PARTS:-"$(bash "$src/tests/gpu/gpu_tests.sh" --list | tr '\n' ' ') bench"}
 failed=0
 for part in $parts; do
-  if (( SECONDS - start > budget )); then
+  left=$((budget - (SECONDS - start)))
+  if (( left < 20 )); then
     say "[gpu-check] SKIPPED $part: past the ${budget} s budget"
     failed=1
     continue
@@ -54,10 +62,10 @@ for part in $parts; do
   if [[ "$part" == bench ]]; then
     quick=()
     [[ "${GPU_CHECK_QUICK:-0}" == 1 ]] && quick=(--quick)
-    python3 "$src/bench/gpu_bench.py" --bin "$bin" --out "$out" --work "$work/bench" \
+    timeout -k 5 "$left" python3 "$src/bench/gpu_bench.py" --bin "$bin" --out "$out" --work "$work/bench" \
       --default-job "$work/tests/default_job" "${quick[@]}" > "$work/bench.log" 2>&1
   else
-    bash "$src/tests/gpu/gpu_tests.sh" "$part" "$bin" "$src" "$work/tests/$part" > "$work/$part.log" 2>&1
+    timeout -k 5 "$((left < part_cap ? left : part_cap))" bash "$src/tests/gpu/gpu_tests.sh" "$part" "$bin" "$src" "$work/tests/$part" > "$work/$part.log" 2>&1
   fi
   rc=$?
   log=$work/$([[ "$part" == bench ]] && echo bench || echo "$part").log
@@ -69,11 +77,9 @@ for part in $parts; do
     tail -n 25 "$log" | sed 's/^/    /' | tee -a "$summary"
   fi
   grep -h "^\[gpu\]\|^\[bench-gpu\]" "$log" 2>/dev/null | sed 's/^/    /' >> "$summary"
+  save_logs  # after every part, so that a run stopped from outside still returns what it did
 done
 [[ -f "$out/gpu-latest.md" ]] && cat "$out/gpu-latest.md"
-# Every log, metrics.jsonl and result, two folders deep at most as the device tool returns them.
-(cd "$work" && find . -name '*.log' -o -name 'metrics.jsonl' -o -name '*.json' -size -4M | \
-  grep -v '/bench/model/' | tar -czf "$out/logs.tar.gz" -T -) 2>/dev/null
 say "[gpu-check] $( ((failed)) && echo FAILED || echo PASSED ) in $((SECONDS - start)) s; results in $out"
 rm -rf "$work"
 exit $failed

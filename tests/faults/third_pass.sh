@@ -239,9 +239,11 @@ no_frames "$D/frames_progress.log"
 echo "ok   frames_progress: --progress-timeout-s 0.001: $(grep -c . "$D/frames_progress.log") lines, no stack frames"
 
 # ---- the heartbeat and SIGTERM during evaluation and the sample ----------------------------------
-# A healthy run whose evaluation and sample each take several times --progress-timeout-s.
-long_eval=(training.eval_steps=2 training.eval_max_batches=400 training.per_device_eval_batch_size=16
-           data.val_fraction=0.5 training.sample_tokens=600)
+# A healthy run whose evaluation and sample each take several times --progress-timeout-s: the
+# evaluation reads 400 batches of 32 windows from the source tree's half (configs/ alone is done in
+# a few milliseconds on a fast machine, before a poll of the heartbeat file sees it).
+long_eval=(data.path="$src/src" training.eval_steps=2 training.eval_max_batches=400
+           training.per_device_eval_batch_size=32 data.val_fraction=0.5 training.sample_tokens=600)
 "$run" --nproc-per-node 2 --progress-timeout-s 2 "${job[@]}" "${long_eval[@]}" training.max_steps=2 \
   training.output_dir="$D/beats" > "$D/beats.log" 2>&1 ||
   { tail "$D/beats.log"; echo "FAIL heartbeat_eval_sample: a healthy run was stopped"; exit 1; }
