@@ -47,10 +47,11 @@ export PYTHONUNBUFFERED=1
 # Every log, metrics.jsonl and result, two folders deep at most as the device tool returns them.
 save_logs() {
   (cd "$work" && find . \( -name '*.log' -o -name 'metrics.jsonl' -o -name '*.json' \) -size -4M | \
-    grep -v '/bench/model/' | tar -czf "$out/logs.tar.gz" -T -) 2>/dev/null
+    grep -v '/bench[0-9]*/model/' | tar -czf "$out/logs.tar.gz" -T -) 2>/dev/null
 }
 parts=${GPU_CHECK_PARTS:-"$(bash "$src/tests/gpu/gpu_tests.sh" --list | tr '\n' ' ') bench"}
 failed=0
+benches=0  # "bench" named twice repeats it (the spread between runs), the second into OUT/bench2
 for part in $parts; do
   left=$((budget - (SECONDS - start)))
   if (( left < 20 )); then
@@ -62,13 +63,16 @@ for part in $parts; do
   if [[ "$part" == bench ]]; then
     quick=()
     [[ "${GPU_CHECK_QUICK:-0}" == 1 ]] && quick=(--quick)
-    timeout -k 5 "$left" python3 "$src/bench/gpu_bench.py" --bin "$bin" --out "$out" --work "$work/bench" \
-      --default-job "$work/tests/default_job" "${quick[@]}" > "$work/bench.log" 2>&1
+    benches=$((benches + 1))
+    tag=bench bench_out=$out
+    ((benches > 1)) && tag=bench$benches bench_out=$out/bench$benches
+    timeout -k 5 "$left" python3 "$src/bench/gpu_bench.py" --bin "$bin" --out "$bench_out" --work "$work/$tag" \
+      --default-job "$work/tests/default_job" "${quick[@]}" > "$work/$tag.log" 2>&1
   else
     timeout -k 5 "$((left < part_cap ? left : part_cap))" bash "$src/tests/gpu/gpu_tests.sh" "$part" "$bin" "$src" "$work/tests/$part" > "$work/$part.log" 2>&1
   fi
   rc=$?
-  log=$work/$([[ "$part" == bench ]] && echo bench || echo "$part").log
+  log=$work/$([[ "$part" == bench ]] && echo "$tag" || echo "$part").log
   if [[ $rc -eq 0 ]]; then
     say "[gpu-check] PASS $part ($((SECONDS - t0)) s)"
   else
@@ -79,7 +83,7 @@ for part in $parts; do
   grep -h "^\[gpu\]\|^\[bench-gpu\]" "$log" 2>/dev/null | sed 's/^/    /' >> "$summary"
   save_logs  # after every part, so that a run stopped from outside still returns what it did
 done
-[[ -f "$out/gpu-latest.md" ]] && cat "$out/gpu-latest.md"
+for f in "$out/gpu-latest.md" "$out"/bench*/gpu-latest.md; do [[ -f "$f" ]] && cat "$f"; done
 say "[gpu-check] $( ((failed)) && echo FAILED || echo PASSED ) in $((SECONDS - start)) s; results in $out"
 rm -rf "$work"
 exit $failed

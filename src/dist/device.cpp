@@ -110,10 +110,22 @@ c10::Device choose_device(const std::optional<std::string>& requested, int rank,
 
 bool has_device_memory(c10::Device device) { return !device.is_cpu(); }
 
+namespace {
+
+// The device's caching allocator, initialised: CUDA's knows no device before the first allocation
+// or lazyInitDevice ("Invalid device argument ... did you call init?"), which a memory check made
+// before anything is on the device would otherwise meet (seen on the first H100 run).
+c10::DeviceAllocator* allocator_of(c10::Device device) {
+  at::globalContext().lazyInitDevice(device.type());
+  return c10::getDeviceAllocator(device.type());
+}
+
+}  // namespace
+
 DeviceMemory device_memory(c10::Device device) {
   DeviceMemory m;
   if (!has_device_memory(device)) return m;
-  auto* alloc = c10::getDeviceAllocator(device.type());
+  auto* alloc = allocator_of(device);
   const auto stats = alloc->getDeviceStats(device.index());
   const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
   m.allocated = stats.allocated_bytes[all].current;
@@ -127,7 +139,7 @@ DeviceMemory device_memory(c10::Device device) {
 }
 
 void reset_peak_memory(c10::Device device) {
-  if (has_device_memory(device)) c10::getDeviceAllocator(device.type())->resetPeakStats(device.index());
+  if (has_device_memory(device)) allocator_of(device)->resetPeakStats(device.index());
 }
 
 }  // namespace fsdpp::dist

@@ -303,7 +303,8 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
     auto share = [tp](int64_t size) { return (size + tp - 1) / tp; };  // the largest rank's
     d = Dims{BT, o.batch, o.seq_len, sh.dim, sh.n_heads * sh.head_dim() / tp,
              sh.n_kv_heads * sh.head_dim() / tp, share(sh.ffn_hidden), share(sh.vocab_size), sh.n_heads / tp,
-             sh.n_heads / sh.n_kv_heads, pb, mp, o.sequence_parallel ? BT / tp : BT, tp, o.sequence_parallel};
+             sh.n_heads / sh.n_kv_heads, pb, mp, o.sequence_parallel ? BT / tp : BT, tp, o.sequence_parallel,
+             o.device_is_gpu};
   }
 
   // One training step; the first runs without prefetch (fully_shard learns the order in it) and
