@@ -188,7 +188,9 @@ StepOutcome pipeline_train_step(TrainSession& s, int64_t step) {
     xs.push_back(x);
     ys.push_back(y);
   }
-  const auto x = at::cat(xs), y = at::cat(ys);
+  // On the rank's device, as train_step's batches (pinned host memory copies asynchronously).
+  const auto x = at::cat(xs).to(s.world.device(), /*non_blocking=*/true);
+  const auto y = at::cat(ys).to(s.world.device(), /*non_blocking=*/true);
   data_span.end();
   dist::TraceSpan pipeline_span(trace.get(), "pipeline");
   const auto out = parts.runtime->step(x, y);
