@@ -23,7 +23,7 @@ summary=$out/summary.txt
 start=$SECONDS
 say() { echo "$*" | tee -a "$summary"; }
 
-say "[gpu-check] $(date -u +%FT%TZ) commit $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo '?') bundle $bundle"
+say "[gpu-check] $(date -u +%FT%TZ) bundle $bundle"
 if [[ ! -f "$bundle" ]]; then
   say "[gpu-check] FAIL: no bundle at $bundle (run \`make bundle\` where fsdpp builds and carry it)"
   exit 1

@@ -92,7 +92,8 @@ PY
     train pp_cpu 2 cpu gloo "${common[@]}" parallelism.pipeline_parallel_degree=2
     compare pp_gpu pp_cpu 1e-2
     moe=(model.architecture=qwen3_moe model.num_experts=4 model.num_experts_per_tok=2
-         model.moe_intermediate_size=64 parallelism.expert_parallel_degree=2)
+         model.moe_intermediate_size=64 parallelism.expert_parallel_degree=2
+         training.fsdp_config.fsdp_transformer_layer_cls_to_wrap=Qwen3MoeDecoderLayer)
     train ep_gpu 2 cuda:0 gloo "${common[@]}" "${moe[@]}"
     train ep_cpu 2 cpu gloo "${common[@]}" "${moe[@]}"
     compare ep_gpu ep_cpu 1e-2
