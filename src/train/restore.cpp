@@ -84,7 +84,6 @@ void start_loader(TrainSession& s) {
 void restore(TrainSession& s) {
   const auto& cfg = s.cfg;
   const auto& t = cfg.training;
-  auto& world = s.world;
   const bool lead = s.lead;
   const auto& out_dir = s.out_dir;
   const auto& resume_dir = s.resume_dir;

@@ -12,9 +12,12 @@
 #                   run's metrics carry CUDA memory and MFU; steps/s of both in WORK_DIR
 #   parallel_gloo2  tensor, pipeline and expert parallelism (2 ranks, Gloo, one GPU) against
 #                   the same runs on the CPU, 20 steps each
+#   train_paths     CPU offload (pinned host shards) and a distillation teacher on the GPU against
+#                   the same runs on the CPU; a GPU run resumed from its step-3 checkpoint against
+#                   the uninterrupted run; the GPU's checkpoint as the CPU run's teacher
 # FSDPP_DATA: the text to train on (default: configs/default.yaml's data.path).
 set -euo pipefail
-names=(unit_nccl unit_gloo2 default_job parallel_gloo2)
+names=(unit_nccl unit_gloo2 default_job parallel_gloo2 train_paths)
 if [[ "${1:-}" == --list ]]; then
   printf '%s\n' "${names[@]}"
   exit 0
@@ -97,6 +100,30 @@ PY
     train ep_gpu 2 cuda:0 gloo "${common[@]}" "${moe[@]}"
     train ep_cpu 2 cpu gloo "${common[@]}" "${moe[@]}"
     compare ep_gpu ep_cpu 1e-2
+    ;;
+  train_paths)
+    short=(training.max_steps=6 training.eval_steps=0)
+    train offload_gpu 1 cuda nccl "${short[@]}" training.fsdp_config.fsdp_offload_params=true
+    train offload_cpu 1 cpu gloo "${short[@]}" training.fsdp_config.fsdp_offload_params=true
+    compare offload_gpu offload_cpu 1e-2
+    saves=(training.save_strategy=steps training.save_steps=3)
+    train whole_gpu 1 cuda nccl "${short[@]}" "${saves[@]}"
+    train resumed_gpu 1 cuda nccl "${short[@]}" "${saves[@]}" \
+      training.resume_from_checkpoint="$work/whole_gpu/checkpoint-3"
+    "$python" - "$work/resumed_gpu/metrics.jsonl" "$work/whole_gpu/metrics.jsonl" <<'PY'
+import json, sys
+def losses(path):
+    return {j["step"]: j["loss"] for j in map(json.loads, open(path)) if "loss" in j}
+resumed, whole = losses(sys.argv[1]), losses(sys.argv[2])
+assert sorted(resumed) == [4, 5, 6], f"train_paths: the resumed run logged steps {sorted(resumed)}, not 4-6"
+worst = max(abs(resumed[s] - whole[s]) / abs(whole[s]) for s in resumed)
+print(f"[gpu] train_paths: resumed at step 3 vs uninterrupted: steps 4-6, largest relative difference {worst:.2e} (tolerance 1e-5)")
+assert worst <= 1e-5, f"train_paths: the resumed GPU run differs from the uninterrupted one by {worst:.2e}"
+PY
+    teacher=(distillation.teacher="$work/whole_gpu/checkpoint-6")
+    train distill_gpu 1 cuda nccl "${short[@]}" "${teacher[@]}"
+    train distill_cpu 1 cpu gloo "${short[@]}" "${teacher[@]}"
+    compare distill_gpu distill_cpu 1e-2
     ;;
   *)
     echo "[gpu] unknown test '$name'; expected one of: ${names[*]}" >&2
