@@ -239,10 +239,10 @@ no_frames "$D/frames_progress.log"
 echo "ok   frames_progress: --progress-timeout-s 0.001: $(grep -c . "$D/frames_progress.log") lines, no stack frames"
 
 # ---- the heartbeat and SIGTERM during evaluation and the sample ----------------------------------
-# A healthy run whose evaluation and sample each take several times --progress-timeout-s: the
-# evaluation reads 400 batches of 32 windows from the source tree's half (configs/ alone is done in
-# a few milliseconds on a fast machine, before a poll of the heartbeat file sees it).
-long_eval=(data.path="$src/src" training.eval_steps=2 training.eval_max_batches=400
+# A healthy run whose evaluation and sample each take several times --progress-timeout-s: a model
+# of width 128 evaluates 20 batches of 32 windows of docs/, about 18 GFLOP (configs/ at width 32,
+# 0.4 GFLOP, was evaluated on CI's machine between two polls of the heartbeat file).
+long_eval=(data.path="$src/docs" model.dim=128 training.eval_steps=2 training.eval_max_batches=20
            training.per_device_eval_batch_size=32 data.val_fraction=0.5 training.sample_tokens=600)
 "$run" --nproc-per-node 2 --progress-timeout-s 2 "${job[@]}" "${long_eval[@]}" training.max_steps=2 \
   training.output_dir="$D/beats" > "$D/beats.log" 2>&1 ||
@@ -253,9 +253,9 @@ for phase in evaluating sampling; do
   FSDPP_HEARTBEAT_FILE="$D/beat_$phase" "${job[@]}" "${long_eval[@]}" training.max_steps=2 \
     training.output_dir="$D/term_$phase" > "$log" 2>&1 &
   pid=$!
-  for ((i = 0; i < 600; i++)); do
+  for ((i = 0; i < 3000; i++)); do
     grep -q "^$phase" "$D/beat_$phase" 2>/dev/null && break
-    sleep 0.1
+    sleep 0.02
   done
   grep -q "^$phase" "$D/beat_$phase" || { echo "FAIL heartbeat_sigterm_$phase: never $phase"; cat "$log"; exit 1; }
   t0=$(date +%s.%N)
