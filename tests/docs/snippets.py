@@ -5,7 +5,7 @@ usage: snippets.py SOURCE_DIR OUT_DIR      writes OUT_DIR/<page>.cpp and OUT_DIR
 
 Every ```cpp block of a page becomes part of that page's translation unit, compiled against an
 installed fsdpp as a user's project would (tests/docs/snippets/CMakeLists.txt: find_package(fsdpp),
-<torch/torch.h> precompiled, nothing else), so a page that forgets an include its snippets need
+<torch/torch.h> included ahead of each page, nothing else), so a page that forgets an include its snippets need
 fails. Rules:
 
 - `#include` lines of a page's blocks go to the top of its file, in order, once each.
