@@ -197,6 +197,7 @@ const Schema& train_schema() {
                       FSDPP_KEY(distillation, generation_temperature),
                       FSDPP_KEY(distillation, layer_map),
                       FSDPP_KEY(distillation, layer_loss),
+                      FSDPP_KEY(distillation, layer_projection),
                       FSDPP_KEY(distillation, layer_loss_weight),
                       FSDPP_KEY(distillation, loss_chunk_tokens),
                   }),

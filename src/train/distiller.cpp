@@ -82,14 +82,13 @@ Distiller::Distiller(const TrainConfig& cfg, dist::World& world, int64_t student
                    d.top_k, info.top_k, d.teacher_cache, info.top_k);
   }
   if (!d.layer_map.empty()) {
-    for (const auto& [s, t] : resolve_layer_map(cfg, student.num_layers(), teacher_->lm().num_layers())) {
+    const auto pairs = resolve_layer_map(cfg, student.num_layers(), teacher_->lm().num_layers());
+    for (const auto& [s, t] : pairs) {
       student_layers_.push_back(s);
       teacher_layers_.push_back(t);
     }
-    FSDPP_CHECK_AS(ConfigError, student.hidden_size() == teacher_->lm().hidden_size(),
-                   "[config] distillation.layer_map: the student's hidden states are {} wide and "
-                   "the teacher's {}; expected the same width (fsdpp-ckpt compress keeps it)",
-                   student.hidden_size(), teacher_->lm().hidden_size());
+    projections_.emplace(d.layer_projection, pairs, student.hidden_size(),
+                         teacher_->lm().hidden_size(), cfg.training.seed, world.device());
   }
 }
 
@@ -140,7 +139,8 @@ Distiller::Result Distiller::loss(models::CausalLM& student, const data::BatchLo
   kd_sum_ += parts.kd.item<double>();
   ce_sum_ += parts.ce.item<double>();
   if (!student_layers_.empty()) {
-    const auto layer = layer_distillation_loss(out.hidden_states, teacher_hidden, pb.kd_mask, layer_loss_);
+    const auto layer = layer_distillation_loss(out.hidden_states, teacher_hidden, pb.kd_mask,
+                                               layer_loss_, projections_->weights());
     layer_sum_ += layer.item<double>();
     loss = loss + layer_weight_ * layer;
   }

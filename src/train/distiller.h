@@ -3,7 +3,8 @@
 // sequences come from (the data, or sampled by the student or the teacher: on_policy.h), what
 // the teacher says about them (the live teacher, teacher.h, or the offline cache,
 // teacher_cache.h), the chunked KD loss (chunked_distill_loss.h), the intermediate layers'
-// loss (layer_distill_loss.h) and the step's metrics. Private to src/train.
+// loss (layer_distill_loss.h, through layer_projection.h's learned maps) and the step's
+// metrics. Private to src/train.
 //
 //   Distiller distiller(cfg, world, vocab, *lm, init);    // collective: loads the teacher
 //   distiller.begin_step();
@@ -28,6 +29,7 @@
 #include "fsdpp/train/config.h"
 #include "fsdpp/train/teacher_cache.h"
 #include "init_from.h"
+#include "layer_projection.h"
 #include "on_policy.h"
 #include "teacher.h"
 
@@ -62,6 +64,9 @@ class Distiller {
   void log_step(nlohmann::json& line, dist::World& world, int64_t accum);
   std::string describe() const;
   Teacher* live_teacher() { return teacher_.get(); }  // null with an offline cache alone
+  // The intermediate layers' learned projections (layer_projection.h); null without
+  // distillation.layer_map. Trained with the student: make_optimizer, train_step, save, restore.
+  const LayerProjections* projections() const { return projections_ ? &*projections_ : nullptr; }
 
  private:
   TeacherTargets cached_teacher(const data::BatchLoader::Batch& batch) const;
@@ -74,6 +79,7 @@ class Distiller {
   Choice<LayerLossType> layer_loss_ = LayerLossType::COSINE;
   int64_t chunk_ = 0, seq_len_ = 0;
   std::vector<int64_t> student_layers_, teacher_layers_;
+  std::optional<LayerProjections> projections_;
   // This step's sums.
   double kd_sum_ = 0, ce_sum_ = 0, layer_sum_ = 0, generate_ms_ = 0;
   int64_t student_sampled_ = 0, teacher_sampled_ = 0;

@@ -4,10 +4,37 @@
 #include <cmath>
 #include <memory>
 
+#include "fsdpp/common/error.h"
 #include "fsdpp/optim/fused_adamw.h"
 #include "phases.h"
 
 namespace fsdpp::train::detail {
+namespace {
+
+// distillation.layer_projection's learned maps (layer_projection.h): a param group of their
+// own with the run's options, so that every step and the schedule's learning rate reach them.
+void add_layer_projections(TrainSession& s) {
+  const auto* projections = s.distiller ? s.distiller->projections() : nullptr;
+  const auto params = projections ? projections->parameters() : std::vector<at::Tensor>{};
+  if (params.empty()) return;
+  const auto& t = s.cfg.training;
+  // The loss scaler unscales and checks the student's gradients, disk offload holds the
+  // student's state: neither knows parameters outside the model.
+  FSDPP_CHECK_AS(ConfigError, !t.fp16 && t.fsdp_config.offload_optimizer_state_dir.empty(),
+                 "[config] distillation.layer_projection: the learned projections ({}) do not "
+                 "combine with {}; use training.bf16, or distillation.layer_projection=none "
+                 "with layers of the same width",
+                 projections->describe(),
+                 t.fp16 ? "training.fp16 (the loss scaler knows the student's gradients only)"
+                        : "fsdp_config.offload_optimizer_state_dir");
+  auto options = s.opt->param_groups().front().options().clone();
+  s.opt->add_param_group(torch::optim::OptimizerParamGroup(params, std::move(options)));
+  s.say(fmt::format("[train] distillation.layer_projection: {} learned projection(s) {} trained "
+                    "with the student (AdamW, replicated on every rank)",
+                    params.size(), projections->describe()));
+}
+
+}  // namespace
 
 void make_optimizer(TrainSession& s) {
   const auto& cfg = s.cfg;
@@ -28,6 +55,7 @@ void make_optimizer(TrainSession& s) {
     s.opt = std::make_unique<torch::optim::AdamW>(params, options);
   }
   auto& opt = *s.opt;
+  add_layer_projections(s);
   // fsdp_offload_optimizer_state_dir: the AdamW state lives in a per-rank memory-mapped file.
   // fp16: the sharded dynamic loss scaler (disabled, it is a pass-through for other dtypes).
   GradScalerOptions scaler_options;

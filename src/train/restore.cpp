@@ -107,6 +107,9 @@ void restore(TrainSession& s) {
   int64_t& first_step = s.first_step = 1;
   if (resumed) {
     checkpointer.restore(resume_dir, *resumed, model, opt, schedule);  // + generator states
+    if (const auto* projections = s.distiller ? s.distiller->projections() : nullptr) {
+      if (auto warning = projections->restore(resume_dir, &opt)) s.say(*warning);
+    }
     if (resumed->grad_scaler) scaler.load_state(*resumed->grad_scaler);
     // Only once the checkpoint loaded: a corrupt one must not cost the metrics of the steps
     // after it.

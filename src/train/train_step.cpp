@@ -38,6 +38,50 @@ namespace {
               grad ? grad->rank : 0, step - 1);
 }
 
+// The student's gradients clipped to max_norm by their global norm, which it returns. Under TP
+// the norm sums the tp slices too, and each gradient is a shard over the FSDP shard group when
+// the strategy shards them (tp::clip_grad_norm_ counts every parameter once). Under EP each
+// expert counts once: summed over ep and over the ranks FSDP shards it on.
+double clip_student(TrainSession& s, double max_norm) {
+  torch::nn::Module& model = s.lm->module();
+  const bool sharded = traits_of(s.cfg.training.fsdp).shards_grads;
+  if (s.tp) {
+    return tp::clip_grad_norm_(model, *s.tp, max_norm, sharded ? s.tp_mesh->group("shard") : nullptr);
+  }
+  if (s.ep) {
+    const auto& efsdp = s.ep_mesh->group("efsdp");
+    return models::clip_grad_norm_(*models::as_qwen3_moe(*s.lm)->get(), *s.ep, max_norm,
+                                   sharded ? s.world.group() : nullptr,
+                                   sharded && efsdp->size() > 1 ? efsdp : nullptr);
+  }
+  return clip_grad_norm_(model, max_norm);
+}
+
+// The student's gradients and `extra` (whole on every rank, already averaged: the distillation's
+// layer projections) clipped together by their one global norm, as torch's clip_grad_norm_
+// over the student's and the projections' parameters would; returns it.
+double clip_together(TrainSession& s, const std::vector<at::Tensor>& extra, double max_norm) {
+  at::NoGradGuard no_grad;
+  const double student = clip_student(s, INFINITY);  // the norm alone
+  double sq = student * student;
+  for (const auto& p : extra) {
+    if (!p.grad().defined()) continue;
+    const double n = at::linalg_vector_norm(p.grad(), 2.0, {}, false, at::kDouble).item<double>();
+    sq += n * n;
+  }
+  const double total = std::sqrt(sq);
+  const double coef = max_norm / (total + 1e-6);
+  if (coef < 1.0) {
+    for (auto& p : s.lm->module().parameters()) {
+      if (p.grad().defined()) p.grad().mul_(coef);
+    }
+    for (const auto& p : extra) {
+      if (p.grad().defined()) p.grad().mul_(coef);
+    }
+  }
+  return total;
+}
+
 }  // namespace
 
 StepOutcome train_step(TrainSession& s, int64_t step) {
@@ -86,24 +130,15 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
     if (aux_loss.defined()) aux_loss_sum += aux_loss.item<double>();
   }
   dist::TraceSpan clip_span(trace.get(), "clip_grad_norm");
+  // distillation.layer_projection's maps, whole on every rank: their gradients averaged over the
+  // ranks as FSDP averages the student's.
+  const auto* projections = s.distiller ? s.distiller->projections() : nullptr;
+  const auto extra = projections ? projections->parameters() : std::vector<at::Tensor>{};
+  if (!extra.empty()) projections->average_gradients(*world.group());
   if (s.hooks.after_backward) s.hooks.after_backward(hook_context);
   scaler.unscale_();  // fp16: the gradients divided back, and inf/nan agreed over the ranks
   const double max_norm = t.max_grad_norm > 0 ? t.max_grad_norm : INFINITY;
-  // Under TP the norm sums the tp slices too, and each gradient is a shard over the FSDP shard
-  // group when the strategy shards them (tp::clip_grad_norm_ counts every parameter once).
-  // Under EP each expert counts once: summed over ep and over the ranks FSDP shards it on.
-  const bool sharded = traits_of(t.fsdp).shards_grads;
-  double grad_norm = 0;
-  if (s.tp) {
-    grad_norm = tp::clip_grad_norm_(model, *s.tp, max_norm, sharded ? s.tp_mesh->group("shard") : nullptr);
-  } else if (s.ep) {
-    const auto& efsdp = s.ep_mesh->group("efsdp");
-    grad_norm = models::clip_grad_norm_(*models::as_qwen3_moe(*s.lm)->get(), *s.ep, max_norm,
-                                        sharded ? world.group() : nullptr,
-                                        sharded && efsdp->size() > 1 ? efsdp : nullptr);
-  } else {
-    grad_norm = clip_grad_norm_(model, max_norm);
-  }
+  const double grad_norm = extra.empty() ? clip_student(s, max_norm) : clip_together(s, extra, max_norm);
   // The norm is non-finite exactly when a gradient element is: one check per step, and the
   // search for the culprit only then. Under fp16 the loss scaler skips such steps instead.
   if (!t.fp16 && !std::isfinite(grad_norm)) stop_on_nonfinite(model, world, step, loss_sum);

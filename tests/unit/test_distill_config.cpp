@@ -122,7 +122,7 @@ TEST(DistillConfig, OnPolicyOfflineAndLayerKeys) {
   const auto cfg = TrainConfig::from_yaml_string(
       kYaml + "  lmbda: 0.5\n  seq_kd: true\n  max_new_tokens: 16\n  generation_temperature: 0.9\n"
               "  teacher_cache: runs/cache\n  layer_map: [0:0, 1:2]\n  layer_loss: mse\n"
-              "  layer_loss_weight: 0.25\n  loss_chunk_tokens: 512\n",
+              "  layer_loss_weight: 0.25\n  loss_chunk_tokens: 512\n  layer_projection: linear\n",
       {"data.train_fraction=0.1"});
   const auto& d = cfg.distillation;
   EXPECT_EQ(d.lmbda, 0.5);
@@ -133,6 +133,12 @@ TEST(DistillConfig, OnPolicyOfflineAndLayerKeys) {
   EXPECT_EQ(d.layer_map, (std::vector<std::string>{"0:0", "1:2"}));
   EXPECT_EQ(d.layer_loss, fsdpp::train::LayerLossType::MSE);
   EXPECT_EQ(d.layer_loss_weight, 0.25);
+  EXPECT_EQ(d.layer_projection, fsdpp::train::LayerProjection::LINEAR);
+  EXPECT_EQ(TrainConfig::from_yaml_string(kYaml).distillation.layer_projection,
+            fsdpp::train::LayerProjection::AUTO);  // the default
+  EXPECT_EQ(TrainConfig::from_yaml_string(kYaml, {"distillation.layer_projection=none"})
+                .distillation.layer_projection,
+            fsdpp::train::LayerProjection::NONE);
   EXPECT_EQ(d.loss_chunk_tokens, 512);
   EXPECT_EQ(cfg.data.train_fraction, 0.1);
   EXPECT_TRUE(d.live_teacher());  // samples and hidden states need it beside the cache
@@ -165,6 +171,9 @@ TEST(DistillConfig, BadOnPolicyOfflineAndLayerValuesNameTheKey) {
   EXPECT_NE(bad({"distillation.layer_map=[0:1, 0:2]"}).find("holds '0:2'"), std::string::npos);
   EXPECT_NE(bad({"distillation.layer_map=[auto, 0:1]"}).find("holds 'auto'"), std::string::npos);
   EXPECT_NE(bad({"distillation.layer_loss=l1"}).find("cosine, mse"), std::string::npos);
+  const auto projection = bad({"distillation.layer_projection=mlp"});
+  EXPECT_NE(projection.find("distillation.layer_projection"), std::string::npos) << projection;
+  EXPECT_NE(projection.find("auto, linear, none"), std::string::npos) << projection;
   EXPECT_NE(bad({"distillation.teacher=", "distillation.teacher_cache=c", "distillation.seq_kd=true"})
                 .find("distillation.teacher_cache without distillation.teacher"),
             std::string::npos);

@@ -249,6 +249,9 @@ struct DistillationSection {
   // T; [auto]: the layers model.init_from's compress.json kept.
   std::vector<std::string> layer_map;
   Choice<LayerLossType> layer_loss = LayerLossType::COSINE;
+  // A learned linear map from the student's width to the teacher's per pair (layer_projection.h):
+  // auto where the widths differ, linear always, none never.
+  Choice<LayerProjection> layer_projection = LayerProjection::AUTO;
   double layer_loss_weight = 1.0;
   int64_t loss_chunk_tokens = 0;  // positions per chunk of the KD loss; 0: 64 MiB of probabilities
 
