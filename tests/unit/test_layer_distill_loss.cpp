@@ -136,26 +136,23 @@ TEST(LayerDistillLoss, ProjectionMatchesTheMapWrittenOutAndFiniteDifferences) {
     const auto loss = layer_distillation_loss({s}, {t}, mask(), type, {w});
     EXPECT_NEAR(loss.item<double>(), hand(s0, w0), 1e-12);
     loss.backward();
-    const double eps = 1e-6;
+    // Every element of `base` moved by +-eps in `loss_at`, against `grad`.
     double worst = 0;
-    for (int64_t i = 0; i < w0.numel(); ++i) {  // every element of W
-      auto plus = w0.clone(), minus = w0.clone();
-      plus.view({-1})[i] += eps;
-      minus.view({-1})[i] -= eps;
-      const double fd = (hand(s0, plus) - hand(s0, minus)) / (2 * eps);
-      const double got = w.grad().view({-1})[i].item<double>();
-      worst = std::max(worst, std::abs(got - fd));
-      EXPECT_NEAR(got, fd, 1e-7) << "W element " << i;
-    }
-    for (int64_t i = 0; i < s0.numel(); ++i) {  // every element of the student's states
-      auto plus = s0.clone(), minus = s0.clone();
-      plus.view({-1})[i] += eps;
-      minus.view({-1})[i] -= eps;
-      const double fd = (hand(plus, w0) - hand(minus, w0)) / (2 * eps);
-      const double got = s.grad().view({-1})[i].item<double>();
-      worst = std::max(worst, std::abs(got - fd));
-      EXPECT_NEAR(got, fd, 1e-7) << "state element " << i;
-    }
+    const auto check = [&](const torch::Tensor& base, const torch::Tensor& grad, auto loss_at,
+                           const char* what) {
+      const double eps = 1e-6;
+      for (int64_t i = 0; i < base.numel(); ++i) {
+        auto plus = base.clone(), minus = base.clone();
+        plus.view({-1})[i] += eps;
+        minus.view({-1})[i] -= eps;
+        const double fd = (loss_at(plus) - loss_at(minus)) / (2 * eps);
+        const double got = grad.view({-1})[i].item<double>();
+        worst = std::max(worst, std::abs(got - fd));
+        EXPECT_NEAR(got, fd, 1e-7) << what << " element " << i;
+      }
+    };
+    check(w0, w.grad(), [&](const torch::Tensor& x) { return hand(s0, x); }, "W");
+    check(s0, s.grad(), [&](const torch::Tensor& x) { return hand(x, w0); }, "state");
     EXPECT_GT(w.grad().abs().sum().item<double>(), 0);
     std::printf("%s: projected loss %.6f, worst |autograd - finite difference| %.2e\n",
                 type == LayerLossType::COSINE ? "cosine" : "mse", loss.item<double>(), worst);
