@@ -13,6 +13,8 @@
 #     projection file's tensors (weights, moments, step) bit-equal to the uninterrupted run's.
 #   a checkpoint without the file (removed), and a resume with another layer_map: a warning
 #     naming why, and the run goes on with seeded projections.
+#   linear: the teacher distilled into itself ([0:0, 1:1]) through 2 projections 64 x 64: kd_loss
+#     0, layer_loss > 0 (the maps are random, not the identity).
 # Refused: layer_projection=none with different widths (naming the key to set), an unknown
 # value, training.fp16 with a projection.
 set -euo pipefail
@@ -47,6 +49,11 @@ go 1 othermap "${np2[@]}" "distillation.layer_map=[0:0]" training.max_steps=3 \
   training.resume_from_checkpoint=latest
 grep -q "holds no projection for distillation.layer_map's pair 0:0" "$dir/othermap.log" \
   || { cat "$dir/othermap.log"; exit 1; }
+# linear: a projection for pairs of equal width too (the teacher distilled into itself).
+go 1 linear model.init_from="$teacher" training.max_steps=1 training.per_device_train_batch_size=8 \
+  distillation.teacher="$teacher" "distillation.layer_map=[0:0, 1:1]" distillation.layer_projection=linear
+grep -q "distillation.layer_projection: 2 learned projection(s) 2 x (64, 64)" "$dir/linear.log" \
+  || { cat "$dir/linear.log"; exit 1; }
 "$ckpt" export-hf "$dir/two/checkpoint-4" "$dir/hf" > "$dir/hf.log" 2>&1 || { cat "$dir/hf.log"; exit 1; }
 "$python" - "$dir" <<'PY'
 import json, math, sys
@@ -90,6 +97,8 @@ params = json.load(open(f"{d}/two/checkpoint-4/index.json"))["params"]
 assert "tok_embeddings.weight" in params and all(p["shape"] != [64, 32] for p in params.values()), params.keys()
 hf = load_file(f"{d}/hf/model.safetensors")
 assert len(hf) == len(params) and all(t.shape != (64, 32) for t in hf.values()), {k: t.shape for k, t in hf.items()}
+lin = steps("linear")[1]
+assert lin["kd_loss"] < 1e-6 and lin["layer_loss"] > 0.1, lin  # the teacher itself, through random maps
 print(f"distill_projection: 1 rank and 2 ranks within {worst:.1e} (losses, grad norm), projection "
       f"within {pw:.1e}; resumed bit-equal; layer_loss {one[1]['layer_loss']:.4f} -> "
       f"{one[4]['layer_loss']:.4f}; step 1 moved the seeded init by at most {step.max():.2e} (lr {lr:.2e})")
