@@ -3,7 +3,8 @@
 # wide (2 layers, trained here for 4 steps) and a student 32 wide (1 layer), layer_map [0:1],
 # mse, the learned 32 -> 64 projection (auto), max_grad_norm 0.3 (every step clipped: the
 # projection with the student under one norm, grad_norm counting both):
-#   one (1 rank x 8 sequences) against two (2 ranks x 4): the same loss, kd_loss, ce_loss,
+#   one (1 rank x 8 sequences) against two (2 ranks x 4) and accum (1 rank, 2 micro-batches of
+#     4): the same loss, kd_loss, ce_loss,
 #     layer_loss and grad_norm at every step, and the same projection weights and AdamW moments
 #     in checkpoint-4, within 1e-5; the projection at step 1 is torch.nn.Linear's initial
 #     values drawn in Python from torch.Generator().manual_seed(training.seed) moved by one
@@ -37,6 +38,8 @@ student=(model.dim=32 model.n_layers=1 distillation.teacher="$teacher" "distilla
 go 1 one "${student[@]}" training.per_device_train_batch_size=8 training.max_steps=4
 grep -q "distillation.layer_projection: 1 learned projection(s) 1 x (64, 32)" "$dir/one.log" || { cat "$dir/one.log"; exit 1; }
 go 2 two "${student[@]}" training.per_device_train_batch_size=4 training.max_steps=4
+go 1 accum "${student[@]}" training.per_device_train_batch_size=4 training.gradient_accumulation_steps=2 \
+  training.max_steps=4
 np2=("${student[@]}" training.per_device_train_batch_size=4)
 go 2 resumed "${np2[@]}" training.max_steps=2
 cp -r "$dir/resumed" "$dir/nofile"
@@ -65,20 +68,21 @@ def steps(name):
 def projection(name, step):
     m = torch.jit.load(f"{d}/{name}/checkpoint-{step}/distill_projection.pt")
     return {**dict(m.named_parameters()), **dict(m.named_buffers())}
-one, two, res = steps("one"), steps("two"), steps("resumed")
-assert sorted(one) == sorted(two) == sorted(res) == [1, 2, 3, 4], (sorted(one), sorted(two), sorted(res))
+one, two, res, acc = steps("one"), steps("two"), steps("resumed"), steps("accum")
+assert sorted(one) == sorted(two) == sorted(res) == sorted(acc) == [1, 2, 3, 4], (sorted(one), sorted(two), sorted(res))
 worst = 0.0
 for s in one:
     for k in ("loss", "kd_loss", "ce_loss", "layer_loss", "grad_norm"):
-        diff = abs(one[s][k] - two[s][k])
-        worst = max(worst, diff)
-        assert diff <= 1e-5, ("one vs two", s, k, one[s][k], two[s][k])
+        for other, name in ((two, "two"), (acc, "accum")):
+            diff = abs(one[s][k] - other[s][k])
+            worst = max(worst, diff)
+            assert diff <= 1e-5, ("one vs", name, s, k, one[s][k], other[s][k])
         assert res[s][k] == two[s][k], ("resumed vs two", s, k, res[s][k], two[s][k])
 assert one[4]["layer_loss"] < one[1]["layer_loss"], [one[s]["layer_loss"] for s in one]
 assert all(j["grad_norm"] > 0.3 for j in one.values()), [j["grad_norm"] for j in one.values()]  # clipped
-p1, p2 = projection("one", 4), projection("two", 4)
+p1, p2, pa = projection("one", 4), projection("two", 4), projection("accum", 4)
 assert sorted(p1) == sorted(p2) == ["0_1_exp_avg", "0_1_exp_avg_sq", "0_1_step", "0_1_weight"], sorted(p1)
-pw = max((p1[k].double() - p2[k].double()).abs().max().item() for k in p1)
+pw = max((p1[k].double() - p[k].double()).abs().max().item() for k in p1 for p in (p2, pa))
 assert pw <= 1e-5, pw
 assert p1["0_1_weight"].shape == (64, 32) and int(p1["0_1_step"]) == 4
 pr = projection("resumed", 4)
@@ -99,7 +103,7 @@ hf = load_file(f"{d}/hf/model.safetensors")
 assert len(hf) == len(params) and all(t.shape != (64, 32) for t in hf.values()), {k: t.shape for k, t in hf.items()}
 lin = steps("linear")[1]
 assert lin["kd_loss"] < 1e-6 and lin["layer_loss"] > 0.1, lin  # the teacher itself, through random maps
-print(f"distill_projection: 1 rank and 2 ranks within {worst:.1e} (losses, grad norm), projection "
+print(f"distill_projection: 1 rank, 2 ranks and 2 micro-batches within {worst:.1e} (losses, grad norm), projection "
       f"within {pw:.1e}; resumed bit-equal; layer_loss {one[1]['layer_loss']:.4f} -> "
       f"{one[4]['layer_loss']:.4f}; step 1 moved the seeded init by at most {step.max():.2e} (lr {lr:.2e})")
 PY
