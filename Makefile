@@ -103,6 +103,8 @@ bench-big-model: build
 ASAN_BUILD_DIR ?= build-asan
 ASAN_LABELS ?= unit|dist
 ASAN_EXCLUDE ?= ^package\.|^docs\.|ResidentMemory
+# What the sanitizer build makes (default: everything); CI's unit run: fsdpp_unit_test_programs.
+ASAN_TARGETS ?=
 ASAN_OPTIONS_FSDPP ?= detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1
 LSAN_OPTIONS_FSDPP ?= suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0
 UBSAN_OPTIONS_FSDPP ?= print_stacktrace=1:halt_on_error=1
@@ -112,7 +114,7 @@ test-asan: setup
 	  -DFSDPP_PYTHON=$(VENV)/bin/python -DCMAKE_CXX_COMPILER=$(CXX_COMPILER) \
 	  -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DFSDPP_SANITIZE=address,undefined \
 	  -DFSDPP_BUILD_BENCH=OFF -DFSDPP_BUILD_FUZZERS=OFF $(CMAKE_ARGS)
-	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
+	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS) $(if $(ASAN_TARGETS),--target $(ASAN_TARGETS))
 	cd $(ASAN_BUILD_DIR) && ASAN_OPTIONS=$(ASAN_OPTIONS_FSDPP) LSAN_OPTIONS=$(LSAN_OPTIONS_FSDPP) \
 	  UBSAN_OPTIONS=$(UBSAN_OPTIONS_FSDPP) \
 	  FSDPP_VENV=$(VENV) ctest --output-on-failure --timeout 900 -L '$(ASAN_LABELS)' \
