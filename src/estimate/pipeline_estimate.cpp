@@ -140,9 +140,9 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
 
   const int64_t pb = dtype_bytes(o.param_dtype), rb = dtype_bytes(o.reduce_dtype), f32 = 4;
   const int64_t mb = o.batch / m, BT = mb * o.seq_len;
-  const Dims d{BT, mb, o.seq_len, sh.dim, sh.n_heads * sh.head_dim(), sh.n_kv_heads * sh.head_dim(), sh.ffn_hidden,
-               sh.vocab_size, sh.n_heads, sh.n_heads / sh.n_kv_heads, pb, o.param_dtype != EstimateDType::FP32, BT,
-               1, false, o.device_is_gpu};
+  Dims d{BT, mb, o.seq_len, sh.dim, sh.n_heads * sh.head_dim(), sh.n_kv_heads * sh.head_dim(), sh.ffn_hidden,
+         sh.vocab_size, sh.n_heads, sh.n_heads / sh.n_kv_heads, pb, o.param_dtype != EstimateDType::FP32, BT};
+  d.fused_norm = o.device_is_gpu;
   const int64_t rope_rows = sh.max_seq_len > 0 ? sh.max_seq_len : o.seq_len;
   std::vector<StagePlan> plan(counts.size());
   int first = 0;
