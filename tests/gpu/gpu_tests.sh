@@ -15,9 +15,11 @@
 #   train_paths     CPU offload (pinned host shards) and a distillation teacher on the GPU against
 #                   the same runs on the CPU; a GPU run resumed from its step-3 checkpoint against
 #                   the uninterrupted run; the GPU's checkpoint as the CPU run's teacher
+#   make_run        `make run`'s script (scripts/default_job.sh, 2 ranks) for 20 steps: with one
+#                   GPU visible its ranks share it over Gloo and the run's metrics carry CUDA memory
 # FSDPP_DATA: the text to train on (default: configs/default.yaml's data.path).
 set -euo pipefail
-names=(unit_nccl unit_gloo2 default_job parallel_gloo2 train_paths)
+names=(unit_nccl unit_gloo2 default_job parallel_gloo2 train_paths make_run)
 if [[ "${1:-}" == --list ]]; then
   printf '%s\n' "${names[@]}"
   exit 0
@@ -124,6 +126,20 @@ PY
     train distill_gpu 1 cuda nccl "${short[@]}" "${teacher[@]}"
     train distill_cpu 1 cpu gloo "${short[@]}" "${teacher[@]}"
     compare distill_gpu distill_cpu 1e-2
+    ;;
+  make_run)
+    (cd "$src" && bash scripts/default_job.sh "$bin/.." "${data[@]}" training.output_dir="$work/make_run" \
+      training.max_steps=20 training.logging_steps=1 training.eval_steps=0 training.sample_tokens=0 \
+      training.save_strategy=no training.report_to=none > "$work/make_run.log" 2>&1) ||
+      { tail -n 30 "$work/make_run.log"; echo "[gpu] make_run: scripts/default_job.sh failed"; exit 1; }
+    head -n 3 "$work/make_run.log"
+    "$python" - "$work/make_run/metrics.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert len([j for j in lines if "loss" in j]) == 20, "make_run: the default job did not log 20 steps"
+assert all("cuda_peak_allocated_mb" in j for j in lines if "loss" in j), "make_run: the default job ran on the CPU"
+print(f"[gpu] make_run: 20 steps on the GPU, last loss {[j for j in lines if 'loss' in j][-1]['loss']:.4f}")
+PY
     ;;
   *)
     echo "[gpu] unknown test '$name'; expected one of: ${names[*]}" >&2
