@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/estimate/memory_traffic.h"
 #include "fsdpp/pipeline/schedules.h"
 #include "fsdpp/pipeline/simulate.h"
 
@@ -73,6 +74,7 @@ Cluster cluster_preset(const std::string& name) {
     c.intra_bandwidth = 360e9;  // NVLink 4 (900 GB/s both ways): NCCL's ring bus bandwidth
     c.inter_bandwidth = 40e9;   // one 400 Gb/s InfiniBand NIC per GPU (50 GB/s), as achieved
     c.latency_s = 10e-6;
+    c.memory_bandwidth = 3.35e12;  // HBM3
     c.source = name == "h100-sxm"
                    ? "8 x H100 SXM 80 GB per node, NVLink 4, 8 x 400 Gb/s InfiniBand; efficiency 0.60 assumed"
                    : "torchtitan's H100s capped at 500 W: efficiency 0.52 assumed (0.60 x ~0.87 for the cap)";
@@ -84,6 +86,7 @@ Cluster cluster_preset(const std::string& name) {
     c.intra_bandwidth = 230e9;  // NVLink 3
     c.inter_bandwidth = 22e9;   // 8 x 200 Gb/s HDR InfiniBand
     c.latency_s = 10e-6;
+    c.memory_bandwidth = 2.039e12;  // HBM2e
     c.source = "8 x A100 SXM 80 GB per node, NVLink 3, 8 x 200 Gb/s InfiniBand; efficiency 0.60 assumed";
   } else if (name == "cpu") {
     // This development machine (2 cores, Gloo over loopback, fp32), fitted by
@@ -148,11 +151,14 @@ StepTime predict_step_time(const ModelDescription& model, const EstimateOptions&
     default:  // NO_SHARD, ZERO1: an all-reduce of the gradients
       t.fsdp_comm_s = 2 * ring(grad_bytes, f, bw_f);
   }
+  if (c.memory_bandwidth > 0) {
+    t.memory_bound_s = step_memory_traffic(model, o, f).total() / c.memory_bandwidth * crowding;
+  }
   if (hybrid && dp / f > 1) t.fsdp_comm_s += 2 * ring(grad_bytes / f, dp / f, c.inter_bandwidth);
   t.fsdp_comm_s *= crowding;
   // Overlapped with compute (prefetched gathers, reductions behind the next unit's backward),
   // except the first unit's gather and the last unit's reduction.
-  t.fsdp_exposed_s = c.overlap ? std::max(0.0, t.fsdp_comm_s - t.compute_s) + t.fsdp_comm_s / units
+  t.fsdp_exposed_s = c.overlap ? std::max(0.0, t.fsdp_comm_s - t.compute_s - t.memory_bound_s) + t.fsdp_comm_s / units
                                : t.fsdp_comm_s;
 
   // TP: two all-reduces of the activations forward and two backward per layer (one more pair
@@ -173,7 +179,7 @@ StepTime predict_step_time(const ModelDescription& model, const EstimateOptions&
   // PP: the schedule's bubble (played out by the verified schedule), and the activations sent.
   if (pp > 1) {
     const auto sim = pipeline::simulate(pipeline::make_schedule(o.pipeline.schedule, pp, o.pipeline.microbatches));
-    const double stage = t.compute_s + t.tp_comm_s + t.ep_comm_s;
+    const double stage = t.compute_s + t.memory_bound_s + t.tp_comm_s + t.ep_comm_s;
     t.pp_bubble_s = stage * sim.bubble_fraction / (1 - sim.bubble_fraction);
     const double act = tokens / o.pipeline.microbatches * double(shape.dim) * dtype_bytes(o.param_dtype);
     const double bw = spans_nodes(pp, dp * tp, c.devices_per_node) ? c.inter_bandwidth : c.intra_bandwidth;
@@ -182,7 +188,7 @@ StepTime predict_step_time(const ModelDescription& model, const EstimateOptions&
                                   o.pipeline.schedule, pp, o.pipeline.microbatches, 100 * sim.bubble_fraction));
   }
 
-  t.total_s = t.compute_s + t.fsdp_exposed_s + t.tp_comm_s + t.ep_comm_s + t.pp_bubble_s + t.pp_p2p_s;
+  t.total_s = t.compute_s + t.memory_bound_s + t.fsdp_exposed_s + t.tp_comm_s + t.ep_comm_s + t.pp_bubble_s + t.pp_p2p_s;
   t.tokens_per_s_per_device = tokens * dp / t.total_s / o.world_size;
   t.mfu = flops_per_token * t.tokens_per_s_per_device / c.peak_flops;
   return t;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/estimate/memory_traffic.h"
 #include "fsdpp/estimate/step_time.h"
 
 namespace {
@@ -48,12 +49,44 @@ TEST(StepTime, FsdpOnOneNodeByHand) {
   EXPECT_NEAR(t.fsdp_comm_s, comm, 1e-9 * comm);
   // Compute-bound: only the first gather and the last reduction show.
   EXPECT_NEAR(t.fsdp_exposed_s, comm / units, 1e-9 * comm);
-  EXPECT_NEAR(t.total_s, t.compute_s + t.fsdp_exposed_s, 1e-12);
+  const double memory = fsdpp::step_memory_traffic(model, o, 8).total() / 3.35e12;
+  EXPECT_NEAR(t.memory_bound_s, memory, 1e-9 * memory);
+  EXPECT_NEAR(t.total_s, t.compute_s + t.memory_bound_s + t.fsdp_exposed_s, 1e-12);
   EXPECT_NEAR(t.tokens_per_s_per_device, tokens / t.total_s, 1e-6);
   EXPECT_NEAR(t.mfu, fsdpp::training_flops_per_token(model, 8192) * t.tokens_per_s_per_device / 989e12, 1e-12);
   // Checkpointing recomputes the forward: 8/6 of the compute.
   o.activation_checkpointing = true;
   EXPECT_NEAR(fsdpp::predict_step_time(model, o, c).compute_s, compute * 8 / 6, 1e-9 * compute);
+}
+
+TEST(StepTime, MemoryTrafficByHand) {
+  const auto model = fsdpp::describe_decoder(llama3_8b());
+  auto o = bf16(8, 2, 8192);
+  const auto t = fsdpp::step_memory_traffic(model, o, 8);
+  const double tokens = 2.0 * 8192;
+  // One layer's forward, elements per token: norms 2 x 2 x 4096, residual adds 2 x 3 x 4096,
+  // rotary 2 x (4096 + 1024), attention's q, k, v and output 2 x 4096 + 2 x 1024, SwiGLU 3 x 14336.
+  const double layer = 16384 + 24576 + 10240 + 10240 + 43008;
+  EXPECT_DOUBLE_EQ(t.activations, tokens * 32 * layer * 3 * 2);  // forward + backward (x3), bf16
+  EXPECT_DOUBLE_EQ(t.loss, tokens * 128256 * (24 + 4));
+  const double p = static_cast<double>(model.num_params());
+  EXPECT_DOUBLE_EQ(t.optimizer, p / 8 * 28);  // AdamW over the fp32 shard
+  // Two gathers (cast the shard, copy the gathered unit out), one reduction (cast, copy in).
+  EXPECT_DOUBLE_EQ(t.fsdp, 2 * (p / 8 * 6 + p * 4) + p * (6 + 8));
+  // Checkpointing runs the forward again; SHARD_GRAD_OP gathers once.
+  o.activation_checkpointing = true;
+  EXPECT_DOUBLE_EQ(fsdpp::step_memory_traffic(model, o, 8).activations, t.activations * 4 / 3);
+  o.activation_checkpointing = false;
+  o.strategy = fsdpp::ShardingStrategy::SHARD_GRAD_OP;
+  EXPECT_DOUBLE_EQ(fsdpp::step_memory_traffic(model, o, 8).fsdp, t.fsdp - (p / 8 * 6 + p * 4));
+  // Tensor parallelism with sequence parallelism splits every per-token tensor.
+  o.strategy = fsdpp::ShardingStrategy::FULL_SHARD;
+  o.tensor_parallel = 2;
+  o.sequence_parallel = true;
+  EXPECT_DOUBLE_EQ(fsdpp::step_memory_traffic(model, o, 4).activations, t.activations / 2);
+  EXPECT_DOUBLE_EQ(fsdpp::step_memory_traffic(model, o, 4).loss, t.loss / 2);
+  // The cpu preset folds this work into its fitted compute rate.
+  EXPECT_EQ(fsdpp::predict_step_time(model, bf16(1, 1, 128), fsdpp::cluster_preset("cpu")).memory_bound_s, 0);
 }
 
 TEST(StepTime, ShardGroupAcrossNodesUsesTheNetwork) {
@@ -78,8 +111,9 @@ TEST(StepTime, PipelineBubbleFromTheSchedule) {
   o.pipeline.microbatches = 8;
   o.pipeline.schedule = "1F1B";
   const auto t = fsdpp::predict_step_time(model, o, c);
-  // 1F1B: (p-1)/(m+p-1) = 3/11 of the makespan idle, i.e. 3/8 of the busy time.
-  EXPECT_NEAR(t.pp_bubble_s, (t.compute_s + t.tp_comm_s) * 3.0 / 8.0, 1e-9);
+  // 1F1B: (p-1)/(m+p-1) = 3/11 of the makespan idle, i.e. 3/8 of the busy time (compute, its
+  // memory-bound part and TP).
+  EXPECT_NEAR(t.pp_bubble_s, (t.compute_s + t.memory_bound_s + t.tp_comm_s) * 3.0 / 8.0, 1e-9);
   EXPECT_GT(t.pp_p2p_s, 0);
 }
 

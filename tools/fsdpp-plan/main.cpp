@@ -100,14 +100,14 @@ int main(int argc, char** argv) {
                 static_cast<long long>(global_batch), static_cast<long long>(base.seq_len),
                 fsdpp::to_string(base.param_dtype));
     std::printf("\n  %-44s %10s %12s %7s %10s  %s\n", "layout (fastest first)", "step (s)", "tok/s/dev", "MFU",
-                "mem (GiB)", "compute + exposed comm (FSDP, TP, PP bubble)");
+                "mem (GiB)", "compute + memory-bound + exposed comm (FSDP, TP, PP bubble)");
     int shown = 0;
     for (const auto& e : plan.fitting) {
       if (shown++ >= top) break;
       const auto& t = e.time;
-      std::printf("  %-44s %10.3f %12.0f %6.1f%% %10.2f  %.3f + %.3f, %.3f, %.3f\n", e.layout.c_str(), t.total_s,
+      std::printf("  %-44s %10.3f %12.0f %6.1f%% %10.2f  %.3f + %.3f + %.3f, %.3f, %.3f\n", e.layout.c_str(), t.total_s,
                   t.tokens_per_s_per_device, 100 * t.mfu, e.memory.total / 1073741824.0, t.compute_s,
-                  t.fsdp_exposed_s, t.tp_comm_s, t.pp_bubble_s + t.pp_p2p_s);
+                  t.memory_bound_s, t.fsdp_exposed_s, t.tp_comm_s, t.pp_bubble_s + t.pp_p2p_s);
     }
     if (plan.fitting.empty()) std::printf("  nothing fits: more devices, a smaller batch, or shorter sequences\n");
     if (time_only) std::printf("  (--time-only: memory not estimated, shown as 0)\n");
@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
       const auto entry = [](const fsdpp::PlanEntry& e) {
         return nlohmann::json{{"layout", e.layout}, {"step_s", e.time.total_s},
                               {"tokens_per_s_per_device", e.time.tokens_per_s_per_device}, {"mfu", e.time.mfu},
-                              {"compute_s", e.time.compute_s}, {"fsdp_comm_s", e.time.fsdp_comm_s},
+                              {"compute_s", e.time.compute_s}, {"memory_bound_s", e.time.memory_bound_s},
+                              {"fsdp_comm_s", e.time.fsdp_comm_s},
                               {"fsdp_exposed_s", e.time.fsdp_exposed_s}, {"tp_comm_s", e.time.tp_comm_s},
                               {"pp_bubble_s", e.time.pp_bubble_s}, {"memory_bytes", e.memory.total},
                               {"world_size", e.options.world_size}, {"strategy", fsdpp::to_string(e.options.strategy)},
