@@ -4,6 +4,10 @@
 // the time is modelled here:
 //   compute      model FLOPs of a rank's share (training_flops_per_token, flops.h, x 4/3 for the forward
 //                recomputed under activation checkpointing) / (peak x compute_efficiency);
+//   memory       the bytes moved outside the matmuls (memory_traffic.h: elementwise ops, the
+//                loss, FSDP's copies and casts, the optimizer) / the device's memory bandwidth,
+//                on the compute's stream (a cluster without memory_bandwidth folds it into its
+//                compute rate);
 //   FSDP         all-gathers and reduce-scatters (all-reduces for NO_SHARD, the replicate
 //                all-reduce of HYBRID) of the rank's parameter slice, ring cost (bytes x (n-1)/n /
 //                bandwidth + (n-1) x latency per unit), over the node's links when the group fits
@@ -31,6 +35,9 @@ struct Cluster {
   double intra_bandwidth = 0;       // bytes/s per device, collectives inside a node (bus bandwidth)
   double inter_bandwidth = 0;       // bytes/s per device, collectives across nodes
   double latency_s = 0;             // per step of a ring
+  // Bytes/s of the device's own memory (HBM) for the work outside the matmuls; 0: that work is
+  // folded into peak_flops x compute_efficiency (the cpu preset, fitted to whole steps).
+  double memory_bandwidth = 0;
   bool overlap = true;              // FSDP's collectives run beside compute (GPU streams)
   // CPU clusters: cores per node; ranks beyond it share them (compute and collectives slow down
   // by ranks / cores). 0: each device computes on its own.
@@ -48,6 +55,7 @@ std::vector<std::string> cluster_preset_names();
 
 struct StepTime {
   double compute_s = 0;
+  double memory_bound_s = 0;  // the non-matmul work at the memory bandwidth (memory_traffic.h)
   double fsdp_comm_s = 0;     // all of it
   double fsdp_exposed_s = 0;  // what compute does not hide
   double tp_comm_s = 0;
