@@ -90,7 +90,7 @@ bench-memory: build
 
 # A 1.3 B-parameter model trained on 4 ranks, each under a data limit smaller than the model in
 # fp32, and reloaded from its Hugging Face export (docs/fully-shard.md#models-larger-than-one-device):
-# bench/results/big_model.{md,json}. About 15 GiB of memory and 25 GB of disk while it runs;
+# bench/results/big_model.{md,json}. About 17 GiB of memory, 25 GB of disk and 25 minutes on 2 cores;
 # BENCH_ARGS="--quick" for a small model.
 bench-big-model: build
 	$(VENV)/bin/python bench/big_model.py --build $(BUILD_DIR) $(BENCH_ARGS)

@@ -19,7 +19,7 @@ Writes bench/results/big_model.{json,md}: per rank the peak RSS (VmHWM, from met
 each run against the estimate and against what building the whole model needs, the losses, the
 times, and what else the machine was running.
 
-  python3 bench/big_model.py [--build build] [--steps 3] [--limit-gib 4.25] [--quick]
+  python3 bench/big_model.py [--build build] [--steps 2] [--limit-gib 4.75] [--quick]
 """
 import argparse
 import json
@@ -100,8 +100,8 @@ def summary(rows):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=str(ROOT / "build"))
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--limit-gib", type=float, default=4.25, help="RLIMIT_DATA of each rank")
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--limit-gib", type=float, default=4.75, help="RLIMIT_DATA of each rank")
     ap.add_argument("--out", default=str(ROOT / "bench/results"))
     ap.add_argument("--work", default=None, help="scratch directory on a disk (default: a temporary one)")
     ap.add_argument("--quick", action="store_true", help="a small model and limit, to check the harness")
@@ -109,7 +109,7 @@ def main():
     args = ap.parse_args()
     build = Path(args.build).resolve()
     model = QUICK_MODEL if args.quick else MODEL
-    limit_gib = 0.9 if args.quick and args.limit_gib == 4.25 else args.limit_gib
+    limit_gib = 0.9 if args.quick and args.limit_gib == 4.75 else args.limit_gib
     limit = int(limit_gib * (1 << 30))
     work = Path(args.work or tempfile.mkdtemp(prefix="fsdpp-big-model-", dir=str(ROOT / "build")))
     work.mkdir(parents=True, exist_ok=True)
