@@ -88,7 +88,7 @@ bench: build
 bench-memory: build
 	$(VENV)/bin/python bench/memory_table.py --build $(BUILD_DIR) $(BENCH_ARGS)
 
-# A 1.3 B-parameter model trained on 4 ranks, each under a data limit smaller than the model in
+# A 1.57 B-parameter model trained on 4 ranks, each under a data limit smaller than the model in
 # fp32, and reloaded from its Hugging Face export (docs/fully-shard.md#models-larger-than-one-device):
 # bench/results/big_model.{md,json}. About 17 GiB of memory, 25 GB of disk and 25 minutes on 2 cores;
 # BENCH_ARGS="--quick" for a small model.
