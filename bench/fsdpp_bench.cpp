@@ -8,6 +8,11 @@
 //                                                   unsharded copy with no communication (T_compute)
 //                           [--tp K [--sp]]         tensor parallel: the Llama plan over groups
 //                                                   of K ranks, FSDP over the rest (dp_shard)
+//                           [--bf16] [--ac]         bf16 parameters and compute (fp32 reduce and
+//                           [--fused]               master weights); activation checkpointing of
+//                                                   every block; the fused AdamW. The model runs
+//                                                   on the rank's device (a GPU when one is
+//                                                   visible: bench/gpu_bench.py, docs/gpus.md)
 //   fsdpp-bench collectives --dir D --strategy S    replays one step's collectives (the units'
 //                           --repeats R --out F     sizes, standalone) and the copies around them
 //   fsdpp-bench baseline    --out F                 the runtime's own memory: a LibTorch + Gloo
@@ -38,12 +43,15 @@
 #include <vector>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/dist/device.h"
 #include "fsdpp/dist/world.h"
+#include "fsdpp/fsdp/activation_checkpoint.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/models/llama.h"
 #include "fsdpp/models/llama_tp_plan.h"
+#include "fsdpp/optim/fused_adamw.h"
 #include "fsdpp/state/safetensors.h"
 
 namespace {
@@ -219,6 +227,8 @@ struct Prefetch {
   // The root and the last block keep their parameters from forward to backward (torchtitan's
   // layout; FSDP2 keeps the root by default).
   bool keep_ends = false;
+  bool bf16 = false;  // bf16 parameters and compute, fp32 reduction
+  bool ac = false;    // activation checkpointing of every TransformerBlock
 };
 
 fsdpp::models::Llama build_model(const json& cfg, const std::string& dir, fsdpp::dist::World& world,
@@ -232,6 +242,8 @@ fsdpp::models::Llama build_model(const json& cfg, const std::string& dir, fsdpp:
   load_weights(model, dir + "/init.safetensors");
   if (trace) trace("weights loaded");
   if (total_params) *total_params = fsdpp::models::num_parameters(*model);
+  if (!world.device().is_cpu()) model->to(world.device());
+  if (prefetch.ac) fsdpp::apply_activation_checkpointing(*model, {"TransformerBlock"});
   if (!shard) return model;
   fsdpp::FullyShardOptions opts;
   opts.mesh = world.mesh();
@@ -248,6 +260,10 @@ fsdpp::models::Llama build_model(const json& cfg, const std::string& dir, fsdpp:
   opts.forward_prefetch = prefetch.forward;
   opts.backward_prefetch = fsdpp::parse_backward_prefetch(prefetch.backward);
   opts.reduce_bucket_size = prefetch.reduce_bucket_size;
+  if (prefetch.bf16) {
+    opts.mp_policy.param_dtype = at::kBFloat16;
+    opts.mp_policy.reduce_dtype = at::kFloat;
+  }
   const auto made =
       fsdpp::apply_fully_shard(*model, fsdpp::transformer_layer_policy({"TransformerBlock"}), opts);
   if (prefetch.keep_ends) fsdpp::keep_ends_gathered(*model, made);
@@ -273,7 +289,7 @@ int cmd_init(const std::string& dir) {
 
 int cmd_train(const std::string& dir, const std::string& strategy, const Prefetch& prefetch, int steps,
               int warmup, const std::string& out_path, bool no_fsdp, bool count_alloc, Parallel& parallel,
-              int64_t local_batch) {
+              int64_t local_batch, bool fused) {
   // Installed before anything is allocated, so that every tensor is counted (and freed through
   // the allocator that made it); it outlives every tensor of this function.
   static CountingAllocator counting(c10::GetCPUAllocator());
@@ -308,17 +324,28 @@ int cmd_train(const std::string& dir, const std::string& strategy, const Prefetc
   }, &parallel);
   if (count_alloc && world->rank() == 0) trace_memory("model sharded", counting.live(), counting.peak());
   const auto betas = cfg.value("betas", std::vector<double>{0.9, 0.95});
-  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(cfg.value("lr", 1e-3))
-                                                   .betas({betas.at(0), betas.at(1)})
-                                                   .eps(cfg.value("eps", 1e-8))
-                                                   .weight_decay(cfg.value("weight_decay", 0.1)));
+  const auto adamw = torch::optim::AdamWOptions(cfg.value("lr", 1e-3))
+                         .betas({betas.at(0), betas.at(1)})
+                         .eps(cfg.value("eps", 1e-8))
+                         .weight_decay(cfg.value("weight_decay", 0.1));
+  std::unique_ptr<torch::optim::AdamW> opt_ptr =
+      fused ? std::make_unique<fsdpp::optim::FusedAdamW>(model->parameters(), adamw)
+            : std::make_unique<torch::optim::AdamW>(model->parameters(), adamw);
+  auto& opt = *opt_ptr;
+  // On a GPU the step is timed to the device's end (the stream synchronised: no CPU waits
+  // inside it), and the caching allocator's peak is what memory means.
+  const c10::Device device = world->device();
+  const auto sync = [&] { fsdpp::dist::Stream::current(device).synchronize(); };
+  sync();
+  fsdpp::dist::reset_peak_memory(device);
 
   std::vector<double> step_ms, fwd_ms, bwd_ms, opt_ms, losses, wire, rss_by_step;
   fsdpp::dist::CommCounters comm{}, comm_tp{};
   auto tp_counters = [&] { return parallel.mesh ? parallel.mesh->counters("tp") : fsdpp::dist::CommCounters{}; };
   for (int step = 0; step < warmup + steps; ++step) {
     auto rows = batches[step % n_batches].narrow(0, dp_rank * B, B);  // (B, T+1)
-    auto x = rows.narrow(1, 0, T).contiguous(), y = rows.narrow(1, 1, T).contiguous();
+    auto x = rows.narrow(1, 0, T).contiguous().to(device), y = rows.narrow(1, 1, T).contiguous().to(device);
+    sync();
     const auto before = no_fsdp ? fsdpp::dist::CommCounters{} : fsdpp::comm_counters(*model);
     const auto tp_before = tp_counters();
     const double w0 = io_wchar();
@@ -337,6 +364,7 @@ int cmd_train(const std::string& dir, const std::string& strategy, const Prefetc
     const auto t2 = Clock::now();
     opt.step();
     opt.zero_grad();
+    sync();
     const double t_opt = ms_since(t2);
     trace("optimizer");
     const double t_step = ms_since(t0);
@@ -400,6 +428,16 @@ int cmd_train(const std::string& dir, const std::string& strategy, const Prefetc
     j["comm_bytes_tp_per_step"] = static_cast<double>(comm_tp.total_bytes()) / std::max(1, steps);
     j["units"] = units;
     j["threads"] = at::get_num_threads();
+    j["device"] = device.str();
+    j["bf16"] = prefetch.bf16;
+    j["activation_checkpointing"] = prefetch.ac;
+    j["fused_adamw"] = fused;
+    if (fsdpp::dist::has_device_memory(device)) {
+      const auto m = fsdpp::dist::device_memory(device);
+      j["cuda_peak_allocated_mb"] = m.peak_allocated / 1048576.0;
+      j["cuda_peak_reserved_mb"] = m.peak_reserved / 1048576.0;
+      j["cuda_total_mb"] = m.total / 1048576.0;
+    }
     write_json(out_path, j);
   }
   world->group()->barrier({"bench"});
@@ -577,6 +615,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   train->add_flag("--keep-ends", prefetch.keep_ends,
                   "the root and the last block keep their parameters from forward to backward");
+  train->add_flag("--bf16", prefetch.bf16, "bf16 parameters and compute, fp32 reduction and master weights");
+  train->add_flag("--ac", prefetch.ac, "activation checkpointing of every TransformerBlock");
+  bool fused = false;
+  train->add_flag("--fused", fused, "the fused AdamW (at::_fused_adamw_)");
   Parallel parallel;
   train->add_option("--tp", parallel.tp, "tensor-parallel degree (the Llama plan; FSDP over the ranks left)")
       ->check(CLI::PositiveNumber);
@@ -598,7 +640,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*init) return cmd_init(dir);
-    if (*train) return cmd_train(dir, strategy, prefetch, steps, warmup, out, no_fsdp, count_alloc, parallel, local_batch);
+    if (*train) return cmd_train(dir, strategy, prefetch, steps, warmup, out, no_fsdp, count_alloc, parallel, local_batch, fused);
     if (*coll) return cmd_collectives(dir, strategy, repeats, prefetch, out);
     if (*base) return cmd_baseline(out);
   } catch (const std::exception& e) {

@@ -203,6 +203,7 @@ def estimate(build, cfg, strategy, n, baseline_mb, mmap_threshold, tp=1, sp=Fals
            "--max-seq-len", str(m["max_seq_len"]),
            "--batch", str(batch or cfg["local_batch"]), "--seq-len", str(cfg["seq_len"]), "--tp", str(tp),
            "--strategy", strategy, "--world-size", str(n), "--runtime-baseline-mb", f"{baseline_mb:.1f}",
+           "--build-whole",  # fsdpp-bench builds the model whole, then shards it
            "--mmap-threshold", str(mmap_threshold)]
     if m.get("tie_embeddings"):
         cmd.append("--tie-embeddings")

@@ -9,6 +9,8 @@ APT_PACKAGES=(cmake ninja-build g++ clang ccache pkg-config python3-venv
   libgtest-dev libgmock-dev libbenchmark-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libfmt-dev libxxhash-dev libsentencepiece-dev libgloo-dev
   iproute2  # `ip netns`: the multi-node test's two hosts (tests/multinode/)
+  openmpi-bin  # a real mpirun starting fsdpp-train's ranks (tests/launch/mpirun_train.sh)
+  slurmctld slurmd slurm-client munge  # a real SLURM the test starts (tests/launch/slurm_job.sh)
   libclang-rt-dev  # clang's ASan/UBSan and libFuzzer runtimes: make test-asan, tests/fuzz/
   fortunes)  # English text for the default training job (/usr/share/games/fortunes)
 # matplotlib: make bench charts; transformers: the Hugging Face Llama round trip test;

@@ -45,13 +45,13 @@ BatchLoader::~BatchLoader() {
   for (auto& w : workers_) w.join();
 }
 
-std::pair<at::Tensor, at::Tensor> BatchLoader::load(const std::vector<int64_t>& starts) const {
-  auto batch = sampler_.load_batch(starts);
+BatchLoader::Batch BatchLoader::load(std::vector<int64_t> starts) const {
+  auto [inputs, targets] = sampler_.load_batch(starts);
   if (options_.pin_memory) {
-    batch.first = batch.first.pin_memory();
-    batch.second = batch.second.pin_memory();
+    inputs = inputs.pin_memory();
+    targets = targets.pin_memory();
   }
-  return batch;
+  return {inputs, targets, std::move(starts)};
 }
 
 void BatchLoader::work() {
@@ -94,6 +94,11 @@ void BatchLoader::work() {
 }
 
 std::pair<at::Tensor, at::Tensor> BatchLoader::next() {
+  auto b = next_batch();
+  return {b.inputs, b.targets};
+}
+
+BatchLoader::Batch BatchLoader::next_batch() {
   if (workers_.empty()) {
     auto batch = load(sampler_.plan_batch(options_.batch_size));
     std::lock_guard<std::mutex> lock(mu_);

@@ -2,6 +2,8 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <cstdlib>
+
 #include "fsdpp/common/error.h"
 
 namespace fsdpp::dist {
@@ -26,7 +28,23 @@ std::string first_line_of(const std::exception_ptr& e) {
 
 }  // namespace
 
-CommQueue::CommQueue() : shared_(std::make_shared<Shared>()), thread_(&CommQueue::loop, shared_) {}
+CommQueue::CommQueue() {
+  if (const char* v = std::getenv("FSDPP_DEBUG_COMM_DELAY_CYCLES"); v && *v) {
+    char* end = nullptr;
+    debug_delay_cycles_ = std::strtoll(v, &end, 10);
+    FSDPP_CHECK_AS(ConfigError, *end == '\0' && debug_delay_cycles_ >= 0,
+                   "[dist] FSDPP_DEBUG_COMM_DELAY_CYCLES='{}' is not a number of cycles >= 0", v);
+  }
+  shared_ = std::make_shared<Shared>();
+  thread_ = std::thread(&CommQueue::loop, shared_);
+}
+
+Stream CommQueue::stream(bool reduction, c10::Device device) {
+  std::lock_guard<std::mutex> lock(streams_mutex_);
+  auto& s = streams_[reduction ? 1 : 0];
+  if (!s.on_device() || s.get()->device() != device) s = Stream::from_pool(device);
+  return s;
+}
 
 CommQueue::~CommQueue() {
   bool leave = false;
@@ -138,9 +156,14 @@ void CommQueue::loop(std::shared_ptr<Shared> s) {
       s->abandoned = false;
       if (error && !s->failure) s->failure = first_line_of(error);
       if (finish) {
-        // Started: a finisher takes it from here; one more thread when none is idle.
+        // Started: a finisher takes it from here. Each operation waiting to be finished needs
+        // an idle finisher of its own: a busy one may be blocked for as long as its send's
+        // peer takes to post the recv, which can be after this operation completes (a pipeline
+        // schedule sends ahead and receives in between). Counting a thread that was woken but
+        // has not taken its operation yet as free for this one stranded a completed recv behind
+        // a blocked send until the send timed out (ZBVZeroBubble's hang, docs/faults.md).
         s->finishing.push_back(Finishing{task.state, std::move(finish)});
-        if (s->idle_finishers == 0) {
+        if (s->finishing.size() > static_cast<size_t>(s->idle_finishers)) {
           ++s->idle_finishers;
           s->finishers.emplace_back(&CommQueue::finisher_loop, s);
         } else {

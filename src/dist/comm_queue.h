@@ -13,6 +13,7 @@
 // so the queue must not block on it. A finisher thread per operation in flight waits for each
 // (threads are reused; there are as many as operations were ever in flight at once).
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -25,11 +26,14 @@
 #include <thread>
 #include <vector>
 
+#include "fsdpp/dist/device.h"
+
 namespace fsdpp::dist {
 class TraceRecorder;
 namespace detail {
 
 class CollectiveMonitor;
+struct DeviceOrder;  // device_order.h
 
 // The what() of the exception in `e` ("unknown error" for one that is not a std::exception),
 // whole: callers cut it to the part they report.
@@ -56,6 +60,9 @@ struct WorkState {
   std::string trace_name;
   std::string trace_module;
   std::string trace_group;
+  // Set when the collective's tensors are on a device (device_order.h): wait() makes the
+  // waiter's current stream wait for it, then lets go of its tensors.
+  std::shared_ptr<DeviceOrder> order;
 };
 
 }  // namespace detail
@@ -77,6 +84,14 @@ class CommQueue {
   // when `finish` returns. A failure in either stops the queue as push()'s does.
   using Finish = std::function<void()>;
   void push_started(std::shared_ptr<detail::WorkState> state, std::function<Finish()> start);
+
+  // The streams this queue's thread issues collectives on GPU tensors on (device_order.h): one
+  // for reductions, one for the rest (FSDP2's reduce-scatter and all-gather streams), taken from
+  // the device's pool when first asked for.
+  Stream stream(bool reduction, c10::Device device);
+  // FSDPP_DEBUG_COMM_DELAY_CYCLES when the queue was made: the stream-race check's spin before
+  // each collective on GPU tensors (0: none).
+  int64_t debug_delay_cycles() const { return debug_delay_cycles_; }
 
   // For a caller that stops waiting on a running task (its ranks have diverged, so it would
   // only end at the timeout): the tasks behind it fail without running, with `why`.
@@ -103,6 +118,8 @@ class CommQueue {
     std::optional<std::string> failure;  // the first task's error: nothing runs after it
     std::deque<Finishing> finishing;     // started, waiting for a finisher
     std::condition_variable finish_cv;   // finishers wait on it (cv is the queue thread's)
+    // Finishers that have not taken an operation yet (started or waiting on finish_cv); never
+    // fewer than the operations in `finishing`.
     int idle_finishers = 0;
     int busy_finishers = 0;
     std::vector<std::thread> finishers;
@@ -114,6 +131,9 @@ class CommQueue {
 
   std::shared_ptr<Shared> shared_;
   std::thread thread_;
+  std::mutex streams_mutex_;
+  std::array<Stream, 2> streams_;  // [0] all-gathers and the rest, [1] reductions
+  int64_t debug_delay_cycles_ = 0;
 };
 
 }  // namespace fsdpp::dist

@@ -22,6 +22,11 @@ using Clock = std::chrono::steady_clock;
 // makes them fail with c10d's message first; this margin lets that message win.
 constexpr std::chrono::milliseconds kWaitMargin{2000};
 
+std::string first_line(std::string text) {
+  if (const auto nl = text.find('\n'); nl != std::string::npos) text.resize(nl);
+  return text;
+}
+
 }  // namespace
 
 struct DeadlineStore::Worker {
@@ -37,6 +42,10 @@ struct DeadlineStore::Worker {
   // Set while a call that missed its deadline is still running on the thread.
   std::string blocked_in;
   Clock::time_point blocked_since;
+  // Set for good once a call found the connection closed (the host exited or died): every
+  // later call fails at once, instead of c10d's client logging another failed send, with its
+  // stack trace, for each.
+  std::string gone;
   std::thread thread;
 
   void loop() {
@@ -86,6 +95,7 @@ DeadlineStore::~DeadlineStore() {
 
 std::string DeadlineStore::unresponsive() const {
   std::lock_guard<std::mutex> lock(worker_->mutex);
+  if (!worker_->gone.empty()) return worker_->gone;
   if (worker_->blocked_in.empty()) return {};
   const double s = std::chrono::duration<double>(Clock::now() - worker_->blocked_since).count();
   return fmt::format("the rendezvous store ({}) has not answered '{}' for {:.1f} s: its host is "
@@ -111,6 +121,9 @@ R DeadlineStore::call(const char* op, const std::string& key, std::chrono::milli
                 "unreachable",
                 what, host_, w.blocked_in, s);
   };
+  if (!w.gone.empty()) {
+    FSDPP_THROW(CommError, "[dist] store call '{}' refused: {}", what, w.gone);
+  }
   if (!w.blocked_in.empty()) refuse();
   w.jobs.push_back(job);
   w.cv.notify_all();
@@ -136,7 +149,16 @@ R DeadlineStore::call(const char* op, const std::string& key, std::chrono::milli
                   host_, what, bound.count());
     }
   }
-  return result.get();
+  try {
+    return result.get();
+  } catch (const c10::DistNetworkError& e) {
+    // The socket failed (reset, broken pipe, closed): the host is gone, not slow.
+    if (!lock.owns_lock()) lock.lock();
+    w.gone = fmt::format("the rendezvous store ({}) closed the connection during '{}': its host "
+                         "exited or died ({})",
+                         host_, what, first_line(e.what_without_backtrace()));
+    FSDPP_THROW(CommError, "[dist] {}", w.gone);
+  }
 }
 
 c10::intrusive_ptr<c10d::Store> DeadlineStore::clone() {

@@ -8,7 +8,8 @@
 // the store's own worker thread while the caller waits at most the store's timeout. A call that
 // misses its deadline throws TimeoutError naming the host; from then on the store counts as
 // unresponsive and every call fails at once (the worker is still blocked in the old call),
-// until that call returns.
+// until that call returns. A call whose connection fails (reset, broken pipe: the host exited
+// or was killed) throws CommError naming the host, and so does every later call, at once.
 //
 // The wrapped store is kept alive by the worker, which a blocked call may hold past the
 // wrapper's destruction: the worker is then detached rather than joined.
@@ -46,8 +47,8 @@ class DeadlineStore : public c10d::Store {
                 const std::vector<std::vector<uint8_t>>& values) override;
   bool hasExtendedApi() const override;
 
-  // Empty while the store answers; else why it counts as unresponsive (for error messages of
-  // callers that swallow store errors, such as the hang detector).
+  // Empty while the store answers; else why it counts as unresponsive or gone (for error
+  // messages of callers that swallow store errors, such as the hang detector).
   std::string unresponsive() const;
   // One cheap call bounded by `bound` (shorter than the timeout: for error paths that want to
   // know whether the store's host is alive before they explain a failure). Returns unresponsive().

@@ -13,13 +13,10 @@
 #include <set>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/common/host_address.h"
 
 namespace fsdpp::dist {
 namespace {
-
-bool is_loopback(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
-}
 
 std::string to_text(const sockaddr* sa) {
   char buf[INET6_ADDRSTRLEN] = {};

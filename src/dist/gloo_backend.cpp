@@ -7,12 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include "fsdpp/common/host_address.h"
+
 namespace fsdpp::dist::detail {
 namespace {
-
-bool is_loopback(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
-}
 
 std::shared_ptr<::gloo::transport::Device> make_device(const ProcessGroup::Options& o) {
   using c10d::ProcessGroupGloo;

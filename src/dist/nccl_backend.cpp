@@ -1,8 +1,10 @@
 #include "nccl_backend.h"
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/dist/device.h"
 
 #ifdef FSDPP_WITH_CUDA
+#include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -15,6 +17,9 @@ namespace fsdpp::dist {
 bool cuda_available() { return c10::cuda::device_count() > 0; }
 
 namespace detail {
+
+void delay_current_cuda_stream(int64_t cycles) { at::cuda::sleep(cycles); }
+
 namespace {
 
 class NcclBackend final : public Backend {
@@ -43,10 +48,12 @@ class NcclBackend final : public Backend {
     wait_c10d(c10d()->allreduce(ts, o));
   }
 
-  // NCCL's barrier needs a device guess; a one-element all-reduce is the same thing.
+  // NCCL's barrier needs a device guess; a one-element all-reduce is the same thing, and the
+  // CPU waits for it (a barrier orders hosts, not streams).
   void barrier() const override {
     std::vector<at::Tensor> ts{at::zeros({1}, at::TensorOptions().device(device()))};
     wait_c10d(c10d()->allreduce(ts));
+    Stream::current(device()).synchronize();
   }
 
  private:
@@ -75,6 +82,11 @@ std::shared_ptr<Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>
 bool cuda_available() { return false; }
 
 namespace detail {
+
+void delay_current_cuda_stream(int64_t) {
+  FSDPP_THROW(ConfigError, "[dist] FSDPP_DEBUG_COMM_DELAY_CYCLES needs fsdpp built with CUDA");
+}
+
 
 std::shared_ptr<Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>&, int, int,
                                            const ProcessGroup::Options&) {

@@ -11,6 +11,7 @@
 #include "backend.h"
 #include "collective_monitor.h"
 #include "comm_queue.h"
+#include "device_order.h"
 #include "flight_recorder.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/dist/trace.h"
@@ -138,6 +139,13 @@ void Work::wait() {
                 s.description, limit.count());
   }
   if (!s.error) {
+    if (s.order) {
+      // Tensors on a GPU: the waiter's stream waits for the collective (the CPU does not), and
+      // then their memory may go back to the allocator.
+      Stream::current(s.order->device).wait(s.order->done);
+      std::lock_guard<std::mutex> lock(s.mutex);
+      s.order->keep_alive.clear();
+    }
     if (s.trace && s.trace->active()) {
       s.trace->complete(s.trace->thread_track(), s.trace_name, started, Clock::now(),
                         {{"seq", static_cast<int64_t>(s.seq)}, {"module", s.trace_module},
@@ -280,6 +288,18 @@ std::string describe_tensor(const at::Tensor& t) {
   return fmt::format("{} B {}", t.nbytes(), c10::toString(t.scalar_type()));
 }
 
+// `body` over `read` and `written` as the group's queue runs it: on the backend's device, and
+// for GPU tensors on the queue's stream for `kind` in order with the caller's (device_order.h).
+std::function<void()> placed(CommQueue& queue, const detail::Backend& backend, Collective kind,
+                             detail::Operands operands,
+                             std::function<void(const detail::Operands&)> body) {
+  const c10::Device device = detail::device_of(operands);
+  const bool reduction = kind == Collective::REDUCE_SCATTER || kind == Collective::ALL_REDUCE;
+  const Stream comm = device.is_cpu() ? Stream() : queue.stream(reduction, device);
+  return detail::place_collective(std::move(operands), backend.device(), comm, std::move(body),
+                                  queue.debug_delay_cycles());
+}
+
 }  // namespace
 
 Work ProcessGroup::submit(Collective kind, uint64_t bytes_sent, std::string what,
@@ -297,6 +317,8 @@ Work ProcessGroup::submit(Collective kind, uint64_t bytes_sent, std::string what
     shape = fmt::format("[{}]", fmt::join(input->sizes(), ", "));
     dtype = c10::toString(input->scalar_type());
   }
+  // A collective on GPU tensors (placed(), device_order.h): its Work waits on the device.
+  if (const auto* placed = body.target<detail::PlacedCollective>()) state->order = placed->order;
   std::lock_guard<std::mutex> lock(submit_mutex_);  // records are numbered in queue order
   const detail::CollectiveRecord rec =
       monitor_->trace().record(std::move(op), std::move(shape), std::move(dtype), tag.module);
@@ -340,11 +362,12 @@ Work ProcessGroup::all_gather_into_tensor_async(const at::Tensor& output, const 
               "[dist] all_gather_into_tensor needs contiguous tensors");
   const uint64_t sent = static_cast<uint64_t>(input.nbytes()) * (size_ - 1);
   return submit(Collective::ALL_GATHER, sent, describe_tensor(output), "all_gather", &input, tag,
-                [backend = backend_, output, input] {
-                  auto out = output;
-                  auto in = input;
-                  detail::wait_c10d(backend->c10d()->_allgather_base(out, in));
-                });
+                placed(*queue_, *backend_, Collective::ALL_GATHER, {{input}, {output}},
+                       [backend = backend_](const detail::Operands& t) {
+                         auto out = t.written[0];
+                         auto in = t.read[0];
+                         detail::wait_c10d(backend->c10d()->_allgather_base(out, in));
+                       }));
 }
 
 Work ProcessGroup::reduce_scatter_tensor_async(const at::Tensor& output, const at::Tensor& input,
@@ -359,9 +382,10 @@ Work ProcessGroup::reduce_scatter_tensor_async(const at::Tensor& output, const a
   const uint64_t sent = static_cast<uint64_t>(output.nbytes()) * (size_ - 1);
   return submit(Collective::REDUCE_SCATTER, sent, describe_tensor(input),
                 fmt::format("reduce_scatter({})", reduce_name(op)), &input, tag,
-                [backend = backend_, output, input, op] {
-                  backend->reduce_scatter(output, input, op);
-                });
+                placed(*queue_, *backend_, Collective::REDUCE_SCATTER, {{input}, {output}},
+                       [backend = backend_, op](const detail::Operands& t) {
+                         backend->reduce_scatter(t.written[0], t.read[0], op);
+                       }));
 }
 
 Work ProcessGroup::all_reduce_async(const at::Tensor& tensor, ReduceOp op,
@@ -370,7 +394,10 @@ Work ProcessGroup::all_reduce_async(const at::Tensor& tensor, ReduceOp op,
   const uint64_t sent = 2 * static_cast<uint64_t>(tensor.nbytes()) * (size_ - 1) / size_;
   return submit(Collective::ALL_REDUCE, sent, describe_tensor(tensor),
                 fmt::format("all_reduce({})", reduce_name(op)), &tensor, tag,
-                [backend = backend_, tensor, op] { backend->all_reduce(tensor, op); });
+                placed(*queue_, *backend_, Collective::ALL_REDUCE, {{tensor}, {tensor}},
+                       [backend = backend_, op](const detail::Operands& t) {
+                         backend->all_reduce(t.written[0], op);
+                       }));
 }
 
 Work ProcessGroup::broadcast_async(const at::Tensor& tensor, int root, const CollectiveTag& tag) {
@@ -379,12 +406,13 @@ Work ProcessGroup::broadcast_async(const at::Tensor& tensor, int root, const Col
   const uint64_t sent = rank_ == root ? static_cast<uint64_t>(tensor.nbytes()) * (size_ - 1) : 0;
   return submit(Collective::BROADCAST, sent, describe_tensor(tensor),
                 fmt::format("broadcast(root {})", root), &tensor, tag,
-                [backend = backend_, tensor, root] {
-                  std::vector<at::Tensor> ts{tensor};
-                  c10d::BroadcastOptions o;
-                  o.rootRank = root;
-                  detail::wait_c10d(backend->c10d()->broadcast(ts, o));
-                });
+                placed(*queue_, *backend_, Collective::BROADCAST, {{tensor}, {tensor}},
+                       [backend = backend_, root](const detail::Operands& t) {
+                         std::vector<at::Tensor> ts{t.written[0]};
+                         c10d::BroadcastOptions o;
+                         o.rootRank = root;
+                         detail::wait_c10d(backend->c10d()->broadcast(ts, o));
+                       }));
 }
 
 Work ProcessGroup::barrier_async(const CollectiveTag& tag) {
@@ -467,18 +495,19 @@ Work ProcessGroup::all_to_all_single_async(const at::Tensor& output, const at::T
                                        c10::toString(input.scalar_type()),
                                        fmt::join(in_splits, ", "), fmt::join(out_splits, ", "));
   return submit(Collective::ALL_TO_ALL, sent, what, "all_to_all_single", nullptr, tag,
-                [backend = backend_, output, input, out_splits, in_splits]() mutable {
+                placed(*queue_, *backend_, Collective::ALL_TO_ALL, {{input}, {output}},
+                       [backend = backend_, out_splits, in_splits](const detail::Operands& t) mutable {
                   if (backend->size() == 1) {
-                    output.copy_(input);
+                    t.written[0].copy_(t.read[0]);
                     return;
                   }
-                  auto out = rows_as_bytes(output);
-                  auto in = rows_as_bytes(input);
+                  auto out = rows_as_bytes(t.written[0]);
+                  auto in = rows_as_bytes(t.read[0]);
                   c10d::AllToAllOptions o;
                   o.timeout = backend->timeout();
                   detail::wait_c10d(
                       backend->c10d()->alltoall_base(out, in, out_splits, in_splits, o));
-                },
+                }),
                 RecordAs{row_shape, c10::toString(input.scalar_type())});
 }
 
@@ -521,14 +550,36 @@ Work ProcessGroup::submit_p2p(bool is_send, const at::Tensor& tensor, int peer, 
     state->done = true;
     return Work(std::move(state));
   }
-  queue_->push_started(state, [backend = backend_, tensor, peer, tag,
-                               is_send]() -> CommQueue::Finish {
-    std::vector<at::Tensor> ts{tensor};
+  // Ordered and staged as the collectives are (device_order.h), across the two threads that
+  // start and finish it.
+  std::shared_ptr<detail::DeviceOrder> order;
+  if (!tensor.device().is_cpu()) {
+    order = std::make_shared<detail::DeviceOrder>();
+    order->device = tensor.device();
+    order->comm = queue_->stream(/*reduction=*/false, tensor.device());
+    order->issued = Event::recorded_on(Stream::current(tensor.device()));
+    order->keep_alive.push_back(tensor);
+    state->order = order;
+  }
+  queue_->push_started(state, [backend = backend_, tensor, peer, tag, is_send,
+                               order]() -> CommQueue::Finish {
+    const Stream comm = order ? order->comm : Stream();
+    StreamGuard on(comm);
+    if (order) comm.wait(order->issued);
+    at::Tensor t = tensor;  // staged to the backend's device when it is elsewhere
+    if (t.device() != backend->device()) {
+      t = at::empty_like(tensor, tensor.options().device(backend->device()).pinned_memory(false));
+      if (is_send) t.copy_(tensor);
+    }
+    std::vector<at::Tensor> ts{t};
     const auto& c10d = backend->c10d();
     auto work = is_send ? c10d->send(ts, peer, tag) : c10d->recv(ts, peer, tag);
-    return [work, timeout = backend->timeout()] {
+    return [work, timeout = backend->timeout(), t, tensor, is_send, order, comm] {
+      StreamGuard on(comm);
       work->wait(timeout);
       work->synchronize();
+      if (!is_send && !t.is_same(tensor)) tensor.copy_(t);
+      if (order) order->done.record(comm);
     };
   });
   return Work(std::move(state));

@@ -1,8 +1,10 @@
 #include "fsdpp/dist/world.h"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <netdb.h>
 #include <sys/socket.h>
@@ -12,10 +14,14 @@
 #include <thread>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/common/launch_env.h"
+#include "fsdpp/common/whole_number.h"
+#include "fsdpp/dist/device.h"
 #include "fsdpp/dist/gloo_address.h"
 #include "fsdpp/dist/trace.h"
 #include "deadline_store.h"
 #include "nccl_backend.h"
+#include "stack_traces.h"
 
 namespace fsdpp::dist {
 namespace {
@@ -26,7 +32,7 @@ std::string first_line(const std::exception& e) {
   return why;
 }
 
-BackendKind choose_backend(const InitOptions& options) {
+BackendKind choose_backend(const InitOptions& options, c10::Device device) {
   if (options.backend) return *options.backend;
   if (const char* b = std::getenv("FSDPP_BACKEND"); b && *b) {
     std::string v = b;
@@ -34,7 +40,7 @@ BackendKind choose_backend(const InitOptions& options) {
     if (v == "nccl") return BackendKind::NCCL;
     FSDPP_THROW(ConfigError, "[dist] FSDPP_BACKEND='{}' is not a backend; expected gloo or nccl", v);
   }
-  return cuda_available() ? BackendKind::NCCL : BackendKind::GLOO;
+  return device.is_cuda() ? BackendKind::NCCL : BackendKind::GLOO;
 }
 
 void set_threads(const DistEnv& env, const InitOptions& options) {
@@ -104,7 +110,8 @@ World::World(DistEnv env, c10::intrusive_ptr<c10d::Store> store, BackendKind bac
   o.name = "default";
   o.master_addr = env_.master_addr;
   o.gloo_hostname = gloo_address_;
-  o.device_index = backend_ == BackendKind::NCCL ? env_.local_rank : -1;
+  const c10::Device d = device();
+  o.device_index = d.is_cuda() ? d.index() : -1;
   group_ = ProcessGroup::create(store_, env_.rank, env_.world_size, o);
   trace_ = TraceRecorder::from_env(env_.rank);  // FSDPP_PROFILE_STEPS
   group_->set_trace(trace_);
@@ -112,10 +119,9 @@ World::World(DistEnv env, c10::intrusive_ptr<c10d::Store> store, BackendKind bac
                                        std::vector<std::string>{"shard"});
 }
 
-c10::Device World::device() const {
-  if (backend_ == BackendKind::NCCL) return c10::Device(c10::kCUDA, env_.local_rank);
-  return c10::Device(c10::kCPU);
-}
+// FSDPP_DEVICE, else the LOCAL_RANK-th GPU when there are GPUs, else the CPU (device.h): read
+// again on each call (an environment lookup), and checked once by init_world.
+c10::Device World::device() const { return choose_device(std::nullopt, env_.rank, env_.local_rank); }
 
 std::shared_ptr<ProcessGroup> World::new_group(const std::vector<int>& ranks,
                                                const std::string& name) {
@@ -132,7 +138,8 @@ std::shared_ptr<ProcessGroup> World::new_group(const std::vector<int>& ranks,
   o.global_ranks = ranks;
   o.master_addr = env_.master_addr;
   o.gloo_hostname = gloo_address_;
-  o.device_index = group_->global_rank() >= 0 && backend_ == BackendKind::NCCL ? env_.local_rank : -1;
+  const c10::Device d = device();
+  o.device_index = d.is_cuda() ? d.index() : -1;
   auto group = ProcessGroup::create(store_, static_cast<int>(it - ranks.begin()),
                                     static_cast<int>(ranks.size()), o);
   group->set_trace(trace_);
@@ -157,18 +164,33 @@ std::shared_ptr<World> init_world(const DistEnv& env_in, const c10::intrusive_pt
                                   const InitOptions& options) {
   DistEnv env = env_in;
   if (options.timeout) env.timeout = *options.timeout;
-  const BackendKind backend = choose_backend(options);
+  // A rank whose LOCAL_RANK has no GPU is an error here, before anything connects.
+  const c10::Device device = choose_device(std::nullopt, env.rank, env.local_rank);
+  const BackendKind backend = choose_backend(options, device);
   set_threads(env, options);
   if (backend == BackendKind::NCCL) {
     FSDPP_CHECK_AS(ConfigError, cuda_available(),
                    "[dist] backend nccl needs CUDA devices and none is visible");
+    FSDPP_CHECK_AS(ConfigError, device.is_cuda(),
+                   "[dist] rank {}: backend nccl needs the rank on a GPU, but FSDPP_DEVICE puts it "
+                   "on {}; use Gloo (FSDPP_BACKEND=gloo) on the CPU",
+                   env.rank, device.str());
   }
+  // Allocations that name no index ("cuda") and c10d's NCCL go to this rank's GPU.
+  if (device.is_cuda()) c10::impl::getDeviceGuardImpl(device.type())->setDevice(device);
   return std::make_shared<World>(env, store, backend);
 }
 
 std::shared_ptr<World> init_from_env(const InitOptions& options) {
+  detail::hide_cpp_stack_traces_unless_asked();
   DistEnv env = DistEnv::from_env();
   if (options.timeout) env.timeout = *options.timeout;
+  // One line on what placed the ranks (docs/launcher.md#environments).
+  if (env.launched && env.rank == 0) {
+    if (auto placed = detect_process(process_environment(), "dist")) {
+      fmt::print(stderr, "[dist] {}\n", placed->describe());
+    }
+  }
   c10::intrusive_ptr<c10d::Store> store;
   if (!env.launched || env.world_size == 1) {
     store = c10::make_intrusive<c10d::HashStore>();
@@ -209,6 +231,15 @@ std::shared_ptr<World> init_from_env(const InitOptions& options) {
         env.agent_store ? fmt::format("fsdpp-run's agent at {}:{}", env.master_addr, env.master_port)
                         : fmt::format("hosted by rank 0 at {}:{}", env.master_addr, env.master_port);
     store = c10::make_intrusive<detail::DeadlineStore>(std::move(store), host, env.timeout);
+    // The agent's store outlives a restart of the workers (multi-node --max-restarts): each
+    // attempt's keys get their own prefix, as torchrun's workers do.
+    if (env.agent_store) {
+      const char* attempt = std::getenv("FSDPP_RESTART_COUNT");
+      const auto n = parse_whole_number(attempt != nullptr ? attempt : "0");
+      FSDPP_CHECK_AS(ConfigError, n && *n >= 0,
+                     "[dist] environment variable FSDPP_RESTART_COUNT='{}' is not a count of restarts", attempt);
+      store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("/worker/attempt_{}", *n), std::move(store));
+    }
   }
   return init_world(env, store, options);
 }

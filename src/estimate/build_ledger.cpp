@@ -1,5 +1,6 @@
 #include "build_ledger.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -71,6 +72,20 @@ void build_model_ledger(Ledger& l, const ModelDescription& whole, const ModelDes
     }
   }
 
+}
+
+void deferred_init_ledger(Ledger& l, const ModelDescription& whole,
+                          const std::vector<int64_t>& flat_shards, int tp, int64_t chunk_bytes) {
+  l.at("initialising the shards (deferred)");
+  const int64_t f32 = 4;
+  for (size_t k = 1; k <= flat_shards.size(); ++k) l.alloc(kParams, flat_shards[k % flat_shards.size()] * f32);
+  int64_t largest = 0;
+  for (const auto& u : whole.units)
+    for (const auto& p : u.params) largest = std::max(largest, p.numel() * f32);
+  const int64_t chunk = std::min(chunk_bytes, largest);
+  const Id drawn = l.alloc(kParams, chunk);
+  if (tp > 1) l.touch(kParams, chunk / tp);  // a column-split parameter's part of the chunk
+  l.free(drawn);
 }
 
 }  // namespace fsdpp::estimate_detail

@@ -15,5 +15,10 @@ namespace fsdpp::estimate_detail {
 // innermost, the flat shard of `flat_shards[unit]` elements kept and the unit's tensors freed.
 void build_model_ledger(Ledger& l, const ModelDescription& whole, const ModelDescription& pre_ep,
                         const ModelDescription& model, const std::vector<int64_t>& flat_shards, int tp, int ep);
+// Deferred initialisation instead: nothing allocated until the flat shards (zeros), then one chunk
+// of at most `chunk_bytes` (fp32 rows of the largest parameter) drawn or read at a time, with this
+// rank's columns of it copied out under TP.
+void deferred_init_ledger(Ledger& l, const ModelDescription& whole,
+                          const std::vector<int64_t>& flat_shards, int tp, int64_t chunk_bytes);
 
 }  // namespace fsdpp::estimate_detail

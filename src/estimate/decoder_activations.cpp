@@ -46,9 +46,15 @@ Id tp_enter_backward(Ledger& l, const Dims& d, Id g) {
 
 // RMSNorm of an input that is already in the ledger: pow's temporary, rsqrt (saved), the
 // normalised fp32 tensor (saved by the multiply with weight) and the output (saved by the next
-// linear); with mixed precision the fp32 copy of the input is saved too.
+// linear); with mixed precision the fp32 copy of the input is saved too. The fused kernel saves
+// its input (in the ledger already) and rsqrt alone.
 void norm_forward(Ledger& l, const Dims& d, std::vector<Id>& saved) {
   const int64_t f = 4;
+  if (d.fused_norm) {
+    saved.push_back(l.alloc(kActs, f * d.S));          // rsqrt(mean + eps)
+    saved.push_back(l.alloc(kActs, d.e * d.S * d.C));  // the output
+    return;
+  }
   if (d.mp) saved.push_back(l.alloc(kActs, f * d.S * d.C));  // xc = x.to(float)
   l.touch(kActs, f * d.S * d.C);                              // xc.pow(2)
   saved.push_back(l.alloc(kActs, f * d.S));                   // rsqrt(mean + eps)
@@ -129,13 +135,13 @@ BlockSaved block_forward(Ledger& l, const Dims& d, Id x) {
 }
 
 // RMSNorm's backward: the gradients of normed, of the input through the multiply, and of the
-// input through mean and pow are alive together with the incoming gradient (4 x BT x C at most);
-// leaves the input's gradient.
+// input through mean and pow are alive together with the incoming gradient (4 x BT x C at most;
+// the fused kernel's, the incoming and the input's alone); leaves the input's gradient.
 Id norm_backward(Ledger& l, const Dims& d, Id grad_in) {
   const int64_t f = 4;
-  Id t = l.alloc(kActs, 3 * f * d.S * d.C);
+  Id t = d.fused_norm ? -1 : l.alloc(kActs, 3 * f * d.S * d.C);
   Id g = l.alloc(kActs, d.e * d.S * d.C);
-  l.free(t);
+  if (t >= 0) l.free(t);
   l.free(grad_in);
   return g;
 }

@@ -129,7 +129,7 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
   const auto optimizer = adapter_view(o.optimizer);
   const auto optim_states =
       static_cast<int64_t>(optim::created_state_names(optimizer.kind, optimizer.config).size());
-  const int64_t optim_per_elem = optim_states * 4;
+  const int64_t optim_per_elem = o.optimizer_state_on_disk ? 0 : optim_states * 4;
   const bool adam_step =
       optimizer.kind == optim::OptimizerKind::ADAMW || optimizer.kind == optim::OptimizerKind::ADAM;
   std::vector<UnitState> us(model.units.size());
@@ -173,10 +173,14 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
   {
     std::vector<int64_t> flat_shards;
     for (const auto& u : us) flat_shards.push_back(u.shard);
-    build_model_ledger(l, whole, pre_ep, model, flat_shards, tp, ep);
+    if (o.deferred_init) {
+      deferred_init_ledger(l, whole, flat_shards, tp, o.init_chunk_bytes);
+    } else {
+      build_model_ledger(l, whole, pre_ep, model, flat_shards, tp, ep);
+    }
   }
 
-  if (teacher) build_teacher(l, *teacher);
+  if (teacher) build_teacher(l, *teacher, o.deferred_init, o.init_chunk_bytes);
 
   // ---- before the first step: buffers ---------------------------------------------------------
   l.at("start of the step");
@@ -299,7 +303,8 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
     auto share = [tp](int64_t size) { return (size + tp - 1) / tp; };  // the largest rank's
     d = Dims{BT, o.batch, o.seq_len, sh.dim, sh.n_heads * sh.head_dim() / tp,
              sh.n_kv_heads * sh.head_dim() / tp, share(sh.ffn_hidden), share(sh.vocab_size), sh.n_heads / tp,
-             sh.n_heads / sh.n_kv_heads, pb, mp, o.sequence_parallel ? BT / tp : BT, tp, o.sequence_parallel};
+             sh.n_heads / sh.n_kv_heads, pb, mp, o.sequence_parallel ? BT / tp : BT, tp, o.sequence_parallel,
+             o.device_is_gpu};
   }
 
   // One training step; the first runs without prefetch (fully_shard learns the order in it) and
@@ -533,8 +538,11 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
     // LibTorch AdamW's two temporaries (exp_avg_sq.sqrt(), and that divided by a scalar) --------
     l.at("optimizer step");
     for (int64_t n : param_shards) {
-      if (first) {
-        for (int64_t k = 0; k < optim_states; ++k) optim_state.push_back(l.alloc(kOptim, n * f32));
+      // On disk: this parameter's state mapped in for its update only.
+      std::vector<Id> mapped;
+      if (first || o.optimizer_state_on_disk) {
+        for (int64_t k = 0; k < optim_states; ++k)
+          (o.optimizer_state_on_disk ? mapped : optim_state).push_back(l.alloc(kOptim, n * f32));
       }
       if (adam_step) {
         Id t1 = l.alloc(kOptim, n * f32), t2 = l.alloc(kOptim, n * f32);
@@ -543,6 +551,7 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
       } else {
         l.touch(kOptim, n * f32);
       }
+      for (Id id : mapped) l.free(id);
     }
     for (auto& u : us) l.free(u.grad_shard);  // zero_grad
     l.free(logits);  // the caller's output goes out of scope after the step
@@ -587,6 +596,9 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
                                                        e.expert_shard_world)
                                          : ""));
   if (tp > 1 && !have_shape) e.notes.push_back("tensor parallel on a parameter count: every parameter divided by the degree");
+  if (o.optimizer_state_on_disk)
+    e.notes.push_back("optimizer state in memory-mapped files: one parameter's state in memory at a time, during "
+                      "its update (its pages stay in the page cache, which the kernel reclaims)");
   if (o.cpu_offload && !o.device_is_gpu)
     e.notes.push_back("CPU offload on a CPU device moves nothing: everything is host memory already");
   if (!o.device_is_gpu && o.mmap_threshold <= 0)

@@ -140,8 +140,9 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
 
   const int64_t pb = dtype_bytes(o.param_dtype), rb = dtype_bytes(o.reduce_dtype), f32 = 4;
   const int64_t mb = o.batch / m, BT = mb * o.seq_len;
-  const Dims d{BT, mb, o.seq_len, sh.dim, sh.n_heads * sh.head_dim(), sh.n_kv_heads * sh.head_dim(), sh.ffn_hidden,
-               sh.vocab_size, sh.n_heads, sh.n_heads / sh.n_kv_heads, pb, o.param_dtype != EstimateDType::FP32, BT};
+  Dims d{BT, mb, o.seq_len, sh.dim, sh.n_heads * sh.head_dim(), sh.n_kv_heads * sh.head_dim(), sh.ffn_hidden,
+         sh.vocab_size, sh.n_heads, sh.n_heads / sh.n_kv_heads, pb, o.param_dtype != EstimateDType::FP32, BT};
+  d.fused_norm = o.device_is_gpu;
   const int64_t rope_rows = sh.max_seq_len > 0 ? sh.max_seq_len : o.seq_len;
   std::vector<StagePlan> plan(counts.size());
   int first = 0;
@@ -212,7 +213,7 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
     }
     // Persistent: fp32 shards (or replicas), buffers, the optimizer's state (steady state).
     const int64_t params = shards * f32 + buffers;
-    const int64_t optim_state = static_cast<int64_t>(optimizer) * shards * f32;
+    const int64_t optim_state = o.optimizer_state_on_disk ? 0 : static_cast<int64_t>(optimizer) * shards * f32;
     const int64_t gathered = gather ? numel * pb : (pb != f32 ? numel * pb : 0);
     struct Peak {
       int64_t total = -1, grads = 0, unsharded = 0, acts = 0, optim = 0;
@@ -222,8 +223,8 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
       const int64_t t = params + optim_state + extra_optim + grads + unsharded + acts;
       if (t > peak.total) peak = {t, grads, unsharded, acts, optim_state + extra_optim, std::move(where)};
     };
-    // Building: every rank builds the whole model in fp32 (one init temporary beside it), then
-    // keeps its stages' shards.
+    // Building (a model built whole, not deferred): every rank builds the whole model in fp32 (one
+    // init temporary beside it), then keeps its stages' shards.
     const int64_t build_total = whole * f32 + largest * f32;
     // The step: UNSHARD of every stage at its first action (the all-gather buffer beside it).
     consider(0, gathered + (gather ? sw * largest_shard_unit * pb : 0), 0, 0, "unshard at the step's start");
@@ -298,7 +299,8 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
     const int64_t grad_shards = gather ? shards * f32 : numel * rb;
     consider(grads, gathered, 0, 0, "reduce-scatter of the gradients");
     consider(gather ? grad_shards + sw * largest_shard_unit * rb : grad_shards, 0, 0, 0, "reduce-scatter of the gradients");
-    consider(grad_shards, 0, 0, adam ? 2 * largest_shard_param * f32 : 0, "optimizer step");
+    const int64_t mapped = o.optimizer_state_on_disk ? static_cast<int64_t>(optimizer) * largest_shard_param * f32 : 0;
+    consider(grad_shards, 0, 0, mapped + (adam ? 2 * largest_shard_param * f32 : 0), "optimizer step");
     MemoryEstimate e;
     e.parameters = params;
     e.gradients = peak.grads;
@@ -307,7 +309,7 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
     e.activations = peak.acts;
     e.tensors = peak.total;
     e.peak_at = fmt::format("pp rank {}: {}", r, peak.where);
-    if (build_total > e.tensors) {
+    if (!o.deferred_init && build_total > e.tensors) {
       e = MemoryEstimate{};
       e.parameters = e.tensors = build_total;
       e.peak_at = fmt::format("pp rank {}: building the model", r);

@@ -47,16 +47,17 @@ Recommendation recommend(const ModelDescription& model, const EstimateOptions& b
     const auto& e = c.estimate;
     c.fits = e.total <= budget;
     if (c.fits) {
-      c.why = fmt::format("fits: {:.2f} GiB <= {:.2f} GiB", e.total / gib, budget / gib);
+      c.why = fmt::format("fits: {:.2f} GiB <= {:.2f} GiB, peak at {}", e.total / gib, budget / gib,
+                          e.peak_at);
     } else {
       std::vector<std::pair<int64_t, std::string>> terms = {
           {e.parameters, "parameters"}, {e.gradients, "gradients"}, {e.optimizer_state, "optimizer state"},
           {e.unsharded, "unsharded units"}, {e.activations, "activations"}, {e.teacher, "teacher"},
           {e.runtime, "runtime"}};
       std::sort(terms.begin(), terms.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-      c.why = fmt::format("needs {:.2f} GiB > {:.2f} GiB; largest: {} {:.2f} GiB, {} {:.2f} GiB", e.total / gib,
-                          budget / gib, terms[0].second, terms[0].first / gib, terms[1].second,
-                          terms[1].first / gib);
+      c.why = fmt::format("needs {:.2f} GiB > {:.2f} GiB at its peak, {}; largest: {} {:.2f} GiB, {} {:.2f} GiB",
+                          e.total / gib, budget / gib, e.peak_at, terms[0].second, terms[0].first / gib,
+                          terms[1].second, terms[1].first / gib);
       if (c.options.cpu_offload && !c.options.device_is_gpu) c.why += " (offload frees nothing on a CPU device)";
     }
     if (c.fits && r.chosen < 0) r.chosen = static_cast<int>(&c - r.candidates.data());

@@ -47,8 +47,29 @@ TeacherPlan plan_teacher(const EstimateOptions::Teacher& teacher, int shard_worl
   return p;
 }
 
-void build_teacher(Ledger& l, const TeacherPlan& p) {
-  l.at("building the teacher");
+// Every parameter whole in fp32, then unit by unit its shard kept and the whole freed.
+void build_teacher_whole(Ledger& l, const TeacherPlan& p);
+
+void build_teacher(Ledger& l, const TeacherPlan& p, bool deferred, int64_t chunk_bytes) {
+  if (deferred) {
+    l.at("loading the teacher's shards (deferred)");
+    int64_t largest = 0;
+    for (size_t i = 0; i < p.model->units.size(); ++i) {
+      l.alloc(kTeacher, p.shard[i] * p.bytes);
+      for (const auto& q : p.model->units[i].params) largest = std::max(largest, 4 * q.numel());
+    }
+    l.touch(kTeacher, std::min(chunk_bytes, largest));  // rows read from its files, a chunk at a time
+  } else {
+    l.at("building the teacher");
+    build_teacher_whole(l, p);
+  }
+  // A Llama's rotary tables are buffers of every attention layer (fp32, kept).
+  const auto& s = *p.model->shape;
+  if (!s.qk_norm && s.max_seq_len > 0)
+    for (int64_t i = 0; i < 2 * s.n_layers; ++i) l.alloc(kTeacher, s.max_seq_len * (s.head_dim() / 2) * 4);
+}
+
+void build_teacher_whole(Ledger& l, const TeacherPlan& p) {
   std::vector<std::vector<Id>> whole(p.model->units.size());
   for (size_t i = 0; i < p.model->units.size(); ++i)
     for (const auto& q : p.model->units[i].params) whole[i].push_back(l.alloc(kTeacher, 4 * q.numel()));
@@ -57,10 +78,6 @@ void build_teacher(Ledger& l, const TeacherPlan& p) {
     l.alloc(kTeacher, p.shard[i] * p.bytes);
     for (Id id : whole[i]) l.free(id);
   }
-  // A Llama's rotary tables are buffers of every attention layer (fp32, kept).
-  const auto& s = *p.model->shape;
-  if (!s.qk_norm && s.max_seq_len > 0)
-    for (int64_t i = 0; i < 2 * s.n_layers; ++i) l.alloc(kTeacher, s.max_seq_len * (s.head_dim() / 2) * 4);
 }
 
 Id teacher_forward(Ledger& l, const TeacherPlan& p, int64_t B, int64_t T) {

@@ -20,9 +20,10 @@ struct TeacherPlan {
 };
 TeacherPlan plan_teacher(const EstimateOptions::Teacher& teacher, int shard_world, int forward_prefetch);
 
-// Built whole in fp32 from its checkpoint, each unit then cast and cut to its shard (kept, in
-// the Teacher category), the whole tensors freed.
-void build_teacher(Ledger& l, const TeacherPlan& p);
+// Its shards (kept, in the Teacher category): deferred, made without storage and each rank's rows
+// read from its files a chunk of at most chunk_bytes at a time; else built whole in fp32 from its
+// checkpoint, each unit then cast and cut to its shard and the whole tensors freed.
+void build_teacher(Ledger& l, const TeacherPlan& p, bool deferred, int64_t chunk_bytes);
 
 // The teacher's forward on B x T tokens under no-grad; returns its logits (B·T x V, its dtype).
 Id teacher_forward(Ledger& l, const TeacherPlan& p, int64_t B, int64_t T);

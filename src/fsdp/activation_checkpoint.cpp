@@ -230,16 +230,16 @@ std::vector<std::string> apply_activation_checkpointing(
   auto marked = apply_activation_checkpointing(
       root,
       [&](const std::string&, torch::nn::Module& m) {
-        const auto cls = module_class_name(m);
-        if (std::find(class_names.begin(), class_names.end(), cls) == class_names.end()) {
-          return false;
-        }
-        return seen++ % every_k == 0;
+        const bool match = std::any_of(class_names.begin(), class_names.end(),
+                                       [&](const std::string& n) { return module_class_is(m, n); });
+        return match && seen++ % every_k == 0;
       },
       options);
   FSDPP_CHECK_AS(ConfigError, seen > 0,
-                 "[checkpoint] no module under '{}' has class {}; nothing to checkpoint",
-                 root.name(), fmt::format("{}", fmt::join(class_names, ", ")));
+                 "[checkpoint] no module under '{}' has class {}; nothing to checkpoint. The "
+                 "classes there: {} (with or without \"Impl\", with or without the namespace)",
+                 module_class_name(root), fmt::format("{}", fmt::join(class_names, ", ")),
+                 fmt::format("{}", fmt::join(module_classes(root), ", ")));
   return marked;
 }
 

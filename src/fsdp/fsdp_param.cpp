@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/deferred_init.h"
 
 namespace fsdpp {
 
@@ -56,27 +57,30 @@ int64_t FSDPParam::rows_of_rank(int k) const {
   return std::clamp<int64_t>(dim0 - k * chunk_rows, 0, chunk_rows);
 }
 
-void FSDPParam::init_shard(const at::Tensor& flat_shard, const at::TensorOptions& unsharded_options,
-                           bool separate_unsharded) {
+void FSDPParam::init_shard(const at::Tensor& flat_shard, const at::Tensor& full,
+                           const at::TensorOptions& unsharded_options, bool separate_unsharded) {
   separate_unsharded_ = separate_unsharded;
   std::vector<int64_t> shard_shape = shape;
   if (shard_shape.empty()) shard_shape = {1};
   shard_shape[0] = chunk_rows;
   shard = flat_shard.narrow(0, offset, shard_numel()).view(shard_shape);
-  shard.zero_();
   const int64_t rows = rows_of_rank(shard_rank);
-  auto full = param.detach().reshape({dim0, row_numel});
-  if (rows > 0) {
-    shard.view({chunk_rows, row_numel}).narrow(0, 0, rows).copy_(
-        full.narrow(0, shard_rank * chunk_rows, rows));
+  if (full.defined()) {
+    shard.zero_();
+    if (rows > 0) {
+      shard.view({chunk_rows, row_numel}).narrow(0, 0, rows).copy_(
+          full.reshape({dim0, row_numel}).narrow(0, shard_rank * chunk_rows, rows));
+    }
   }
   if (!separate_unsharded_) {
     unsharded = shard.view(shape);
   } else {
-    unsharded = at::empty(shape, unsharded_options.requires_grad(false));
-    free_unsharded();
+    // The unsharded shape over storage of 0 bytes, on the device whose allocator gathering uses:
+    // no parameter is ever allocated whole before its first gather.
+    unsharded = at::empty({0}, unsharded_options.requires_grad(false));
+    unsharded.unsafeGetTensorImpl()->set_sizes_contiguous(shape);
   }
-  param.set_data(shard);
+  rebind_data(param, shard);  // from the meta device to storage after to_empty
   on_shard_ = true;
 }
 

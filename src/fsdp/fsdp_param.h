@@ -49,11 +49,13 @@ class FSDPParam {
   // Rows of the unsharded parameter that rank k holds (the rest of its chunk is padding).
   int64_t rows_of_rank(int k) const;
 
-  // Binds the shard view into the unit's flat buffer and fills it from the full parameter;
-  // `unsharded_options` (dtype, device) are those of the gathered parameter, and
-  // `separate_unsharded` says whether it needs storage of its own.
-  void init_shard(const at::Tensor& flat_shard, const at::TensorOptions& unsharded_options,
-                  bool separate_unsharded);
+  // Binds the shard view into the unit's flat buffer and fills it from `full` (the whole
+  // parameter this rank held before; undefined: left as the buffer holds it, as for a parameter
+  // on the meta device, whose values come after to_empty); `unsharded_options` (dtype, device)
+  // are those of the gathered parameter, and `separate_unsharded` says whether it needs storage
+  // of its own.
+  void init_shard(const at::Tensor& flat_shard, const at::Tensor& full,
+                  const at::TensorOptions& unsharded_options, bool separate_unsharded);
   // Copies every rank's rows from the gathered (shard_world, total) buffer into `dst` (the
   // unsharded shape), converting dtype and device: into `unsharded` when gathering, into a
   // fresh tensor for state dicts.

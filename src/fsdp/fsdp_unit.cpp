@@ -84,16 +84,6 @@ FSDPUnit::FSDPUnit(torch::nn::Module& module, const FullyShardOptions& options,
   const auto master_dtype = flat_options.dtype().toScalarType();
   param_dtype_ = mp.param_dtype.value_or(master_dtype);
   reduce_dtype_ = mp.reduce_dtype.value_or(param_dtype_);
-  compute_device_ = flat_options.device();
-  at::TensorOptions shard_options = flat_options;
-  if (options_.offload_policy.offload_params) {
-    shard_options = shard_options.device(at::kCPU);
-    if (options_.offload_policy.pin_memory && !compute_device_.is_cpu()) {
-      shard_options = shard_options.pinned_memory(true);
-    }
-  }
-  separate_unsharded_ = shard_world_ > 1 || param_dtype_ != master_dtype ||
-                        compute_device_ != shard_options.device();
   if (reduce_dtype_ == at::kHalf && divide_factor_ == std::floor(divide_factor_)) {
     // As PyTorch FSDP: divide by about sqrt(factor) before the sum and the rest after, so that
     // neither the sum of many gradients nor tiny quotients leave float16's range.
@@ -102,15 +92,50 @@ FSDPUnit::FSDPUnit(torch::nn::Module& module, const FullyShardOptions& options,
     while (n % (f * 2) == 0 && n / (f * 2) >= f * 2) f *= 2;
     predivide_factor_ = static_cast<double>(f);
   }
-  at::NoGradGuard no_grad;
-  flat_shard_ = at::empty({total_shard_numel_}, shard_options);
-  const auto unsharded_options = flat_options.dtype(param_dtype_);
+  allocate_shards(flat_options, /*take_values=*/true);
   for (size_t i = 0; i < params_.size(); ++i) {
-    params_[i]->init_shard(flat_shard_, unsharded_options, separate_unsharded_);
     if (params_[i]->requires_grad) watch_gradient(i);
   }
   gathered_versions_.assign(params_.size(), -1);
   plan_reduce_buckets();
+}
+
+void FSDPUnit::allocate_shards(const at::TensorOptions& flat_options, bool take_values) {
+  compute_device_ = flat_options.device();
+  at::TensorOptions shard_options = flat_options;
+  // Parameters without storage (the meta device) get shards without storage: to_empty() gives
+  // them some on the device the caller names.
+  if (options_.offload_policy.offload_params && !compute_device_.is_meta()) {
+    shard_options = shard_options.device(at::kCPU);
+    if (options_.offload_policy.pin_memory && !compute_device_.is_cpu()) {
+      shard_options = shard_options.pinned_memory(true);
+    }
+  }
+  separate_unsharded_ = shard_world_ > 1 || param_dtype_ != flat_options.dtype().toScalarType() ||
+                        compute_device_ != shard_options.device();
+  at::NoGradGuard no_grad;
+  // The full parameters this rank held, before their data becomes the shards.
+  std::vector<at::Tensor> full(params_.size());
+  if (take_values) {
+    for (size_t i = 0; i < params_.size(); ++i) full[i] = params_[i]->param.detach();
+  }
+  flat_shard_ = take_values ? at::empty({total_shard_numel_}, shard_options)
+                            : at::zeros({total_shard_numel_}, shard_options);
+  const auto unsharded_options = flat_options.dtype(param_dtype_);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i]->init_shard(flat_shard_, full[i], unsharded_options, separate_unsharded_);
+  }
+}
+
+void FSDPUnit::to_empty(at::Device device) {
+  if (params_.empty() || !flat_shard_.is_meta()) return;
+  FSDPP_CHECK_AS(ConfigError, !device.is_meta(),
+                 "[fsdp] to_empty: unit '{}' needs a device with storage; got meta", name_);
+  FSDPP_CHECK(state_ == UnitState::IDLE && sharded_,
+              "[fsdp] to_empty: unit '{}' is in the middle of a forward or backward", name_);
+  allocate_shards(flat_shard_.options().device(device).pinned_memory(false),
+                  /*take_values=*/false);
+  gathered_valid_ = false;
 }
 
 void FSDPUnit::plan_reduce_buckets() {
@@ -229,13 +254,21 @@ void FSDPUnit::start_unshard() {
     return;
   }
   at::NoGradGuard no_grad;
+  FSDPCommContext& comm = root().comm(compute_device_);
   PendingGather g;
-  g.input = gather_input();
-  if (shard_world_ > 1) {
-    g.gathered = at::empty({shard_world_ * total_shard_numel_}, g.input.options());
-    g.work = shard_group_->all_gather_into_tensor_async(g.gathered, g.input, tag());
-  } else {
-    g.gathered = g.input;  // one rank: the converted shard is the whole parameter set
+  {
+    // The copy-in, the gathered buffer and the all-gather's issue on the copy-in stream (the
+    // CPU's: in place).
+    dist::StreamGuard on(comm.all_gather_copy_in());
+    comm.before_copy_in();
+    g.input = gather_input();
+    if (shard_world_ > 1) {
+      g.gathered = at::empty({shard_world_ * total_shard_numel_}, g.input.options());
+      g.work = shard_group_->all_gather_into_tensor_async(g.gathered, g.input, tag());
+    } else {
+      g.gathered = g.input;  // one rank: the converted shard is the whole parameter set
+      g.copied_in.record(comm.all_gather_copy_in());
+    }
   }
   pending_gather_ = std::move(g);
   root().gather_started();
@@ -247,10 +280,13 @@ void FSDPUnit::finish_unshard() {
   auto g = std::move(*pending_gather_);
   pending_gather_.reset();
   root().gather_finished();
+  // The compute stream waits for the gather (the CPU: for the collective itself).
   if (g.work.valid()) g.work.wait();
+  dist::Stream::current(compute_device_).wait(g.copied_in);
   for (auto& p : params_) p->alloc_unsharded();
   auto rows = g.gathered.view({shard_world_, total_shard_numel_});
   for (auto& p : params_) p->copy_out(rows, p->unsharded);
+  retire(g);
   for (size_t i = 0; i < params_.size(); ++i) gathered_versions_[i] = params_[i]->param._version();
   gathered_valid_ = true;
 }
@@ -261,6 +297,11 @@ void FSDPUnit::drop_prefetch() {
   pending_gather_.reset();
   root().gather_finished();
   if (g.work.valid()) g.work.wait();  // the buffers must outlive the collective
+  retire(g);
+}
+
+void FSDPUnit::retire(PendingGather& g) {
+  root().comm(compute_device_).retire_gather({std::move(g.gathered), std::move(g.input)});
 }
 
 void FSDPUnit::unshard() {
@@ -291,6 +332,7 @@ void FSDPUnit::reshard(bool free_unsharded) {
 }
 
 void FSDPUnit::hold() {
+  if (sharded_ && !params_.empty()) root().comm(compute_device_).gathers_follow_compute();
   unshard();
   held_ = true;
 }
@@ -320,6 +362,11 @@ void FSDPUnit::pre_forward() {
   // A program without a trainer counts its steps by the root's training forwards (trace.h).
   if (auto* t = trace(); t && is_root() && at::GradMode::is_enabled()) t->auto_step();
   forward_began_ = trace_begin();
+  FSDPP_CHECK(!on_meta(),
+              "[fsdp] unit '{}' has no storage: its parameters were made on the meta device. "
+              "Give them some with fsdpp::to_empty(root, device) and initialise them "
+              "(fsdpp/fsdp/deferred_init.h) before the first forward",
+              name_);
   if (is_root()) {
     root_state_->lazy_init();
     if (phase != detail::CheckpointPhase::RECOMPUTE) root_state_->begin_forward();

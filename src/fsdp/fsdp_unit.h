@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "fsdp_param.h"
+#include "fsdpp/dist/device.h"
 #include "fsdpp/dist/device_mesh.h"
 #include "fsdpp/dist/process_group.h"
 #include "fsdpp/dist/trace.h"
@@ -97,6 +98,11 @@ class FSDPUnit : public torch::nn::Module {
   int64_t shard_numel() const { return total_shard_numel_; }
   bool gather_in_flight() const { return pending_gather_.has_value(); }
   at::Tensor cast_forward_input(const at::Tensor& t) const;
+  // Made of parameters on the meta device: its shards have no storage yet.
+  bool on_meta() const { return flat_shard_.defined() && flat_shard_.is_meta(); }
+  // Gives the shards of a unit on_meta() storage on `device` (zeros), as its parameters would
+  // have had there; a no-op for a unit that has storage (deferred_init.h).
+  void to_empty(at::Device device);
 
  private:
   friend class FSDPRootState;  // initialises the units and finishes their backward
@@ -115,6 +121,9 @@ class FSDPUnit : public torch::nn::Module {
   bool gradients_pass_through() const;
   void pass_gradients_through();
 
+  // The flat shard and each parameter's views into it, on flat_options' device (or the CPU
+  // under offload); take_values: from the parameters' current data, else zeros.
+  void allocate_shards(const at::TensorOptions& flat_options, bool take_values);
   bool reshard_after_forward() const;
   // Reduce buckets (FullyShardOptions::reduce_bucket_size): consecutive parameters, built from
   // the unit's last, so that the order autograd computes gradients in (roughly the reverse of
@@ -181,7 +190,10 @@ class FSDPUnit : public torch::nn::Module {
     dist::Work work;
     at::Tensor gathered;  // (shard_world * total_shard_numel) in param dtype
     at::Tensor input;     // kept alive until the collective is done
+    dist::Event copied_in;  // one rank, no collective: the copy-in's end on the copy-in stream
   };
+  // The gather's buffers, kept by the root's comm context until their last reader is done.
+  void retire(PendingGather& g);
   std::optional<PendingGather> pending_gather_;
 
   // Tree.

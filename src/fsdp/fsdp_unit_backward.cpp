@@ -161,6 +161,8 @@ void FSDPUnit::issue_reduce() {
 
 void FSDPUnit::issue_bucket(size_t index) {
   at::NoGradGuard no_grad;
+  FSDPCommContext& comm = root().comm(compute_device_);
+  comm.before_reduce();  // GPU: the previous reduce-scatter done on the compute stream
   const ReduceBucket& b = buckets_[index];
   const auto options =
       flat_shard_.options().dtype(reduce_dtype_).device(compute_device_).pinned_memory(false);
@@ -179,6 +181,7 @@ void FSDPUnit::issue_bucket(size_t index) {
   if (shard_group_) {
     auto work = shard_group_->reduce_scatter_tensor_async(out, input.view({-1}),
                                                           dist::ReduceOp::SUM, tag());
+    comm.reduce_issued(work);
     if (replicate_group_) {
       work.wait();  // the replicas reduce what the shard group produced
     } else {

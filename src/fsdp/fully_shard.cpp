@@ -1,6 +1,7 @@
 #include "fsdpp/fsdp/fully_shard.h"
 
 #include <ATen/ATen.h>
+#include <fmt/ranges.h>
 
 #include <set>
 #include <unordered_set>
@@ -223,6 +224,46 @@ std::vector<at::Tensor> post_forward(FSDPUnit& unit, std::vector<at::Tensor> out
   return unit.post_forward(std::move(outputs));
 }
 void forward_failed(FSDPUnit& unit) { unit.forward_failed(); }
+
+namespace {
+
+// The units inside `unit` whose forward returns another floating dtype than `unit` computes in
+// (MixedPrecisionPolicy::output_dtype): what hands its layers mixed dtypes.
+std::string mixed_dtype_hint(FSDPUnit& unit) {
+  const auto& mp = unit.options().mp_policy;
+  const at::ScalarType own =
+      mp.param_dtype.value_or(unit.params().empty() ? at::kFloat
+                                                    : unit.params().front()->param.scalar_type());
+  std::vector<std::string> culprits;
+  for (FSDPUnit* u : unit.root().units()) {
+    const bool inside = u != &unit && (unit.is_root() || u->name().starts_with(unit.name() + "."));
+    const auto& out = u->options().mp_policy.output_dtype;
+    if (inside && out && *out != own) {
+      culprits.push_back(fmt::format("'{}' returns {}", u->name(), c10::toString(*out)));
+    }
+  }
+  if (culprits.empty()) return "";
+  return fmt::format(". Inside it, unit {} (its MixedPrecisionPolicy::output_dtype) while '{}' "
+                     "computes in {}: set output_dtype on the root only (fsdpp::fsdp::wrap does), "
+                     "or to {} on the inner units",
+                     fmt::join(culprits, ", unit "), unit.name(), c10::toString(own),
+                     c10::toString(own));
+}
+
+}  // namespace
+
+void rethrow_forward_error(FSDPUnit& unit) {
+  try {
+    throw;
+  } catch (const Error&) {
+    throw;  // fsdpp's own, already named
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    throw Error(fmt::format("[fsdp] the forward of unit '{}' failed: {}{}", unit.name(), what,
+                            mixed_dtype_hint(unit)));
+  }
+}
 at::Tensor cast_forward_input(FSDPUnit& unit, const at::Tensor& t) {
   return unit.cast_forward_input(t);
 }

@@ -34,6 +34,16 @@ void FSDPRootState::begin_forward() {
               root_->name());
   forward_active_ = true;
   recording_forward_.clear();
+  // The shards may have changed since the last gathers (the optimizer step, a state dict).
+  if (comm_) comm_->gathers_follow_compute();
+}
+
+FSDPCommContext& FSDPRootState::comm(c10::Device device) {
+  if (!comm_) {
+    comm_ = std::make_unique<FSDPCommContext>(device);
+    comm_->gathers_follow_compute();
+  }
+  return *comm_;
 }
 
 void FSDPRootState::record_forward(FSDPUnit& unit) {

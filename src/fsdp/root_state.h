@@ -8,8 +8,11 @@
 // The root unit owns it; every unit reaches it through FSDPUnit::root(). A unit that gets a
 // parent (fully_shard of a module around it) drops its own.
 
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "comm_context.h"
 
 namespace fsdpp {
 
@@ -55,6 +58,10 @@ class FSDPRootState {
   void gather_finished() { --gathers_in_flight_; }
   int gathers_in_flight() const { return gathers_in_flight_; }
 
+  // The streams and held buffers of the tree's collectives (comm_context.h), made at the first
+  // gather on `device` (the units' compute device).
+  FSDPCommContext& comm(c10::Device device);
+
   // The gradient-sync switch: off, units keep their unreduced gradients (accumulation).
   void set_requires_gradient_sync(bool sync) { requires_gradient_sync_ = sync; }
   bool requires_gradient_sync() const { return requires_gradient_sync_; }
@@ -75,6 +82,7 @@ class FSDPRootState {
   std::vector<FSDPUnit*> forward_order_, backward_order_;
   std::vector<FSDPUnit*> recording_forward_, recording_backward_;
   int gathers_in_flight_ = 0;  // prefetched all-gathers issued and not yet used
+  std::unique_ptr<FSDPCommContext> comm_;
 };
 
 }  // namespace fsdpp

@@ -1,6 +1,7 @@
 #include "fsdpp/fsdp/wrap_policy.h"
 
 #include <algorithm>
+#include <set>
 #include <unordered_set>
 
 #include "fsdp_unit.h"
@@ -8,18 +9,51 @@
 
 namespace fsdpp {
 
-std::string module_class_name(const torch::nn::Module& module) {
-  std::string name = module.name();
-  if (auto pos = name.rfind("::"); pos != std::string::npos) name = name.substr(pos + 2);
-  if (name.size() > 4 && name.compare(name.size() - 4, 4, "Impl") == 0) name.resize(name.size() - 4);
-  return name;
+namespace {
+
+// "fsdpp::models::TransformerBlockImpl" -> "TransformerBlock": no namespace, no "Impl".
+std::string bare_class_name(std::string_view name) {
+  if (auto pos = name.rfind("::"); pos != std::string_view::npos) name.remove_prefix(pos + 2);
+  if (name.size() > 4 && name.ends_with("Impl")) name.remove_suffix(4);
+  return std::string(name);
 }
+
+}  // namespace
+
+std::string module_class_name(const torch::nn::Module& module) {
+  return bare_class_name(module.name());
+}
+
+bool module_class_is(const torch::nn::Module& module, std::string_view name) {
+  return bare_class_name(module.name()) == bare_class_name(name);
+}
+
+std::vector<std::string> module_classes(const torch::nn::Module& root) {
+  std::set<std::string> classes{module_class_name(root)};
+  for (const auto& item : root.named_modules("", /*include_self=*/false)) {
+    // fsdpp's own children (the unit "_fsdp", the checkpoint marker "_fsdp_checkpoint") are
+    // not the model's classes.
+    const auto& path = item.key();
+    const auto last = path.substr(path.rfind('.') == std::string::npos ? 0 : path.rfind('.') + 1);
+    if (!last.starts_with("_fsdp")) classes.insert(module_class_name(*item.value()));
+  }
+  return {classes.begin(), classes.end()};
+}
+
+namespace {
+
+bool class_in(const torch::nn::Module& module, const std::vector<std::string>& names) {
+  return std::any_of(names.begin(), names.end(),
+                     [&](const std::string& n) { return module_class_is(module, n); });
+}
+
+}  // namespace
 
 WrapPolicy transformer_layer_policy(std::vector<std::string> class_names) {
   FSDPP_CHECK_AS(ConfigError, !class_names.empty(),
                  "[fsdp] transformer_layer_policy needs at least one class name");
   return [names = std::move(class_names)](const std::string&, torch::nn::Module& m, int64_t) {
-    return std::find(names.begin(), names.end(), module_class_name(m)) != names.end();
+    return class_in(m, names);
   };
 }
 
@@ -28,8 +62,7 @@ WrapPolicy size_based_policy(int64_t min_num_params, std::vector<std::string> ca
                  "[fsdp] size_based_policy: min_num_params={} must be >= 1", min_num_params);
   return [min_num_params, names = std::move(candidates)](const std::string&, torch::nn::Module& m,
                                                          int64_t unwrapped) {
-    return unwrapped >= min_num_params &&
-           std::find(names.begin(), names.end(), module_class_name(m)) != names.end();
+    return unwrapped >= min_num_params && class_in(m, names);
   };
 }
 
@@ -61,10 +94,16 @@ int64_t wrap_below(const std::string& path, torch::nn::Module& module, const Wra
 
 std::vector<std::string> apply_fully_shard(torch::nn::Module& root, const WrapPolicy& policy,
                                            const FullyShardOptions& options) {
+  return apply_fully_shard(root, policy, options, options);
+}
+
+std::vector<std::string> apply_fully_shard(torch::nn::Module& root, const WrapPolicy& policy,
+                                           const FullyShardOptions& options,
+                                           const FullyShardOptions& root_options) {
   std::vector<std::string> made;
   std::unordered_set<const c10::TensorImpl*> counted;
   if (policy) wrap_below("", root, policy, options, made, counted);
-  fully_shard(root, options);
+  fully_shard(root, root_options);
   made.emplace_back();
   return made;
 }

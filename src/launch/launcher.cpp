@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "descendants.h"
 #include "multi_node.h"
 #include "signal_watch.h"
 #include "unique_fd.h"
@@ -47,6 +48,18 @@ std::string kill_reason(const WorkerGroup::StopResult& stop, double grace_s) {
   return fmt::format("after {} s", grace_s);
 }
 
+void report_leftovers(const WorkerGroup::Leftovers& left) {
+  if (left.groups > 0) {
+    fmt::print(stderr, "[fsdpp-run] every worker exited 0; stopped the processes that {} of them "
+               "left running in the background\n", left.groups);
+  }
+  if (left.outside > 0) {
+    fmt::print(stderr, "[fsdpp-run] every worker exited 0; stopped {} process{} that left its "
+               "worker's process group (setsid) and would have outlived the job\n", left.outside,
+               left.outside == 1 ? "" : "es");
+  }
+}
+
 }  // namespace
 
 void validate(const LaunchConfig& config) {
@@ -66,12 +79,12 @@ void validate(const LaunchConfig& config) {
         "[fsdpp-run] --master-port is required when --nnodes > 1: every node must be given "
         "the same port (1-65535)");
   }
-  check_range("--max-restarts", config.max_restarts, 0, 1000);
-  if (config.nnodes > 1 && config.max_restarts > 0) {
-    throw UsageError(
-        "[fsdpp-run] --max-restarts > 0 needs --nnodes 1 for now: restarting the workers of "
-        "several nodes together is not implemented");
+  if (config.rdzv_id.size() > 128 ||
+      config.rdzv_id.find_first_of(" \t\n\r") != std::string::npos) {
+    throw UsageError(fmt::format("[fsdpp-run] --rdzv-id must be at most 128 characters without spaces, "
+                                 "got '{}'", config.rdzv_id));
   }
+  check_range("--max-restarts", config.max_restarts, 0, 1000);
   check_range("--timeout-s", config.timeout_s, 1, 7 * 24 * 3600);
   if (!(config.rdzv_timeout_s > 0 && config.rdzv_timeout_s <= 7 * 24 * 3600)) {
     throw UsageError(fmt::format(
@@ -112,6 +125,7 @@ EnvVars worker_env(const LaunchConfig& config, int master_port, int local_rank,
       {"MASTER_PORT", std::to_string(master_port)},
       {"FSDPP_TIMEOUT_S", std::to_string(config.timeout_s)},
       {"FSDPP_RESTART_COUNT", std::to_string(restart_count)},
+      {"FSDPP_LAUNCHER", "fsdpp-run"},
   };
   // Node 0's launcher hosts the store on MASTER_ADDR:MASTER_PORT; the workers use it too.
   if (config.nnodes > 1) env.emplace_back("FSDPP_AGENT_STORE", "1");
@@ -155,6 +169,9 @@ int run(const LaunchConfig& config) {
   const auto grace = std::chrono::milliseconds(std::llround(config.grace_s * 1000));
 
   SignalWatch signals;
+  // Orphans of the workers (a setsid child whose worker exited) become ours, not init's, so
+  // that the job stops them (descendants.h).
+  become_subreaper();
   if (config.nnodes > 1) return run_multi_node(config, signals, grace);
   WorkerGroup group(signals, output_options(config));
   for (int attempt = 0;; ++attempt) {
@@ -166,10 +183,7 @@ int run(const LaunchConfig& config) {
     const WorkerGroup::WaitResult result = group.wait();
 
     if (result.outcome == WorkerGroup::Outcome::kSucceeded) {
-      if (const int n = group.stop_leftovers(grace); n > 0) {
-        fmt::print(stderr, "[fsdpp-run] every worker exited 0; stopped the processes that {} of "
-                   "them left running in the background\n", n);
-      }
+      report_leftovers(group.stop_leftovers(grace));
       return kExitSuccess;
     }
 

@@ -109,10 +109,10 @@ std::vector<NodeLink::Peer> NodeLink::peers() const {
   return peers_;
 }
 
-void NodeLink::set_verdict(const std::string& why) {
+void NodeLink::set_verdict(const std::string& why, int round) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!verdict_.empty()) return;
+    if (!verdict_.empty() || round != round_) return;
     verdict_ = why;
   }
   const uint64_t one = 1;
@@ -122,7 +122,7 @@ void NodeLink::set_verdict(const std::string& why) {
 std::string NodeLink::report_failure(const std::string& what) {
   const std::string mine = fmt::format("{}|{}", options_.node_rank, what);
   try {
-    return parse_failure(rdzv_.store->compare_set(keys::kFailed, "", mine)).second;
+    return parse_failure(rdzv_.store->compare_set(keys::failed(round()), "", mine)).second;
   } catch (const std::exception&) {
     return what;
   }
@@ -130,7 +130,7 @@ std::string NodeLink::report_failure(const std::string& what) {
 
 void NodeLink::set_state(State state) {
   try {
-    rdzv_.store->set(keys::state(options_.node_rank), to_string(state));
+    rdzv_.store->set(keys::state(options_.node_rank, round()), to_string(state));
   } catch (const std::exception&) {
     // The store is gone: the others learn of this node through its silence instead.
   }
@@ -151,23 +151,28 @@ void NodeLink::loop() {
 void NodeLink::beat() {
   const int n = options_.nnodes;
   const int self = options_.node_rank;
+  const int round = this->round();
   std::vector<std::string> names;
   for (int k = 0; k < n; ++k) names.push_back(keys::heartbeat(k));
-  for (int k = 0; k < n; ++k) names.push_back(keys::state(k));
-  names.push_back(keys::kFailed);
   std::vector<std::string> values;
   try {
     thread_store_->add(keys::heartbeat(self), 1);
     values = thread_store_->multi_get(names);
+    // A round's keys exist once its nodes arrive: read those there are.
+    for (int k = 0; k < n; ++k) {
+      const std::string key = keys::state(k, round);
+      values.push_back(thread_store_->check({key}) ? thread_store_->get(key) : "running");
+    }
+    values.push_back(thread_store_->check({keys::failed(round)}) ? thread_store_->get(keys::failed(round)) : "");
   } catch (const std::exception& e) {
     if (self != 0) {
       set_verdict(fmt::format(
           "lost node 0's launcher, which hosts the job's store at {} ({}): it was stopped or "
           "killed, or its host is unreachable",
-          options_.where, first_line(e.what())));
+          options_.where, first_line(e.what())), this->round());
     } else {
       set_verdict(fmt::format("the job's store on this node stopped answering: {}",
-                              first_line(e.what())));
+                              first_line(e.what())), this->round());
     }
     throw;
   }
@@ -177,6 +182,7 @@ void NodeLink::beat() {
   std::string gone_message;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (round != round_) return;  // a new round began meanwhile: these are the old one's
     for (int k = 0; k < n; ++k) {
       if (k == self) continue;
       const long long beats = parse_count(values[k]);
@@ -198,16 +204,85 @@ void NodeLink::beat() {
   }
   const auto [failed_node, what] = parse_failure(values.back());
   if (!what.empty() && failed_node != self) {
-    set_verdict(what);
+    set_verdict(what, round);
   } else if (!gone_message.empty()) {
     // Recorded as the job's failure, so that every node gives the same reason.
     std::string first = gone_message;
     try {
       first = parse_failure(thread_store_->compare_set(
-          keys::kFailed, "", fmt::format("{}|{}", self, gone_message))).second;
+          keys::failed(round), "", fmt::format("{}|{}", self, gone_message))).second;
     } catch (const std::exception&) {
     }
-    set_verdict(first);
+    set_verdict(first, round);
+  }
+}
+
+int NodeLink::round() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return round_;
+}
+
+void NodeLink::begin_round(int round) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  round_ = round;
+  verdict_.clear();
+  for (Peer& p : peers_) p.state = State::kRunning;
+  uint64_t count = 0;
+  [[maybe_unused]] ssize_t n = ::read(event_.get(), &count, sizeof count);  // drain: not readable
+}
+
+NodeLink::RestartResult NodeLink::meet_for_restart(milliseconds timeout, SignalWatch& signals) {
+  const int self = options_.node_rank;
+  const int current = round();
+  const auto deadline = Clock::now() + timeout;
+  // A launcher silent past the heartbeat timeout is gone whatever its last state said.
+  const auto silent = [&](int k) {
+    return peers()[k].silent_s > std::chrono::duration<double>(options_.heartbeat_timeout).count();
+  };
+  RestartResult out;
+  try {
+    // Every node of the failed round asks to move from it to the next; the first does.
+    const std::string now = rdzv_.store->compare_set(keys::kRound, std::to_string(current),
+                                                     std::to_string(current + 1));
+    out.round = static_cast<int>(parse_count(now));
+    if (out.round != current + 1) {
+      out.error = fmt::format("the job's store says round {}, this node finished round {}", out.round, current);
+      return out;
+    }
+    rdzv_.store->set(keys::state(self, out.round), "running");
+    rdzv_.store->set(keys::arrived(self, out.round), "1");
+    std::vector<std::string> names;
+    for (int k = 0; k < options_.nnodes; ++k) names.push_back(keys::arrived(k, out.round));
+    for (;;) {
+      std::vector<int> missing, gone;
+      for (int k = 0; k < options_.nnodes; ++k) {
+        if (rdzv_.store->check({names[k]})) continue;
+        missing.push_back(k);
+        if (silent(k)) gone.push_back(k);
+      }
+      if (missing.empty()) return out;
+      const double timeout_s = std::chrono::duration<double>(timeout).count();
+      if (!gone.empty() || Clock::now() >= deadline) {
+        std::string why;
+        for (int k : missing) {
+          const Peer p = peers()[k];
+          why += fmt::format("{}node {} ({})", why.empty() ? "" : "; ", k,
+                             silent(k) ? fmt::format("its launcher is gone: no heartbeat for {:.1f} s", p.silent_s)
+                                    : fmt::format("not back within --rdzv-timeout-s {}", timeout_s));
+        }
+        out.error = fmt::format("restart {} of the job: {} did not come back: {}", out.round,
+                                missing.size() == 1 ? "a node" : "nodes", why);
+        return out;
+      }
+      if (const int s = signals.wait_for_signal(milliseconds{100}); s != 0) {
+        out.signal = s;
+        return out;
+      }
+    }
+  } catch (const std::exception& e) {
+    out.error = fmt::format("lost the job's store at {} while the nodes met to restart: {}", options_.where,
+                            first_line(e.what()));
+    return out;
   }
 }
 

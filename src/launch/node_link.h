@@ -55,6 +55,23 @@ class NodeLink {
   std::string report_failure(const std::string& what);
   void set_state(State state);
 
+  // --max-restarts: the workers of every node start again as round `round` (1, 2, ...): the
+  // states and the failure are the new round's, the verdict is cleared. Heartbeats go on.
+  void begin_round(int round);
+  int round() const;
+
+  // After a failed round: agrees through the store on the next round (the first node to ask moves
+  // the job's round on; the others read it), announces this node as ready for it, and waits until
+  // every node is. Returns the round, or an error naming the nodes that did not come back within
+  // `timeout` (or whose launchers are gone: no heartbeat), or 0 with *signal set when the
+  // launcher got a signal meanwhile.
+  struct RestartResult {
+    int round = 0;
+    std::string error;  // non-empty: the job cannot go on
+    int signal = 0;
+  };
+  RestartResult meet_for_restart(std::chrono::milliseconds timeout, SignalWatch& signals);
+
   // Waits until no other node is running (each is done, failed, stopped, or gone): settled.
   // Else it ends at `deadline` (none: no limit), on a verdict if `stop_on_verdict`, or on a
   // signal to the launcher (not SIGCHLD), which it returns.
@@ -71,7 +88,7 @@ class NodeLink {
  private:
   void loop();
   void beat();  // one round: throws when the store is gone
-  void set_verdict(const std::string& why);
+  void set_verdict(const std::string& why, int round);  // ignored when `round` is over
 
   Options options_;
   Rendezvous rdzv_;
@@ -82,6 +99,7 @@ class NodeLink {
   std::condition_variable wake_;
   bool stopping_ = false;
   std::string verdict_;
+  int round_ = 0;
   std::vector<Peer> peers_;
   std::vector<long long> last_beats_;
   std::vector<std::chrono::steady_clock::time_point> last_change_;

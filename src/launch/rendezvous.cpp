@@ -23,7 +23,11 @@ namespace keys {
 std::string node(int rank) { return fmt::format("fsdpp-run/node/{}", rank); }
 std::string claims(int rank) { return fmt::format("fsdpp-run/claims/{}", rank); }
 std::string heartbeat(int rank) { return fmt::format("fsdpp-run/heartbeat/{}", rank); }
-std::string state(int rank) { return fmt::format("fsdpp-run/state/{}", rank); }
+std::string state(int rank, int round) { return fmt::format("fsdpp-run/round/{}/state/{}", round, rank); }
+std::string failed(int round) { return fmt::format("fsdpp-run/round/{}/failed", round); }
+std::string arrived(int rank, int round) {
+  return fmt::format("fsdpp-run/round/{}/arrived/{}", round, rank);
+}
 }  // namespace keys
 
 namespace {
@@ -103,8 +107,8 @@ std::string host_name() {
 }
 
 std::string describe(const NodeInfo& n) {
-  return fmt::format("nnodes={} nproc={} pid={} host={}", n.nnodes, n.nproc_per_node, n.pid,
-                     n.host);
+  return fmt::format("nnodes={} nproc={} pid={} host={} restarts={} id={}", n.nnodes, n.nproc_per_node,
+                     n.pid, n.host, n.max_restarts, n.rdzv_id);
 }
 
 NodeInfo parse_info(int rank, const std::string& text) {
@@ -122,6 +126,8 @@ NodeInfo parse_info(int rank, const std::string& text) {
     if (key == "nproc") info.nproc_per_node = static_cast<int>(number);
     if (key == "pid") info.pid = number;
     if (key == "host") info.host = value;
+    if (key == "id") info.rdzv_id = value;
+    if (key == "restarts") info.max_restarts = static_cast<int>(number);
   }
   return info;
 }
@@ -150,6 +156,16 @@ std::string disagreement(const RendezvousOptions& o, const std::vector<NodeInfo>
           nodes[0].nnodes, nodes[0].nproc_per_node, n.node_rank, n.host, n.nnodes,
           n.nproc_per_node);
     }
+    if (n.max_restarts != nodes[0].max_restarts) {
+      return fmt::format("the nodes disagree: node 0 has --max-restarts {}, node {} (host {}) has {}; every "
+                         "node must be given the same (they restart together)",
+                         nodes[0].max_restarts, n.node_rank, n.host, n.max_restarts);
+    }
+    if (n.rdzv_id != nodes[0].rdzv_id) {
+      return fmt::format("the nodes disagree: node 0 has --rdzv-id '{}', node {} (host {}) has '{}'; "
+                         "every node of one job must be given the same",
+                         nodes[0].rdzv_id, n.node_rank, n.host, n.rdzv_id);
+    }
   }
   return {};
 }
@@ -173,7 +189,8 @@ std::optional<Rendezvous> rendezvous(const RendezvousOptions& o, int* signal) {
     try {
       out.store = open_store(so);
       // Exists before anyone arrives, so that the liveness link can read it without waiting.
-      out.store->set(keys::kFailed, "");
+      out.store->set(keys::failed(0), "");
+      out.store->set(keys::kRound, "0");
     } catch (const LaunchError&) {
       throw;
     } catch (const std::exception& e) {
@@ -207,12 +224,13 @@ std::optional<Rendezvous> rendezvous(const RendezvousOptions& o, int* signal) {
   }
 
   KeyValueStore& store = *out.store;
-  NodeInfo self{o.node_rank, o.nnodes, o.nproc_per_node, host_name(), static_cast<long>(::getpid())};
+  NodeInfo self{o.node_rank, o.nnodes, o.nproc_per_node, host_name(), static_cast<long>(::getpid()),
+                o.rdzv_id, o.max_restarts};
   std::vector<std::string> node_keys;
   for (int k = 0; k < o.nnodes; ++k) node_keys.push_back(keys::node(k));
   try {
     store.add(keys::claims(o.node_rank), 1);
-    store.set(keys::state(o.node_rank), "running");
+    store.set(keys::state(o.node_rank, 0), "running");
     store.add(keys::heartbeat(o.node_rank), 0);
     store.set(keys::node(o.node_rank), describe(self));  // last: it means "arrived"
 

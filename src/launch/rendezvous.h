@@ -22,6 +22,8 @@ struct RendezvousOptions {
   int nnodes = 1;
   int node_rank = 0;
   int nproc_per_node = 1;
+  std::string rdzv_id;  // --rdzv-id: every node must give the same
+  int max_restarts = 0;  // every node must give the same
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   // Bounds each store operation, so that a host that vanished mid-call cannot hang a launcher.
   std::chrono::milliseconds op_timeout{std::chrono::seconds(30)};
@@ -36,6 +38,8 @@ struct NodeInfo {
   int nproc_per_node = 0;
   std::string host;
   long pid = 0;
+  std::string rdzv_id;
+  int max_restarts = 0;
 };
 
 struct Rendezvous {
@@ -48,9 +52,12 @@ namespace keys {
 std::string node(int rank);      // "host=.. pid=.. nnodes=.. nproc=..", set on arrival
 std::string claims(int rank);    // how many launchers arrived as this node rank
 std::string heartbeat(int rank); // a counter each launcher increments while it runs
-std::string state(int rank);     // running | done | failed | stopped
+// Per round of workers (0, then one more after each restart, --max-restarts):
+std::string state(int rank, int round);  // running | done | failed | stopped
+std::string failed(int round);           // "<node>|<what>": the round's first failure
+std::string arrived(int rank, int round);  // set by a node's launcher ready to start round > 0
+inline constexpr const char* kRound = "fsdpp-run/round";  // the round the job is in
 inline constexpr const char* kAbort = "fsdpp-run/abort";    // why the rendezvous failed
-inline constexpr const char* kFailed = "fsdpp-run/failed";  // "<node>|<what>": first failure
 }  // namespace keys
 
 // Blocks until every node has arrived. Returns std::nullopt when the launcher got a signal,

@@ -16,6 +16,8 @@
 
 #include <fmt/format.h>
 
+#include "descendants.h"
+
 extern char** environ;
 
 namespace fsdpp::launch {
@@ -53,31 +55,6 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
   for (auto& s : strings) out.push_back(s.data());
   out.push_back(nullptr);
   return out;
-}
-
-// Whether process group `pgid` has a member that is not a zombie. kill(-pgid, 0) alone also
-// finds the zombies that an orphaned child leaves until init reaps it, which can be never in a
-// container whose init does not reap.
-bool group_has_live_member(pid_t pgid) {
-  if (::kill(-pgid, 0) != 0) return false;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(entry.path() / "stat");
-    std::string stat;
-    if (!std::getline(in, stat)) continue;
-    // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so parse after the
-    // last ')'.
-    const auto close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 1));
-    char state = 0;
-    long ppid = 0, pgrp = 0;
-    if (!(rest >> state >> ppid >> pgrp)) continue;
-    if (pgrp == pgid && state != 'Z' && state != 'X') return true;
-  }
-  return false;
 }
 
 }  // namespace
@@ -134,6 +111,7 @@ void WorkerGroup::start(const std::vector<WorkerSpec>& specs) {
   }
   workers_.clear();
   first_failure_.reset();
+  external_ready_ = false;  // a new round (multi-node restarts): the watched fd was drained
   stopping_ = false;
   workers_.reserve(specs.size());
   try {
@@ -328,19 +306,29 @@ std::optional<WorkerExit> WorkerGroup::silent_worker() const {
   return std::nullopt;
 }
 
-int WorkerGroup::stop_leftovers(milliseconds grace) {
+WorkerGroup::Leftovers WorkerGroup::stop_leftovers(milliseconds grace) {
+  Leftovers left;
   std::vector<pid_t> groups;
   for (const Worker& w : workers_) {
     if (w.pid > 0 && group_has_live_member(w.pid)) groups.push_back(w.pid);
   }
-  if (groups.empty()) return 0;
+  left.groups = static_cast<int>(groups.size());
+  // Descendants outside every worker's group called setsid() (descendants.h).
+  for (pid_t pid : live_descendants()) {
+    if (std::find(groups.begin(), groups.end(), ::getpgid(pid)) == groups.end()) ++left.outside;
+  }
+  if (left.groups == 0 && left.outside == 0) return left;
   for (pid_t g : groups) ::kill(-g, SIGTERM);
   for (pid_t g : groups) ::kill(-g, SIGCONT);
-  const auto deadline = Clock::now() + grace;
-  auto alive = [&] { return std::any_of(groups.begin(), groups.end(), group_has_live_member); };
-  while (alive() && Clock::now() < deadline) ::usleep(20'000);
+  stop_descendants(grace, worker_pids());
   for (pid_t g : groups) ::kill(-g, SIGKILL);
-  return static_cast<int>(groups.size());
+  return left;
+}
+
+std::vector<pid_t> WorkerGroup::worker_pids() const {
+  std::vector<pid_t> pids;
+  for (const Worker& w : workers_) pids.push_back(w.pid);
+  return pids;
 }
 
 std::string WorkerGroup::stopped_note() const {
@@ -359,6 +347,7 @@ void WorkerGroup::signal_groups(int signal) {
   for (const Worker& w : workers_) {
     if (w.pid > 0) ::kill(-w.pid, signal);
   }
+  signal_descendants(signal, worker_pids());  // and what left the groups (setsid)
 }
 
 void WorkerGroup::pump(milliseconds timeout) {
@@ -418,6 +407,7 @@ void WorkerGroup::reap() {
       set_in_this_pass = true;
     }
   }
+  reap_adopted(worker_pids());  // orphans re-parented to the launcher that exited
 }
 
 void WorkerGroup::drain(milliseconds limit) {

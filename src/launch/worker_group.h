@@ -93,10 +93,14 @@ class WorkerGroup {
 
   int running() const;
 
-  // After a successful attempt: what the workers left behind in their process groups
-  // (background children) gets SIGTERM, then SIGKILL after `grace`. Returns the groups that had
-  // any.
-  int stop_leftovers(std::chrono::milliseconds grace);
+  // After a successful attempt: what the workers left behind, in their process groups
+  // (background children) or outside them (children that called setsid, found as the
+  // launcher's descendants: descendants.h), gets SIGTERM, then SIGKILL after `grace`.
+  struct Leftovers {
+    int groups = 0;   // workers' process groups that had a live member
+    int outside = 0;  // live descendants outside every worker's group
+  };
+  Leftovers stop_leftovers(std::chrono::milliseconds grace);
 
   // "; rank 0 (pid 12) was stopped (SIGSTOP) for 3.2 s" for every worker stopped right now:
   // the likely cause when its peers time out.
@@ -127,7 +131,9 @@ class WorkerGroup {
   // Waits up to `timeout` for output, an exit or a signal and handles what came.
   void pump(std::chrono::milliseconds timeout);
   void reap();
+  // `signal` to every worker's process group and to the launcher's other descendants.
   void signal_groups(int signal);
+  std::vector<pid_t> worker_pids() const;
   // Relays what is left in the pipes, waiting at most `limit` for writers (grandchildren) to close.
   void drain(std::chrono::milliseconds limit);
 

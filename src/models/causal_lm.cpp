@@ -31,9 +31,14 @@ class LlamaLM final : public CausalLM {
   const char* architecture() const override { return "llama"; }
   CausalLMOutput forward(const at::Tensor& tokens, const at::Tensor& targets) override {
     // No targets (a distillation teacher): the logits alone.
-    if (!targets.defined()) return {fsdpp::forward(model_, tokens), at::Tensor(), at::Tensor()};
+    if (!targets.defined()) return {fsdpp::forward(model_, tokens), at::Tensor(), at::Tensor(), {}};
     auto out = fsdpp::forward(model_, tokens, targets);
-    return {out.logits, out.loss, at::Tensor()};
+    return {out.logits, out.loss, at::Tensor(), {}};
+  }
+  CausalLMOutput forward_features(const at::Tensor& tokens, bool /*aux_loss*/,
+                                  const std::vector<int64_t>& hidden_layers) override {
+    auto out = fsdpp::forward(model_, tokens, at::Tensor(), hidden_layers);
+    return {out.logits, at::Tensor(), at::Tensor(), std::move(out.hidden_states)};
   }
   at::Tensor generate(const at::Tensor& prompt, const GenerateOptions& options) override {
     return models::generate(model_, prompt, options);
@@ -44,6 +49,9 @@ class LlamaLM final : public CausalLM {
                        c.n_heads, c.kv_heads(), c.vocab_size);
   }
   int64_t vocab_size() const override { return model_->config().vocab_size; }
+  const InitPlan& init_plan() const override { return model_->init_plan(); }
+  int64_t hidden_size() const override { return model_->config().dim; }
+  int64_t num_layers() const override { return model_->config().n_layers; }
   std::string config_json() const override { return llama_config_to_json(model_->config()); }
   void check_same_model(const std::string& saved_json, const std::string& source) const override {
     const auto saved = llama_config_from_json(saved_json, source);
@@ -68,12 +76,17 @@ class Qwen3MoeLM final : public CausalLM {
     // The router logits are asked for in training: transformers adds the load-balancing loss
     // then (output_router_logits), and the metrics report it.
     auto out = fsdpp::forward(model_, tokens, targets, /*output_router_logits=*/targets.defined());
-    return {out.logits, out.loss, out.aux_loss};
+    return {out.logits, out.loss, out.aux_loss, {}};
+  }
+  CausalLMOutput forward_features(const at::Tensor& tokens, bool aux_loss,
+                                  const std::vector<int64_t>& hidden_layers) override {
+    auto out = fsdpp::forward(model_, tokens, at::Tensor(), aux_loss, hidden_layers);
+    return {out.logits, at::Tensor(), out.aux_loss, std::move(out.hidden_states)};
   }
   at::Tensor generate(const at::Tensor& prompt, const GenerateOptions& options) override {
-    auto last_logits = [&](const at::Tensor& context) {
-      return fsdpp::forward(model_, context).select(1, -1);
-    };
+    auto last_logits = cached_last_logits(
+        [&](const at::Tensor& tokens, KVCache& cache) { return fsdpp::forward(model_, tokens, cache); },
+        model_->layers->size());
     const auto& c = model_->config();
     return sample_tokens(last_logits, {c.max_position_embeddings, c.vocab_size},
                          prompt.to(model_->embed_tokens->weight.device(), at::kLong), options);
@@ -89,6 +102,9 @@ class Qwen3MoeLM final : public CausalLM {
                        c.head_dim, c.vocab_size);
   }
   int64_t vocab_size() const override { return model_->config().vocab_size; }
+  const InitPlan& init_plan() const override { return model_->init_plan(); }
+  int64_t hidden_size() const override { return model_->config().hidden_size; }
+  int64_t num_layers() const override { return model_->config().num_hidden_layers; }
   std::string config_json() const override { return qwen3_moe_config_to_hf(model_->config()); }
   void check_same_model(const std::string& saved_json, const std::string& source) const override {
     const auto saved = qwen3_moe_config_from_hf(saved_json, source);

@@ -133,6 +133,13 @@ std::vector<at::Tensor> calibration_rows(const CompressOptions& o, const data::T
   std::string text(static_cast<size_t>(std::min<int64_t>(o.calibration_tokens * 64, 256 << 20)), '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(in.gcount()));
+  // A binary (an executable, a safetensors file) tokenizes without complaint into nonsense.
+  if (const auto nul = text.find('\0'); nul != std::string::npos) {
+    FSDPP_THROW(ConfigError,
+                "[compress] --calibration '{}' is not a text file: it has a NUL byte at offset "
+                "{}; expected text (UTF-8) like the model was trained on",
+                o.calibration_file.string(), nul);
+  }
   auto ids = tok.encode(text);
   if (static_cast<int64_t>(ids.size()) > o.calibration_tokens) ids.resize(o.calibration_tokens);
   FSDPP_CHECK_AS(ConfigError, !ids.empty(), "[compress] --calibration '{}' gives no tokens",
@@ -313,6 +320,11 @@ std::string CompressReport::text() const {
   std::string s = fmt::format("compress: {} teacher {}\n", architecture_name(architecture), teacher);
   s += fmt::format("  layers: kept {} of {}: [{}] ({})\n", kept_layers.size(), teacher_layers,
                    fmt::join(kept_layers, ", "), layer_rule);
+  std::vector<std::string> pairs;
+  for (size_t i = 0; i < kept_layers.size(); ++i) pairs.push_back(fmt::format("{}:{}", i, kept_layers[i]));
+  s += fmt::format("  distillation.layer_map: [{}] (the student's layers and the teacher's they "
+                   "were; [auto] reads them from compress.json)\n",
+                   fmt::join(pairs, ", "));
   if (architecture == Architecture::kQwen3Moe) {
     s += fmt::format("  experts per sparse layer: {} -> {}, top-k {} -> {}\n", teacher_experts,
                      student_experts, teacher_top_k, student_top_k);
@@ -346,6 +358,10 @@ std::string CompressReport::json() const {
   j["teacher"] = teacher;
   j["teacher_layers"] = teacher_layers;
   j["kept_layers"] = kept_layers;
+  // distillation.layer_map's pairs for this student: its layer i was the teacher's kept[i].
+  std::vector<std::string> layer_map;
+  for (size_t i = 0; i < kept_layers.size(); ++i) layer_map.push_back(fmt::format("{}:{}", i, kept_layers[i]));
+  j["layer_map"] = layer_map;
   j["layer_rule"] = layer_rule;
   j["num_experts"] = {{"teacher", teacher_experts}, {"student", student_experts}};
   j["num_experts_per_tok"] = {{"teacher", teacher_top_k}, {"student", student_top_k}};

@@ -68,9 +68,10 @@ void write_decoder_keys(json& j, double rope_theta) {
   j["attention_dropout"] = 0.0;
 }
 
-void check_shape(const std::string& what, const at::Tensor& t, const std::vector<int64_t>& want) {
-  FSDPP_CHECK_AS(ConfigError, t.sizes().vec() == want,
-                 "[models] '{}' has shape {} but the config gives {}", what, t.sizes().vec(), want);
+void check_shape(const std::string& what, const std::vector<int64_t>& got,
+                 const std::vector<int64_t>& want) {
+  FSDPP_CHECK_AS(ConfigError, got == want, "[models] '{}' has shape {} but the config gives {}",
+                 what, got, want);
 }
 
 std::string read_hf_config(const fs::path& dir) {
@@ -81,10 +82,32 @@ std::string read_hf_config(const fs::path& dir) {
   return read_text(config);
 }
 
-NamedTensors read_hf_tensors(const fs::path& dir) {
-  std::vector<fs::path> files;
+at::Tensor HfSource::whole(const std::string& name) const {
+  const auto s = shape(name);
+  return rows(name, 0, s.empty() ? 1 : s[0]).view(s);
+}
+
+HfMemory::HfMemory(const NamedTensors& tensors) {
+  for (const auto& [name, t] : tensors) {
+    FSDPP_CHECK_AS(ConfigError, by_name_.emplace(name, t).second,
+                   "[models] the Hugging Face checkpoint names a tensor twice ('{}')", name);
+    names_.push_back(name);
+  }
+}
+
+std::vector<int64_t> HfMemory::shape(const std::string& name) const {
+  return by_name_.at(name).sizes().vec();
+}
+
+at::Tensor HfMemory::rows(const std::string& name, int64_t first, int64_t count) const {
+  const auto& t = by_name_.at(name);
+  return (t.dim() == 0 ? t.reshape({1}) : t).narrow(0, first, count).contiguous();
+}
+
+HfFiles::HfFiles(const fs::path& dir) {
+  std::vector<fs::path> paths;
   if (fs::exists(dir / "model.safetensors")) {
-    files.push_back(dir / "model.safetensors");
+    paths.push_back(dir / "model.safetensors");
   } else {
     const fs::path index = dir / "model.safetensors.index.json";
     FSDPP_CHECK_AS(ConfigError, fs::exists(index),
@@ -99,13 +122,36 @@ NamedTensors read_hf_tensors(const fs::path& dir) {
                      index.string(), tensor);
       names.insert(file.get<std::string>());
     }
-    for (const auto& n : names) files.push_back(dir / n);
+    for (const auto& n : names) paths.push_back(dir / n);
   }
+  for (const auto& p : paths) {
+    files_.push_back(state::SafetensorsFile::open(p));
+    for (const auto& name : files_.back().names()) {
+      FSDPP_CHECK_AS(ConfigError, file_of_.emplace(name, files_.size() - 1).second,
+                     "[models] the Hugging Face checkpoint names a tensor twice ('{}', in '{}' "
+                     "and '{}')",
+                     name, files_[file_of_.at(name)].path().string(), p.string());
+      names_.push_back(name);
+    }
+  }
+}
+
+const state::SafetensorsFile& HfFiles::file(const std::string& name) const {
+  return files_.at(file_of_.at(name));
+}
+
+std::vector<int64_t> HfFiles::shape(const std::string& name) const {
+  return file(name).info(name).shape;
+}
+
+at::Tensor HfFiles::rows(const std::string& name, int64_t first, int64_t count) const {
+  return file(name).read_rows(name, first, count);
+}
+
+NamedTensors read_hf_tensors(const fs::path& dir) {
+  const HfFiles files(dir);
   NamedTensors hf;
-  for (const auto& f : files) {
-    auto st = state::SafetensorsFile::open(f);
-    for (const auto& name : st.names()) hf.emplace_back(name, st.get(name));
-  }
+  for (const auto& name : files.names()) hf.emplace_back(name, files.whole(name));
   return hf;
 }
 

@@ -186,33 +186,57 @@ std::string llama_config_to_hf(const LlamaConfig& c) {
   return j.dump(2) + "\n";
 }
 
-NamedTensors llama_tensors_from_hf(const LlamaConfig& cfg, const NamedTensors& hf) {
+namespace {
+
+// Rows of fsdpp's tensors from Hugging Face's, after checking that every tensor the config
+// implies is there with its shape and nothing else is (HF's rotary inv_freq buffers skipped).
+// wq and wk come in rotate-half row order: a range of fsdpp rows reads the whole heads it
+// touches and permutes them.
+RowReader llama_rows_from_hf(const LlamaConfig& cfg, std::shared_ptr<const detail::HfSource> hf) {
   const Shapes want = expected_shapes(cfg);
   std::map<std::string, std::string> ours_of;  // HF name -> fsdpp name
   for (const auto& n : want.order) ours_of[hf_name(n)] = n;
-  std::map<std::string, at::Tensor> got;
-  for (const auto& [name, t] : hf) {
+  for (const auto& name : hf->names()) {
     if (ends_with(name, "rotary_emb.inv_freq")) continue;  // derived, as fsdpp's rope tables
     if (name == "lm_head.weight" && cfg.tie_embeddings) continue;  // tied: the embedding is it
-    auto it = ours_of.find(name);
-    FSDPP_CHECK_AS(ConfigError, it != ours_of.end(),
+    FSDPP_CHECK_AS(ConfigError, ours_of.count(name),
                    "[models] unexpected tensor '{}' in the Hugging Face checkpoint: fsdpp's Llama "
                    "has no counterpart", name);
-    got[it->second] = t;
   }
-  NamedTensors out;
   for (const auto& n : want.order) {
-    auto it = got.find(n);
-    FSDPP_CHECK_AS(ConfigError, it != got.end(),
+    FSDPP_CHECK_AS(ConfigError, hf->contains(hf_name(n)),
                    "[models] tensor '{}' (fsdpp '{}') is missing from the Hugging Face checkpoint",
                    hf_name(n), n);
-    check_shape(hf_name(n), it->second, want.by_name.at(n));
-    at::Tensor t = it->second;
-    if (ends_with(n, "attention.wq.weight")) t = from_hf_rows(t, cfg.n_heads, cfg.head_dim());
-    if (ends_with(n, "attention.wk.weight")) t = from_hf_rows(t, cfg.kv_heads(), cfg.head_dim());
-    out.emplace_back(n, t);
+    check_shape(hf_name(n), hf->shape(hf_name(n)), want.by_name.at(n));
   }
+  const int64_t hd = cfg.head_dim();
+  return [hf, want, hd](const std::string& name, int64_t first, int64_t rows) -> at::Tensor {
+    FSDPP_CHECK_AS(ConfigError, want.by_name.count(name),
+                   "[models] the model has parameter '{}', which a Llama of this config does not",
+                   name);
+    const std::string theirs = hf_name(name);
+    if (!ends_with(name, "attention.wq.weight") && !ends_with(name, "attention.wk.weight")) {
+      return hf->rows(theirs, first, rows);
+    }
+    const int64_t h0 = first / hd, h1 = (first + rows + hd - 1) / hd;
+    auto heads = from_hf_rows(hf->rows(theirs, h0 * hd, (h1 - h0) * hd), h1 - h0, hd);
+    return heads.narrow(0, first - h0 * hd, rows).contiguous();
+  };
+}
+
+}  // namespace
+
+NamedTensors llama_tensors_from_hf(const LlamaConfig& cfg, const NamedTensors& hf) {
+  const auto read = llama_rows_from_hf(cfg, std::make_shared<detail::HfMemory>(hf));
+  const Shapes want = expected_shapes(cfg);
+  NamedTensors out;
+  for (const auto& n : want.order) out.emplace_back(n, read(n, 0, want.by_name.at(n)[0]));
   return out;
+}
+
+void load_hf_llama_rows(const fs::path& dir, const LlamaConfig& cfg,
+                        const std::vector<torch::nn::Module*>& parts, const InitOptions& options) {
+  load_rows(parts, llama_rows_from_hf(cfg, std::make_shared<detail::HfFiles>(dir)), options);
 }
 
 NamedTensors llama_tensors_to_hf(const LlamaConfig& cfg, const NamedTensors& fsdpp) {
@@ -229,7 +253,7 @@ NamedTensors llama_tensors_to_hf(const LlamaConfig& cfg, const NamedTensors& fsd
   for (const auto& n : want.order) {
     auto it = got.find(n);
     FSDPP_CHECK_AS(ConfigError, it != got.end(), "[models] parameter '{}' is missing", n);
-    check_shape(n, it->second, want.by_name.at(n));
+    check_shape(n, it->second.sizes().vec(), want.by_name.at(n));
     at::Tensor t = it->second;
     if (ends_with(n, "attention.wq.weight")) t = to_hf_rows(t, cfg.n_heads, cfg.head_dim());
     if (ends_with(n, "attention.wk.weight")) t = to_hf_rows(t, cfg.kv_heads(), cfg.head_dim());

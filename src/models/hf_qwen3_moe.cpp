@@ -146,48 +146,54 @@ std::string qwen3_moe_config_to_hf(const Qwen3MoeConfig& c, at::ScalarType dtype
   return j.dump(2) + "\n";
 }
 
-NamedTensors qwen3_moe_tensors_from_hf(const Qwen3MoeConfig& cfg, const NamedTensors& hf) {
-  std::map<std::string, at::Tensor> got(hf.begin(), hf.end());
-  FSDPP_CHECK_AS(ConfigError, got.size() == hf.size(),
-                 "[models] the Hugging Face checkpoint names a tensor twice");
+namespace {
+
+// Where each stacked expert tensor comes from: one tensor per expert (published checkpoints), or
+// transformers 5's in-memory layout (gate_up_proj (E, 2I, D) and down_proj (E, D, I)).
+struct ExpertSource {
+  bool fused = false;
+  std::string prefix, proj;  // "model.layers.3.mlp.experts.", "gate_proj"
+};
+
+// Rows of fsdpp's tensors (for stacked experts: experts) from Hugging Face's, after checking
+// that every tensor the config implies is there with its shape and nothing else is.
+RowReader qwen3_moe_rows_from_hf(const Qwen3MoeConfig& cfg,
+                                 std::shared_ptr<const detail::HfSource> hf) {
   std::set<std::string> used;
-  auto take = [&](const std::string& name) -> at::Tensor {
-    auto it = got.find(name);
-    FSDPP_CHECK_AS(ConfigError, it != got.end(),
+  auto take = [&](const std::string& name) {
+    FSDPP_CHECK_AS(ConfigError, hf->contains(name),
                    "[models] tensor '{}' is missing from the Hugging Face checkpoint", name);
     used.insert(name);
-    return it->second;
   };
   const int64_t E = cfg.num_experts, I = cfg.moe_intermediate_size;
-  NamedTensors out;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  std::map<std::string, ExpertSource> experts;
   for (const auto& [name, shape] : expected_shapes(cfg)) {
-    at::Tensor t;
-    if (is_stacked_expert(name)) {
-      const auto [prefix, proj] = split_expert_name(name);
-      // transformers 5's in-memory layout (a state_dict saved without its conversion).
-      const std::string fused = prefix + (proj == "down_proj" ? "down_proj" : "gate_up_proj");
-      if (got.count(fused) && !got.count(prefix + "0." + proj + ".weight")) {
-        t = take(fused);
-        if (proj != "down_proj") {
-          check_shape(fused, t, {E, 2 * I, cfg.hidden_size});
-          t = t.narrow(1, proj == "gate_proj" ? 0 : I, I).contiguous();
-        }
-      } else {
-        std::vector<at::Tensor> per_expert;
-        for (int64_t e = 0; e < E; ++e) {
-          const std::string n = fmt::format("{}{}.{}.weight", prefix, e, proj);
-          per_expert.push_back(take(n));
-          check_shape(n, per_expert.back(), {shape.begin() + 1, shape.end()});
-        }
-        t = at::stack(per_expert);
-      }
-    } else {
-      t = take(hf_name(name));
+    shapes[name] = shape;
+    if (!is_stacked_expert(name)) {
+      take(hf_name(name));
+      check_shape(hf_name(name), hf->shape(hf_name(name)), shape);
+      continue;
     }
-    check_shape(hf_name(name), t, shape);
-    out.emplace_back(name, t);
+    const auto [prefix, proj] = split_expert_name(name);
+    const std::string fused = prefix + (proj == "down_proj" ? "down_proj" : "gate_up_proj");
+    ExpertSource src{.prefix = prefix, .proj = proj};
+    src.fused = hf->contains(fused) && !hf->contains(prefix + "0." + proj + ".weight");
+    if (src.fused) {
+      take(fused);
+      auto fused_shape = shape;
+      if (proj != "down_proj") fused_shape[1] = 2 * I;
+      check_shape(fused, hf->shape(fused), fused_shape);
+    } else {
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string n = fmt::format("{}{}.{}.weight", prefix, e, proj);
+        take(n);
+        check_shape(n, hf->shape(n), {shape.begin() + 1, shape.end()});
+      }
+    }
+    experts[name] = src;
   }
-  for (const auto& [name, t] : hf) {
+  for (const auto& name : hf->names()) {
     if (used.count(name) || name.ends_with("rotary_emb.inv_freq")) continue;
     // transformers may write the tied head; it is the embedding, so it must equal it.
     if (name == "lm_head.weight" && cfg.tie_word_embeddings) continue;
@@ -195,7 +201,42 @@ NamedTensors qwen3_moe_tensors_from_hf(const Qwen3MoeConfig& cfg, const NamedTen
                 "[models] unexpected tensor '{}' in the Hugging Face checkpoint: a Qwen3Moe of "
                 "this config has no counterpart", name);
   }
+  return [hf, shapes, experts, I](const std::string& name, int64_t first, int64_t rows) -> at::Tensor {
+    FSDPP_CHECK_AS(ConfigError, shapes.count(name),
+                   "[models] the model has parameter '{}', which a Qwen3Moe of this config does "
+                   "not", name);
+    const auto it = experts.find(name);
+    if (it == experts.end()) return hf->rows(hf_name(name), first, rows);
+    const ExpertSource& src = it->second;
+    if (src.fused) {
+      if (src.proj == "down_proj") return hf->rows(src.prefix + "down_proj", first, rows);
+      return hf->rows(src.prefix + "gate_up_proj", first, rows)
+          .narrow(1, src.proj == "gate_proj" ? 0 : I, I)
+          .contiguous();
+    }
+    std::vector<at::Tensor> per_expert;
+    for (int64_t e = first; e < first + rows; ++e) {
+      per_expert.push_back(hf->whole(fmt::format("{}{}.{}.weight", src.prefix, e, src.proj)));
+    }
+    return at::stack(per_expert);
+  };
+}
+
+}  // namespace
+
+NamedTensors qwen3_moe_tensors_from_hf(const Qwen3MoeConfig& cfg, const NamedTensors& hf) {
+  const auto read = qwen3_moe_rows_from_hf(cfg, std::make_shared<detail::HfMemory>(hf));
+  NamedTensors out;
+  for (const auto& [name, shape] : expected_shapes(cfg)) {
+    out.emplace_back(name, read(name, 0, shape[0]));
+  }
   return out;
+}
+
+void load_hf_qwen3_moe_rows(const fs::path& dir, const Qwen3MoeConfig& cfg,
+                            const std::vector<torch::nn::Module*>& parts,
+                            const InitOptions& options) {
+  load_rows(parts, qwen3_moe_rows_from_hf(cfg, std::make_shared<detail::HfFiles>(dir)), options);
 }
 
 NamedTensors qwen3_moe_tensors_to_hf(const Qwen3MoeConfig& cfg, const NamedTensors& fsdpp) {
@@ -212,7 +253,7 @@ NamedTensors qwen3_moe_tensors_to_hf(const Qwen3MoeConfig& cfg, const NamedTenso
   for (const auto& [name, shape] : want) {
     auto it = got.find(name);
     FSDPP_CHECK_AS(ConfigError, it != got.end(), "[models] parameter '{}' is missing", name);
-    check_shape(name, it->second, shape);
+    check_shape(name, it->second.sizes().vec(), shape);
     if (is_stacked_expert(name)) {
       const auto [prefix, proj] = split_expert_name(name);
       for (int64_t e = 0; e < cfg.num_experts; ++e) {

@@ -13,6 +13,7 @@
 #include "fsdpp/common/error.h"
 #include "decoder_parts.h"
 #include "fsdpp/fsdp/fully_shard.h"
+#include "meta_modules.h"
 
 namespace fsdpp::models {
 namespace {
@@ -27,14 +28,19 @@ at::ScalarType compute_dtype(const at::Tensor& x) {
   return at::promote_types(x.scalar_type(), at::kFloat);
 }
 
-// Rotates each interleaved pair (x[2i], x[2i+1]) of every head by angle t * theta^(-2i/D).
-at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+// Rotates each interleaved pair (x[2i], x[2i+1]) of every head by angle t * theta^(-2i/D), for
+// positions t = start .. start + T - 1.
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                      int64_t start = 0) {
   // x: (B,T,H,D); cos, sin: (max_seq_len, D/2)
   const int64_t T = x.size(1), half = x.size(3) / 2;
+  FSDPP_CHECK_AS(ConfigError, start + T <= cos.size(0),
+                 "[models] Llama positions {} .. {} are beyond max_seq_len={}", start,
+                 start + T - 1, cos.size(0));
   auto xc = x.to(compute_dtype(x)).unflatten(-1, {half, 2});  // (B,T,H,D/2,2)
   auto x0 = xc.select(-1, 0), x1 = xc.select(-1, 1);
-  auto c = cos.narrow(0, 0, T).view({1, T, 1, half}).to(xc.scalar_type());
-  auto s = sin.narrow(0, 0, T).view({1, T, 1, half}).to(xc.scalar_type());
+  auto c = cos.narrow(0, start, T).view({1, T, 1, half}).to(xc.scalar_type());
+  auto s = sin.narrow(0, start, T).view({1, T, 1, half}).to(xc.scalar_type());
   auto out = at::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1).flatten(-2);  // (B,T,H,D)
   return out.to(x.scalar_type());
 }
@@ -90,27 +96,31 @@ int64_t LlamaConfig::ffn_hidden_dim() const {
 
 // ---- RMSNorm ----
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps(eps) {
-  weight = register_parameter("weight", torch::ones({dim}));
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps, at::Device device) : eps(eps) {
+  weight = register_parameter(
+      "weight", torch::ones({dim}, at::TensorOptions().device(device.is_meta() ? device : at::kCPU)));
 }
 
+// On a GPU, LibTorch's fused kernel (one pass forward and backward, fp32 inside, as
+// torch.nn.RMSNorm runs there); elsewhere the same formula in ops, bit-equal to Hugging Face's
+// LlamaRMSNorm (x in fp32, normalised, cast back, times the weight), which the parity tests hold.
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
+  const auto w = parallel ? parallel->norm_weight(weight) : weight;
+  if (x.is_cuda() && w.scalar_type() == x.scalar_type()) return at::rms_norm(x, {x.size(-1)}, w, eps);
   auto xc = x.to(compute_dtype(x));
   auto normed = xc * at::rsqrt(xc.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return normed.to(x.scalar_type()) * (parallel ? parallel->norm_weight(weight) : weight);
+  return normed.to(x.scalar_type()) * w;
 }
 
 // ---- Attention ----
 
-AttentionImpl::AttentionImpl(const LlamaConfig& cfg)
+AttentionImpl::AttentionImpl(const LlamaConfig& cfg, at::Device device)
     : n_heads(cfg.n_heads), n_kv_heads(cfg.kv_heads()), head_dim(cfg.head_dim()) {
-  auto linear = [](int64_t in, int64_t out) {
-    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
-  };
-  wq = register_module("wq", linear(cfg.dim, n_heads * head_dim));
-  wk = register_module("wk", linear(cfg.dim, n_kv_heads * head_dim));
-  wv = register_module("wv", linear(cfg.dim, n_kv_heads * head_dim));
-  wo = register_module("wo", linear(n_heads * head_dim, cfg.dim));
+  using detail::make_linear;
+  wq = register_module("wq", make_linear(cfg.dim, n_heads * head_dim, device));
+  wk = register_module("wk", make_linear(cfg.dim, n_kv_heads * head_dim, device));
+  wv = register_module("wv", make_linear(cfg.dim, n_kv_heads * head_dim, device));
+  wo = register_module("wo", make_linear(n_heads * head_dim, cfg.dim, device));
 
   // Angles in double, stored in float32: position t, pair i -> t * theta^(-2i/D).
   auto i = torch::arange(0, head_dim, 2, torch::kDouble);                   // (D/2)
@@ -139,15 +149,25 @@ at::Tensor AttentionImpl::forward(const at::Tensor& input) {
   return parallel ? parallel->exit(out, "attention") : out;
 }
 
+at::Tensor AttentionImpl::forward(const at::Tensor& x, KVCache::Layer& cache) {
+  FSDPP_CHECK(!parallel, "[models] Llama attention with a KV cache under tensor parallelism is "
+                         "not supported; sample without the cache");
+  const int64_t B = x.size(0), T = x.size(1);
+  const int64_t start = cache.k.defined() ? cache.k.size(2) : 0;
+  auto q = apply_rope(wq(x).view({B, T, n_heads, head_dim}), rope_cos, rope_sin, start);
+  auto k = apply_rope(wk(x).view({B, T, n_kv_heads, head_dim}), rope_cos, rope_sin, start);
+  auto v = wv(x).view({B, T, n_kv_heads, head_dim});
+  auto y = cached_attention(cache, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
+  return wo(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
+}
+
 // ---- FeedForward ----
 
-FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
-  auto linear = [](int64_t in, int64_t out) {
-    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
-  };
-  w1 = register_module("w1", linear(dim, hidden));
-  w2 = register_module("w2", linear(hidden, dim));
-  w3 = register_module("w3", linear(dim, hidden));
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden, at::Device device) {
+  using detail::make_linear;
+  w1 = register_module("w1", make_linear(dim, hidden, device));
+  w2 = register_module("w2", make_linear(hidden, dim, device));
+  w3 = register_module("w3", make_linear(dim, hidden, device));
 }
 
 at::Tensor FeedForwardImpl::forward(const at::Tensor& input) {
@@ -158,11 +178,11 @@ at::Tensor FeedForwardImpl::forward(const at::Tensor& input) {
 
 // ---- TransformerBlock ----
 
-TransformerBlockImpl::TransformerBlockImpl(const LlamaConfig& cfg) {
-  attention_norm = register_module("attention_norm", RMSNorm(cfg.dim, cfg.norm_eps));
-  attention = register_module("attention", Attention(cfg));
-  ffn_norm = register_module("ffn_norm", RMSNorm(cfg.dim, cfg.norm_eps));
-  feed_forward = register_module("feed_forward", FeedForward(cfg.dim, cfg.ffn_hidden_dim()));
+TransformerBlockImpl::TransformerBlockImpl(const LlamaConfig& cfg, at::Device device) {
+  attention_norm = register_module("attention_norm", RMSNorm(cfg.dim, cfg.norm_eps, device));
+  attention = register_module("attention", Attention(cfg, device));
+  ffn_norm = register_module("ffn_norm", RMSNorm(cfg.dim, cfg.norm_eps, device));
+  feed_forward = register_module("feed_forward", FeedForward(cfg.dim, cfg.ffn_hidden_dim(), device));
 }
 
 // attention and feed_forward go through fsdpp::forward too, so that a size-based wrap policy
@@ -172,64 +192,92 @@ at::Tensor TransformerBlockImpl::forward(const at::Tensor& x) {
   return h + fsdpp::forward(feed_forward, ffn_norm(h));
 }
 
+at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, KVCache::Layer& cache) {
+  auto h = x + fsdpp::forward(attention, attention_norm(x), cache);
+  return h + fsdpp::forward(feed_forward, ffn_norm(h));
+}
+
 // ---- Llama ----
 
-LlamaImpl::LlamaImpl(const LlamaConfig& cfg) : cfg_(cfg) {
+LlamaImpl::LlamaImpl(const LlamaConfig& cfg, at::Device device) : cfg_(cfg) {
   cfg_.validate();
   detail::GlobalRngRestorer restore_global_rng;
-  tok_embeddings = register_module("tok_embeddings", torch::nn::Embedding(cfg.vocab_size, cfg.dim));
+  tok_embeddings = register_module("tok_embeddings", detail::make_embedding(cfg.vocab_size, cfg.dim, device));
   layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < cfg.n_layers; ++i) layers->push_back(TransformerBlock(cfg_));
-  norm = register_module("norm", RMSNorm(cfg.dim, cfg.norm_eps));
+  for (int64_t i = 0; i < cfg.n_layers; ++i) layers->push_back(TransformerBlock(cfg_, device));
+  norm = register_module("norm", RMSNorm(cfg.dim, cfg.norm_eps, device));
   if (!cfg.tie_embeddings) {
-    output = register_module(
-        "output", torch::nn::Linear(torch::nn::LinearOptions(cfg.dim, cfg.vocab_size).bias(false)));
+    output = register_module("output", detail::make_linear(cfg.dim, cfg.vocab_size, device));
   }
+  // The draws, in order. Residual projections are scaled down so the residual stream's
+  // variance does not grow with depth (GPT-2).
+  const double residual_std = cfg_.init_std / std::sqrt(2.0 * static_cast<double>(cfg_.n_layers));
+  plan_.seed = cfg_.seed;
+  auto normal = [&](const std::string& name, const at::Tensor& w, double std) {
+    plan_.params.push_back({.name = name, .shape = w.sizes().vec(), .std = std});
+  };
+  auto ones = [&](const std::string& name, const at::Tensor& w) {
+    plan_.params.push_back({.name = name, .shape = w.sizes().vec(), .kind = ParamInit::Kind::FILL, .value = 1.0});
+  };
+  normal("tok_embeddings.weight", tok_embeddings->weight, cfg_.init_std);
+  for (size_t i = 0; i < layers->size(); ++i) {
+    auto& block = *layers->ptr<TransformerBlockImpl>(i);
+    const std::string p = fmt::format("layers.{}.", i);
+    normal(p + "attention.wq.weight", block.attention->wq->weight, cfg_.init_std);
+    normal(p + "attention.wk.weight", block.attention->wk->weight, cfg_.init_std);
+    normal(p + "attention.wv.weight", block.attention->wv->weight, cfg_.init_std);
+    normal(p + "attention.wo.weight", block.attention->wo->weight, residual_std);
+    normal(p + "feed_forward.w1.weight", block.feed_forward->w1->weight, cfg_.init_std);
+    normal(p + "feed_forward.w3.weight", block.feed_forward->w3->weight, cfg_.init_std);
+    normal(p + "feed_forward.w2.weight", block.feed_forward->w2->weight, residual_std);
+    ones(p + "attention_norm.weight", block.attention_norm->weight);
+    ones(p + "ffn_norm.weight", block.ffn_norm->weight);
+  }
+  ones("norm.weight", norm->weight);
+  if (output) normal("output.weight", output->weight, cfg_.init_std);
+  if (device.is_meta()) return;
   init_weights();
+  detail::place_on(*this, device);
 }
 
 void LlamaImpl::init_weights() {
-  torch::NoGradGuard no_grad;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(cfg_.seed);
   // Drawn in float32 on the CPU whatever the parameter's dtype and device, so the values
   // depend on the seed alone.
-  auto draw = [&](at::Tensor& w, double std) {
-    auto values = at::empty(w.sizes(), at::TensorOptions().dtype(at::kFloat));
-    values.normal_(0.0, std, gen);
-    w.copy_(values);
-  };
-  // Residual projections are scaled down so the residual stream's variance does not grow
-  // with depth (GPT-2).
-  const double residual_std = cfg_.init_std / std::sqrt(2.0 * static_cast<double>(cfg_.n_layers));
-  draw(tok_embeddings->weight, cfg_.init_std);
-  for (size_t i = 0; i < layers->size(); ++i) {
-    auto& block = *layers->ptr<TransformerBlockImpl>(i);
-    draw(block.attention->wq->weight, cfg_.init_std);
-    draw(block.attention->wk->weight, cfg_.init_std);
-    draw(block.attention->wv->weight, cfg_.init_std);
-    draw(block.attention->wo->weight, residual_std);
-    draw(block.feed_forward->w1->weight, cfg_.init_std);
-    draw(block.feed_forward->w3->weight, cfg_.init_std);
-    draw(block.feed_forward->w2->weight, residual_std);
-    block.attention_norm->weight.fill_(1.0);
-    block.ffn_norm->weight.fill_(1.0);
+  if (fsdpp::detail::unit_of(*this)) {
+    init_exact(*this, plan_);
+  } else {
+    init_whole(*this, plan_);
   }
-  norm->weight.fill_(1.0);
-  if (output) draw(output->weight, cfg_.init_std);
 }
 
-at::Tensor LlamaImpl::hidden_to_logits(const at::Tensor& tokens) {
+at::Tensor LlamaImpl::hidden_to_logits(const at::Tensor& tokens,
+                                       const std::vector<int64_t>& hidden_layers,
+                                       std::vector<at::Tensor>* hidden, KVCache* cache) {
   FSDPP_CHECK_AS(ConfigError, tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
                  "[models] Llama tokens must be (B,T) int64; got {} dims of {}", tokens.dim(),
                  c10::toString(tokens.scalar_type()));
-  FSDPP_CHECK_AS(ConfigError, tokens.size(1) >= 1 && tokens.size(1) <= cfg_.max_seq_len,
+  const int64_t start = cache ? cache->length : 0;
+  FSDPP_CHECK_AS(ConfigError, tokens.size(1) >= 1 && start + tokens.size(1) <= cfg_.max_seq_len,
                  "[models] Llama sequence length T={} is out of range; expected 1 <= T <= "
                  "max_seq_len={}",
-                 tokens.size(1), cfg_.max_seq_len);
+                 start + tokens.size(1), cfg_.max_seq_len);
+  for (int64_t layer : hidden_layers) {
+    FSDPP_CHECK_AS(ConfigError, layer >= 0 && layer < cfg_.n_layers,
+                   "[models] Llama has no layer {} to return the output of; expected 0 <= layer "
+                   "< n_layers={}",
+                   layer, cfg_.n_layers);
+  }
   auto h = parallel ? parallel->embed(tokens, tok_embeddings->weight)
                     : tok_embeddings(tokens);  // (B,T,C)
+  std::vector<at::Tensor> outputs(layers->size());
   for (size_t i = 0; i < layers->size(); ++i) {
-    h = run_block(*layers->ptr<TransformerBlockImpl>(i), h);
+    auto& block = *layers->ptr<TransformerBlockImpl>(i);
+    h = cache ? fsdpp::forward(block, h, cache->layers.at(i)) : run_block(block, h);
+    outputs[i] = h;
+  }
+  if (cache) cache->length += tokens.size(1);
+  if (hidden) {
+    for (int64_t layer : hidden_layers) hidden->push_back(outputs[layer]);
   }
   h = norm(h);
   if (parallel) h = parallel->enter(h, "output");
@@ -240,14 +288,27 @@ at::Tensor LlamaImpl::hidden_to_logits(const at::Tensor& tokens) {
 at::Tensor LlamaImpl::forward(const at::Tensor& tokens) { return hidden_to_logits(tokens); }
 
 LlamaOutput LlamaImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {
-  FSDPP_CHECK_AS(ConfigError, targets.sizes() == tokens.sizes(),
+  return forward(tokens, targets, {});
+}
+
+LlamaOutput LlamaImpl::forward(const at::Tensor& tokens, const at::Tensor& targets,
+                               const std::vector<int64_t>& hidden_layers) {
+  FSDPP_CHECK_AS(ConfigError, !targets.defined() || targets.sizes() == tokens.sizes(),
                  "[models] Llama targets have shape {}; expected the tokens' shape {}",
                  targets.sizes(), tokens.sizes());
   LlamaOutput out;
-  out.logits = hidden_to_logits(tokens);
+  out.logits = hidden_to_logits(tokens, hidden_layers, &out.hidden_states);
+  if (!targets.defined()) return out;
   out.loss = parallel ? parallel->loss(out.logits, targets)
                       : token_cross_entropy(out.logits, targets);
   return out;
+}
+
+at::Tensor LlamaImpl::forward(const at::Tensor& tokens, KVCache& cache) {
+  FSDPP_CHECK(cache.layers.size() == layers->size(),
+              "[models] a KV cache of {} layers for a Llama of {}; expected KVCache(n_layers)",
+              cache.layers.size(), layers->size());
+  return hidden_to_logits(tokens, {}, nullptr, &cache);
 }
 
 // ---- free functions ----
@@ -285,6 +346,13 @@ at::Tensor generate(Llama& model, const at::Tensor& prompt, int64_t n_new, doubl
 
 at::Tensor generate(Llama& model, const at::Tensor& prompt, const GenerateOptions& options) {
   const int64_t max_len = model->config().max_seq_len;
+  auto on_device = prompt.to(model->tok_embeddings->weight.device(), at::kLong);
+  if (!model->parallel) {
+    auto cached = cached_last_logits(
+        [&](const at::Tensor& tokens, KVCache& cache) { return fsdpp::forward(model, tokens, cache); },
+        model->layers->size());
+    return sample_tokens(cached, {max_len, model->config().vocab_size}, on_device, options);
+  }
   auto last_logits = [&](const at::Tensor& tokens) {
     at::Tensor context = tokens;
     int64_t t = context.size(1);
@@ -304,7 +372,6 @@ at::Tensor generate(Llama& model, const at::Tensor& prompt, const GenerateOption
     // same token from the whole (its generator in the same state).
     return model->parallel ? model->parallel->whole_logits(last) : last;
   };
-  auto on_device = prompt.to(model->tok_embeddings->weight.device(), at::kLong);
   return sample_tokens(last_logits, {max_len, model->config().vocab_size}, on_device, options);
 }
 

@@ -9,9 +9,8 @@
 namespace fsdpp::models {
 
 using namespace fsdpp::tp;  // the plan is written in tp's vocabulary
-namespace {
 
-void check_config(const models::LlamaConfig& cfg, int n) {
+void check_tensor_parallel(const LlamaConfig& cfg, int n) {
   FSDPP_CHECK_AS(ConfigError, cfg.n_heads % n == 0,
                  "[tp] Llama: n_heads={} is not divisible by the tensor-parallel degree {}; each "
                  "rank computes whole attention heads",
@@ -33,8 +32,6 @@ void check_config(const models::LlamaConfig& cfg, int n) {
                  cfg.ffn_hidden_dim(), n);
 }
 
-}  // namespace
-
 ParallelPlan llama_plan(const models::LlamaConfig& cfg) {
   ParallelPlan plan{{"tok_embeddings", ParallelStyle::ROWWISE}};
   if (!cfg.tie_embeddings) plan["output"] = ParallelStyle::COLWISE;
@@ -55,7 +52,7 @@ TensorParallel parallelize_llama(models::LlamaImpl& model, const GroupPtr& group
   FSDPP_CHECK_AS(ConfigError, group != nullptr, "[tp] parallelize_llama: no group");
   const auto& cfg = model.config();
   const int n = group->size();
-  check_config(cfg, n);
+  check_tensor_parallel(cfg, n);
   FSDPP_CHECK_AS(ConfigError, model.parallel == nullptr,
                  "[tp] parallelize_llama: the model is already tensor-parallel");
   auto tp = parallelize_module(model, group, llama_plan(cfg));

@@ -6,11 +6,13 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "fsdpp/common/error.h"
 #include "decoder_parts.h"
 #include "fsdpp/fsdp/fully_shard.h"
+#include "meta_modules.h"
 
 namespace fsdpp::models {
 namespace {
@@ -18,10 +20,6 @@ namespace {
 void check_positive(std::string_view field, int64_t value) {
   FSDPP_CHECK_AS(ConfigError, value > 0,
                  "[models] Qwen3MoeConfig.{}={} is not positive; expected > 0", field, value);
-}
-
-torch::nn::Linear linear(int64_t in, int64_t out) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
 }
 
 // transformers' rotate_half: (x1, x2) -> (-x2, x1) over the two halves of the last dim.
@@ -102,29 +100,41 @@ bool Qwen3MoeConfig::is_sparse_layer(int64_t layer) const {
 
 // ---- attention ----
 
-Qwen3MoeAttentionImpl::Qwen3MoeAttentionImpl(const Qwen3MoeConfig& cfg)
+Qwen3MoeAttentionImpl::Qwen3MoeAttentionImpl(const Qwen3MoeConfig& cfg, at::Device device)
     : n_heads(cfg.num_attention_heads), n_kv_heads(cfg.num_key_value_heads),
       head_dim(cfg.head_dim) {
-  q_proj = register_module("q_proj", linear(cfg.hidden_size, n_heads * head_dim));
-  k_proj = register_module("k_proj", linear(cfg.hidden_size, n_kv_heads * head_dim));
-  v_proj = register_module("v_proj", linear(cfg.hidden_size, n_kv_heads * head_dim));
-  o_proj = register_module("o_proj", linear(n_heads * head_dim, cfg.hidden_size));
-  q_norm = register_module("q_norm", RMSNorm(head_dim, cfg.rms_norm_eps));
-  k_norm = register_module("k_norm", RMSNorm(head_dim, cfg.rms_norm_eps));
+  using detail::make_linear;
+  q_proj = register_module("q_proj", make_linear(cfg.hidden_size, n_heads * head_dim, device));
+  k_proj = register_module("k_proj", make_linear(cfg.hidden_size, n_kv_heads * head_dim, device));
+  v_proj = register_module("v_proj", make_linear(cfg.hidden_size, n_kv_heads * head_dim, device));
+  o_proj = register_module("o_proj", make_linear(n_heads * head_dim, cfg.hidden_size, device));
+  q_norm = register_module("q_norm", RMSNorm(head_dim, cfg.rms_norm_eps, device));
+  k_norm = register_module("k_norm", RMSNorm(head_dim, cfg.rms_norm_eps, device));
 }
+
+namespace {
+
+// q, k, v (B, T, heads, head_dim) of x, q and k normed per head and rotated (RoPE) by cos, sin
+// (T, head_dim): what both forwards of the attention start with.
+std::array<at::Tensor, 3> rotated_qkv(Qwen3MoeAttentionImpl& a, const at::Tensor& x,
+                                      const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t B = x.size(0), T = x.size(1);
+  // The norms act on each head's vector, before RoPE (Qwen3's q_norm / k_norm).
+  auto q = a.q_norm(a.q_proj(x).view({B, T, a.n_heads, a.head_dim}));
+  auto k = a.k_norm(a.k_proj(x).view({B, T, a.n_kv_heads, a.head_dim}));
+  auto v = a.v_proj(x).view({B, T, a.n_kv_heads, a.head_dim});
+  auto c = cos.view({1, T, 1, a.head_dim}).to(q.scalar_type());
+  auto s = sin.view({1, T, 1, a.head_dim}).to(q.scalar_type());
+  return {q * c + rotate_half(q) * s, k * c + rotate_half(k) * s, v};
+}
+
+}  // namespace
 
 at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& input, const at::Tensor& cos,
                                           const at::Tensor& sin) {
   const auto x = tensor_parallel ? tensor_parallel->enter(input, "self_attn") : input;
   const int64_t B = x.size(0), T = x.size(1);
-  // The norms act on each head's vector, before RoPE (Qwen3's q_norm / k_norm).
-  auto q = q_norm(q_proj(x).view({B, T, n_heads, head_dim}));
-  auto k = k_norm(k_proj(x).view({B, T, n_kv_heads, head_dim}));
-  auto v = v_proj(x).view({B, T, n_kv_heads, head_dim});
-  auto c = cos.view({1, T, 1, head_dim}).to(q.scalar_type());
-  auto s = sin.view({1, T, 1, head_dim}).to(q.scalar_type());
-  q = q * c + rotate_half(q) * s;
-  k = k * c + rotate_half(k) * s;
+  auto [q, k, v] = rotated_qkv(*this, x, cos, sin);
   k = detail::repeat_kv(k, n_heads / n_kv_heads);
   v = detail::repeat_kv(v, n_heads / n_kv_heads);
   // SDPA's default scale is head_dim^-0.5, transformers' `scaling`.
@@ -135,12 +145,21 @@ at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& input, const at::Ten
   return tensor_parallel ? tensor_parallel->exit(out, "self_attn") : out;
 }
 
+at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
+                                          const at::Tensor& sin, KVCache::Layer& cache) {
+  const int64_t B = x.size(0), T = x.size(1);
+  const auto [q, k, v] = rotated_qkv(*this, x, cos, sin);
+  auto y = cached_attention(cache, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
+  return o_proj(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
+}
+
 // ---- dense MLP ----
 
-Qwen3MoeMLPImpl::Qwen3MoeMLPImpl(int64_t hidden, int64_t intermediate) {
-  gate_proj = register_module("gate_proj", linear(hidden, intermediate));
-  up_proj = register_module("up_proj", linear(hidden, intermediate));
-  down_proj = register_module("down_proj", linear(intermediate, hidden));
+Qwen3MoeMLPImpl::Qwen3MoeMLPImpl(int64_t hidden, int64_t intermediate, at::Device device) {
+  using detail::make_linear;
+  gate_proj = register_module("gate_proj", make_linear(hidden, intermediate, device));
+  up_proj = register_module("up_proj", make_linear(hidden, intermediate, device));
+  down_proj = register_module("down_proj", make_linear(intermediate, hidden, device));
 }
 
 at::Tensor Qwen3MoeMLPImpl::forward(const at::Tensor& input) {
@@ -151,11 +170,13 @@ at::Tensor Qwen3MoeMLPImpl::forward(const at::Tensor& input) {
 
 // ---- experts ----
 
-Qwen3MoeExpertsImpl::Qwen3MoeExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermediate)
+Qwen3MoeExpertsImpl::Qwen3MoeExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermediate,
+                                         at::Device device)
     : num_experts(num_experts) {
-  gate_proj = register_parameter("gate_proj", at::zeros({num_experts, intermediate, hidden}));
-  up_proj = register_parameter("up_proj", at::zeros({num_experts, intermediate, hidden}));
-  down_proj = register_parameter("down_proj", at::zeros({num_experts, hidden, intermediate}));
+  const auto o = at::TensorOptions().device(device.is_meta() ? device : at::kCPU);
+  gate_proj = register_parameter("gate_proj", at::zeros({num_experts, intermediate, hidden}, o));
+  up_proj = register_parameter("up_proj", at::zeros({num_experts, intermediate, hidden}, o));
+  down_proj = register_parameter("down_proj", at::zeros({num_experts, hidden, intermediate}, o));
 }
 
 at::Tensor Qwen3MoeExpertsImpl::forward(const at::Tensor& x, const at::Tensor& expert_ids,
@@ -213,8 +234,9 @@ at::Tensor Qwen3MoeExpertsImpl::forward(const at::Tensor& x,
 
 // ---- router ----
 
-Qwen3MoeRouterImpl::Qwen3MoeRouterImpl(int64_t num_experts, int64_t hidden) {
-  weight = register_parameter("weight", at::zeros({num_experts, hidden}));
+Qwen3MoeRouterImpl::Qwen3MoeRouterImpl(int64_t num_experts, int64_t hidden, at::Device device) {
+  weight = register_parameter(
+      "weight", at::zeros({num_experts, hidden}, at::TensorOptions().device(device.is_meta() ? device : at::kCPU)));
 }
 
 at::Tensor Qwen3MoeRouterImpl::forward(const at::Tensor& x) { return at::linear(x, weight); }
@@ -228,12 +250,12 @@ Qwen3MoeRouting route_top_k(const at::Tensor& logits, int64_t top_k, bool norm_t
 
 // ---- sparse block ----
 
-Qwen3MoeSparseMoeBlockImpl::Qwen3MoeSparseMoeBlockImpl(const Qwen3MoeConfig& cfg)
+Qwen3MoeSparseMoeBlockImpl::Qwen3MoeSparseMoeBlockImpl(const Qwen3MoeConfig& cfg, at::Device device)
     : top_k(cfg.num_experts_per_tok), norm_topk_prob(cfg.norm_topk_prob) {
   // Registered in transformers' order (experts, then gate), so parameter lists line up.
   experts = register_module(
-      "experts", Qwen3MoeExperts(cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size));
-  gate = register_module("gate", Qwen3MoeRouter(cfg.num_experts, cfg.hidden_size));
+      "experts", Qwen3MoeExperts(cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size, device));
+  gate = register_module("gate", Qwen3MoeRouter(cfg.num_experts, cfg.hidden_size, device));
 }
 
 Qwen3MoeLayerOutput Qwen3MoeSparseMoeBlockImpl::forward(const at::Tensor& x) {
@@ -252,16 +274,18 @@ Qwen3MoeRouting Qwen3MoeSparseMoeBlockImpl::route(const at::Tensor& x,
 
 // ---- decoder layer ----
 
-Qwen3MoeDecoderLayerImpl::Qwen3MoeDecoderLayerImpl(const Qwen3MoeConfig& cfg, int64_t layer) {
-  self_attn = register_module("self_attn", Qwen3MoeAttention(cfg));
+Qwen3MoeDecoderLayerImpl::Qwen3MoeDecoderLayerImpl(const Qwen3MoeConfig& cfg, int64_t layer,
+                                                   at::Device device) {
+  self_attn = register_module("self_attn", Qwen3MoeAttention(cfg, device));
   if (cfg.is_sparse_layer(layer)) {
-    moe = register_module("mlp", Qwen3MoeSparseMoeBlock(cfg));
+    moe = register_module("mlp", Qwen3MoeSparseMoeBlock(cfg, device));
   } else {
-    dense = register_module("mlp", Qwen3MoeMLP(cfg.hidden_size, cfg.intermediate_size));
+    dense = register_module("mlp", Qwen3MoeMLP(cfg.hidden_size, cfg.intermediate_size, device));
   }
-  input_layernorm = register_module("input_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps));
-  post_attention_layernorm =
-      register_module("post_attention_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps));
+  input_layernorm =
+      register_module("input_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, device));
+  post_attention_layernorm = register_module(
+      "post_attention_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, device));
 }
 
 // The sub-modules go through fsdpp::forward so that a size-based policy may make them units.
@@ -276,39 +300,55 @@ Qwen3MoeLayerOutput Qwen3MoeDecoderLayerImpl::forward(const at::Tensor& x, const
   return {h + fsdpp::forward(dense, normed), at::Tensor()};
 }
 
+Qwen3MoeLayerOutput Qwen3MoeDecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos,
+                                                      const at::Tensor& sin,
+                                                      KVCache::Layer& cache) {
+  auto h = x + fsdpp::forward(self_attn, input_layernorm(x), cos, sin, cache);
+  auto normed = post_attention_layernorm(h);
+  if (moe) {
+    auto out = fsdpp::forward(moe, normed);
+    return {h + out.hidden, out.router_logits};
+  }
+  return {h + fsdpp::forward(dense, normed), at::Tensor()};
+}
+
 // ---- the model ----
 
-Qwen3MoeImpl::Qwen3MoeImpl(const Qwen3MoeConfig& cfg) : cfg_(cfg) {
+Qwen3MoeImpl::Qwen3MoeImpl(const Qwen3MoeConfig& cfg, at::Device device) : cfg_(cfg) {
   cfg_.validate();
   detail::GlobalRngRestorer restore_global_rng;
   embed_tokens = register_module("embed_tokens",
-                                 torch::nn::Embedding(cfg.vocab_size, cfg.hidden_size));
+                                 detail::make_embedding(cfg.vocab_size, cfg.hidden_size, device));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
-    layers->push_back(Qwen3MoeDecoderLayer(cfg_, i));
+    layers->push_back(Qwen3MoeDecoderLayer(cfg_, i, device));
   }
-  norm = register_module("norm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps));
+  norm = register_module("norm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, device));
   if (!cfg.tie_word_embeddings) {
-    lm_head = register_module("lm_head", linear(cfg.hidden_size, cfg.vocab_size));
+    lm_head = register_module("lm_head", detail::make_linear(cfg.hidden_size, cfg.vocab_size, device));
   }
+  // transformers' _init_weights: normal(0, initializer_range) for every matrix (embeddings,
+  // projections, router, experts), ones for the norms, in parameter order.
+  plan_.seed = cfg_.seed;
+  for (const auto& item : named_parameters(/*recurse=*/true)) {
+    ParamInit p{.name = item.key(), .shape = item.value().sizes().vec(), .std = cfg_.initializer_range};
+    if (item.key().ends_with("norm.weight")) {
+      p.kind = ParamInit::Kind::FILL;
+      p.value = 1.0;
+    }
+    plan_.params.push_back(std::move(p));
+  }
+  if (device.is_meta()) return;
   init_weights();
+  detail::place_on(*this, device);
 }
 
-// transformers' _init_weights: normal(0, initializer_range) for every matrix (embeddings,
-// projections, router, experts), ones for the norms; drawn in float32 on the CPU from a private
-// generator in parameter order, so the values depend on the seed alone.
+// Drawn in float32 on the CPU from a private generator, so the values depend on the seed alone.
 void Qwen3MoeImpl::init_weights() {
-  torch::NoGradGuard no_grad;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(cfg_.seed);
-  for (auto& item : named_parameters(/*recurse=*/true)) {
-    auto& w = item.value();
-    if (item.key().ends_with("norm.weight")) {
-      w.fill_(1.0);
-      continue;
-    }
-    auto values = at::empty(w.sizes(), at::TensorOptions().dtype(at::kFloat));
-    values.normal_(0.0, cfg_.initializer_range, gen);
-    w.copy_(values);
+  if (fsdpp::detail::unit_of(*this)) {
+    init_exact(*this, plan_);
+  } else {
+    init_whole(*this, plan_);
   }
 }
 
@@ -317,7 +357,8 @@ at::Tensor Qwen3MoeImpl::forward(const at::Tensor& tokens) {
 }
 
 Qwen3MoeOutput Qwen3MoeImpl::forward(const at::Tensor& tokens, const at::Tensor& targets,
-                                     bool output_router_logits) {
+                                     bool output_router_logits,
+                                     const std::vector<int64_t>& hidden_layers) {
   FSDPP_CHECK_AS(ConfigError, tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
                  "[models] Qwen3Moe tokens must be (B,T) int64; got {} dims of {}", tokens.dim(),
                  c10::toString(tokens.scalar_type()));
@@ -328,17 +369,26 @@ Qwen3MoeOutput Qwen3MoeImpl::forward(const at::Tensor& tokens, const at::Tensor&
   FSDPP_CHECK_AS(ConfigError, !targets.defined() || targets.sizes() == tokens.sizes(),
                  "[models] Qwen3Moe targets have shape {}; expected the tokens' shape {}",
                  targets.sizes(), tokens.sizes());
+  for (int64_t layer : hidden_layers) {
+    FSDPP_CHECK_AS(ConfigError, layer >= 0 && layer < cfg_.num_hidden_layers,
+                   "[models] Qwen3Moe has no layer {} to return the output of; expected 0 <= "
+                   "layer < num_hidden_layers={}",
+                   layer, cfg_.num_hidden_layers);
+  }
   auto h = tensor_parallel ? tensor_parallel->embed(tokens, embed_tokens->weight)
                            : embed_tokens(tokens);  // (B,T,D), or this rank's sequence chunk
-  auto [cos, sin] = qwen3_moe_rope(cfg_, T, h);  // once per forward
+  // Made once per forward, as transformers does, in the activations' dtype.
+  auto [cos, sin] = qwen3_moe_rope(cfg_, T, h);
   Qwen3MoeOutput out;
+  std::vector<at::Tensor> outputs(layers->size());
   for (size_t i = 0; i < layers->size(); ++i) {
     auto o = fsdpp::forward(*layers->ptr<Qwen3MoeDecoderLayerImpl>(i), h, cos, sin);
-    h = o.hidden;
+    h = outputs[i] = o.hidden;
     if (output_router_logits && o.router_logits.defined()) {
       out.router_logits.push_back(o.router_logits);
     }
   }
+  for (int64_t layer : hidden_layers) out.hidden_states.push_back(outputs[layer]);
   h = norm(h);
   if (tensor_parallel) h = tensor_parallel->enter(h, "lm_head");
   out.logits = lm_head ? lm_head(h) : at::linear(h, embed_tokens->weight);
@@ -355,6 +405,31 @@ Qwen3MoeOutput Qwen3MoeImpl::forward(const at::Tensor& tokens, const at::Tensor&
     }
   }
   return out;
+}
+
+at::Tensor Qwen3MoeImpl::forward(const at::Tensor& tokens, KVCache& cache) {
+  FSDPP_CHECK(cache.layers.size() == layers->size(),
+              "[models] a KV cache of {} layers for a Qwen3Moe of {}; expected KVCache(layers)",
+              cache.layers.size(), layers->size());
+  FSDPP_CHECK(!tensor_parallel, "[models] Qwen3Moe with a KV cache under tensor parallelism is "
+                                "not supported; sample without the cache");
+  const int64_t start = cache.length, T = tokens.size(1);
+  FSDPP_CHECK_AS(ConfigError, T >= 1 && start + T <= cfg_.max_position_embeddings,
+                 "[models] Qwen3Moe sequence length T={} is out of range; expected 1 <= T <= "
+                 "max_position_embeddings={}", start + T, cfg_.max_position_embeddings);
+  auto h = embed_tokens(tokens);
+  // The tables of positions 0 .. start + T - 1, as one forward over the whole context makes
+  // them (each position's angles are its own products), then the new positions' rows.
+  auto [cos, sin] = qwen3_moe_rope(cfg_, start + T, h);
+  cos = cos.narrow(0, start, T);
+  sin = sin.narrow(0, start, T);
+  for (size_t i = 0; i < layers->size(); ++i) {
+    h = fsdpp::forward(*layers->ptr<Qwen3MoeDecoderLayerImpl>(i), h, cos, sin, cache.layers[i])
+            .hidden;
+  }
+  cache.length += T;
+  h = norm(h);
+  return lm_head ? lm_head(h) : at::linear(h, embed_tokens->weight);
 }
 
 // ---- load balancing ----

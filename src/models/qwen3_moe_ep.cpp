@@ -50,15 +50,18 @@ OuterLayoutOf Qwen3MoeExpertParallel::outer_layout() const {
   };
 }
 
-Qwen3MoeExpertParallel parallelize_qwen3_moe_experts(Qwen3MoeImpl& model,
-                                                     const Qwen3MoeExpertParallelOptions& options) {
-  FSDPP_CHECK_AS(ConfigError, options.ep, "[models] parallelize_qwen3_moe_experts: no ep group");
-  const auto& cfg = model.config();
-  const int degree = options.ep->size();
+void check_expert_parallel(const Qwen3MoeConfig& cfg, int degree) {
   FSDPP_CHECK_AS(ConfigError, cfg.num_experts > 0 && cfg.num_experts % degree == 0,
                  "[models] Qwen3MoeConfig.num_experts={} is not divisible by the expert-parallel "
                  "degree {}; each rank holds an equal number of experts",
                  cfg.num_experts, degree);
+}
+
+Qwen3MoeExpertParallel parallelize_qwen3_moe_experts(Qwen3MoeImpl& model,
+                                                     const Qwen3MoeExpertParallelOptions& options) {
+  FSDPP_CHECK_AS(ConfigError, options.ep, "[models] parallelize_qwen3_moe_experts: no ep group");
+  const auto& cfg = model.config();
+  check_expert_parallel(cfg, options.ep->size());
   bool sharded = false;
   for (const auto& m : model.modules(/*include_self=*/true)) {
     sharded = sharded || fsdpp::detail::unit_of(*m) != nullptr;

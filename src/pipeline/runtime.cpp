@@ -18,6 +18,7 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/dist/string_collectives.h"
 #include "fsdpp/pipeline/communication.h"
+#include "fsdpp/pipeline/stall_check.h"
 #include "fsdpp/pipeline/verify.h"
 #include "split_backward.h"
 
@@ -132,6 +133,12 @@ PipelineRuntime::PipelineRuntime(PipelineSchedule schedule, std::vector<Pipeline
     }
   }
   if (options_.abort_key.empty()) options_.abort_key = "fsdpp/pipeline/" + pp_->name() + "/abort";
+  if (options_.store && options_.stall_check_after.count() >= 0) {
+    auto after = options_.stall_check_after;
+    if (after.count() == 0) after = std::min<std::chrono::milliseconds>(pp_->timeout() / 5, std::chrono::seconds(5));
+    stall_ = std::make_unique<StallCheck>(schedule_, rank, options_.store,
+                                                  options_.abort_key + "/at", after);
+  }
   const auto n = static_cast<size_t>(schedule_.num_stages);
   out_sizes_.assign(n, {});
   out_dtypes_.assign(n, at::kFloat);
@@ -182,6 +189,7 @@ StepOutput PipelineRuntime::step(const at::Tensor& inputs, const at::Tensor& tar
     return t.split(t.size(0) / m);
   };
   pp_->barrier({"pipeline step"});
+  ++steps_;
   st.t0 = Clock::now();
   st.last_abort_check = st.t0;
   timings_ = MeasuredRank{};
@@ -216,7 +224,7 @@ StepOutput PipelineRuntime::step(const at::Tensor& inputs, const at::Tensor& tar
       }
     }
     // Sends complete when their recv has taken them.
-    for (auto& [work, tensor] : st.sends) wait(work, list.empty() ? Action{} : list.back(), st);
+    for (auto& [work, tensor] : st.sends) wait(work, list.size(), list.empty() ? Action{} : list.back(), st);
     timings_.end_ms = ms(Clock::now());
   } catch (const StoppedByPeer&) {
     throw;
@@ -242,11 +250,12 @@ void PipelineRuntime::fail(size_t index, const Action& a, const std::string& wha
   const auto& list = schedule_.actions[static_cast<size_t>(rank)];
   std::string msg =
       index < list.size()
-          ? fmt::format("[pipeline] stage {} (rank {}) failed at action {} ({}): {}", a.stage,
-                        rank, index, describe(a), what)
-          : fmt::format("[pipeline] rank {} failed {}: {}", rank,
+          ? fmt::format("[pipeline] stage {} (rank {}) failed at action {} ({}) of schedule "
+                        "'{}': {}",
+                        a.stage, rank, index, describe(a), schedule_.name, what)
+          : fmt::format("[pipeline] rank {} failed {} of schedule '{}': {}", rank,
                         index == list.size() ? "waiting for its sends" : "before its first action",
-                        what);
+                        schedule_.name, what);
   if (options_.store) {
     try {
       options_.store->set(options_.abort_key, std::vector<uint8_t>(msg.begin(), msg.end()));
@@ -257,10 +266,20 @@ void PipelineRuntime::fail(size_t index, const Action& a, const std::string& wha
   throw Error(msg);
 }
 
-void PipelineRuntime::wait(dist::Work& work, const Action& a, State& st) {
+void PipelineRuntime::wait(dist::Work& work, size_t index, const Action& a, State& st) {
   int polls = 0;
+  const auto since = Clock::now();
+  struct Withdraw {  // a position published by the stall check ends with the wait, however
+    StallCheck* check;
+    ~Withdraw() {
+      if (check) check->done();
+    }
+  } withdraw{stall_.get()};
   while (!work.is_completed()) {
     const auto now = Clock::now();
+    if (stall_) {
+      if (auto finding = stall_->waiting(steps_, index, since)) throw Error(*finding);
+    }
     if (options_.store && now - st.last_abort_check >= options_.poll_interval) {
       st.last_abort_check = now;
       if (options_.store->check({options_.abort_key})) {
@@ -384,7 +403,7 @@ void PipelineRuntime::run_action(size_t index, const Action& a, State& st) {
     }
     case ActionKind::RECV_F: {
       if (auto it = st.posted.find(index); it != st.posted.end()) {
-        wait(it->second.first, a, st);
+        wait(it->second.first, index, a, st);
         slot.received = it->second.second;
         st.posted.erase(it);
         break;
@@ -395,7 +414,7 @@ void PipelineRuntime::run_action(size_t index, const Action& a, State& st) {
         auto meta = at::empty({kMaxDims + 2}, at::TensorOptions().dtype(at::kLong).device(device_));
         auto w = pp_->recv_async(meta, peer, meta_tag(schedule_, prev),
                                  {fmt::format("stage {} output shape", prev)});
-        wait(w, a, st);
+        wait(w, index, a, st);
         meta = meta.cpu();
         const auto n = meta[0].item<int64_t>();
         std::vector<int64_t> sizes;
@@ -416,7 +435,7 @@ void PipelineRuntime::run_action(size_t index, const Action& a, State& st) {
                          at::TensorOptions().dtype(out_dtypes_[static_cast<size_t>(prev)]).device(device_));
       auto w = pp_->recv_async(t, peer, tag_of(schedule_, 0, prev, mb),
                                {fmt::format("stage {} activation", prev)});
-      wait(w, a, st);
+      wait(w, index, a, st);
       slot.received = t;
       break;
     }
@@ -473,7 +492,7 @@ void PipelineRuntime::run_action(size_t index, const Action& a, State& st) {
     }
     case ActionKind::RECV_B: {
       if (auto it = st.posted.find(index); it != st.posted.end()) {
-        wait(it->second.first, a, st);
+        wait(it->second.first, index, a, st);
         slot.out_grad = it->second.second;
         st.posted.erase(it);
         break;
@@ -482,7 +501,7 @@ void PipelineRuntime::run_action(size_t index, const Action& a, State& st) {
       auto t = at::empty(like, at::TensorOptions().dtype(out_dtypes_[static_cast<size_t>(s)]).device(device_));
       auto w = pp_->recv_async(t, schedule_.rank_of(s + 1), tag_of(schedule_, 1, s + 1, mb),
                                {fmt::format("stage {} input gradient", s + 1)});
-      wait(w, a, st);
+      wait(w, index, a, st);
       slot.out_grad = t;
       break;
     }

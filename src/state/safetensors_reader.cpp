@@ -1,5 +1,5 @@
-// SafetensorsFile: the header checked field by field before any offset is trusted, the file
-// mapped once, tensors read as copies or as views into the mapping.
+// SafetensorsFile: the header checked field by field before any offset is trusted; tensors read
+// (whole or some rows) with pread, or viewed through a mapping of their own bytes.
 #include "fsdpp/state/safetensors.h"
 
 #include <fcntl.h>
@@ -25,6 +25,7 @@
 
 #include "fsdpp/common/atomic_file.h"
 #include "fsdpp/common/error.h"
+#include "fsdpp/common/unique_fd.h"
 #include "fsdpp/state/atomic_dir.h"
 #include "safetensors_format.h"
 
@@ -36,28 +37,27 @@ namespace {
 using json = nlohmann::json;
 using namespace safetensors_detail;
 
-// The whole file, mapped private and writable: view() tensors may be written to (copy-on-write,
-// the file never changes) instead of faulting on a read-only page.
-class Mapping {
- public:
-  Mapping(void* data, size_t size) : data_(static_cast<char*>(data)), size_(size) {}
-  ~Mapping() { ::munmap(data_, size_); }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  char* data() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  char* data_;
-  size_t size_;
-};
+// Reads exactly `n` bytes at `offset`; false at end of file.
+bool read_at(int fd, char* dst, size_t n, uint64_t offset) {
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, dst, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    dst += got;
+    n -= static_cast<size_t>(got);
+    offset += static_cast<uint64_t>(got);
+  }
+  return true;
+}
 
 }  // namespace
 
+// Only the header is read when the file is opened; tensors are read (pread) or mapped (view)
+// one at a time, so a process holds the bytes of the tensors it asks for, not the file's.
 struct SafetensorsFile::Impl {
   fs::path path;
-  std::shared_ptr<Mapping> mapping;
-  const char* data = nullptr;  // start of the data area
+  UniqueFd fd;
+  uint64_t data_start = 0;  // file offset of the data area
   uint64_t data_size = 0;
   std::vector<std::string> names;  // data offset order
   std::map<std::string, TensorInfo> infos;
@@ -69,6 +69,13 @@ struct SafetensorsFile::Impl {
       FSDPP_THROW(CheckpointError, "[state] '{}' has no tensor '{}' ({} tensors in the file)",
                   path.string(), name, infos.size());
     return it->second;
+  }
+  // `n` bytes of the data area from `begin` into dst.
+  void read(const std::string& name, char* dst, uint64_t begin, uint64_t n) const {
+    if (n == 0) return;
+    if (!read_at(fd.get(), dst, n, data_start + begin))
+      FSDPP_THROW(CheckpointError, "[state] '{}': reading {} bytes of tensor '{}' failed: {}",
+                  path.string(), n, name, errno != 0 ? std::strerror(errno) : "end of file (the file shrank?)");
   }
 };
 
@@ -158,20 +165,14 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
                 "[state] '{}' is {} bytes, too short for the 8-byte header length; truncated?",
                 file, file_size);
   }
-  void* p = ::mmap(nullptr, file_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-  const int map_err = errno;
-  ::close(fd);
-  if (p == MAP_FAILED)
-    FSDPP_THROW(CheckpointError, "[state] cannot map '{}' ({} bytes): {}", file, file_size,
-                std::strerror(map_err));
-
   auto impl = std::make_shared<Impl>();
   impl->path = path;
-  impl->mapping = std::make_shared<Mapping>(p, file_size);
-  const char* bytes = impl->mapping->data();
-
+  impl->fd.reset(fd);
+  char length_bytes[8];
+  if (!read_at(fd, length_bytes, 8, 0))
+    FSDPP_THROW(CheckpointError, "[state] cannot read '{}': {}", file, std::strerror(errno));
   uint64_t header_len;
-  std::memcpy(&header_len, bytes, 8);
+  std::memcpy(&header_len, length_bytes, 8);
   if (header_len > file_size - 8)
     FSDPP_THROW(CheckpointError,
                 "[state] '{}': header length {} exceeds the {} bytes after the length field; "
@@ -180,10 +181,14 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
   if (header_len > kMaxHeaderBytes)
     FSDPP_THROW(CheckpointError, "[state] '{}': header length {} exceeds the limit of {} bytes",
                 file, header_len, kMaxHeaderBytes);
-  if (header_len < 2 || bytes[8] != '{')
+  std::string header_text(header_len, '\0');
+  if (!read_at(fd, header_text.data(), header_len, 8))
+    FSDPP_THROW(CheckpointError, "[state] cannot read the header of '{}': {}", file,
+                std::strerror(errno));
+  if (header_len < 2 || header_text[0] != '{')
     FSDPP_THROW(CheckpointError,
                 "[state] '{}': the header does not start with '{{'; not a safetensors file", file);
-  impl->data = bytes + 8 + header_len;
+  impl->data_start = 8 + header_len;
   impl->data_size = file_size - 8 - header_len;
 
   // nlohmann keeps the last of two equal keys silently; a duplicate tensor name or field is a
@@ -204,7 +209,7 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
   };
   json header;
   try {
-    header = json::parse(bytes + 8, bytes + 8 + header_len, on_event);
+    header = json::parse(header_text.begin(), header_text.end(), on_event);
   } catch (const json::exception& ex) {
     FSDPP_THROW(CheckpointError, "[state] '{}': the header is not valid JSON: {}", file,
                 ex.what());
@@ -280,23 +285,50 @@ const SafetensorsFile::TensorInfo& SafetensorsFile::info(const std::string& name
 at::Tensor SafetensorsFile::get(const std::string& name) const {
   const TensorInfo& info = impl_->find(name);
   at::Tensor out = at::empty(info.shape, at::TensorOptions().dtype(info.dtype));
-  if (info.nbytes() > 0) std::memcpy(out.data_ptr(), impl_->data + info.data_begin, info.nbytes());
+  impl_->read(name, static_cast<char*>(out.data_ptr()), info.data_begin, info.nbytes());
+  return out;
+}
+
+at::Tensor SafetensorsFile::read_rows(const std::string& name, int64_t first, int64_t rows) const {
+  const TensorInfo& info = impl_->find(name);
+  const int64_t dim0 = info.shape.empty() ? 1 : info.shape[0];
+  if (first < 0 || rows < 0 || first + rows > dim0)
+    FSDPP_THROW(CheckpointError,
+                "[state] '{}': rows [{}, {}) of tensor '{}' are asked for, but it has {} rows",
+                impl_->path.string(), first, first + rows, name, dim0);
+  const uint64_t row_bytes = dim0 == 0 ? 0 : info.nbytes() / static_cast<uint64_t>(dim0);
+  std::vector<int64_t> shape = info.shape.empty() ? std::vector<int64_t>{1} : info.shape;
+  shape[0] = rows;
+  at::Tensor out = at::empty(shape, at::TensorOptions().dtype(info.dtype));
+  impl_->read(name, static_cast<char*>(out.data_ptr()),
+              info.data_begin + static_cast<uint64_t>(first) * row_bytes,
+              static_cast<uint64_t>(rows) * row_bytes);
   return out;
 }
 
 at::Tensor SafetensorsFile::view(const std::string& name) const {
   const TensorInfo& info = impl_->find(name);
-  // The mapping is writable (MAP_PRIVATE), so dropping const here is sound.
-  char* ptr = const_cast<char*>(impl_->data) + info.data_begin;
+  const uint64_t offset = impl_->data_start + info.data_begin;
   const size_t item = c10::elementSize(info.dtype);
-  if (reinterpret_cast<uintptr_t>(ptr) % item != 0)
+  if (offset % item != 0)
     FSDPP_THROW(CheckpointError,
                 "[state] '{}': tensor '{}' starts at file offset {}, not a multiple of its item "
                 "size {}; it cannot be viewed in place, use get()",
-                impl_->path.string(), name, ptr - impl_->mapping->data(), item);
-  std::shared_ptr<Mapping> keep = impl_->mapping;
+                impl_->path.string(), name, offset, item);
+  if (info.nbytes() == 0) return at::empty(info.shape, at::TensorOptions().dtype(info.dtype));
+  // The tensor's pages only, private and writable: writes go to this view's copy-on-write
+  // pages, never to the file.
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t start = offset / page * page;
+  const size_t length = static_cast<size_t>(offset + info.nbytes() - start);
+  void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE, impl_->fd.get(),
+                   static_cast<off_t>(start));
+  if (p == MAP_FAILED)
+    FSDPP_THROW(CheckpointError, "[state] cannot map tensor '{}' of '{}' ({} bytes): {}", name,
+                impl_->path.string(), info.nbytes(), std::strerror(errno));
+  char* data = static_cast<char*>(p) + (offset - start);
   return at::from_blob(
-      ptr, info.shape, [keep = std::move(keep)](void*) mutable { keep.reset(); },
+      data, info.shape, [p, length](void*) { ::munmap(p, length); },
       at::TensorOptions().dtype(info.dtype));
 }
 

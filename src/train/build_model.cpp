@@ -1,7 +1,9 @@
 // build_model (phases.h): the model's vocabulary, the check that the run fits in memory, the
-// model of model.architecture and model.init_from's weights where they load before sharding.
+// model of model.architecture (on the meta device under model.deferred_init, else whole) and
+// model.init_from's weights where they load before sharding (a model built whole).
 #include "fsdpp/common/error.h"
 #include "fsdpp/dist/agree.h"
+#include "fsdpp/dist/device.h"
 #include "fsdpp/estimate/memory_estimate.h"
 #include "fsdpp/train/memory_check.h"
 #include "phases.h"
@@ -20,9 +22,9 @@ void build_model(TrainSession& s) {
                  vocab, tokenizer->vocab_size());
   const bool llama = cfg.model.architecture == ModelArchitecture::LLAMA;
   // distillation.teacher's directory and vocabulary, named by the key before anything reads it.
-  if (cfg.distillation.enabled()) check_teacher_source(cfg, vocab);
-  if (!t.skip_memory_check && world.backend() == dist::BackendKind::GLOO) {
-    // The host's memory is the device's on CPU; a GPU's is not checked here.
+  if (cfg.distillation.live_teacher()) check_teacher_source(cfg, vocab);
+  if (!t.skip_memory_check) {
+    // The host's memory is the device's on CPU; on a GPU the device's free memory.
     const int local = world.env().local_world_size;
     dist::agree_on_failure(*world.group(), "checking that the run fits in memory", [&] {
       const auto ce = configured_estimate(cfg, vocab, world.size(), local);
@@ -30,16 +32,25 @@ void build_model(TrainSession& s) {
         s.say("[train] memory check: skipped (" + ce.skip + ")");
         return;
       }
-      check_memory_fits(estimate_memory(ce.model, ce.options), ce.model.num_params() * 4, local);
+      if (!world.device().is_cpu()) {
+        auto o = ce.options;
+        o.device_is_gpu = true;
+        const auto m = dist::device_memory(world.device());
+        check_device_memory_fits(estimate_memory(ce.model, o), m.free, m.total, world.device().str());
+        return;
+      }
+      check_memory_fits(estimate_memory(ce.model, ce.options),
+                        deferred_init(cfg) ? 0 : ce.model.num_params() * 4, local);
     });
   }
+  const at::Device device = model_build_device(cfg);
   if (llama) {
-    s.llama = models::Llama(cfg.llama_config(vocab));
+    s.llama = models::Llama(cfg.llama_config(vocab), device);
     s.lm = models::causal_lm(s.llama);
   } else {
-    s.lm = models::causal_lm(models::Qwen3Moe(cfg.qwen3_moe_config(vocab)));
+    s.lm = models::causal_lm(models::Qwen3Moe(cfg.qwen3_moe_config(vocab), device));
   }
-  if (init) init->load_before_sharding(*s.lm);
+  if (init && !deferred_init(cfg)) init->load_whole(*s.lm);
   const int64_t n_params = models::num_parameters(s.lm->module());
   s.say(fmt::format("[train] model: {}: {:.2f} M parameters", s.lm->describe(), n_params / 1e6));
 }

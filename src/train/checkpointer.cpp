@@ -24,18 +24,14 @@
 #include "fsdpp/state/async_save.h"
 #include "fsdpp/state/atomic_dir.h"
 #include "fsdpp/state/state_dict.h"
+#include "elapsed.h"
+#include "metrics_log.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
 namespace fsdpp::train::detail {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -209,6 +205,8 @@ std::string trainer_state_to_json(const TrainerState& s) {
   if (s.seed) j["seed"] = *s.seed;
   if (s.data_path) j["data_path"] = *s.data_path;
   if (s.seq_len) j["seq_len"] = *s.seq_len;
+  if (s.teacher) j["teacher"] = *s.teacher;
+  if (s.metrics_digest) j["metrics_xxh3"] = *s.metrics_digest;
   return j.dump(2) + "\n";
 }
 
@@ -229,8 +227,8 @@ TrainerState trainer_state_from_json(const std::string& text, const std::string&
     }
     if (j.contains("version")) {
       const auto version = j.at("version").get<int64_t>();
-      check(version >= 1 && version <= kTrainerStateVersion, "version", version,
-            "a version this build reads (1 to 3)");
+      const std::string known = fmt::format("a version this build reads (1 to {})", kTrainerStateVersion);
+      check(version >= 1 && version <= kTrainerStateVersion, "version", version, known.c_str());
     }
     TrainerState s;
     s.step = j.at("step").get<int64_t>();
@@ -288,6 +286,8 @@ TrainerState trainer_state_from_json(const std::string& text, const std::string&
       s.seq_len = j.at("seq_len").get<int64_t>();
       check(*s.seq_len >= 1, "seq_len", *s.seq_len, "a number of tokens >= 1");
     }
+    if (j.contains("teacher")) s.teacher = j.at("teacher").get<std::string>();
+    if (j.contains("metrics_xxh3")) s.metrics_digest = j.at("metrics_xxh3").get<std::string>();
     return s;
   } catch (const json::exception& e) {
     FSDPP_THROW(ConfigError, "[train] '{}' is not a valid trainer state: {}", path, e.what());
@@ -421,6 +421,26 @@ void Checkpointer::check_resume_compatible(const fs::path& dir, const TrainerSta
                       "the new data",
                       s.cfg.data.path, *ts.data_path, dir.string(), position));
   }
+  // The loss itself: a teacher added, changed or dropped changes what the steps optimise. As
+  // legitimate as other data (a second phase of distillation), so a warning.
+  const auto& teacher = s.cfg.distillation.teacher;
+  const std::string teacher_now = teacher.empty() ? "" : resolved_data_path(teacher);
+  if (ts.teacher && *ts.teacher != teacher_now) {
+    const std::string from = fmt::format("from step {} the loss is", ts.step + 1);
+    if (ts.teacher->empty()) {
+      s.say(fmt::format("[train] warning: {} was trained without a distillation teacher; {} "
+                        "distilled from distillation.teacher='{}'",
+                        dir.string(), from, teacher));
+    } else if (teacher_now.empty()) {
+      s.say(fmt::format("[train] warning: {} was distilled from '{}' and this run has no "
+                        "distillation.teacher: {} the cross-entropy alone",
+                        dir.string(), *ts.teacher, from));
+    } else {
+      s.say(fmt::format("[train] warning: distillation.teacher='{}' differs from the checkpoint's "
+                        "'{}' ({}): {} distilled from another teacher",
+                        teacher, *ts.teacher, dir.string(), from));
+    }
+  }
   if (ts.seq_len && *ts.seq_len != s.cfg.data.seq_len) {
     s.say(fmt::format("[train] warning: data.seq_len={} differs from the checkpoint's {} ({}): {} "
                       "windows of {} tokens instead of {}",
@@ -503,6 +523,8 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
   ts.seed = t.seed;
   ts.data_path = resolved_data_path(s.cfg.data.path);
   ts.seq_len = s.cfg.data.seq_len;
+  ts.teacher = s.cfg.distillation.teacher.empty() ? "" : resolved_data_path(s.cfg.distillation.teacher);
+  if (s.lead()) ts.metrics_digest = metrics_digest(out_dir / "metrics.jsonl");
   state::SaveOptions so = s.cfg.state_dict_options();
   so.skip_buffer = skip_buffer;
   so.before_write = s.before_write;

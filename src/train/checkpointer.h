@@ -30,8 +30,9 @@ namespace fsdpp::train::detail {
 inline constexpr const char* kTrainerStateFile = "trainer_state.json";
 inline constexpr const char* kModelConfigFile = "model_config.json";
 // trainer_state.json's format version: 2 added the schedule and generator states, 3 the seed,
-// data path and sequence length the data position refers to. Older files still read.
-inline constexpr int kTrainerStateVersion = 3;
+// data path and sequence length the data position refers to, 4 the distillation teacher and
+// the digest of metrics.jsonl. Older files still read.
+inline constexpr int kTrainerStateVersion = 4;
 
 // The complete checkpoints in `out_dir` (directories "checkpoint-<step>" holding a
 // trainer_state.json), oldest first. Temporary directories of saves that did not finish
@@ -65,6 +66,12 @@ struct TrainerState {
   std::optional<uint64_t> seed;          // training.seed (the sampler's shuffle)
   std::optional<std::string> data_path;  // data.path, resolved (weakly_canonical)
   std::optional<int64_t> seq_len;        // data.seq_len
+  // Version 4: distillation.teacher, resolved ("" for a run without one), so that a resume
+  // that changes or drops the teacher says so; and the XXH3-64 (hex) of metrics.jsonl as it
+  // was when the checkpoint was saved (rank 0's), so that a resume never appends to another
+  // run's lines (restore.cpp).
+  std::optional<std::string> teacher;
+  std::optional<std::string> metrics_digest;
 };
 
 std::string trainer_state_to_json(const TrainerState& s);

@@ -11,6 +11,8 @@
 
 #include "config_schema.h"
 #include "fsdpp/common/error.h"
+#include "fsdpp/models/llama_tp_plan.h"
+#include "fsdpp/models/qwen3_moe_ep.h"
 
 namespace fsdpp::train {
 
@@ -101,6 +103,52 @@ void validate_qwen3_moe(const models::Qwen3MoeConfig& c) {
   }
 }
 
+// The model's shape against the parallel degrees, none of which needs the world: each rank of a
+// tp group computes whole heads (and an equal share of the sequence under sequence parallelism),
+// each rank of an ep group an equal number of experts. The models' own checks, which the plans
+// would throw once the model is built, with the config's keys in front.
+void validate_layout(const TrainConfig& cfg) {
+  const auto& m = cfg.model;
+  const auto& p = cfg.parallelism;
+  const int64_t tp = p.tensor_parallel_degree, ep = p.expert_parallel_degree;
+  auto keyed = [](const std::string& keys, const auto& model_check) {
+    try {
+      model_check();
+    } catch (const ConfigError& e) {
+      std::string why = e.what();
+      if (const auto close = why.find("] "); why.rfind('[', 0) == 0 && close != std::string::npos) {
+        why = why.substr(close + 2);  // "[tp] " / "[models] ": the keys say where
+      }
+      throw ConfigError(fmt::format("[config] {}: {}", keys, why));
+    }
+  };
+  if (tp > 1 && m.architecture == ModelArchitecture::LLAMA) {
+    // The vocabulary is the tokenizer's when model.vocab_size is 0, not known yet: the degree
+    // stands in for it (checked when the model is built).
+    keyed(fmt::format("model.n_heads={}, model.n_kv_heads={} with "
+                      "parallelism.tensor_parallel_degree={}",
+                      m.n_heads, m.n_kv_heads, tp),
+          [&] {
+            models::check_tensor_parallel(to_llama(m, m.vocab_size > 0 ? m.vocab_size : tp, 0),
+                                          static_cast<int>(tp));
+          });
+  }
+  const int64_t seq = cfg.data.seq_len;
+  check(!p.enable_sequence_parallel || seq % tp == 0,
+        "[config] data.seq_len={} with parallelism.enable_sequence_parallel=true and "
+        "tensor_parallel_degree={}: each rank of the tp group holds an equal share of the "
+        "sequence; use a data.seq_len divisible by {} (such as {})",
+        seq, tp, tp, seq - seq % tp > 0 ? seq - seq % tp : tp);
+  if (ep > 1 && m.architecture == ModelArchitecture::QWEN3_MOE) {
+    keyed(fmt::format("model.num_experts={} with parallelism.expert_parallel_degree={}",
+                      m.num_experts, ep),
+          [&] {
+            models::check_expert_parallel(to_qwen3_moe(m, m.vocab_size > 0 ? m.vocab_size : 1, 0),
+                                          static_cast<int>(ep));
+          });
+  }
+}
+
 }  // namespace
 
 void TrainConfig::validate() const {
@@ -137,6 +185,10 @@ void TrainConfig::validate() const {
         data.seq_len, model.max_seq_len);
   check(data.val_fraction >= 0 && data.val_fraction < 1,
         "[config] data.val_fraction={}: expected 0 <= val_fraction < 1", data.val_fraction);
+  check(data.train_fraction > 0 && data.train_fraction <= 1,
+        "[config] data.train_fraction={}: expected 0 < train_fraction <= 1 (the first fraction "
+        "of the training split is trained on)",
+        data.train_fraction);
   if (model.vocab_size > 0 && data.tokenizer == TokenizerType::BYTE) {
     check(model.vocab_size >= 256,
           "[config] model.vocab_size={} is smaller than the byte tokenizer's 256 tokens; expected "
@@ -209,6 +261,8 @@ void TrainConfig::validate() const {
   check(t.learning_rate > 0 && std::isfinite(t.learning_rate),
         "[config] training.learning_rate={}: expected a finite number > 0", t.learning_rate);
   check(t.warmup_steps >= 0, "[config] training.warmup_steps={}: expected >= 0", t.warmup_steps);
+  check(t.warmup_ratio >= 0 && t.warmup_ratio <= 1,
+        "[config] training.warmup_ratio={}: expected a fraction of the run's steps in [0, 1]", t.warmup_ratio);
   check(t.weight_decay >= 0 && std::isfinite(t.weight_decay),
         "[config] training.weight_decay={}: expected a finite number >= 0", t.weight_decay);
   check(t.adam_beta1 >= 0 && t.adam_beta1 < 1,
@@ -251,6 +305,10 @@ void TrainConfig::validate() const {
         "[config] training.save_total_limit={}: expected >= 0 (0: keep every checkpoint)",
         t.save_total_limit);
   check(!t.output_dir.empty(), "[config] training.output_dir is empty; expected a directory");
+  check(t.optim.empty() || t.optim == "adamw_torch" || t.optim == "adamw_torch_fused",
+        "[config] training.optim='{}': fsdpp trains with AdamW; expected adamw_torch, "
+        "adamw_torch_fused or empty (fused on a GPU)",
+        t.optim);
   // report_to: Hugging Face's integration names; fsdpp has TensorBoard's. Another one (wandb,
   // mlflow, ...) is an error rather than a run that silently reports nowhere.
   for (const auto& name : t.report_to) {
@@ -277,9 +335,14 @@ void TrainConfig::validate() const {
         t.sample_top_k);
   for (int64_t step : t.profile_steps) {
     check(step >= 1, "[config] training.profile_steps has {}: expected steps >= 1", step);
+    check(t.max_steps == -1 || step <= t.max_steps,
+          "[config] training.profile_steps has {}, beyond training.max_steps={}: that step never "
+          "runs, so nothing would be traced; expected steps 1..{}",
+          step, t.max_steps, t.max_steps);
   }
   // parallelism: (what needs the world size is checked by parallel_dims)
   validate_parallelism(*this);
+  validate_layout(*this);
   validate_distillation(*this);
 }
 
@@ -366,6 +429,7 @@ EstimateOptions TrainConfig::estimate_options(int world_size, int local_world_si
   o.batch = training.per_device_train_batch_size;
   o.seq_len = data.seq_len;
   o.mmap_threshold = training.malloc_mmap_threshold;
+  o.deferred_init = model.deferred_init != DeferredInit::OFF;
   // parallelism: tp slices, FSDP over the rest; with replicas a shard group is the shard degree.
   const auto& p = parallelism;
   o.tensor_parallel = static_cast<int>(p.tensor_parallel_degree);
@@ -378,8 +442,11 @@ EstimateOptions TrainConfig::estimate_options(int world_size, int local_world_si
 
 LrSchedule TrainConfig::lr_schedule(int64_t total_steps) const {
   const auto& t = training;
-  return LrSchedule{std::string(t.lr_scheduler_type.name()), t.learning_rate, t.warmup_steps,
-                    total_steps, t.min_lr_ratio};
+  // Hugging Face's TrainingArguments.get_warmup_steps: warmup_steps if > 0, else
+  // ceil(warmup_ratio x total steps).
+  const int64_t warmup = t.warmup_steps > 0 ? t.warmup_steps
+                                            : static_cast<int64_t>(std::ceil(t.warmup_ratio * static_cast<double>(total_steps)));
+  return LrSchedule{std::string(t.lr_scheduler_type.name()), t.learning_rate, warmup, total_steps, t.min_lr_ratio};
 }
 
 std::vector<std::string> resolve_data_files(const std::string& path) {

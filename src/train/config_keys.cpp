@@ -102,6 +102,7 @@ const Schema& train_schema() {
                       FSDPP_KEY(model, decoder_sparse_step),
                       FSDPP_KEY(model, mlp_only_layers),
                       FSDPP_KEY(model, init_from),
+                      FSDPP_KEY(model, deferred_init),
                   }),
           section("data",
                   {
@@ -111,6 +112,7 @@ const Schema& train_schema() {
                       FSDPP_KEY(data, tokenizer_vocab_size),
                       FSDPP_KEY(data, seq_len),
                       FSDPP_KEY(data, val_fraction),
+                      FSDPP_KEY(data, train_fraction),
                       FSDPP_KEY(data, cache_dir),
                   }),
           section("training",
@@ -144,6 +146,7 @@ const Schema& train_schema() {
                       FSDPP_KEY(training, dataloader_pin_memory),
                       FSDPP_KEY(training, learning_rate),
                       FSDPP_KEY(training, warmup_steps),
+                      FSDPP_KEY(training, warmup_ratio),
                       FSDPP_KEY(training, weight_decay),
                       FSDPP_KEY(training, adam_beta1),
                       FSDPP_KEY(training, adam_beta2),
@@ -164,6 +167,9 @@ const Schema& train_schema() {
                       FSDPP_KEY(training, output_dir),
                       FSDPP_KEY(training, overwrite_output_dir),
                       FSDPP_KEY(training, skip_memory_check),
+                      FSDPP_KEY(training, use_cpu),
+                      FSDPP_KEY(training, no_cuda),
+                      FSDPP_KEY(training, optim),
                       FSDPP_KEY(training, report_to),
                       FSDPP_KEY(training, logging_dir),
                       FSDPP_KEY(training, lr_scheduler_type),
@@ -184,6 +190,16 @@ const Schema& train_schema() {
                       FSDPP_KEY(distillation, kd_ratio),
                       FSDPP_KEY(distillation, top_k),
                       FSDPP_KEY(distillation, teacher_dtype),
+                      FSDPP_KEY(distillation, teacher_cache),
+                      FSDPP_KEY(distillation, lmbda),
+                      FSDPP_KEY(distillation, seq_kd),
+                      FSDPP_KEY(distillation, max_new_tokens),
+                      FSDPP_KEY(distillation, generation_temperature),
+                      FSDPP_KEY(distillation, layer_map),
+                      FSDPP_KEY(distillation, layer_loss),
+                      FSDPP_KEY(distillation, layer_projection),
+                      FSDPP_KEY(distillation, layer_loss_weight),
+                      FSDPP_KEY(distillation, loss_chunk_tokens),
                   }),
           section("parallelism",
                   {
@@ -260,6 +276,20 @@ TrainConfig TrainConfig::from_file(const std::string& path,
 std::string TrainConfig::to_yaml() const {
   return schema::write_document(
       train_schema(), this, "fsdpp effective configuration (docs/config.md describes every key)");
+}
+
+std::vector<std::string> TrainConfig::unused_keys() const {
+  std::vector<std::string> out;
+  if (distillation.enabled()) return out;
+  // Through the written document, so that every key of the section counts, whatever its type.
+  const YAML::Node mine = YAML::Load(to_yaml())["distillation"];
+  const YAML::Node defaults = YAML::Load(TrainConfig{}.to_yaml())["distillation"];
+  for (const auto& kv : mine) {
+    const auto key = kv.first.as<std::string>();
+    const std::string value = YAML::Dump(kv.second);
+    if (value != YAML::Dump(defaults[key])) out.push_back(fmt::format("distillation.{}={}", key, value));
+  }
+  return out;
 }
 
 }  // namespace fsdpp::train

@@ -241,9 +241,16 @@ std::vector<int64_t> read_value<std::vector<int64_t>>(const YAML::Node& value, c
     const bool ok = dash == std::string::npos
                         ? parse_int(item, a) && (b = a, true)
                         : parse_int(trim(item.substr(0, dash)), a) &&
-                              parse_int(trim(item.substr(dash + 1)), b) && a <= b &&
-                              b - a < 100000;
-    if (!ok) type_error(loc, value, kExpected);
+                              parse_int(trim(item.substr(dash + 1)), b);
+    // The item that is wrong, not the whole list ("is a list: expected a list" said nothing).
+    const char* why = !ok         ? ""
+                      : a > b     ? "; a range runs upwards, such as 1-3"
+                      : b - a >= 100000 ? "; a range spans fewer than 100000 integers"
+                                        : nullptr;
+    if (why != nullptr) {
+      FSDPP_THROW(ConfigError, "[config] {} has {}{}: expected {}{}", loc.path, quote(item),
+                  loc.where, kExpected, why);
+    }
     for (int64_t v = a; v <= b; ++v) out.push_back(v);
   }
   return out;

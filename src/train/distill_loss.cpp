@@ -47,6 +47,33 @@ at::Tensor masked_mean(const at::Tensor& per_position, const at::Tensor& keep) {
   return per_position.masked_fill(keep.logical_not(), 0).sum() / kept.clamp_min(1);
 }
 
+// The divergence of `s` and `t`, the student's and the teacher's logits over the same tokens
+// already divided by T (the whole vocabulary or the teacher's top k), times T^2.
+at::Tensor divergence_of(const at::Tensor& s, const at::Tensor& t, const DistillLossOptions& options) {
+  const double T = options.temperature;
+  const auto log_s = s.log_softmax(-1);
+  const auto log_t = t.log_softmax(-1);
+  at::Tensor d;
+  const double beta = options.beta;
+  switch (options.type.value()) {
+    case DistillLossType::FORWARD_KL: d = kl(log_t, log_s); break;
+    case DistillLossType::REVERSE_KL: d = kl(log_s, log_t); break;
+    case DistillLossType::GENERALIZED_JSD:
+      // TRL: the ends are the KLs themselves (the mixture formula would give 0 there).
+      if (beta == 0) {
+        d = kl(log_t, log_s);
+      } else if (beta == 1) {
+        d = kl(log_s, log_t);
+      } else {
+        const auto log_m =
+            at::logsumexp(at::stack({log_s + std::log1p(-beta), log_t + std::log(beta)}), 0);
+        d = beta * kl(log_t, log_m) + (1 - beta) * kl(log_s, log_m);
+      }
+      break;
+  }
+  return d * (T * T);
+}
+
 }  // namespace
 
 void DistillLossOptions::validate() const {
@@ -78,27 +105,39 @@ at::Tensor distillation_divergence(const at::Tensor& student_logits,
     s = s.gather(-1, idx);
     t = t.gather(-1, idx);
   }
-  const auto log_s = s.log_softmax(-1);
-  const auto log_t = t.log_softmax(-1);
-  at::Tensor d;
-  const double beta = options.beta;
-  switch (options.type.value()) {
-    case DistillLossType::FORWARD_KL: d = kl(log_t, log_s); break;
-    case DistillLossType::REVERSE_KL: d = kl(log_s, log_t); break;
-    case DistillLossType::GENERALIZED_JSD:
-      // TRL: the ends are the KLs themselves (the mixture formula would give 0 there).
-      if (beta == 0) {
-        d = kl(log_t, log_s);
-      } else if (beta == 1) {
-        d = kl(log_s, log_t);
-      } else {
-        const auto log_m =
-            at::logsumexp(at::stack({log_s + std::log1p(-beta), log_t + std::log(beta)}), 0);
-        d = beta * kl(log_t, log_m) + (1 - beta) * kl(log_s, log_m);
-      }
-      break;
+  return divergence_of(s, t, options);
+}
+
+at::Tensor sparse_distillation_divergence(const at::Tensor& student_logits,
+                                          const at::Tensor& teacher_values,
+                                          const at::Tensor& teacher_ids,
+                                          const DistillLossOptions& options) {
+  options.validate();
+  FSDPP_CHECK_AS(ConfigError,
+                 teacher_values.dim() == student_logits.dim() &&
+                     teacher_values.sizes() == teacher_ids.sizes() &&
+                     teacher_values.sizes().slice(0, teacher_values.dim() - 1) ==
+                         student_logits.sizes().slice(0, student_logits.dim() - 1),
+                 "[distill] a sparse teacher of values {} and token ids {} for student logits "
+                 "{}; expected (..., K) both, the student's positions (...)",
+                 teacher_values.sizes().vec(), teacher_ids.sizes().vec(),
+                 student_logits.sizes().vec());
+  const int64_t K = teacher_values.size(-1);
+  FSDPP_CHECK_AS(ConfigError, options.top_k <= K,
+                 "[distill] top_k={} is larger than the teacher's {} stored tokens per position; "
+                 "expected 0 (all of them) or at most {}",
+                 options.top_k, K, K);
+  const double T = options.temperature;
+  const auto dtype = compute_dtype(student_logits);
+  at::Tensor t = teacher_values.detach().to(dtype) / T;
+  at::Tensor ids = teacher_ids;
+  if (options.top_k > 0 && options.top_k < K) {
+    const auto keep = std::get<1>(t.topk(options.top_k, -1));
+    t = t.gather(-1, keep);
+    ids = ids.gather(-1, keep);
   }
-  return d * (T * T);
+  const at::Tensor s = (student_logits.to(dtype) / T).gather(-1, ids);
+  return divergence_of(s, t, options);
 }
 
 at::Tensor distillation_loss(const at::Tensor& student_logits, const at::Tensor& teacher_logits,

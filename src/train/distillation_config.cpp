@@ -1,6 +1,9 @@
 // The distillation: section's checks (config.h): ranges named by their keys with what is
 // accepted, and what distillation does not combine with.
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/train/config.h"
@@ -33,7 +36,33 @@ void validate_distillation(const TrainConfig& cfg) {
         "[config] distillation.top_k={}: expected >= 0 (0: the whole vocabulary; k: the "
         "teacher's k most likely tokens)",
         d.top_k);
+  check(d.lmbda >= 0 && d.lmbda <= 1,
+        "[config] distillation.lmbda={}: expected a number in [0, 1], the share of batches the "
+        "student samples (0: off-policy only, 1: every batch on-policy)",
+        d.lmbda);
+  check(d.generation_temperature > 0 && std::isfinite(d.generation_temperature),
+        "[config] distillation.generation_temperature={}: expected a finite number > 0 (the "
+        "student's or the teacher's sampling temperature)",
+        d.generation_temperature);
+  const bool sampling = d.lmbda > 0 || d.seq_kd;
+  check(!sampling || (d.max_new_tokens >= 1 && d.max_new_tokens <= cfg.data.seq_len),
+        "[config] distillation.max_new_tokens={}: expected 1 .. data.seq_len={} (each window's "
+        "first seq_len + 1 - max_new_tokens tokens are the prompt)",
+        d.max_new_tokens, cfg.data.seq_len);
+  check(d.layer_loss_weight >= 0 && std::isfinite(d.layer_loss_weight),
+        "[config] distillation.layer_loss_weight={}: expected a finite number >= 0",
+        d.layer_loss_weight);
+  check(d.loss_chunk_tokens >= 0,
+        "[config] distillation.loss_chunk_tokens={}: expected >= 0 (0: 64 MiB of probabilities "
+        "per chunk)",
+        d.loss_chunk_tokens);
+  (void)parse_layer_map(d.layer_map);
   if (!d.enabled()) return;
+  check(!d.teacher.empty() || (!sampling && d.layer_map.empty()),
+        "[config] distillation.teacher_cache without distillation.teacher, with {}: the cache "
+        "holds the teacher on the data's windows only; the teacher itself must score the "
+        "samples and give its hidden states. Give distillation.teacher too",
+        sampling ? fmt::format("lmbda={} seq_kd={}", d.lmbda, d.seq_kd) : "layer_map");
   // The student's logits are split over the vocabulary under TP; the loss needs them whole.
   check(cfg.parallelism.tensor_parallel_degree == 1,
         "[config] distillation.teacher with parallelism.tensor_parallel_degree={}: the KD loss "
@@ -44,6 +73,38 @@ void validate_distillation(const TrainConfig& cfg) {
         "[config] distillation.teacher with parallelism.pipeline_parallel_degree={}: the "
         "pipelined step has no teacher; expected 1",
         cfg.parallelism.pipeline_parallel_degree);
+}
+
+std::vector<std::pair<int64_t, int64_t>> parse_layer_map(const std::vector<std::string>& map) {
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  if (map.size() == 1 && map.front() == "auto") return pairs;
+  const auto bad = [&](const std::string& item) {
+    return ConfigError(fmt::format(
+        "[config] distillation.layer_map holds '{}': expected 'S:T' pairs (the student's layer "
+        "S, the teacher's layer T, whole numbers) each student layer once, or [auto] alone (the "
+        "layers model.init_from's compress.json kept)",
+        item));
+  };
+  for (const auto& item : map) {
+    const auto colon = item.find(':');
+    if (colon == std::string::npos) throw bad(item);
+    int64_t st[2];
+    const std::string parts[2] = {item.substr(0, colon), item.substr(colon + 1)};
+    for (int i = 0; i < 2; ++i) {
+      size_t used = 0;
+      try {
+        st[i] = std::stoll(parts[i], &used);
+      } catch (const std::exception&) {
+        throw bad(item);
+      }
+      if (used != parts[i].size() || st[i] < 0) throw bad(item);
+    }
+    for (const auto& p : pairs) {
+      if (p.first == st[0]) throw bad(item);
+    }
+    pairs.emplace_back(st[0], st[1]);
+  }
+  return pairs;
 }
 
 }  // namespace fsdpp::train

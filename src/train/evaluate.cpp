@@ -1,5 +1,5 @@
 // evaluate (phases.h): the validation loss, in order over the validation split on every rank
-// (no shuffle), averaged over the ranks.
+// (no shuffle), averaged over the ranks; a heartbeat and a look for a stop signal per batch.
 #include <algorithm>
 #include <cmath>
 
@@ -9,7 +9,7 @@
 
 namespace fsdpp::train::detail {
 
-double evaluate(TrainSession& s) {
+double evaluate(TrainSession& s, int64_t step, bool* stopped) {
   const auto& cfg = s.cfg;
   const auto& t = cfg.training;
   auto& world = s.world;
@@ -25,8 +25,14 @@ double evaluate(TrainSession& s) {
   const int64_t batches = std::max<int64_t>(1, std::min<int64_t>(t.eval_max_batches, val.windows_per_rank() / eb));
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
+    s.heartbeat->beat(fmt::format("evaluating after step {}: batch {} of {}", step, i + 1, batches));
+    if (stop_requested(s)) {
+      *stopped = true;
+      return std::nan("");
+    }
     auto [x, y] = val.next_batch(eb);
-    sum += s.pipeline ? pipeline_eval_loss(s, x, y) : s.lm->forward(x, y).loss.item<double>();
+    sum += s.pipeline ? pipeline_eval_loss(s, x, y)
+                      : s.lm->forward(x.to(world.device()), y.to(world.device())).loss.item<double>();
   }
   auto v = torch::tensor({sum / batches}, torch::kDouble);
   world.group()->all_reduce(v, dist::ReduceOp::AVG, {"eval"});

@@ -1,5 +1,6 @@
 // finish (phases.h): the last step's save (unless save_strategy is no or a signal stopped the
 // run), the wait for an asynchronous save, then the closing lines and the sample text.
+#include <csignal>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -38,14 +39,15 @@ TrainResult finish(TrainSession& s) {
     }
   }
   result.final_val_loss = val_loss;
-  if (result.stopped_by_signal != 0) {
+  auto stopped = [&](const char* when) {
     const auto saved = list_checkpoints(out_dir);
-    s.say(fmt::format("[train] stopped by {} after step {} of {}; {}", strsignal(result.stopped_by_signal),
-                      result.steps, total_steps,
+    s.say(fmt::format("[train] stopped by {} {} step {} of {}; {}", strsignal(result.stopped_by_signal),
+                      when, result.steps, total_steps,
                       saved.empty() ? std::string("no checkpoint was saved")
                                     : fmt::format("the newest checkpoint is {}", saved.back().second.string())));
     return result;
-  }
+  };
+  if (result.stopped_by_signal != 0) return stopped("after");
   if (first_step > total_steps) {
     s.say(fmt::format("[train] nothing to train: resumed at step {} and the run has {} steps "
                       "(raise training.max_steps or num_train_epochs to go on)",
@@ -65,7 +67,20 @@ TrainResult finish(TrainSession& s) {
     go.temperature = t.sample_temperature;
     go.top_k = t.sample_top_k;
     go.generator = gen;
+    // A heartbeat per token, and a stop signal honoured every 8 tokens (one small all-reduce:
+    // every rank stops at the same token), so that neither waits for the whole sample.
+    int64_t made = 0;
+    go.stop = [&](const at::Tensor&) {
+      s.heartbeat->beat(fmt::format("sampling after step {}: token {} of {}", result.steps, ++made,
+                                    t.sample_tokens));
+      return made % 8 == 0 && stop_requested(s);
+    };
     auto ids = s.pipeline ? pipeline_generate(s, prompt, go) : s.lm->generate(prompt, go);
+    // Cut short: only the callback above stops early, and every rank agreed on it.
+    if (ids.size(-1) < static_cast<int64_t>(prompt_ids.size()) + t.sample_tokens) {
+      result.stopped_by_signal = s.stop_signal->received() != 0 ? s.stop_signal->received() : SIGTERM;
+      return stopped("during the sample after");
+    }
     auto tail = ids.narrow(0, static_cast<int64_t>(prompt_ids.size()), t.sample_tokens).to(torch::kInt);
     std::vector<int32_t> v(tail.data_ptr<int32_t>(), tail.data_ptr<int32_t>() + tail.numel());
     result.sample = t.sample_prompt + tokenizer->decode(v);

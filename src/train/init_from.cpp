@@ -8,6 +8,7 @@
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/data/tokenizer_files.h"
+#include "fsdpp/dist/agree.h"
 #include "fsdpp/models/hf_llama.h"
 #include "fsdpp/models/hf_qwen3_moe.h"
 #include "fsdpp/state/state_dict.h"
@@ -82,6 +83,14 @@ int64_t ModelSource::vocab_size() const {
   return qwen3_moe_ ? qwen3_moe_->vocab_size : llama_.vocab_size;
 }
 
+int64_t ModelSource::hidden_size() const {
+  return qwen3_moe_ ? qwen3_moe_->hidden_size : llama_.dim;
+}
+
+int64_t ModelSource::num_layers() const {
+  return qwen3_moe_ ? qwen3_moe_->num_hidden_layers : llama_.n_layers;
+}
+
 std::vector<std::string> ModelSource::apply_shape(ModelSection& m) const {
   std::vector<std::string> notes;
   auto take = [&](const char* k, auto& field, auto value) {
@@ -147,37 +156,51 @@ std::vector<std::string> ModelSource::apply_shape(ModelSection& m) const {
   return notes;
 }
 
-std::unique_ptr<models::CausalLM> ModelSource::build(uint64_t seed) const {
+std::unique_ptr<models::CausalLM> ModelSource::build(uint64_t seed, at::Device device) const {
   if (qwen3_moe_) {
     auto c = *qwen3_moe_;
     c.seed = seed;
-    return models::causal_lm(models::Qwen3Moe(c));
+    return models::causal_lm(models::Qwen3Moe(c, device));
   }
   auto c = llama_;
   c.seed = seed;
-  return models::causal_lm(models::Llama(c));
+  return models::causal_lm(models::Llama(c, device));
 }
 
-void ModelSource::load_before_sharding(models::CausalLM& model) const {
+void ModelSource::load_whole(models::CausalLM& model) {
   if (!hf_) return;
   if (qwen3_moe_) {
     models::load_named_tensors(model.module(), models::load_hf_qwen3_moe(dir_).tensors);
   } else {
     models::load_named_tensors(model.module(), models::load_hf_llama(dir_).tensors);
   }
+  loaded_whole_ = true;
 }
 
 void ModelSource::load_after_sharding(models::CausalLM& model,
                                       const std::shared_ptr<dist::ProcessGroup>& group) const {
-  if (hf_) return;
-  state::LoadOptions lo;
-  lo.skip_buffer = [](const std::string& n) { return models::is_non_persistent_buffer(n); };
-  state::load_state_dict(dir_, model.module(), /*optimizer=*/nullptr, group, lo);
+  load_after_sharding(std::vector<torch::nn::Module*>{&model.module()}, group);
 }
 
 void ModelSource::load_after_sharding(const std::vector<torch::nn::Module*>& parts,
                                       const std::shared_ptr<dist::ProcessGroup>& group) const {
-  if (hf_) return;  // loaded into the whole model before it was cut
+  if (hf_) {
+    if (loaded_whole_) return;  // into the whole model before it was sharded (or cut)
+    // Each rank its rows, straight from the files; one rank's failure stops them all.
+    auto load = [&] {
+      if (qwen3_moe_) {
+        models::load_hf_qwen3_moe_rows(dir_, *qwen3_moe_, parts);
+      } else {
+        models::load_hf_llama_rows(dir_, llama_, parts);
+      }
+    };
+    if (group) {
+      dist::agree_on_failure(*group, fmt::format("loading {}='{}'", key_, dir_.string()), load);
+    } else {
+      load();
+    }
+    return;
+  }
   state::LoadOptions lo;
   lo.skip_buffer = [](const std::string& n) { return models::is_non_persistent_buffer(n); };
   state::load_state_dict(dir_, parts, /*optimizer=*/nullptr, group, lo);

@@ -33,6 +33,8 @@ class ModelSource {
     return qwen3_moe_ ? ModelArchitecture::QWEN3_MOE : ModelArchitecture::LLAMA;
   }
   int64_t vocab_size() const;
+  int64_t hidden_size() const;  // the width of its hidden states
+  int64_t num_layers() const;   // decoder layers
   // The tokenizer stored with the weights; nullptr when the source holds none.
   std::unique_ptr<data::Tokenizer> take_tokenizer() { return std::move(tokenizer_); }
 
@@ -40,14 +42,17 @@ class ModelSource {
   // set otherwise, a note "model.dim: 128 in the config, 32 in DIR".
   std::vector<std::string> apply_shape(ModelSection& model) const;
 
-  // A model of the source's shape (weights from `seed` until loaded).
-  std::unique_ptr<models::CausalLM> build(uint64_t seed) const;
+  // A model of the source's shape, on `device` (weights from `seed` until loaded), or on the meta
+  // device without storage (deferred initialisation: shard it, fsdpp::to_empty, then load).
+  std::unique_ptr<models::CausalLM> build(uint64_t seed, at::Device device = at::kCPU) const;
 
-  // Loads the weights: a Hugging Face directory into the model before fully_shard (every rank
-  // reads the whole file), an fsdpp checkpoint after it (each rank reads its rows, resharding;
-  // tensors take the parameters' dtype). A tensor of another shape is a CheckpointError naming
-  // it and both shapes.
-  void load_before_sharding(models::CausalLM& model) const;
+  // Loads the weights. A model built whole (model.deferred_init=off): load_whole reads a Hugging
+  // Face directory into it before fully_shard (every rank reads the whole file). After
+  // fully_shard (and to_empty): an fsdpp checkpoint, or a Hugging Face directory that
+  // load_whole did not read, each rank reading only its rows (resharding). Tensors take the
+  // parameters' dtype. A tensor of another shape is a CheckpointError (fsdpp) or ConfigError
+  // (Hugging Face) naming it and both shapes.
+  void load_whole(models::CausalLM& model);
   void load_after_sharding(models::CausalLM& model,
                            const std::shared_ptr<dist::ProcessGroup>& group) const;
   // The same into a model held in parts (a pipelined run's stages, state_dict.h).
@@ -58,6 +63,7 @@ class ModelSource {
   std::filesystem::path dir_;
   std::string key_;
   bool hf_ = false;
+  bool loaded_whole_ = false;  // load_whole read the Hugging Face weights
   models::LlamaConfig llama_;
   std::optional<models::Qwen3MoeConfig> qwen3_moe_;
   std::unique_ptr<data::Tokenizer> tokenizer_;

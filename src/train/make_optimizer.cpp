@@ -4,9 +4,37 @@
 #include <cmath>
 #include <memory>
 
+#include "fsdpp/common/error.h"
+#include "fsdpp/optim/fused_adamw.h"
 #include "phases.h"
 
 namespace fsdpp::train::detail {
+namespace {
+
+// distillation.layer_projection's learned maps (layer_projection.h): a param group of their
+// own with the run's options, so that every step and the schedule's learning rate reach them.
+void add_layer_projections(TrainSession& s) {
+  const auto* projections = s.distiller ? s.distiller->projections() : nullptr;
+  const auto params = projections ? projections->parameters() : std::vector<at::Tensor>{};
+  if (params.empty()) return;
+  const auto& t = s.cfg.training;
+  // The loss scaler unscales and checks the student's gradients, disk offload holds the
+  // student's state: neither knows parameters outside the model.
+  FSDPP_CHECK_AS(ConfigError, !t.fp16 && t.fsdp_config.offload_optimizer_state_dir.empty(),
+                 "[config] distillation.layer_projection: the learned projections ({}) do not "
+                 "combine with {}; use training.bf16, or distillation.layer_projection=none "
+                 "with layers of the same width",
+                 projections->describe(),
+                 t.fp16 ? "training.fp16 (the loss scaler knows the student's gradients only)"
+                        : "fsdp_config.offload_optimizer_state_dir");
+  auto options = s.opt->param_groups().front().options().clone();
+  s.opt->add_param_group(torch::optim::OptimizerParamGroup(params, std::move(options)));
+  s.say(fmt::format("[train] distillation.layer_projection: {} learned projection(s) {} trained "
+                    "with the student (AdamW, replicated on every rank)",
+                    params.size(), projections->describe()));
+}
+
+}  // namespace
 
 void make_optimizer(TrainSession& s) {
   const auto& cfg = s.cfg;
@@ -14,13 +42,20 @@ void make_optimizer(TrainSession& s) {
   auto& world = s.world;
   torch::nn::Module& model = s.lm->module();
   // Pipelined: this rank's stages only (the rest of the model it built is not trained here).
-  s.opt = std::make_unique<torch::optim::AdamW>(
-      s.pipeline ? s.pipeline->runtime->parameters() : model.parameters(),
-      torch::optim::AdamWOptions(t.learning_rate)
-                               .betas({t.adam_beta1, t.adam_beta2})
-                               .eps(t.adam_epsilon)
-                               .weight_decay(t.weight_decay));
+  auto params = s.pipeline ? s.pipeline->runtime->parameters() : model.parameters();
+  const auto options = torch::optim::AdamWOptions(t.learning_rate)
+                           .betas({t.adam_beta1, t.adam_beta2})
+                           .eps(t.adam_epsilon)
+                           .weight_decay(t.weight_decay);
+  // training.optim: one fused kernel per device and dtype (the default on a GPU), or LibTorch's.
+  const bool fused = t.optim.empty() ? !world.device().is_cpu() : t.optim == "adamw_torch_fused";
+  if (fused) {
+    s.opt = std::make_unique<optim::FusedAdamW>(params, options);
+  } else {
+    s.opt = std::make_unique<torch::optim::AdamW>(params, options);
+  }
   auto& opt = *s.opt;
+  add_layer_projections(s);
   // fsdp_offload_optimizer_state_dir: the AdamW state lives in a per-rank memory-mapped file.
   // fp16: the sharded dynamic loss scaler (disabled, it is a pass-through for other dtypes).
   GradScalerOptions scaler_options;
@@ -48,7 +83,7 @@ void make_optimizer(TrainSession& s) {
   const int64_t tokens_per_step = s.tokens_per_step = B * accum * cfg.data.seq_len * dp;
   s.say(fmt::format("[train] {} steps of {} sequences x {} tokens ({} tokens per step), AdamW lr {} {} warmup {}",
                     total_steps, B * accum * dp, cfg.data.seq_len, tokens_per_step,
-                    t.learning_rate, t.lr_scheduler_type, t.warmup_steps));
+                    t.learning_rate, t.lr_scheduler_type, s.schedule.warmup_steps));
 }
 
 }  // namespace fsdpp::train::detail

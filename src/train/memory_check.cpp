@@ -7,6 +7,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <tuple>
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/estimate/llama_shape.h"
@@ -72,6 +73,7 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
   // Experts split over ep and sharded over world / ep (fully_shard_qwen3_moe), the rest over
   // the world.
   out.options.expert_parallel = static_cast<int>(cfg.parallelism.expert_parallel_degree);
+  out.options.optimizer_state_on_disk = !cfg.training.fsdp_config.offload_optimizer_state_dir.empty();
   // Pipeline: a step's per-rank sequences (batch x accumulation) go through the stages as
   // microbatches of pipeline_parallel_microbatch_size (the trainer's pipeline_step).
   const auto& p = cfg.parallelism;
@@ -91,7 +93,7 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
   }
   // Distillation: the teacher's shape from its directory (weights unread), its dtype; gathered
   // and computed in float32 (the trainer runs on the CPU: teacher.h).
-  if (cfg.distillation.enabled()) {
+  if (cfg.distillation.live_teacher()) {
     out.options.teacher = EstimateOptions::Teacher{
         describe_model_directory(cfg.distillation.teacher),
         cfg.distillation.teacher_dtype == TeacherDtype::BFLOAT16 ? EstimateDType::BF16 : EstimateDType::FP32,
@@ -100,7 +102,8 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
       out.skip = "a distillation teacher with tensor parallelism is not modelled by fsdpp-estimate yet";
   }
   const auto& fc = cfg.training.fsdp_config;
-  const std::string layer = llama ? "TransformerBlock" : "Qwen3MoeDecoderLayer";
+  const std::string layer = decoder_layer_class(llama ? ModelArchitecture::LLAMA
+                                                     : ModelArchitecture::QWEN3_MOE);
   if (fc.auto_wrap_policy != AutoWrapPolicy::TRANSFORMER_BASED_WRAP ||
       fc.transformer_layer_cls_to_wrap != std::vector<std::string>{layer}) {
     out.notes.push_back(fmt::format("units taken as one per {} plus the root (the "
@@ -137,12 +140,17 @@ MemoryHeadroom memory_headroom(int local_world_size) {
     consider(cg / n, fmt::format("the cgroup's memory.max headroom ({}) shared by {} local rank(s)",
                                  gib(cg), n));
   }
-  rlimit as{};
-  if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
-    const int64_t used = proc_status_bytes("VmSize");
-    consider(std::max<int64_t>(0, static_cast<int64_t>(as.rlim_cur) - used),
-             fmt::format("the address-space limit (ulimit -v: {}, {} of it mapped already)",
-                         gib(static_cast<int64_t>(as.rlim_cur)), gib(used)));
+  // The kernel's own limits on this process: its address space (RLIMIT_AS: every mapping) and
+  // its data (RLIMIT_DATA: private writable mappings, where malloc's memory lives).
+  for (const auto& [resource, field, name] :
+       {std::tuple{RLIMIT_AS, "VmSize", "the address-space limit (ulimit -v"},
+        std::tuple{RLIMIT_DATA, "VmData", "the data limit (ulimit -d"}}) {
+    rlimit lim{};
+    if (::getrlimit(resource, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) continue;
+    const int64_t used = proc_status_bytes(field);
+    consider(std::max<int64_t>(0, static_cast<int64_t>(lim.rlim_cur) - used),
+             fmt::format("{}: {}, {} of it used already)", name,
+                         gib(static_cast<int64_t>(lim.rlim_cur)), gib(used)));
   }
   return h;
 }
@@ -155,17 +163,38 @@ void check_memory_fits(const MemoryEstimate& e, int64_t whole_model_bytes,
   const int64_t resident = proc_status_bytes("VmRSS");
   const int64_t peak = std::max(e.total, whole_model_bytes + e.runtime);
   if (peak - resident <= h.bytes) return;
+  const bool whole_sets_peak = whole_model_bytes + e.runtime > e.total;
   FSDPP_THROW(ConfigError,
               "[train] this run needs an estimated {} per rank (the step's peak: {} = parameters "
-              "{}, gradients {}, optimizer state {}, gathered units {}, activations {}, at {}; "
-              "the model built whole in fp32 before it is sharded: {}), but this process can get "
-              "at most {} more: {}. Use more ranks or nodes, FULL_SHARD, "
-              "training.gradient_checkpointing, mixed precision, a smaller batch or model "
-              "(fsdpp-estimate CONFIG --budget GB recommends one); "
+              "{}, gradients {}, optimizer state {}, gathered units {}, activations {}, at {}{}), "
+              "but this process can get at most {} more: {}. {}Use more ranks or nodes, "
+              "FULL_SHARD, training.gradient_checkpointing, mixed precision, a smaller batch or "
+              "model (fsdpp-estimate CONFIG --budget GB recommends one); "
               "training.skip_memory_check=true skips this check",
               gib(peak), gib(e.total), gib(e.parameters), gib(e.gradients),
               gib(e.optimizer_state), gib(e.unsharded), gib(e.activations), e.peak_at,
-              gib(whole_model_bytes), gib(h.bytes), h.limited_by);
+              whole_model_bytes > 0
+                  ? fmt::format("; the model built whole in fp32 before it is sharded: {}",
+                                gib(whole_model_bytes))
+                  : std::string(),
+              gib(h.bytes), h.limited_by,
+              whole_sets_peak ? "Building the whole model sets the peak: model.deferred_init=exact "
+                                "(the default) makes only this rank's shards. "
+                              : "");
+}
+
+void check_device_memory_fits(const MemoryEstimate& e, int64_t free_bytes, int64_t total_bytes,
+                              const std::string& device) {
+  if (e.tensors <= free_bytes) return;
+  FSDPP_THROW(ConfigError,
+              "[train] this run needs an estimated {} of tensors per rank on {} (the step's peak: "
+              "parameters {}, gradients {}, optimizer state {}, gathered units {}, activations "
+              "{}, at {}), but the device has {} free of {}. Use more GPUs, FULL_SHARD, "
+              "training.gradient_checkpointing, training.bf16, fsdp_offload_params, a smaller "
+              "batch or model (fsdpp-estimate CONFIG --budget GB recommends one); "
+              "training.skip_memory_check=true skips this check",
+              gib(e.tensors), device, gib(e.parameters), gib(e.gradients), gib(e.optimizer_state),
+              gib(e.unsharded), gib(e.activations), e.peak_at, gib(free_bytes), gib(total_bytes));
 }
 
 }  // namespace fsdpp::train

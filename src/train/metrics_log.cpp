@@ -3,12 +3,30 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <xxhash.h>
+
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "fsdpp/common/error.h"
 
 namespace fsdpp::train::detail {
+
+std::string metrics_text_digest(const std::string& text) {
+  return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
+}
+
+std::string metrics_digest(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return "";  // a device's reads may never end
+  std::ifstream in(path, std::ios::binary);
+  if (!in.good()) return "";
+  std::ostringstream text;
+  text << in.rdbuf();
+  return metrics_text_digest(text.str());
+}
 
 MetricsLog::MetricsLog(std::filesystem::path path, bool append) : path_(std::move(path)) {
   const int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (append ? 0 : O_TRUNC);

@@ -11,6 +11,12 @@
 
 namespace fsdpp::train::detail {
 
+// XXH3-64 (16 hex digits) of metrics.jsonl's bytes: a checkpoint records it (trainer_state.json)
+// and a resume compares it with the lines it keeps, to know they are its run's. "" when the file
+// is not a regular file.
+std::string metrics_digest(const std::filesystem::path& path);
+std::string metrics_text_digest(const std::string& text);
+
 class MetricsLog {
  public:
   // Opens `path`, emptied first unless `append`. Throws Error naming the path and the reason.

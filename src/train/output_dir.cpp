@@ -4,12 +4,16 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <fstream>
+#include <string_view>
 #include <chrono>
 #include <cstring>
 #include <ctime>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/state/atomic_dir.h"
 
 namespace fs = std::filesystem;
 
@@ -77,6 +81,59 @@ OutputDirLock::OutputDirLock(const fs::path& dir, bool overwrite, std::string* w
     [[maybe_unused]] const ssize_t n = ::pwrite(fd.get(), me.data(), me.size(), 0);
   }
   fd_ = std::move(fd);
+}
+
+EarlierRun find_earlier_run(const fs::path& dir) {
+  EarlierRun run;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    constexpr std::string_view kPrefix = "checkpoint-";
+    if (name.rfind(kPrefix, 0) == 0 && name.size() > kPrefix.size() &&
+        name.find_first_not_of("0123456789", kPrefix.size()) == std::string::npos &&
+        e.is_directory(ec)) {
+      run.checkpoints.push_back(e.path());
+    }
+  }
+  std::sort(run.checkpoints.begin(), run.checkpoints.end(), [](const fs::path& a, const fs::path& b) {
+    const auto sa = a.filename().string(), sb = b.filename().string();
+    return sa.size() != sb.size() ? sa.size() < sb.size() : sa < sb;  // checkpoint-5 before -10
+  });
+  // Only a regular file holds lines of a run: a device in its place (/dev/full, whose reads never
+  // end) is for the metrics writer to refuse.
+  if (!fs::is_regular_file(dir / "metrics.jsonl", ec)) return run;
+  std::ifstream in(dir / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) run.metrics_lines += line.empty() ? 0 : 1;
+  return run;
+}
+
+std::string EarlierRun::describe() const {
+  std::vector<std::string> parts;
+  for (const auto& c : checkpoints) parts.push_back(c.filename().string());
+  if (parts.size() > 4) {
+    const auto n = parts.size();
+    parts = {parts[0], fmt::format("{} more", n - 2), parts[n - 1]};
+  }
+  if (metrics_lines > 0) {
+    parts.push_back(fmt::format("metrics.jsonl ({} line{})", metrics_lines,
+                                metrics_lines == 1 ? "" : "s"));
+  }
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    out += (i == 0 ? "" : i + 1 == parts.size() ? " and " : ", ") + parts[i];
+  }
+  return out;
+}
+
+void remove_earlier_run(const fs::path& dir, const EarlierRun& run) {
+  for (const auto& c : run.checkpoints) state::remove_tree(c);
+  for (const char* name : {"metrics.jsonl", "sample.txt", "run.svg"}) {
+    std::error_code ec;
+    fs::remove(dir / name, ec);
+    FSDPP_CHECK_AS(ConfigError, !ec, "[train] cannot remove '{}' (training.overwrite_output_dir): {}",
+                   (dir / name).string(), ec.message());
+  }
 }
 
 }  // namespace fsdpp::train::detail

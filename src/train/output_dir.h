@@ -7,8 +7,10 @@
 // never leaves the directory locked. The file also records who holds it, for the message that
 // refuses the second job.
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "fsdpp/common/unique_fd.h"
 
@@ -27,5 +29,23 @@ class OutputDirLock {
  private:
   UniqueFd fd_;
 };
+
+// What an earlier run left in an output_dir: its checkpoint-<step> directories (complete or
+// not) and the lines of its metrics.jsonl. A new run there would overwrite the checkpoints of the
+// same steps, empty metrics.jsonl, and leave later checkpoints that a `latest` resume would take
+// for its own; Hugging Face's scripts refuse such a directory unless told to overwrite it or to
+// resume from it, and so does fsdpp-train (prepare_output_dir).
+struct EarlierRun {
+  std::vector<std::filesystem::path> checkpoints;
+  int64_t metrics_lines = 0;
+
+  bool empty() const { return checkpoints.empty() && metrics_lines == 0; }
+  // "checkpoint-5, checkpoint-10 and metrics.jsonl (10 lines)".
+  std::string describe() const;
+};
+EarlierRun find_earlier_run(const std::filesystem::path& dir);
+// Deletes the earlier run's checkpoints and its metrics.jsonl, sample.txt and run.svg
+// (training.overwrite_output_dir=true); the cache, config.yaml and the lock stay.
+void remove_earlier_run(const std::filesystem::path& dir, const EarlierRun& run);
 
 }  // namespace fsdpp::train::detail

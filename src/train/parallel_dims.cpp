@@ -80,6 +80,18 @@ void validate_pipeline(const TrainConfig& cfg) {
 void validate_parallelism(const TrainConfig& cfg) {
   const auto& p = cfg.parallelism;
   const auto& t = cfg.training;
+  // A degree is a number of ranks: one beyond any job is a typo, and is refused before it is
+  // narrowed to an int anywhere (99999999999 was printed as 1215752191).
+  for (const auto& [key, degree] :
+       {std::pair<const char*, int64_t>{"pipeline_parallel_degree", p.pipeline_parallel_degree},
+        {"data_parallel_replicate_degree", p.data_parallel_replicate_degree},
+        {"data_parallel_shard_degree", p.data_parallel_shard_degree},
+        {"tensor_parallel_degree", p.tensor_parallel_degree},
+        {"expert_parallel_degree", p.expert_parallel_degree}}) {
+    FSDPP_CHECK_AS(ConfigError, degree <= kMaxDegree,
+                   "[config] parallelism.{}={}: expected a number of ranks, at most {}", key,
+                   degree, kMaxDegree);
+  }
   FSDPP_CHECK_AS(ConfigError, p.data_parallel_replicate_degree >= 1,
                  "[config] parallelism.data_parallel_replicate_degree={}: expected >= 1",
                  p.data_parallel_replicate_degree);
@@ -133,6 +145,7 @@ void validate_parallelism(const TrainConfig& cfg) {
 ParallelDims parallel_dims(const TrainConfig& cfg, int world_size) {
   const auto& p = cfg.parallelism;
   const auto traits = traits_of(cfg.training.fsdp);
+  validate_parallelism(cfg);  // every degree <= kMaxDegree: the narrowing below is exact
   ParallelDims d;
   d.tp = static_cast<int>(p.tensor_parallel_degree);
   d.dp_replicate = static_cast<int>(p.data_parallel_replicate_degree);
@@ -265,16 +278,9 @@ std::shared_ptr<dist::DeviceMesh> ParallelDims::build_expert_mesh(dist::World& w
 }
 
 std::string ParallelDims::describe() const {
-  std::string s;
-  if (pp > 1) {
-    return fmt::format("pp {} x dp_shard {}{}", pp, dp_shard,
-                       tp > 1 ? fmt::format(" x tp {}{}", tp, sequence_parallel ? " (sequence parallel)" : "")
-                              : "");
-  }
-  if (dp_replicate > 1) s += fmt::format("dp_replicate {} x ", dp_replicate);
-  s += fmt::format("dp_shard {} x tp {}", dp_shard, tp);
-  if (sequence_parallel) s += " (sequence parallel)";
-  return s;
+  return fmt::format("pp {} x dp_replicate {} x dp_shard {} x tp {}{} x ep {}{}", pp, dp_replicate,
+                     dp_shard, tp, sequence_parallel ? " (sequence parallel)" : "", ep,
+                     ep > 1 ? " (within dp_shard)" : "");
 }
 
 }  // namespace fsdpp::train

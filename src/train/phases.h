@@ -5,7 +5,8 @@
 // order on every rank. Private to src/train.
 //
 //   choose_start        which checkpoint to resume from (FSDPP_RESTART_COUNT, resume_from_checkpoint),
-//                       or model.init_from's shape for a fresh run         (start.cpp)
+//                       or model.init_from's shape for a fresh run; the layout on this world
+//                       (parallel_dims, the pipeline's plan)               (start.cpp)
 //   prepare_output_dir  rank 0's lock on output_dir, the cache dir, config.yaml (start.cpp)
 //   prepare_data        corpus, tokenizer, token cache, splits, the sampler (prepare_data.cpp)
 //   build_model         the memory check, the Llama, init_from's weights before sharding
@@ -37,9 +38,19 @@ void open_logs(TrainSession& s);
 void train_loop(TrainSession& s);
 TrainResult finish(TrainSession& s);
 
+// model.deferred_init (model_init.cpp): whether the model is made without storage, the device
+// build_model makes it on (meta, or the CPU to build it whole), the device its shards live on,
+// and, once sharded, this rank's parts given storage there and their values (drawn from the seed
+// unless model.init_from or a resume's checkpoint gives them next).
+bool deferred_init(const TrainConfig& cfg);
+at::Device model_build_device(const TrainConfig& cfg);
+at::Device model_device(const TrainSession& s);
+void materialize_model(TrainSession& s, const std::vector<torch::nn::Module*>& parts);
+
 // fsdp_sync_module_states: rank 0's parameters and buffers on every rank, over the world, before
-// any unit exists or the model is cut into stages (shard_model.cpp).
-void sync_module_states(torch::nn::Module& model, dist::World& world);
+// any unit exists or the model is cut into stages (shard_model.cpp); nothing under
+// model.deferred_init, where the model has no values before it is sharded.
+void sync_module_states(TrainSession& s, torch::nn::Module& model);
 
 // Bytes the units moved over the shard groups (inside a node under hybrid_shard) and over the
 // replicate groups (across nodes), for metrics.jsonl (shard_model.cpp).
@@ -59,7 +70,14 @@ struct StepOutcome {
 StepOutcome train_step(TrainSession& s, int64_t step);
 
 // The validation loss averaged over every rank; NaN without a validation split (evaluate.cpp).
-double evaluate(TrainSession& s);
+// Each batch writes a heartbeat (fsdpp-run --progress-timeout-s) and asks every rank whether a
+// stop signal came: then the evaluation ends there, NaN, and `stopped` is set.
+double evaluate(TrainSession& s, int64_t step, bool* stopped);
+
+// Whether any rank received SIGTERM or SIGINT (StopSignal): one small all-reduce over the world
+// (none on one rank), so every rank answers the same at the same point (train_loop.cpp). For the
+// work between steps that can take long: evaluation and the final sample.
+bool stop_requested(TrainSession& s);
 
 // Whether training.save_strategy saves after `step`; save_checkpoint saves it (save.cpp).
 bool save_due(const TrainSession& s, int64_t step);

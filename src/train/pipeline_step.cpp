@@ -113,7 +113,7 @@ void shard_pipeline(TrainSession& s) {
   FullyShardOptions& fopts = s.fopts = cfg.fully_shard_options(parts->mesh->sub({"dp_shard"}));
   torch::nn::Module& model = s.lm->module();
   if (fopts.sync_module_states) {
-    sync_module_states(model, world);
+    sync_module_states(s, model);
     fopts.sync_module_states = false;
   }
   if (s.dims.tensor_parallel()) {
@@ -147,6 +147,7 @@ void shard_pipeline(TrainSession& s) {
     parts->stages.push_back(stage);
     mine.push_back(pipeline::make_stage(st, stage, loss));
   }
+  materialize_model(s, parts->roots());
   try {
     parts->runtime = std::make_unique<pipeline::PipelineRuntime>(
         sched, std::move(mine), pp, pipeline::RuntimeOptions{.store = world.store()});
@@ -187,7 +188,9 @@ StepOutcome pipeline_train_step(TrainSession& s, int64_t step) {
     xs.push_back(x);
     ys.push_back(y);
   }
-  const auto x = at::cat(xs), y = at::cat(ys);
+  // On the rank's device, as train_step's batches (pinned host memory copies asynchronously).
+  const auto x = at::cat(xs).to(s.world.device(), /*non_blocking=*/true);
+  const auto y = at::cat(ys).to(s.world.device(), /*non_blocking=*/true);
   data_span.end();
   dist::TraceSpan pipeline_span(trace.get(), "pipeline");
   const auto out = parts.runtime->step(x, y);

@@ -1,5 +1,6 @@
 // prepare_data (phases.h): the corpus, its tokenizer, the token cache, the training and
 // validation splits and the sampler over the training split.
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -11,8 +12,11 @@
 
 #include "fsdpp/common/atomic_file.h"
 #include "fsdpp/common/error.h"
+#include "fsdpp/data/tokenizer_files.h"
+#include "fsdpp/data/tokenizer_identity.h"
 #include "fsdpp/dist/agree.h"
 #include "phases.h"
+#include "teacher.h"
 
 namespace fs = std::filesystem;
 
@@ -69,6 +73,40 @@ std::unique_ptr<data::Tokenizer> make_tokenizer(const DataSection& data, const f
   return std::make_unique<data::SentencePieceTokenizer>(model);
 }
 
+// Where this run's tokenizer came from, for messages that compare it with another.
+std::string tokenizer_origin(const TrainSession& s) {
+  const auto& d = s.cfg.data;
+  if (s.init) return fmt::format("from model.init_from='{}'", s.init->dir().string());
+  if (d.tokenizer == TokenizerType::BYTE) return "data.tokenizer=byte";
+  if (!d.tokenizer_model.empty()) return fmt::format("data.tokenizer_model='{}'", d.tokenizer_model);
+  return fmt::format("data.tokenizer=sentencepiece with data.tokenizer_vocab_size={}, trained on "
+                     "data.path",
+                     d.tokenizer_vocab_size);
+}
+
+// The tokenizer against the models it must speak with: the checkpoint resumed (its weights learnt
+// its ids; the files it carries say which) and the distillation teacher.
+void check_tokenizer_agrees(TrainSession& s, const data::Tokenizer& tok) {
+  if (!s.resume_dir.empty()) {
+    const auto saved = data::read_tokenizer_identity(s.resume_dir);
+    FSDPP_CHECK_AS(ConfigError, !saved || data::same_tokenizer(*saved, tok),
+                   "[train] this run's tokenizer, {} ({}), is not the one {} was trained with: "
+                   "{}. Its weights learnt that tokenizer's ids, which mean other strings to "
+                   "this one. Resume with the checkpoint's tokenizer{}, or start a new run from "
+                   "its weights with model.init_from={} (which takes its tokenizer)",
+                   data::identity_of(tok).describe(), tokenizer_origin(s), s.resume_dir.string(),
+                   saved ? saved->describe() : "", saved && saved->kind == "sentencepiece"
+                       ? fmt::format(" (data.tokenizer=sentencepiece data.tokenizer_model={})",
+                                     (s.resume_dir / data::kSentencePieceModelFile).string())
+                       : saved && saved->kind == "byte" ? " (data.tokenizer=byte)" : "",
+                   s.resume_dir.string());
+  }
+  // A teacher model's tokenizer (an offline teacher_cache alone has no model directory to read).
+  if (!s.cfg.distillation.teacher.empty()) {
+    if (auto warning = check_teacher_tokenizer(s.cfg, tok, tokenizer_origin(s))) s.say(*warning);
+  }
+}
+
 }  // namespace
 
 void prepare_data(TrainSession& s) {
@@ -79,8 +117,6 @@ void prepare_data(TrainSession& s) {
   const auto& cache_dir = s.cache_dir;
   auto& init = s.init;
   auto& tokenizer = s.tokenizer;
-  s.dims = parallel_dims(cfg, world.size());  // its errors before any data work
-  if (s.dims.pipeline_parallel()) (void)pipeline_plan(cfg, s.dims);  // and the pipeline's
   const fs::path& corpus = s.corpus = corpus_file(cfg.data, cache_dir, world);
   // A model starts from its own tokenizer: the one stored with model.init_from's weights.
   tokenizer = init ? init->take_tokenizer() : nullptr;
@@ -90,6 +126,7 @@ void prepare_data(TrainSession& s) {
   } else {
     tokenizer = make_tokenizer(cfg.data, corpus, cache_dir, world);
   }
+  check_tokenizer_agrees(s, *tokenizer);
   data::TokenDatasetOptions dopts;
   dopts.cache_dir = cache_dir;
   // Rank 0 encodes; the others then map the cached token file.
@@ -101,6 +138,12 @@ void prepare_data(TrainSession& s) {
     if (!lead) dataset = data::TokenDataset::open(corpus, *tokenizer, dopts);
   });
   auto splits = dataset->split(cfg.data.val_fraction);
+  if (cfg.data.train_fraction < 1) {
+    // The first fraction of the training split (a student that sees part of the data).
+    const auto n = static_cast<int64_t>(std::llround(static_cast<double>(splits.first.size()) *
+                                                     cfg.data.train_fraction));
+    splits.first = splits.first.subrange(0, n);
+  }
   const data::TokenDataset& train_data = s.train_data.emplace(splits.first);
   const data::TokenDataset& val_data = s.val_data.emplace(splits.second);
   s.say(fmt::format("[train] data: {} ({} tokens, tokenizer {}, vocab {}); train {} / validation {} tokens",

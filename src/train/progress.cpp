@@ -49,7 +49,7 @@ void Progress::log(int64_t step, double loss, double val_loss, double lr, double
   const double eta = elapsed_s / static_cast<double>(step) * static_cast<double>(total_ - step);
   std::string line = fmt::format(
       "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tok/s | {:.0f} ms/step | "
-      "rss {:.0f} MB | eta {}",
+      "rss {:.0f} MiB | eta {}",
       step, total_, loss, std::isfinite(val_loss) ? fmt::format(" | val_loss {:.4f}", val_loss) : "",
       lr, grad_norm, tokens_per_s, step_ms, peak_rss_mb, hms(eta));
   if (tty_) {

@@ -2,6 +2,7 @@
 // checkpoint's model, optimizer, schedule, loss scale, generator states and data position; then
 // the batch loader from that position.
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <string>
 
@@ -9,6 +10,7 @@
 
 #include "fsdpp/common/atomic_file.h"
 #include "fsdpp/data/tokenizer_files.h"
+#include "metrics_log.h"
 #include "phases.h"
 
 namespace fs = std::filesystem;
@@ -16,23 +18,43 @@ namespace fs = std::filesystem;
 namespace fsdpp::train::detail {
 namespace {
 
-// metrics.jsonl without the lines of steps after `step` (left by a run that went on past the
-// checkpoint it is resumed from), rewritten atomically; then appended to.
-void truncate_metrics(const fs::path& path, int64_t step) {
+// metrics.jsonl for a run resumed from the checkpoint of `ts`: without the lines of steps after
+// it (left by a run that went on past it), rewritten atomically, then appended to. What is left
+// must be what the checkpoint's run had written when it saved (its digest, trainer_state.json
+// version 4): lines of another run (a checkpoint copied into this output_dir, a directory reused
+// by an older fsdpp) are moved aside to metrics.jsonl.other-<seconds since 1970>, and the
+// resumed run's lines start after the checkpoint. Returns the warning that says so.
+std::optional<std::string> resume_metrics(const fs::path& path, const TrainerState& ts) {
   std::ifstream in(path);
-  if (!in.good()) return;
+  if (!in.good()) return std::nullopt;
   std::string line, kept;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     try {
-      if (nlohmann::json::parse(line).at("step").get<int64_t>() > step) continue;
+      if (nlohmann::json::parse(line).at("step").get<int64_t>() > ts.step) continue;
     } catch (const nlohmann::json::exception&) {
       continue;  // a half-written last line of a killed run
     }
     kept += line + "\n";
   }
   in.close();
-  write_file_atomically(path, kept, "train");
+  if (!ts.metrics_digest || ts.metrics_digest->empty() ||
+      *ts.metrics_digest == metrics_text_digest(kept)) {
+    write_file_atomically(path, kept, "train");
+    return std::nullopt;
+  }
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  fs::path aside = path;
+  aside += fmt::format(".other-{}", std::chrono::duration_cast<std::chrono::seconds>(now).count());
+  std::error_code ec;
+  fs::rename(path, aside, ec);
+  FSDPP_CHECK(!ec, "[train] cannot move '{}' aside to '{}': {}", path.string(), aside.string(),
+              ec.message());
+  write_file_atomically(path, "", "train");
+  return fmt::format("[train] warning: {} is not the one the checkpoint's run wrote (its lines up "
+                     "to step {} differ from what the checkpoint recorded: another run wrote "
+                     "them); kept as {}, and this run's lines start after step {}",
+                     path.string(), ts.step, aside.string(), ts.step);
 }
 
 // The batch loader from the sampler's (resumed) position: training.dataloader_num_workers
@@ -62,7 +84,6 @@ void start_loader(TrainSession& s) {
 void restore(TrainSession& s) {
   const auto& cfg = s.cfg;
   const auto& t = cfg.training;
-  auto& world = s.world;
   const bool lead = s.lead;
   const auto& out_dir = s.out_dir;
   const auto& resume_dir = s.resume_dir;
@@ -86,10 +107,15 @@ void restore(TrainSession& s) {
   int64_t& first_step = s.first_step = 1;
   if (resumed) {
     checkpointer.restore(resume_dir, *resumed, model, opt, schedule);  // + generator states
+    if (const auto* projections = s.distiller ? s.distiller->projections() : nullptr) {
+      if (auto warning = projections->restore(resume_dir, &opt)) s.say(*warning);
+    }
     if (resumed->grad_scaler) scaler.load_state(*resumed->grad_scaler);
     // Only once the checkpoint loaded: a corrupt one must not cost the metrics of the steps
     // after it.
-    if (lead) truncate_metrics(out_dir / "metrics.jsonl", resumed->step);
+    if (lead) {
+      if (auto warning = resume_metrics(out_dir / "metrics.jsonl", *resumed)) s.say(*warning);
+    }
     if (offload) offload->offload_state();  // the loaded state out of memory before step 1
     // The sampler continues after the windows consumed over all ranks, whatever the world size
     // was: each rank is at consumed / world_size in the epoch (exact when it divides).

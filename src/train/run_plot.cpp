@@ -210,7 +210,7 @@ std::string run_plot_svg(const std::filesystem::path& metrics_jsonl, const std::
   std::vector<Series> memory;
   for (auto& [r, s] : ranks) memory.push_back(std::move(s));
   memory.push_back(peak);
-  panel(o, kTop + kPanel + kGap / 2, "memory (MB)", xr, memory);
+  panel(o, kTop + kPanel + kGap / 2, "memory (MiB)", xr, memory);
   o << "</svg>\n";
   return o.str();
 }

@@ -17,6 +17,12 @@ bool save_due(const TrainSession& s, int64_t step) {
 void save_checkpoint(TrainSession& s, int64_t step) {
   torch::nn::Module& model = s.lm->module();
   auto& offload = s.offload;
+  // distillation.layer_projection's maps travel beside the student's state (layer_projection.h).
+  const auto* projections = s.distiller ? s.distiller->projections() : nullptr;
+  if (projections && !projections->parameters().empty()) {
+    auto* opt = s.cfg.training.save_only_model ? nullptr : s.opt.get();
+    s.checkpointer->add_files({{kProjectionFile, projections->serialize(opt)}});
+  }
   s.checkpointer->save(step, model, *s.opt, s.loader->state(), s.schedule);
   if (offload) offload->release();  // the save read every state page into the process
   s.last_saved = step;

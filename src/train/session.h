@@ -42,7 +42,7 @@
 #include "pipeline_step.h"
 #include "progress.h"
 #include "stop_signal.h"
-#include "teacher.h"
+#include "distiller.h"
 #include "tensorboard.h"
 
 namespace fsdpp::train::detail {
@@ -99,8 +99,9 @@ struct TrainSession {
   // Pipeline parallelism: the (pp, dp_shard) mesh, this rank's stages, the runtime; null
   // without (pipeline_step.h).
   std::shared_ptr<PipelineParts> pipeline;
-  // distillation.teacher: the frozen teacher, sharded on its own (teacher.h); null otherwise.
-  std::unique_ptr<Teacher> teacher;
+  // distillation: the teacher (live, sharded on its own, or an offline cache), on-policy
+  // sampling and the loss (distiller.h); null otherwise.
+  std::unique_ptr<Distiller> distiller;
 
   // ---- make_optimizer
   std::unique_ptr<torch::optim::AdamW> opt;

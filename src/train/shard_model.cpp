@@ -38,15 +38,22 @@ void check_layer_classes(const TrainConfig& cfg, torch::nn::Module& model) {
     if (classes.count(name)) continue;
     std::string have;
     for (const auto& c : classes) have += (have.empty() ? "" : ", ") + c;
+    // The model built, not the YAML: model.init_from may have made it another architecture.
+    const auto arch = cfg.model.architecture;
     FSDPP_THROW(ConfigError,
                 "[train] training.fsdp_config.fsdp_transformer_layer_cls_to_wrap names '{}', "
                 "which is not a module class of the model fsdpp-train builds ({}: {}){}; "
-                "expected its decoder layer's class, [TransformerBlock]",
+                "expected its decoder layer's class, [{}]{}",
                 name, module_class_name(model), have,
-                name.rfind("Qwen3Moe", 0) == 0
+                arch == ModelArchitecture::LLAMA && name == decoder_layer_class(ModelArchitecture::QWEN3_MOE)
                     ? " (Qwen3MoeDecoderLayer is the Qwen3-MoE model's layer: set "
                       "model.architecture=qwen3_moe)"
-                    : "");
+                    : "",
+                decoder_layer_class(arch),
+                cfg.model.init_from.empty()
+                    ? ""
+                    : fmt::format(" (model.init_from='{}' made the model {})", cfg.model.init_from,
+                                  cfg.model.architecture.name()));
   }
 }
 
@@ -57,8 +64,12 @@ void check_layer_classes(const TrainConfig& cfg, torch::nn::Module& model) {
 // each fully_shard call: fully_shard's broadcast on the root unit also covers the parameters of
 // the units below it, which are already shards by then, and would replace each rank's shard
 // with rank 0's (measured: the losses of a 2-rank run moved by 5e-4).
-void sync_module_states(torch::nn::Module& model, dist::World& world) {
+void sync_module_states(TrainSession& s, torch::nn::Module& model) {
+  auto& world = s.world;
   if (world.size() == 1) return;
+  if (deferred_init(s.cfg)) {
+    return;  // the model has no values yet: materialize_model draws rank 0's (model_init.cpp)
+  }
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> tensors;
   for (auto& p : model.parameters()) tensors.push_back(p);
@@ -86,6 +97,9 @@ void shard_model(TrainSession& s) {
                 "[train] glibc refused training.malloc_mmap_threshold={}",
                 t.malloc_mmap_threshold);
   }
+  // Built on the CPU (the same weights as a CPU run), computed on the rank's device; a model on
+  // the meta device (model.deferred_init) gets its storage there after sharding instead.
+  if (!world.device().is_cpu() && !deferred_init(s.cfg)) model.to(world.device());
   // Pipeline parallelism: stages fully_shard-ed over the dp ranks instead (pipeline_step.cpp).
   if (s.dims.pipeline_parallel()) return shard_pipeline(s);
   const bool hybrid = s.hybrid = traits_of(t.fsdp).hybrid;
@@ -113,7 +127,7 @@ void shard_model(TrainSession& s) {
   }
   FullyShardOptions& fopts = s.fopts = cfg.fully_shard_options(mesh);
   if (fopts.sync_module_states) {
-    sync_module_states(model, world);
+    sync_module_states(s, model);
     fopts.sync_module_states = false;  // done, for the whole model
   }
   const WrapPolicy policy = cfg.wrap_policy();
@@ -160,25 +174,34 @@ void shard_model(TrainSession& s) {
     units = made.size();
     if (fc.keep_ends_gathered) keep_ends_gathered(model, made);
   }
+  materialize_model(s, {&model});
   if (init) {
     init->load_after_sharding(*s.lm, world.group());
     s.say(fmt::format("[train] weights from {} (model.init_from); optimizer, schedule and data "
                       "start afresh at step 1",
                       init->dir().string()));
   }
-  s.say(fmt::format("[train] fsdp: {} over {}{}, {} ({}), {:.2f} M parameters held per rank",
-                    to_string(t.fsdp), count_of(world.size(), "rank"),
-                    hybrid ? fmt::format(" ({} replicas x {} shards)", fopts.mesh->size(0),
-                                         fopts.mesh->size(1))
-                           : "",
+  // The mesh as it is: a HYBRID strategy without a replicate degree takes its shard groups
+  // from fsdp_hybrid_shard_group_size (or the node), which the degrees do not say.
+  ParallelDims mesh_dims = dims;
+  if (hybrid && dims.dp_replicate == 1) {
+    mesh_dims.dp_replicate = static_cast<int>(fopts.mesh->size(0));
+    mesh_dims.dp_shard = static_cast<int>(fopts.mesh->size(1));
+  }
+  s.say(fmt::format("[train] mesh: {}; fsdp: {} over {}, {} ({}), {:.2f} M parameters held per "
+                    "rank",
+                    mesh_dims.describe(), to_string(t.fsdp),
+                    hybrid ? fmt::format("dp_replicate {} x dp_shard {}", mesh_dims.dp_replicate,
+                                         mesh_dims.dp_shard)
+                           : fmt::format("dp_shard {}", mesh_dims.dp_shard),
                     count_of(static_cast<int64_t>(units), "unit"), fc.auto_wrap_policy,
                     models::num_parameters(model) / 1e6));
   if (cfg.distillation.enabled()) {
     const auto& d = cfg.distillation;
-    s.teacher = std::make_unique<Teacher>(cfg, world, s.vocab);
-    s.say(fmt::format("[train] distillation: teacher {} ({}, FULL_SHARD, frozen); loss {}{}, "
+    s.distiller = std::make_unique<Distiller>(cfg, world, s.vocab, *s.lm);
+    s.say(fmt::format("[train] distillation: {} ({}, FULL_SHARD, frozen); loss {}{}, "
                       "temperature {}, kd_ratio {}{}",
-                      s.teacher->describe(), d.teacher_dtype, d.loss,
+                      s.distiller->describe(), d.teacher_dtype, d.loss,
                       d.loss == DistillLossType::GENERALIZED_JSD ? fmt::format(" beta {}", d.beta)
                                                                  : "",
                       d.temperature, d.kd_ratio,

@@ -15,6 +15,43 @@
 namespace fs = std::filesystem;
 
 namespace fsdpp::train::detail {
+namespace {
+
+// Whether this run continues the one whose files output_dir holds: a restart of the same job, or
+// a resume from one of its checkpoints.
+bool continues_earlier_run(const TrainSession& s) {
+  if (s.restart_count > 0) return true;
+  std::error_code ec;
+  return !s.resume_dir.empty() && fs::equivalent(s.resume_dir.parent_path(), s.out_dir, ec);
+}
+
+// Rank 0, holding output_dir: an earlier run there is refused, unless this run continues it or
+// training.overwrite_output_dir says to replace it (then it is removed, and the note says so).
+std::string take_over_earlier_run(const TrainSession& s) {
+  const auto& t = s.cfg.training;
+  const auto earlier = find_earlier_run(s.out_dir);
+  if (earlier.empty() || continues_earlier_run(s)) return "";
+  std::string why = "a new run there would overwrite its checkpoints and metrics or mix with "
+                    "them. Resume it with training.resume_from_checkpoint=latest, choose";
+  if (!s.resume_dir.empty()) {
+    why = fmt::format("this run resumes from {}, elsewhere, and would mix the two. Choose",
+                      s.resume_dir.string());
+  } else if (t.resume_from_checkpoint == "latest") {
+    why = "it has no complete checkpoint to resume from, and a new run would mix with it. Choose";
+  }
+  FSDPP_CHECK_AS(ConfigError, t.overwrite_output_dir,
+                 "[train] training.output_dir='{}' holds an earlier run ({}): {} another "
+                 "output_dir, or set training.overwrite_output_dir=true to replace it",
+                 s.out_dir.string(), earlier.describe(), why);
+  // Another live job's files are not this run's to delete (the lock's warning names it).
+  if (!s.dir_lock->held()) return "";
+  remove_earlier_run(s.out_dir, earlier);
+  return fmt::format("[train] training.overwrite_output_dir=true: removed the earlier run in {} "
+                     "({})",
+                     s.out_dir.string(), earlier.describe());
+}
+
+}  // namespace
 
 // Every rank resolves the same checkpoint on the shared file system.
 void choose_start(TrainSession& s) {
@@ -25,6 +62,13 @@ void choose_start(TrainSession& s) {
   auto& resumed = s.resumed;
   auto& init = s.init;
   out_dir = t.output_dir;
+  if (const auto unused = cfg.unused_keys(); !unused.empty()) {
+    std::string keys;
+    for (size_t i = 0; i < unused.size(); ++i) keys += (i ? ", " : "") + unused[i];
+    s.say(fmt::format("[train] warning: {} {} set but distillation.teacher is not: distillation "
+                      "is off, and {} not used",
+                      keys, unused.size() == 1 ? "is" : "are", unused.size() == 1 ? "it is" : "they are"));
+  }
   s.cache_dir = cfg.data.cache_dir.empty() ? out_dir / "cache" : fs::path(cfg.data.cache_dir);
   // A job that fsdpp-run restarted after a failure (FSDPP_RESTART_COUNT >= 1) goes on from the
   // newest complete checkpoint of output_dir, whatever resume_from_checkpoint says: restarting
@@ -57,6 +101,10 @@ void choose_start(TrainSession& s) {
     for (const auto& note : init->apply_shape(cfg.model)) s.say("[train] model.init_from: " + note);
     cfg.validate();
   }
+  // The layout on this world (and the pipeline's schedule): its errors before output_dir is
+  // touched.
+  s.dims = parallel_dims(cfg, s.world.size());
+  if (s.dims.pipeline_parallel()) (void)pipeline_plan(cfg, s.dims);
 }
 
 void prepare_output_dir(TrainSession& s) {
@@ -69,10 +117,11 @@ void prepare_output_dir(TrainSession& s) {
   world.group()->barrier({"resume"});  // every rank has read before rank 0 touches output_dir
   // Rank 0 alone writes output_dir; a failure there (or in any rank-0-only step below) stops
   // every rank with one line instead of a hang or a page of c10d frames on the others.
-  std::string lock_warning;
+  std::string lock_warning, overwrite_note;
   dist::agree_on_failure(*world.group(), "preparing training.output_dir", [&] {
     if (!lead) return;
     s.dir_lock.emplace(out_dir, t.overwrite_output_dir, &lock_warning);
+    overwrite_note = take_over_earlier_run(s);
     std::error_code ec;
     fs::create_directories(cache_dir, ec);
     FSDPP_CHECK_AS(ConfigError, !ec, "[train] the cache directory '{}' (data.cache_dir) cannot be "
@@ -81,6 +130,7 @@ void prepare_output_dir(TrainSession& s) {
     write_file_atomically(out_dir / "config.yaml", cfg.to_yaml(), "train");
   });
   if (!lock_warning.empty()) s.say(lock_warning);
+  if (!overwrite_note.empty()) s.say(overwrite_note);
 }
 
 }  // namespace fsdpp::train::detail

@@ -5,9 +5,13 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/data/tokenizer_files.h"
+#include "fsdpp/data/tokenizer_identity.h"
+#include "fsdpp/fsdp/deferred_init.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/fsdp/wrap_policy.h"
+#include "phases.h"
 
 namespace fsdpp::train::detail {
 
@@ -26,16 +30,41 @@ ModelSource check_teacher_source(const TrainConfig& cfg, int64_t student_vocab) 
   return source;
 }
 
+std::optional<std::string> check_teacher_tokenizer(const TrainConfig& cfg,
+                                                   const data::Tokenizer& tokenizer,
+                                                   const std::string& how) {
+  const ModelSource source(cfg.distillation.teacher, "distillation.teacher");
+  const auto student = data::identity_of(tokenizer);
+  const auto teacher = data::read_tokenizer_identity(source.dir());
+  if (!teacher) {
+    return fmt::format("[train] warning: distillation.teacher='{}' holds no tokenizer (no {}, "
+                       "tokenizer.model or tokenizer.json): fsdpp cannot check that it speaks the "
+                       "student's tokenizer, {} ({}); the KD loss is meaningless if it does not",
+                       source.dir().string(), data::kTokenizerFile, student.describe(), how);
+  }
+  FSDPP_CHECK_AS(ConfigError, data::same_tokenizer(*teacher, tokenizer),
+                 "[train] distillation.teacher='{}' speaks another tokenizer than the student: "
+                 "the teacher's is {}, the student's {} ({}). The same id means another string to "
+                 "each, so the KD loss would compare unrelated tokens (a vocabulary of the same "
+                 "size is no proof). Train the student with the teacher's tokenizer, or distil "
+                 "from a teacher trained on the student's (docs/distillation.md#the-teachers-"
+                 "tokenizer)",
+                 source.dir().string(), teacher->describe(), student.describe(), how);
+  return std::nullopt;
+}
+
 Teacher::Teacher(const TrainConfig& cfg, dist::World& world, int64_t student_vocab)
     : source_(check_teacher_source(cfg, student_vocab)) {
   const auto& d = cfg.distillation;
-  options_ = {.type = d.loss, .beta = d.beta, .temperature = d.temperature, .top_k = d.top_k};
-  options_.validate();
-  kd_ratio_ = d.kd_ratio;
-  aux_loss_coef_ = cfg.model.router_aux_loss_coef;
-  lm_ = source_.build(cfg.training.seed);
+  // Under model.deferred_init the teacher is made without storage and each rank reads its
+  // shards' rows only; otherwise built whole and loaded before sharding.
+  const bool deferred = deferred_init(cfg);
+  lm_ = source_.build(cfg.training.seed, deferred ? at::Device(at::kMeta) : at::Device(at::kCPU));
   torch::nn::Module& model = lm_->module();
-  source_.load_before_sharding(*lm_);
+  if (!deferred) {
+    source_.load_whole(*lm_);
+    if (!world.device().is_cpu()) model.to(world.device());  // the student's device
+  }
   {
     at::NoGradGuard no_grad;
     for (auto& p : model.parameters()) {
@@ -53,16 +82,14 @@ Teacher::Teacher(const TrainConfig& cfg, dist::World& world, int64_t student_voc
   o.strategy = ShardingStrategy::FULL_SHARD;
   o.backward_prefetch = BackwardPrefetch::NONE;
   o.limit_all_gathers = cfg.training.fsdp_config.limit_all_gathers ? 2 : 0;
-  if (d.teacher_dtype == TeacherDtype::BFLOAT16 && !model.parameters().front().is_cuda()) {
+  if (d.teacher_dtype == TeacherDtype::BFLOAT16 && world.device().is_cpu()) {
     // On the CPU, bf16 shards are gathered and computed in float32: oneDNN's bf16 matmuls cache
     // a primitive per shape, and the experts' shapes change with every batch's routing
     // (measured: RSS +320 MiB over 80 steps, where float32 stays flat).
     o.mp_policy.param_dtype = at::kFloat;
   }
-  const char* layer = source_.architecture() == ModelArchitecture::QWEN3_MOE
-                          ? "Qwen3MoeDecoderLayer"
-                          : "TransformerBlock";
-  apply_fully_shard(model, transformer_layer_policy({layer}), o);
+  apply_fully_shard(model, transformer_layer_policy({decoder_layer_class(source_.architecture())}), o);
+  if (deferred) to_empty(model, world.device());
   source_.load_after_sharding(*lm_, mesh_->group(0));
   comm_before_ = comm_counters(model);
 }
@@ -71,33 +98,15 @@ std::string Teacher::describe() const {
   return fmt::format("{} from {}", lm_->describe(), source_.dir().string());
 }
 
-at::Tensor Teacher::loss(const models::CausalLMOutput& student, const at::Tensor& x,
-                         const at::Tensor& y) {
-  at::Tensor teacher_logits;
-  {
-    at::NoGradGuard no_grad;
-    teacher_logits = lm_->forward(x, at::Tensor()).logits;
-  }
-  auto parts = distillation_objective(student.logits, teacher_logits, y, options_, kd_ratio_);
-  teacher_logits.reset();
-  kd_sum_ += parts.kd.item<double>();
-  ce_sum_ += parts.ce.item<double>();
-  if (student.aux_loss.defined()) return parts.loss + aux_loss_coef_ * student.aux_loss;
-  return parts.loss;
+models::CausalLMOutput Teacher::forward(const at::Tensor& x,
+                                       const std::vector<int64_t>& hidden_layers) {
+  at::NoGradGuard no_grad;
+  return lm_->forward_features(x, /*aux_loss=*/false, hidden_layers);
 }
 
-void Teacher::begin_step() {
-  kd_sum_ = ce_sum_ = 0;
-  comm_before_ = comm_counters(lm_->module());
-}
+void Teacher::begin_step() { comm_before_ = comm_counters(lm_->module()); }
 
-void Teacher::log_step(nlohmann::json& line, dist::World& world, int64_t accum) {
-  auto sums = torch::tensor({kd_sum_ / static_cast<double>(accum),
-                             ce_sum_ / static_cast<double>(accum)},
-                            torch::kDouble);
-  world.group()->all_reduce(sums, dist::ReduceOp::AVG, {"metrics"});
-  line["kd_loss"] = sums[0].item<double>();
-  line["ce_loss"] = sums[1].item<double>();
+void Teacher::log_step(nlohmann::json& line) {
   const auto comm = comm_counters(lm_->module()) - comm_before_;
   line["teacher_all_gather_bytes"] = comm.bytes_of(dist::Collective::ALL_GATHER);
   line["teacher_reduce_scatter_bytes"] = comm.bytes_of(dist::Collective::REDUCE_SCATTER);

@@ -7,16 +7,19 @@
 // Private to src/train.
 //
 //   Teacher teacher(cfg, world, student_vocab);
-//   auto out = student.forward(x, y);
-//   auto loss = teacher.loss(out, x, y);  // (1 - kd_ratio) * ce + kd_ratio * kd (+ MoE aux)
+//   auto logits = teacher.forward(x).logits;  // the loss is the Distiller's (distiller.h)
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "fsdpp/data/tokenizer.h"
 #include "fsdpp/dist/device_mesh.h"
 #include "fsdpp/dist/world.h"
 #include "fsdpp/models/causal_lm.h"
@@ -30,6 +33,14 @@ namespace fsdpp::train::detail {
 // its vocabulary is not `student_vocab` (naming both), or top_k is above it. Reads configs only.
 ModelSource check_teacher_source(const TrainConfig& cfg, int64_t student_vocab);
 
+// The teacher's tokenizer against the student's `tokenizer` (`how` says where the student's
+// came from, e.g. "data.tokenizer=byte"): they must be the same tokenizer, not merely of the same
+// vocabulary size, for the KD loss to compare the same strings. ConfigError naming both when they
+// differ; a warning (returned) when the teacher's directory holds no tokenizer to compare.
+std::optional<std::string> check_teacher_tokenizer(const TrainConfig& cfg,
+                                                   const data::Tokenizer& tokenizer,
+                                                   const std::string& how);
+
 class Teacher {
  public:
   // Collective over the world: reads the teacher's config and weights, checks its vocabulary
@@ -41,27 +52,20 @@ class Teacher {
   const ModelSource& source() const { return source_; }
   std::string describe() const;
 
-  // One micro-batch's training loss from the student's output on (x, y): the teacher's logits
-  // for x under no-grad (freed when this returns; what the KD loss's backward needs of them, the
-  // teacher's probabilities, lives until the student's backward), (1 - kd_ratio) * ce +
-  // kd_ratio * kd, plus router_aux_loss_coef * aux_loss for a MoE student. Collective.
-  at::Tensor loss(const models::CausalLMOutput& student, const at::Tensor& x, const at::Tensor& y);
+  // The teacher's logits (and the outputs of its layers `hidden_layers`, in hidden_states) for
+  // x, under no-grad: constants for the student's loss. Collective.
+  models::CausalLMOutput forward(const at::Tensor& x, const std::vector<int64_t>& hidden_layers = {});
+  models::CausalLM& lm() { return *lm_; }
 
-  // Starts a step's figures: its kd and ce sums, and the teacher's collectives.
+  // Starts a step's count of the teacher's collectives; log_step adds them to a metrics.jsonl
+  // line as teacher_all_gather_bytes and teacher_reduce_scatter_bytes (this rank's).
   void begin_step();
-  // Adds the step's kd_loss and ce_loss (averaged over the micro-batches and the ranks: one
-  // small all-reduce, so every rank calls it), teacher_all_gather_bytes and
-  // teacher_reduce_scatter_bytes (this rank's) to a metrics.jsonl line.
-  void log_step(nlohmann::json& line, dist::World& world, int64_t accum);
+  void log_step(nlohmann::json& line);
 
  private:
   ModelSource source_;
   std::unique_ptr<models::CausalLM> lm_;
   std::shared_ptr<dist::DeviceMesh> mesh_;
-  DistillLossOptions options_;
-  double kd_ratio_ = 0;
-  double aux_loss_coef_ = 0;
-  double kd_sum_ = 0, ce_sum_ = 0;
   dist::CommCounters comm_before_;
 };
 

@@ -15,6 +15,7 @@
 #include "fsdpp/dist/agree.h"
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/models/qwen3_moe_ep.h"
+#include "device_metrics.h"
 #include "phases.h"
 
 namespace fsdpp::train::detail {
@@ -34,6 +35,13 @@ double status_mb(const char* field) {
 }
 
 }  // namespace
+
+bool stop_requested(TrainSession& s) {
+  if (s.world.size() == 1) return s.stop_signal->received() != 0;
+  auto flag = torch::tensor({s.stop_signal->received() != 0 ? 1.0 : 0.0}, torch::kDouble);
+  s.world.group()->all_reduce(flag, dist::ReduceOp::MAX, {"stop signal"});
+  return flag.item<double>() > 0;
+}
 
 void train_loop(TrainSession& s) {
   const auto& cfg = s.cfg;
@@ -56,6 +64,7 @@ void train_loop(TrainSession& s) {
   TrainResult& result = s.result;
   result.output_dir = out_dir.string();
   result.steps = first_step - 1;
+  const DeviceMetrics device_metrics(s);  // a GPU's memory and MFU; nothing on the CPU
   const auto start = Clock::now();
   double& val_loss = s.val_loss;
   // Pipelined: the stages' collectives on dp_shard and their messages on pp (pipeline_step.h).
@@ -68,7 +77,7 @@ void train_loop(TrainSession& s) {
     const auto comm_before = comm_counters(model);
     const auto split_before = comm_split(s);
     const uint64_t tp_before = s.tp_mesh ? s.tp_mesh->counters("tp").total_bytes() : 0;
-    if (s.teacher) s.teacher->begin_step();
+    if (s.distiller) s.distiller->begin_step();
     const auto [lr, loss_sum, grad_norm, stepped, loss_scale, aux_loss_sum] = train_step(s, step);
     // The step's routing, before an evaluation routes other tokens.
     const std::vector<int64_t> expert_load = s.expert_load ? s.expert_load() : std::vector<int64_t>{};
@@ -83,15 +92,17 @@ void train_loop(TrainSession& s) {
                                torch::kDouble);
     world.group()->all_reduce(stats, dist::ReduceOp::AVG, {"metrics"});
     const double loss = stats[0].item<double>();
-    const bool stop_now = stats[1].item<double>() > 0;
+    bool stop_now = stats[1].item<double>() > 0;
     FSDPP_CHECK(std::isfinite(loss), "[train] the loss became {} at step {}", loss, step);
     result.final_loss = loss;
     result.steps = step;
     const bool eval_now = val_data.size() > 0 &&
                           ((t.eval_steps > 0 && step % t.eval_steps == 0) || step == total_steps);
-    if (eval_now) {
+    if (eval_now && !stop_now) {
       dist::TraceSpan eval_span(trace.get(), "eval");
-      val_loss = evaluate(s);
+      bool stopped = false;
+      val_loss = evaluate(s, step, &stopped);
+      stop_now = stop_now || stopped;
     }
     if (step % t.logging_steps == 0 || step == first_step || step == total_steps || eval_now) {
       // Every rank's (peak, current) resident set: the peak over ranks for the progress line,
@@ -116,11 +127,11 @@ void train_loop(TrainSession& s) {
       j["tokens_per_s"] = tokens_per_step / (step_ms / 1000.0);
       j["step_ms"] = step_ms;
       j["peak_rss_mb"] = rss.item<double>();
-      {
-        const auto current = all_rss.select(1, 1).contiguous();
-        j["rss_mb_per_rank"] = std::vector<double>(current.data_ptr<double>(),
-                                                   current.data_ptr<double>() + current.numel());
+      for (const auto& [key, column] : {std::pair{"peak_rss_mb_per_rank", 0}, std::pair{"rss_mb_per_rank", 1}}) {
+        const auto v = all_rss.select(1, column).contiguous();
+        j[key] = std::vector<double>(v.data_ptr<double>(), v.data_ptr<double>() + v.numel());
       }
+      device_metrics.add_to(j, tokens_per_step / (step_ms / 1000.0));
       j["comm_bytes"] = (comm_counters(model) - comm_before).total_bytes();
       const auto split_after = comm_split(s);
       j["comm_bytes_intra"] = split_after.first - split_before.first;
@@ -135,7 +146,7 @@ void train_loop(TrainSession& s) {
       }
       // Tensor parallelism's activations and loss, on the tp dim (docs/tensor-parallel.md).
       if (s.tp_mesh) j["comm_bytes_tp"] = s.tp_mesh->counters("tp").total_bytes() - tp_before;
-      if (s.teacher) s.teacher->log_step(j, world, accum);  // kd_loss, ce_loss, its collectives
+      if (s.distiller) s.distiller->log_step(j, world, accum);  // kd_loss, ce_loss, the teacher's collectives
       j["elapsed_s"] = elapsed;
       dist::agree_on_failure(*world.group(), "writing metrics.jsonl", [&] {
         if (lead) metrics->append(j.dump());

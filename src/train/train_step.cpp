@@ -38,6 +38,50 @@ namespace {
               grad ? grad->rank : 0, step - 1);
 }
 
+// The student's gradients clipped to max_norm by their global norm, which it returns. Under TP
+// the norm sums the tp slices too, and each gradient is a shard over the FSDP shard group when
+// the strategy shards them (tp::clip_grad_norm_ counts every parameter once). Under EP each
+// expert counts once: summed over ep and over the ranks FSDP shards it on.
+double clip_student(TrainSession& s, double max_norm) {
+  torch::nn::Module& model = s.lm->module();
+  const bool sharded = traits_of(s.cfg.training.fsdp).shards_grads;
+  if (s.tp) {
+    return tp::clip_grad_norm_(model, *s.tp, max_norm, sharded ? s.tp_mesh->group("shard") : nullptr);
+  }
+  if (s.ep) {
+    const auto& efsdp = s.ep_mesh->group("efsdp");
+    return models::clip_grad_norm_(*models::as_qwen3_moe(*s.lm)->get(), *s.ep, max_norm,
+                                   sharded ? s.world.group() : nullptr,
+                                   sharded && efsdp->size() > 1 ? efsdp : nullptr);
+  }
+  return clip_grad_norm_(model, max_norm);
+}
+
+// The student's gradients and `extra` (whole on every rank, already averaged: the distillation's
+// layer projections) clipped together by their one global norm, as torch's clip_grad_norm_
+// over the student's and the projections' parameters would; returns it.
+double clip_together(TrainSession& s, const std::vector<at::Tensor>& extra, double max_norm) {
+  at::NoGradGuard no_grad;
+  const double student = clip_student(s, INFINITY);  // the norm alone
+  double sq = student * student;
+  for (const auto& p : extra) {
+    if (!p.grad().defined()) continue;
+    const double n = at::linalg_vector_norm(p.grad(), 2.0, {}, false, at::kDouble).item<double>();
+    sq += n * n;
+  }
+  const double total = std::sqrt(sq);
+  const double coef = max_norm / (total + 1e-6);
+  if (coef < 1.0) {
+    for (auto& p : s.lm->module().parameters()) {
+      if (p.grad().defined()) p.grad().mul_(coef);
+    }
+    for (const auto& p : extra) {
+      if (p.grad().defined()) p.grad().mul_(coef);
+    }
+  }
+  return total;
+}
+
 }  // namespace
 
 StepOutcome train_step(TrainSession& s, int64_t step) {
@@ -60,38 +104,41 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   const StepContext hook_context{step, world.rank(), s.restart_count, model};
   for (int64_t micro = 0; micro < accum; ++micro) {
     dist::TraceSpan data_span(trace.get(), "data");
-    auto [x, y] = loader.next();
+    auto batch = loader.next_batch();
+    // To the rank's device (asynchronously from pinned batches, training.dataloader_pin_memory).
+    batch.inputs = batch.inputs.to(world.device(), /*non_blocking=*/true);
+    batch.targets = batch.targets.to(world.device(), /*non_blocking=*/true);
     data_span.end();
     dist::TraceSpan forward_span(trace.get(), "forward");
-    auto out = s.lm->forward(x, y);
-    // distillation: (1 - kd_ratio) * cross-entropy + kd_ratio * KD against the teacher's logits.
-    auto loss = s.teacher ? s.teacher->loss(out, x, y) : out.loss;
+    // distillation: (1 - kd_ratio) * cross-entropy + kd_ratio * KD against the teacher, on the
+    // data or on sampled sequences (distiller.h).
+    at::Tensor loss, aux_loss;
+    if (s.distiller) {
+      auto r = s.distiller->loss(*s.lm, batch, step, micro);
+      loss = r.loss;
+      aux_loss = r.aux_loss;
+    } else {
+      auto out = s.lm->forward(batch.inputs, batch.targets);
+      loss = out.loss;
+      aux_loss = out.aux_loss;
+    }
     forward_span.end();
     dist::TraceSpan backward_span(trace.get(), "backward");
     if (s.hooks.after_loss) s.hooks.after_loss(hook_context, loss);
     scaler.scale(loss / static_cast<double>(accum)).backward();
     loss_sum += loss.item<double>();
-    if (out.aux_loss.defined()) aux_loss_sum += out.aux_loss.item<double>();
+    if (aux_loss.defined()) aux_loss_sum += aux_loss.item<double>();
   }
   dist::TraceSpan clip_span(trace.get(), "clip_grad_norm");
+  // distillation.layer_projection's maps, whole on every rank: their gradients averaged over the
+  // ranks as FSDP averages the student's.
+  const auto* projections = s.distiller ? s.distiller->projections() : nullptr;
+  const auto extra = projections ? projections->parameters() : std::vector<at::Tensor>{};
+  if (!extra.empty()) projections->average_gradients(*world.group());
   if (s.hooks.after_backward) s.hooks.after_backward(hook_context);
   scaler.unscale_();  // fp16: the gradients divided back, and inf/nan agreed over the ranks
   const double max_norm = t.max_grad_norm > 0 ? t.max_grad_norm : INFINITY;
-  // Under TP the norm sums the tp slices too, and each gradient is a shard over the FSDP shard
-  // group when the strategy shards them (tp::clip_grad_norm_ counts every parameter once).
-  // Under EP each expert counts once: summed over ep and over the ranks FSDP shards it on.
-  const bool sharded = traits_of(t.fsdp).shards_grads;
-  double grad_norm = 0;
-  if (s.tp) {
-    grad_norm = tp::clip_grad_norm_(model, *s.tp, max_norm, sharded ? s.tp_mesh->group("shard") : nullptr);
-  } else if (s.ep) {
-    const auto& efsdp = s.ep_mesh->group("efsdp");
-    grad_norm = models::clip_grad_norm_(*models::as_qwen3_moe(*s.lm)->get(), *s.ep, max_norm,
-                                        sharded ? world.group() : nullptr,
-                                        sharded && efsdp->size() > 1 ? efsdp : nullptr);
-  } else {
-    grad_norm = clip_grad_norm_(model, max_norm);
-  }
+  const double grad_norm = extra.empty() ? clip_student(s, max_norm) : clip_together(s, extra, max_norm);
   // The norm is non-finite exactly when a gradient element is: one check per step, and the
   // search for the culprit only then. Under fp16 the loss scaler skips such steps instead.
   if (!t.fp16 && !std::isfinite(grad_norm)) stop_on_nonfinite(model, world, step, loss_sum);

@@ -29,7 +29,7 @@ for c in 65536/full_shard:1 65536/full_shard:2 65536/shard_grad_op:2 65536/no_sh
   base=$("$python" -c "import json,sys; print(max(json.load(open(sys.argv[1]))['peak_rss_mb']))" "$dir/baseline-$n.json")
   "$estimate" --json --vocab-size 256 --dim 256 --n-layers 4 --n-heads 4 --n-kv-heads 2 --max-seq-len 128 --batch 8 \
     --seq-len 128 --strategy "$s" --world-size "$n" --runtime-baseline-mb "$base" --mmap-threshold "$threshold" \
-    > "$dir/est-$s-$n.json"
+    --build-whole > "$dir/est-$s-$n.json"  # fsdpp-bench builds the model whole, then shards it
   echo -n "MALLOC_MMAP_THRESHOLD_=${threshold/#0/unset}: "
   "$python" - "$dir/train-$s-$n.json" "$dir/est-$s-$n.json" "$s" "$n" <<'PY' || status=1
 import json, sys

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "ranked_gtest.h"
 #include "world_fixture.h"
 
 namespace {
@@ -20,16 +21,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;
   }
-  // Only rank 0 prints gtest's report; others print failures only.
-  if (g_world->rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  // Agree on the result so that one rank's failure fails every rank's exit code.
-  auto failed = torch::full({1}, rc == 0 ? 0.0f : 1.0f);
-  g_world->group()->all_reduce(failed, fsdpp::dist::ReduceOp::MAX);
-  const bool any_failed = failed.item<float>() > 0;
+  const int rc = fsdpp::test::run_tests_on_every_rank(*g_world);
   g_world.reset();
-  return any_failed ? 1 : 0;
+  return rc;
 }

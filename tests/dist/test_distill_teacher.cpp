@@ -11,7 +11,7 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
-#include "../../src/train/teacher.h"
+#include "../../src/train/distiller.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/fsdp/wrap_policy.h"
@@ -69,12 +69,6 @@ void check_teacher(const std::string& dtype) {
   const auto teacher_cfg = tiny(2, 4, 5);
   const auto dir = save_teacher(teacher_cfg);
   const auto cfg = config(dir, dtype);
-  train::detail::Teacher teacher(cfg, world, teacher_cfg.vocab_size);
-  for (const auto& p : teacher.module().parameters()) {
-    EXPECT_FALSE(p.requires_grad());
-    EXPECT_EQ(p.scalar_type(), dtype == "bfloat16" ? at::kBFloat16 : at::kFloat);
-  }
-
   // The student: FSDP over the world, AdamW over its parameters alone.
   models::Qwen3Moe student(tiny(1, 2, 9));
   models::Qwen3Moe reference_student(tiny(1, 2, 9));
@@ -82,6 +76,14 @@ void check_teacher(const std::string& dtype) {
   FullyShardOptions o;
   o.mesh = world.mesh();
   apply_fully_shard(*student, policy, o);
+  auto lm = models::causal_lm(student);
+  train::detail::Distiller distiller(cfg, world, teacher_cfg.vocab_size, *lm);
+  auto& teacher = *distiller.live_teacher();
+  for (const auto& p : teacher.module().parameters()) {
+    EXPECT_FALSE(p.requires_grad());
+    EXPECT_EQ(p.scalar_type(), dtype == "bfloat16" ? at::kBFloat16 : at::kFloat);
+  }
+
   torch::optim::AdamW opt(student->parameters(), torch::optim::AdamWOptions(1e-3));
   std::set<const void*> teacher_params;
   for (const auto& p : teacher.module().parameters()) teacher_params.insert(p.unsafeGetTensorImpl());
@@ -90,13 +92,12 @@ void check_teacher(const std::string& dtype) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
   const auto x = torch::randint(0, 64, {2, 16}, gen);
   const auto y = torch::randint(0, 64, {2, 16}, gen);
-  teacher.begin_step();
-  auto out = fsdpp::forward(student, x, y, /*output_router_logits=*/true);
-  auto loss = teacher.loss({out.logits, out.loss, out.aux_loss}, x, y);
+  distiller.begin_step();
+  auto loss = distiller.loss(*lm, {x, y, {0, 16}}, /*step=*/1, /*micro=*/0).loss;
   loss.backward();
   opt.step();
   nlohmann::json line;
-  teacher.log_step(line, world, 1);
+  distiller.log_step(line, world, 1);
 
   for (const auto& p : teacher.module().parameters()) EXPECT_FALSE(p.grad().defined());
   size_t state = 0;

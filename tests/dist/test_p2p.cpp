@@ -1,6 +1,6 @@
 // Point-to-point send/recv across real processes (2 to 4 ranks): a ring with tags kept apart,
-// zero-sized messages, fp32 and bf16, messages in flight across collectives, counters, and a
-// recv whose sender never sends.
+// zero-sized messages, fp32 and bf16, messages in flight across collectives, counters, a recv
+// not held up by sends whose recvs come later, and a recv whose sender never sends.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -104,6 +104,54 @@ TEST(P2P, InFlightAcrossCollectives) {
   pg.send(message(5, pg.rank(), 0, torch::kFloat), right, 0);
   recv.wait();
   EXPECT_TRUE(torch::equal(got, message(5, left, 0, torch::kFloat)));
+}
+
+// Sends complete only when their recv is posted, and a pipeline schedule posts some recvs
+// only after messages that come back the other way (ZBVZeroBubble's rank 0 sends three
+// activations ahead, and rank 1 takes the third only after rank 0's reply to the first). Rank 0
+// issues 8 sends whose recvs rank 1 posts last, then a recv; rank 1 sends that message, waits
+// for an acknowledgement that rank 0 received it, and only then takes the 8. Before the fix a
+// completed recv waited for a finisher thread blocked on one of the sends, and the whole
+// exchange hung until the sends timed out (on a 3 s group here).
+TEST(P2P, RecvIsNotHeldUpBySendsWhoseRecvsComeLater) {
+  auto& w = test::world();
+  ASSERT_GE(w.size(), 2);
+  std::shared_ptr<dist::ProcessGroup> g;
+  if (w.rank() < 2) {
+    dist::ProcessGroup::Options o;
+    o.backend = w.backend();
+    o.timeout = std::chrono::milliseconds(3000);
+    o.name = "p2p_send_ahead";
+    o.global_ranks = {0, 1};
+    o.master_addr = w.env().master_addr;
+    o.gloo_hostname = w.gloo_address();
+    g = dist::ProcessGroup::create(w.store(), w.rank(), 2, o);
+  }
+  constexpr int kAhead = 8, kReply = 20, kAck = 21;
+  for (int round = 0; round < 20 && w.rank() < 2; ++round) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (w.rank() == 0) {
+      std::vector<dist::Work> sends;
+      for (int k = 0; k < kAhead; ++k) sends.push_back(g->send_async(message(64, 0, k, torch::kFloat), 1, k));
+      auto reply = torch::empty({64});
+      g->recv(reply, 1, kReply);
+      EXPECT_TRUE(torch::equal(reply, message(64, 1, kReply, torch::kFloat)));
+      g->send(torch::ones({1}), 1, kAck);
+      for (auto& s : sends) s.wait();
+    } else {
+      g->send(message(64, 1, kReply, torch::kFloat), 0, kReply);
+      auto ack = torch::empty({1});
+      g->recv(ack, 0, kAck);
+      for (int k = 0; k < kAhead; ++k) {
+        auto got = torch::empty({64});
+        g->recv(got, 0, k);
+        EXPECT_TRUE(torch::equal(got, message(64, 0, k, torch::kFloat))) << k;
+      }
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_LT(s, 1.5) << "round " << round << " took " << s << " s";
+  }
+  w.group()->barrier();
 }
 
 // On a group whose ranks are the world's in reverse, peers are group ranks.

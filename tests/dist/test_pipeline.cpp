@@ -7,9 +7,11 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include <fmt/format.h>
@@ -20,6 +22,7 @@
 #include "fsdpp/models/llama.h"
 #include "fsdpp/models/llama_stages.h"
 #include "fsdpp/models/llama_tp_plan.h"
+#include "fsdpp/pipeline/blocks.h"
 #include "fsdpp/pipeline/clip.h"
 #include "fsdpp/tp/plan.h"
 #include "fsdpp/pipeline/runtime.h"
@@ -56,6 +59,51 @@ TEST(Pipeline, EveryScheduleMatchesOneProcess) {
     }
   }
   EXPECT_EQ(cases, 24);
+}
+
+// ZBVZeroBubble on a fresh pp group each run, where its hang lived (fsdpp-train hung in step 1
+// in 5 runs of 6: a recv the transport had completed waited in the comm queue behind a send
+// blocked until its peer's later recv; docs/faults.md#third-pass). 2p - 2 and 2p blocks, m = 2,
+// 4, 8 and 16, four times each: 32 first steps on groups with a 5 s timeout, the stall check after
+// 1 s. Before the fix the fifth run stalled (and the stall check named it); each run takes
+// milliseconds.
+TEST(Pipeline, ZbvOnFreshGroupsNeverStalls) {
+  auto& w = test::world();
+  const int p = w.size();
+  ASSERT_GE(p, 2) << "run with 2 or 4 ranks";
+  std::vector<int> ranks(static_cast<size_t>(p));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  int runs = 0;
+  for (int64_t layers : {2 * p - 2, 2 * p}) {
+    const auto cfg = tiny_llama(layers);
+    for (int m : {2, 4, 8, 16}) {
+      for (int rep = 0; rep < 4; ++rep, ++runs) {
+        dist::ProcessGroup::Options o;
+        o.backend = w.backend();
+        o.timeout = std::chrono::milliseconds(5000);
+        o.name = fmt::format("zbv_fresh_{}", runs);
+        o.global_ranks = ranks;
+        o.master_addr = w.env().master_addr;
+        o.gloo_hostname = w.gloo_address();
+        auto g = dist::ProcessGroup::create(w.store(), w.rank(), p, o);
+        const auto sched = pp::make_schedule("ZBVZeroBubble", p, m);
+        models::Llama model(cfg);
+        pp::PipelineRuntime rt(sched, llama_stages(model, sched, g->rank()), g,
+                               {.store = w.store(), .stall_check_after = std::chrono::seconds(1)});
+        const auto b = batch(runs, m * kMicrobatchSize, cfg);
+        std::string error;
+        try {
+          const double loss = rt.step(b.tokens, b.targets).loss;
+          EXPECT_TRUE(std::isfinite(loss)) << loss;
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+        ASSERT_EQ(error, "") << layers << " blocks, m = " << m << ", run " << rep + 1;
+      }
+    }
+  }
+  if (w.rank() == 0) std::printf("  ZBVZeroBubble pp %d: %d first steps on fresh groups\n", p, runs);
+  w.group()->barrier();
 }
 
 namespace {
@@ -121,6 +169,88 @@ TEST(Pipeline, SplitBackwardEqualsFullBackward) {
       }
     }
   }
+}
+
+namespace {
+
+// Eight blocks (Linear, Tanh), the same values for the same seed.
+torch::nn::Sequential eight_blocks() {
+  torch::manual_seed(11);
+  torch::nn::Sequential seq;
+  for (int i = 0; i < 4; ++i) {
+    seq->push_back(torch::nn::Linear(6, 6));
+    seq->push_back(torch::nn::Tanh());
+  }
+  return seq;
+}
+
+}  // namespace
+
+// Any Sequential cut by ranges of blocks (pipeline/blocks.h), as AiDotNet's Pipeline.Wrap(model,
+// stages) does: the loss and every gradient equal one process's on the whole batch, for even
+// ranges and an uneven cut, one and two stages per rank; the stages' parameter names are the
+// model's; a cut that skips or repeats blocks is refused naming the stage.
+TEST(Pipeline, SequentialCutByBlockRangesMatchesOneProcess) {
+  auto& w = test::world();
+  const int p = w.size();
+  auto g = at::make_generator<at::CPUGeneratorImpl>(5);
+  auto x = torch::randn({8, 6}, g), target = torch::randn({8, 6}, g);
+  auto ref = eight_blocks();
+  auto ref_loss = torch::mse_loss(ref->forward(x), target);
+  ref_loss.backward();
+  std::map<std::string, at::Tensor> want;
+  for (const auto& q : ref->named_parameters()) want[q.key()] = q.value().grad();
+  const auto mse = [](const at::Tensor& y, const at::Tensor& t) { return torch::mse_loss(y, t); };
+  struct Case {
+    const char* schedule;
+    bool uneven;
+  };
+  for (const Case c : {Case{"GPipe", false}, Case{"1F1B", true}, Case{"Interleaved1F1B", false}}) {
+    auto sched = pp::make_schedule(c.schedule, p, /*microbatches=*/4);
+    auto model = eight_blocks();
+    auto ranges = pp::even_ranges(static_cast<int64_t>(model->size()), sched.num_stages);
+    if (c.uneven) {  // the first stage one block, the last stage the rest
+      ranges.assign(static_cast<size_t>(sched.num_stages), pp::BlockRange{});
+      for (int s = 0; s < sched.num_stages; ++s) ranges[static_cast<size_t>(s)] = {s, s + 1};
+      ranges.back().end = static_cast<int64_t>(model->size());
+    }
+    auto stages = pp::split_blocks(model, ranges);
+    std::vector<pp::PipelineStage> mine;
+    std::vector<pp::BlockStage> held;
+    for (int s : sched.stages_of(w.rank())) {
+      std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss;
+      if (s == sched.num_stages - 1) loss = mse;
+      mine.push_back(pp::make_stage(s, stages[static_cast<size_t>(s)], loss));
+      held.push_back(stages[static_cast<size_t>(s)]);
+    }
+    pp::PipelineRuntime rt(sched, std::move(mine), w.group());
+    const auto out = rt.step(x, target);
+    EXPECT_NEAR(out.loss, ref_loss.item<double>(), 1e-6) << c.schedule;
+    int checked = 0;
+    for (const auto& st : held) {
+      for (const auto& q : st->named_parameters()) {
+        ASSERT_TRUE(want.count(q.key())) << "a stage's parameter " << q.key() << " is not the model's";
+        EXPECT_TRUE(torch::allclose(q.value().grad(), want.at(q.key()), 1e-5, 1e-7)) << c.schedule << " " << q.key();
+        ++checked;
+      }
+    }
+    // Every parameter is some rank's (a rank may hold only Tanh blocks, without parameters).
+    auto held_params = torch::tensor({static_cast<int64_t>(checked)}, torch::kLong);
+    w.group()->all_reduce(held_params, dist::ReduceOp::SUM, {"test"});
+    EXPECT_EQ(held_params.item<int64_t>(), static_cast<int64_t>(want.size())) << c.schedule;
+  }
+  auto model = eight_blocks();
+  const auto error = [&](const std::vector<pp::BlockRange>& r) {
+    try {
+      pp::split_blocks(model, r);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error({{0, 3}, {4, 8}}).find("stage 1 has blocks [4, 8)"), std::string::npos) << error({{0, 3}, {4, 8}});
+  EXPECT_NE(error({{0, 3}, {3, 6}}).find("blocks [6, 8) are in no stage"), std::string::npos);
+  EXPECT_NE(error({{0, 3}, {3, 3}, {3, 8}}).find("stage 1 has blocks [3, 3)"), std::string::npos);
 }
 
 // pp 2 x FSDP 2 on a (pp, dp_shard) mesh (run with 4 ranks): each stage fully_shard-ed over its

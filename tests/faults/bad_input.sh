@@ -13,10 +13,7 @@ trap 'rm -rf "$FAULT_DIR"' EXIT
 source "$(dirname "$0")/lib.sh"
 D=$FAULT_DIR
 cfg=$src/configs/default.yaml
-small=(data.path="$src/configs" data.seq_len=32 data.val_fraction=0.1 model.dim=32 model.n_layers=2
-       model.n_heads=4 model.n_kv_heads=2 model.max_seq_len=32 training.logging_steps=1
-       training.eval_steps=0 training.sample_tokens=0 training.per_device_train_batch_size=2
-       data.cache_dir="$D/cache")
+small_config "$src" "$D"
 
 if [ "$part" = config ]; then
   # ---- config files ------------------------------------------------------------------------

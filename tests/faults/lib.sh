@@ -2,6 +2,16 @@
 #   ok   <name>: exit <code> after <s> s: <the line that matched>
 # and the script stops at the first case that does not behave.
 
+# small_config SRC DIR: sets the array `small`, the overrides that make fsdpp-train's default
+# config a job of seconds (a 2-layer model of width 32 on the repository's configs as text,
+# windows of 32 tokens, no evaluation or sample, every step logged), its cache in DIR/cache.
+small_config() {
+  small=(data.path="$1/configs" data.seq_len=32 data.val_fraction=0.1 model.dim=32 model.n_layers=2
+         model.n_heads=4 model.n_kv_heads=2 model.max_seq_len=32 training.logging_steps=1
+         training.eval_steps=0 training.sample_tokens=0 training.per_device_train_batch_size=2
+         data.cache_dir="$2/cache")
+}
+
 # expect_fail NAME CODES REGEX -- COMMAND...
 #   COMMAND must exit with one of CODES (a |-separated list such as "1|2": never 0, never a
 #   signal, never a timeout), within 120 s, with a line of stdout+stderr that matches the

@@ -17,10 +17,7 @@ FAULT_DIR=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$FAULT_DIR"' EXIT
 source "$(dirname "$0")/lib.sh"
 D=$FAULT_DIR
-small=(data.path="$src/configs" data.seq_len=32 data.val_fraction=0.1 model.dim=32 model.n_layers=2
-       model.n_heads=4 model.n_kv_heads=2 model.max_seq_len=32 training.logging_steps=1
-       training.eval_steps=0 training.sample_tokens=0 training.per_device_train_batch_size=2
-       data.cache_dir="$D/cache")
+small_config "$src" "$D"
 job=("$train" "$src/configs/default.yaml" "${small[@]}")
 
 # wait_for FILE REGEX [SECONDS]: until a line of FILE matches (the job is under way).
@@ -133,8 +130,12 @@ grep -q "warning: training.output_dir='$D/shared' is in use by another job (pid 
   { echo "FAIL output_dir_overwrite: no warning"; tail "$D/overwrite.log"; exit 1; }
 echo "ok   output_dir_overwrite: training.overwrite_output_dir=true warns and runs"
 kill -9 "$hpid"; wait "$holder" || true
-"$run" --nproc-per-node 1 "${job[@]}" training.max_steps=2 training.output_dir="$D/shared" \
-  > "$D/after_crash.log" 2>&1 || { echo "FAIL: a killed job's lock was left behind"; tail "$D/after_crash.log"; exit 1; }
+# The directory now holds a run (the overwriting one's checkpoint-2): the next job resumes it,
+# without overwrite_output_dir, which would also pass a held lock.
+"$run" --nproc-per-node 1 "${job[@]}" training.max_steps=3 training.output_dir="$D/shared" \
+  training.resume_from_checkpoint=latest > "$D/after_crash.log" 2>&1 &&
+  ! grep -q "in use by another job" "$D/after_crash.log" ||
+  { echo "FAIL: a killed job's lock was left behind"; tail "$D/after_crash.log"; exit 1; }
 echo "ok   output_dir_after_crash: the lock of a SIGKILLed job does not stay"
 : > "$D/a_file"
 expect_fail output_dir_is_file 1 \

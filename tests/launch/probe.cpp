@@ -10,6 +10,8 @@
 //   probe signal-rank R SIG [DELAY_MS]  rank R sends itself signal SIG; the others `sleep`
 //   probe fail-until K CODE             exit CODE while FSDPP_RESTART_COUNT < K, else print
 //                                       "ok attempt N" and exit 0
+//   probe sleep-until K                 `sleep` while FSDPP_RESTART_COUNT < K, else print
+//                                       "ok attempt N" and exit 0
 //
 // A sleeping probe writes $PROBE_DIR/pid.<RANK> once its handlers are in place, and on SIGTERM
 // (SIGINT) writes $PROBE_DIR/term.<RANK> (int.<RANK>) and exits 0. With PROBE_IGNORE_TERM=1 it
@@ -111,7 +113,7 @@ int main(int argc, char** argv) {
   if (mode == "env") {
     for (const char* key : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                             "NODE_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                            "FSDPP_TIMEOUT_S", "FSDPP_RESTART_COUNT", "FSDPP_AGENT_STORE",
+                            "FSDPP_TIMEOUT_S", "FSDPP_RESTART_COUNT", "FSDPP_AGENT_STORE", "FSDPP_LAUNCHER",
                             "OMP_NUM_THREADS"}) {
       std::printf("%s=%s\n", key, env_or(key, "<unset>").c_str());
     }
@@ -136,6 +138,12 @@ int main(int argc, char** argv) {
     if (mode == "signal-rank") ::kill(::getpid(), static_cast<int>(arg(3, 0)));
     std::printf("rank %d failing\n", rank());
     return static_cast<int>(arg(3, 0));
+  }
+  if (mode == "sleep-until" && argc > 2) {
+    const long attempt = std::atol(env_or("FSDPP_RESTART_COUNT", "0").c_str());
+    if (attempt < arg(2, 0)) sleep_until_signalled();
+    std::printf("ok attempt %ld\n", attempt);
+    return 0;
   }
   if (mode == "fail-until" && argc > 3) {
     const long attempt = std::atol(env_or("FSDPP_RESTART_COUNT", "0").c_str());

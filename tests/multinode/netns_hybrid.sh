@@ -2,7 +2,9 @@
 # Two hosts on this machine: Linux network namespaces joined by a veth pair (10.77.0.1/24 and
 # 10.77.0.2/24), one fsdpp-run node in each with 2 ranks, master on the first. fsdpp-train runs
 # HYBRID_SHARD (shard inside a node, replicate across the two; node 0 finds its network
-# interface by the route to MASTER_ADDR, node 1 is given it with FSDPP_SOCKET_IFNAME) and must equal
+# interface by the route to MASTER_ADDR, node 1 is given it with FSDPP_SOCKET_IFNAME).
+# Node 1 is started as the seeds write it (RANK=2 WORLD_SIZE=4 MASTER_ADDR MASTER_PORT exported,
+# fsdpp-run --nproc-per-node 2 only). The job must equal
 #   - the same job as one 4-rank node on the host (2x2 mesh by fsdp_hybrid_shard_group_size=2):
 #     every loss and every final parameter bit for bit;
 #   - one process on the whole batch: losses within 1e-4, parameters within 1e-4 (relative to
@@ -21,33 +23,9 @@ run=$1 train=$2 python=$3 src=$4
 start=$SECONDS
 
 fail() { echo "[multinode] FAIL: $*" >&2; exit 1; }
-[ "$(id -u)" = 0 ] || fail "this test builds network namespaces and needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN); it runs as uid $(id -u)"
-command -v ip > /dev/null || fail "the 'ip' command (iproute2) is missing; install iproute2"
-
-tag=$(printf '%x%03x' $$ $((RANDOM % 4096)))  # interface names: at most 15 characters
-nsA=fsdpp-mn-$tag-a nsB=fsdpp-mn-$tag-b vethA=fmn${tag}a vethB=fmn${tag}b
-addrA=10.77.0.1 addrB=10.77.0.2 port=29400
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2> /dev/null || true; done
-  ip netns del "$nsA" 2> /dev/null || true  # deleting a namespace deletes its veth end too
-  ip netns del "$nsB" 2> /dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-
-ip netns add "$nsA" 2> "$dir/err" ||
-  fail "cannot create a network namespace (ip netns add): $(cat "$dir/err"); the test needs root with CAP_SYS_ADMIN"
-ip netns add "$nsB" 2> "$dir/err" || fail "cannot create a second network namespace: $(cat "$dir/err")"
-ip link add "$vethA" netns "$nsA" type veth peer name "$vethB" netns "$nsB" 2> "$dir/err" ||
-  fail "cannot create a veth pair between the namespaces: $(cat "$dir/err"); needs CAP_NET_ADMIN and the veth driver"
-ip -n "$nsA" addr add $addrA/24 dev "$vethA"
-ip -n "$nsB" addr add $addrB/24 dev "$vethB"
-for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
-ip -n "$nsA" link set "$vethA" up
-ip -n "$nsB" link set "$vethB" up
-ip -n "$nsB" route get $addrA | grep -q "dev $vethB" || fail "namespace $nsB has no route to $addrA over $vethB"
+source "$(dirname "$0")/two_hosts.sh"
+two_hosts mn 10.77.0
+port=29400
 
 veth_bytes() {  # NS IF: bytes sent + received on that veth end
   ip netns exec "$1" sh -c "echo \$((\$(cat /sys/class/net/$2/statistics/tx_bytes) + \$(cat /sys/class/net/$2/statistics/rx_bytes)))"
@@ -68,11 +46,16 @@ hybrid=(training.fsdp=hybrid_shard training.per_device_train_batch_size=2)
   training.output_dir="$dir/single" > "$dir/single.log" 2>&1 || { cat "$dir/single.log"; fail "the 1-process run failed"; }
 
 # ---- the two-node job ------------------------------------------------------------------------
-node() {  # NS NODE_RANK OUT_DIR IFNAME [fsdpp-run flags...] -- one node of the job, in the background
+# NS NODE_RANK OUT_DIR IFNAME [fsdpp-run flags...] -- one node of the job, in the background. Node 0
+# is placed by flags; node 1 by the environment-variable recipe of the seeds (docs/multi-node.md):
+# RANK=2 (its first rank), WORLD_SIZE=4, MASTER_ADDR, MASTER_PORT, and only --nproc-per-node.
+node() {
   local ns=$1 k=$2 out=$3 ifname=$4
   shift 4
-  ip netns exec "$ns" env FSDPP_SOCKET_IFNAME="$ifname" "$run" --nnodes 2 --node-rank "$k" --nproc-per-node 2 --master-addr $addrA \
-    --master-port $port --timeout-s 60 "$@" "$train" "$src/configs/default.yaml" "${common[@]}" \
+  local placement=(--nnodes 2 --node-rank 0 --master-addr $addrA --master-port $port) vars=()
+  [ "$k" = 0 ] || { placement=(); vars=(RANK=$((2 * k)) WORLD_SIZE=4 MASTER_ADDR=$addrA MASTER_PORT=$port); }
+  ip netns exec "$ns" env FSDPP_SOCKET_IFNAME="$ifname" "${vars[@]}" "$run" "${placement[@]}" --nproc-per-node 2 \
+    --timeout-s 60 "$@" "$train" "$src/configs/default.yaml" "${common[@]}" \
     "${hybrid[@]}" training.output_dir="$out" > "$dir/node$k.log" 2>&1 &
   pids+=($!)
   last_pid=$!
@@ -88,6 +71,8 @@ wait $p1 || rc1=$?
 two_node_s=$((SECONDS - t0))
 after=$(veth_bytes "$nsA" "$vethA")
 [ $rc0 = 0 ] && [ $rc1 = 0 ] || { tail -n 30 "$dir/node0.log" "$dir/node1.log"; fail "the two-node run failed (node 0: $rc0, node 1: $rc1)"; }
+grep -q "RANK/WORLD_SIZE set by hand (its workers get RANK 2-3 and LOCAL_RANK 0-1): node 1 of 2" "$dir/node1.log" ||
+  { grep "^\[fsdpp-run\]" "$dir/node1.log"; fail "node 1's launcher did not read RANK=2 WORLD_SIZE=4 as node 1 of 2"; }
 
 # ---- the same job on one 4-rank node ----------------------------------------------------------
 "$run" --nproc-per-node 4 --timeout-s 120 "$train" "$src/configs/default.yaml" "${common[@]}" \

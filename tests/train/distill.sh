@@ -14,18 +14,7 @@
 # same files as plain's). Bad values are [config] errors naming the key.
 set -euo pipefail
 run=$1 train=$2 ckpt=$3 python=$4 src=$5
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cp "$src/docs/moe.md" "$dir/text.txt"  # a fixed text while docs/ may change
-common=(data.path="$dir/text.txt" data.seq_len=32 data.val_fraction=0.1 model.dim=64
-        model.n_layers=2 model.n_heads=4 model.n_kv_heads=2 model.head_dim=16 model.max_seq_len=32
-        model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=48
-        training.logging_steps=1 training.eval_steps=0 training.save_steps=0
-        training.sample_tokens=0 training.warmup_steps=2 training.learning_rate=0.003
-        training.lr_scheduler_type=constant training.seed=7 training.malloc_mmap_threshold=0
-        training.output_dir="$dir/unused" data.cache_dir="$dir/cache")
-config="$src/configs/qwen3-moe-small.yaml"
-source "$src/tests/train/layouts_lib.sh"
+source "$src/tests/train/distill_lib.sh"
 go 1 teacher training.per_device_train_batch_size=8 training.max_steps=8
 teacher="$dir/teacher/checkpoint-8"
 student=(model.n_layers=1 model.num_experts=2 training.max_steps=4 distillation.teacher="$teacher"

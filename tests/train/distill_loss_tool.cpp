@@ -3,10 +3,12 @@
 //   fsdpp_distill_loss_tool IN.safetensors OUT.safetensors CASE...
 //
 // IN holds `student` and `teacher` logits (..., V) and `labels` (...) int64. Each CASE is
-// "type,beta,temperature,top_k,kd_ratio" (type as the config names it: forward_kl, reverse_kl,
-// generalized_jsd); for the i-th, OUT gets `kd.<i>` (distillation_loss), `ce.<i>`, `loss.<i>`
-// (distillation_objective) and `grad.<i>`, the gradient of loss.<i> with respect to the
-// student's logits.
+// "type,beta,temperature,top_k,kd_ratio[,chunk[,sparse_k]]" (type as the config names it:
+// forward_kl, reverse_kl, generalized_jsd); for the i-th, OUT gets `kd.<i>` (distillation_loss),
+// `ce.<i>`, `loss.<i>` (distillation_objective) and `grad.<i>`, the gradient of loss.<i> with
+// respect to the student's logits. chunk > 0: chunked_distillation_objective with chunks of that
+// many positions instead; sparse_k > 0 too: against the teacher's sparse_k most likely tokens
+// and their log-probabilities (what an offline teacher cache stores) rather than its logits.
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "fsdpp/state/safetensors.h"
+#include "fsdpp/train/chunked_distill_loss.h"
 #include "fsdpp/train/distill_loss.h"
 
 using namespace fsdpp;
@@ -32,14 +35,23 @@ int main(int argc, char** argv) {
       std::stringstream spec(argv[i]);
       std::vector<std::string> f;
       for (std::string part; std::getline(spec, part, ',');) f.push_back(part);
-      if (f.size() != 5) throw std::runtime_error(std::string("bad case ") + argv[i]);
+      if (f.size() < 5 || f.size() > 7) throw std::runtime_error(std::string("bad case ") + argv[i]);
       train::DistillLossOptions o;
       o.type = f[0];
       o.beta = std::stod(f[1]);
       o.temperature = std::stod(f[2]);
       o.top_k = std::stoll(f[3]);
+      const int64_t chunk = f.size() > 5 ? std::stoll(f[5]) : 0;
+      const int64_t sparse_k = f.size() > 6 ? std::stoll(f[6]) : 0;
       auto s = student.clone().requires_grad_(true);
-      auto parts = train::distillation_objective(s, teacher, labels, o, std::stod(f[4]));
+      train::TeacherTargets t{.logits = teacher};
+      if (sparse_k > 0) {
+        auto [values, ids] = teacher.log_softmax(-1).topk(sparse_k, -1);
+        t = {.values = values, .ids = ids};
+      }
+      auto parts = chunk > 0 ? train::chunked_distillation_objective(s, t, labels, {}, o,
+                                                                     std::stod(f[4]), chunk)
+                             : train::distillation_objective(s, teacher, labels, o, std::stod(f[4]));
       parts.loss.backward();
       const auto n = std::to_string(i - 3);
       out.emplace_back("kd." + n, parts.kd.detach());

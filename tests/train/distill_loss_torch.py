@@ -11,6 +11,9 @@ The references below are written as each recipe computes its loss:
     teacher's distribution (its entropy + the KL), so its value is compared after subtracting
     the entropy, and its gradient as it is;
   - DistillKit's temperature: logits divided by T, the divergence multiplied by T^2.
+The same cases again through fsdpp's chunked loss (chunks of 1, 4 and 7 positions, a
+recomputing backward), and against a teacher given as its top-k log-probabilities (an offline
+cache: Megatron's sparse top-k KD, TRL's top_k formula on the stored tokens).
 fsdpp's values and gradients (fsdpp_distill_loss_tool) must match within 1e-10 in float64.
 """
 import os
@@ -123,23 +126,33 @@ def main():
     cases.append(("forward_kl", 0.5, 3.0, 0, 1.0,
                   lambda s, t: distillkit_kl(s, t, labels, 3.0)))
     n_tt_forward = len(cases) - 3
+    # Chunked: every TRL case above at three chunk sizes (field 6), then the sparse teacher
+    # (field 7: its top-k log-probabilities) at chunk 4.
+    chunked = []
+    for c in cases[:n_tt_forward]:
+        for chunk in (1, 4, 7):
+            chunked.append((c[0], c[1], c[2], c[3], c[4], c[5], chunk, 0))
+        if c[3]:
+            chunked.append((c[0], c[1], c[2], 0, c[4], c[5], 4, c[3]))
+    cases = [c + (0, 0) for c in cases] + chunked
+    n_tt_forward_case = n_tt_forward
 
     with tempfile.TemporaryDirectory() as d:
         inp, out = os.path.join(d, "in.safetensors"), os.path.join(d, "out.safetensors")
         save_file({"student": student, "teacher": teacher, "labels": labels}, inp)
-        specs = [f"{c[0]},{c[1]},{c[2]},{c[3]},{c[4]}" for c in cases]
+        specs = [f"{c[0]},{c[1]},{c[2]},{c[3]},{c[4]},{c[6]},{c[7]}" for c in cases]
         subprocess.run([tool, inp, out, *specs], check=True)
         got = load_file(out)
 
     worst = 0.0
-    for i, (name, beta, T_, k, ratio, ref) in enumerate(cases):
+    for i, (name, beta, T_, k, ratio, ref, chunk, sparse_k) in enumerate(cases):
         s = student.clone().requires_grad_(True)
         kd = ref(s, teacher)
         ce = cross_entropy(s, labels)
         loss = (1 - ratio) * ce + ratio * kd  # torchtune's kd_ratio
         loss.backward()
         grad = s.grad
-        if i == n_tt_forward:
+        if i == n_tt_forward_case:
             # torchtune's forward loss without the entropy term: the same gradient.
             s2 = student.clone().requires_grad_(True)
             ((1 - ratio) * cross_entropy(s2, labels) +
@@ -153,8 +166,8 @@ def main():
                 print(f"FAIL {specs[i]} {what}: fsdpp {have} vs reference {want} (|d| {err:.3g})")
                 sys.exit(1)
         print(f"ok {specs[i]:<32} kd {kd.item():.6f} loss {loss.item():.6f}")
-    print(f"{len(cases)} cases match TRL / torchtune / DistillKit formulas; "
-          f"largest difference {worst:.3g}")
+    print(f"{len(cases)} cases ({len(chunked)} of them chunked, sparse teachers included) match "
+          f"TRL / torchtune / DistillKit formulas; largest difference {worst:.3g}")
 
 
 if __name__ == "__main__":

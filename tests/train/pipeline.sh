@@ -123,7 +123,7 @@ done
 interleaved=false
 [[ " ${schedules[*]} " == *" Interleaved1F1B "* ]] && interleaved=true
 if $interleaved; then
-  grep -q "pipeline parallel: pp 2 x dp_shard 2; Interleaved1F1B, 4 stages of 2+2+2+2 units, 4 microbatches" \
+  grep -q "pipeline parallel: pp 2 x dp_replicate 1 x dp_shard 2 x tp 1 x ep 1; Interleaved1F1B, 4 stages of 2+2+2+2 units, 4 microbatches" \
     "$dir/pp2x2_Interleaved1F1B.log"
   # A zero-bubble schedule (backward split into I and W) with FSDP stages.
   go 4 pp2x2_ZBH1 training.per_device_train_batch_size=2 parallelism.pipeline_parallel_degree=2 \
@@ -133,7 +133,7 @@ if $interleaved; then
   go 4 pp2xtp2_sp training.per_device_train_batch_size=4 parallelism.pipeline_parallel_degree=2 \
     parallelism.pipeline_parallel_microbatch_size=2 parallelism.tensor_parallel_degree=2 \
     parallelism.enable_sequence_parallel=true
-  grep -q "pipeline parallel: pp 2 x dp_shard 1 x tp 2 (sequence parallel); 1F1B" "$dir/pp2xtp2_sp.log"
+  grep -q "pipeline parallel: pp 2 x dp_replicate 1 x dp_shard 1 x tp 2 (sequence parallel) x ep 1; 1F1B" "$dir/pp2xtp2_sp.log"
   # pipeline_parallel_layers_per_stage: 3 + 3 + 2 units.
   go 3 pp3_layers training.per_device_train_batch_size=4 parallelism.pipeline_parallel_degree=3 \
     parallelism.pipeline_parallel_microbatch_size=4 parallelism.pipeline_parallel_layers_per_stage=3

@@ -65,7 +65,7 @@ PY
 bad 2 "parallelism.expert_parallel_degree=2 needs experts: model.architecture=qwen3_moe" \
   model.architecture=llama parallelism.expert_parallel_degree=2 \
   training.fsdp_config.fsdp_transformer_layer_cls_to_wrap=[TransformerBlock]
-bad 2 "parallelism.expert_parallel_degree=3 does not divide the world size 2" parallelism.expert_parallel_degree=3
+bad 2 "is not divisible by the expert-parallel degree 3" parallelism.expert_parallel_degree=3
 bad 2 "num_experts=5" model.num_experts=5 parallelism.expert_parallel_degree=2
 bad 1 "model.architecture=qwen3_moe with parallelism.tensor_parallel_degree=2" parallelism.tensor_parallel_degree=2
 bad 1 "fsdp_transformer_layer_cls_to_wrap names 'TransformerBlock'" \

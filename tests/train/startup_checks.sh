@@ -32,8 +32,8 @@ echo "a validation split of 1 window on 2 ranks: refused at start-up, before ste
   || { cat "$d/log1"; echo "FAIL: one window for one rank was refused"; exit 1; }
 
 # 2. counts
-grep -q "\[train\] fsdp: FULL_SHARD over 1 rank, 1 unit (NO_WRAP)" "$d/log1" \
-  || { cat "$d/log1"; echo "FAIL: the fsdp line does not read 'over 1 rank, 1 unit'"; exit 1; }
+grep -q "\[train\] mesh: pp 1 x dp_replicate 1 x dp_shard 1 x tp 1 x ep 1; fsdp: FULL_SHARD over dp_shard 1, 1 unit (NO_WRAP)" "$d/log1" \
+  || { cat "$d/log1"; echo "FAIL: the mesh and fsdp line does not read 'dp_shard 1, 1 unit'"; exit 1; }
 if grep -Eq "\b1 (ranks|units|windows)\b" "$d/log1"; then
   cat "$d/log1"; echo "FAIL: a plural after 1"; exit 1
 fi

@@ -24,7 +24,7 @@ go 1 one training.per_device_train_batch_size=8
 go 2 tp2 training.per_device_train_batch_size=8 parallelism.tensor_parallel_degree=2
 go 4 tp2x2 training.per_device_train_batch_size=4 parallelism.tensor_parallel_degree=2 \
   parallelism.enable_sequence_parallel=true
-grep -q "tensor parallel: dp_shard 2 x tp 2 (sequence parallel)" "$dir/tp2x2.log"
+grep -q "tensor parallel: pp 1 x dp_replicate 1 x dp_shard 2 x tp 2 (sequence parallel) x ep 1" "$dir/tp2x2.log"
 # Activation checkpointing under TP x FSDP: the same losses, and no memory carried from step to
 # step (torchtitan#2763): the peak RSS stops growing once the first steps have allocated.
 go 4 tp2x2_ac training.per_device_train_batch_size=4 parallelism.tensor_parallel_degree=2 \
@@ -79,7 +79,9 @@ print(f"tensor_parallel: activation checkpointing, peak RSS {ac[6]['peak_rss_mb'
 assert growth < 2.0, ("peak RSS grew under TP with activation checkpointing", growth)
 PY
 # Bad combinations: the error names the keys.
-bad 2 "cannot fill 2 ranks" parallelism.tensor_parallel_degree=3
+bad 2 "cannot fill 2 ranks" parallelism.tensor_parallel_degree=4 model.n_kv_heads=4
+bad 2 "[config] model.n_heads=4, model.n_kv_heads=2 with parallelism.tensor_parallel_degree=3: Llama: n_heads=4 is not divisible by the tensor-parallel degree 3" \
+  parallelism.tensor_parallel_degree=3
 bad 2 "is 4 ranks but the world has 2" parallelism.tensor_parallel_degree=2 parallelism.data_parallel_shard_degree=2
 bad 1 "parallelism.enable_sequence_parallel=true needs parallelism.tensor_parallel_degree > 1" \
   parallelism.enable_sequence_parallel=true

@@ -275,6 +275,17 @@ training:
                  {"training.seed is given twice"});
 }
 
+// Hugging Face's warmup_ratio (TrainingArguments.get_warmup_steps): ceil(ratio x the run's
+// steps), warmup_steps > 0 winning.
+TEST(Config, WarmupRatioAsHuggingFaceCountsIt) {
+  EXPECT_EQ(parse(kMinimal, {"training.warmup_ratio=0.1"}).lr_schedule(95).warmup_steps, 10);
+  EXPECT_EQ(parse(kMinimal, {"training.warmup_ratio=0.1"}).lr_schedule(100).warmup_steps, 10);
+  EXPECT_EQ(parse(kMinimal, {"training.warmup_ratio=0.1", "training.warmup_steps=3"}).lr_schedule(100).warmup_steps, 3);
+  EXPECT_EQ(parse(kMinimal).lr_schedule(100).warmup_steps, 0);
+  expect_message(yaml_error(kMinimal, {"training.warmup_ratio=1.5"}),
+                 {"training.warmup_ratio=1.5", "expected a fraction of the run's steps in [0, 1]"});
+}
+
 TEST(Config, Overrides) {
   const std::string yaml = kMinimal + R"(
 training:
@@ -719,13 +730,13 @@ TEST(Config, ParallelismDegrees) {
   dims = parallel_dims(parse(base, {"training.fsdp=hybrid_shard", "parallelism.tensor_parallel_degree=2",
                                     "parallelism.data_parallel_replicate_degree=2"}),
                        8);
-  EXPECT_EQ(dims.describe(), "dp_replicate 2 x dp_shard 2 x tp 2");
+  EXPECT_EQ(dims.describe(), "pp 1 x dp_replicate 2 x dp_shard 2 x tp 2 x ep 1");
   EXPECT_EQ(parse(base, {"parallelism.tensor_parallel_degree=2", "parallelism.enable_sequence_parallel=true"})
                 .to_yaml()
                 .find("enable_sequence_parallel: true") != std::string::npos,
             true);
-  expect_message(error_of([&] { parallel_dims(parse(base, {"parallelism.tensor_parallel_degree=3"}), 4); }),
-                 {"tensor_parallel_degree=3", "cannot fill 4 ranks"});
+  expect_message(error_of([&] { parallel_dims(parse(base, {"parallelism.tensor_parallel_degree=4"}), 6); }),
+                 {"tensor_parallel_degree=4", "cannot fill 6 ranks"});
   expect_message(error_of([&] {
                    parallel_dims(parse(base, {"parallelism.tensor_parallel_degree=2",
                                               "parallelism.data_parallel_shard_degree=3"}),
@@ -747,4 +758,60 @@ TEST(Config, ParallelismDegrees) {
   expect_message(yaml_error(base, {"parallelism.tensor_parallel_degree=2", "training.fp16=true"}),
                  {"training.fp16=true with parallelism.tensor_parallel_degree=2"});
   expect_message(yaml_error(base, {"parallelism.tensor_parallel_degre=2"}), {"tensor_parallel_degree"});
+}
+
+// What used to surface late (the memory check's [estimate] errors, the model build, the first
+// forward) or with a truncated number is a [config] error of the config itself, naming the keys
+// (docs/faults.md, issue 29).
+TEST(Config, LayoutErrorsNameTheKeysBeforeAnythingRuns) {
+  expect_message(yaml_error(kMinimal, {"model.n_kv_heads=1", "parallelism.tensor_parallel_degree=2"}),
+                 {"model.n_heads=", "model.n_kv_heads=1 with parallelism.tensor_parallel_degree=2: "
+                  "Llama: n_kv_heads=1 is smaller than the tensor-parallel degree 2"});
+  expect_message(yaml_error(kMinimal, {"model.n_heads=6", "model.n_kv_heads=6", "model.dim=96",
+                                       "parallelism.tensor_parallel_degree=4"}),
+                 {"model.n_heads=6, model.n_kv_heads=6 with parallelism.tensor_parallel_degree=4: "
+                  "Llama: n_heads=6 is not divisible by the tensor-parallel degree 4"});
+  expect_message(yaml_error(kMinimal, {"data.seq_len=127", "parallelism.tensor_parallel_degree=2",
+                                       "parallelism.enable_sequence_parallel=true"}),
+                 {"data.seq_len=127 with parallelism.enable_sequence_parallel=true and "
+                  "tensor_parallel_degree=2", "divisible by 2 (such as 126)"});
+  expect_message(yaml_error(kMinimal, {"model.architecture=qwen3_moe", "model.num_experts=3",
+                                       "model.num_experts_per_tok=1",
+                                       "parallelism.expert_parallel_degree=2"}),
+                 {"model.num_experts=3 with parallelism.expert_parallel_degree=2: "
+                  "Qwen3MoeConfig.num_experts=3 is not divisible by the expert-parallel degree 2"});
+  expect_message(yaml_error(kMinimal, {"parallelism.pipeline_parallel_degree=99999999999"}),
+                 {"parallelism.pipeline_parallel_degree=99999999999: expected a number of ranks, "
+                  "at most 1048576"});
+  expect_message(yaml_error(kMinimal, {"parallelism.tensor_parallel_degree=4294967298"}),
+                 {"parallelism.tensor_parallel_degree=4294967298"});
+  // A world it cannot fill names the degree as given, not narrowed to an int.
+  expect_message(error_of([&] {
+                   parallel_dims(parse(kMinimal, {"parallelism.pipeline_parallel_degree=3"}), 2);
+                 }),
+                 {"parallelism.pipeline_parallel_degree=3 x", "cannot fill 2 ranks"});
+  // Layouts that fit are accepted.
+  EXPECT_NO_THROW(parse(kMinimal, {"parallelism.tensor_parallel_degree=2",
+                                   "parallelism.enable_sequence_parallel=true"}));
+  EXPECT_NO_THROW(parse(kMinimal, {"model.architecture=qwen3_moe", "model.num_experts=4",
+                                   "model.num_experts_per_tok=2",
+                                   "parallelism.expert_parallel_degree=2"}));
+  // profile_steps: the item that is wrong, and steps the run never reaches.
+  expect_message(yaml_error(kMinimal, {"training.profile_steps=[3-1]"}),
+                 {"training.profile_steps has '3-1' (override 'training.profile_steps=[3-1]')",
+                  "a range runs upwards, such as 1-3"});
+  expect_message(yaml_error(kMinimal, {"training.profile_steps=[2,500]"}),
+                 {"training.profile_steps has 500, beyond training.max_steps=10: that step never "
+                  "runs"});
+}
+
+// distillation: keys set without distillation.teacher do nothing: the config names them.
+TEST(Config, DistillationKeysWithoutATeacherAreUnused) {
+  EXPECT_TRUE(parse(kMinimal).unused_keys().empty());
+  const auto unused =
+      parse(kMinimal, {"distillation.kd_ratio=0.9", "distillation.top_k=5"}).unused_keys();
+  EXPECT_EQ(unused, (std::vector<std::string>{"distillation.kd_ratio=0.9", "distillation.top_k=5"}));
+  EXPECT_TRUE(parse(kMinimal, {"distillation.teacher=somewhere", "distillation.kd_ratio=0.9"})
+                  .unused_keys()
+                  .empty());
 }

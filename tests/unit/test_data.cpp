@@ -4,17 +4,23 @@
 
 #include <torch/torch.h>
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/data/sampler.h"
 #include "fsdpp/data/token_dataset.h"
+#include "fsdpp/data/hf_tokenizer.h"
 #include "fsdpp/data/tokenizer.h"
+#include "fsdpp/data/tokenizer_files.h"
+#include "fsdpp/data/tokenizer_identity.h"
 
 using namespace fsdpp::data;
 using fsdpp::ConfigError;
@@ -426,4 +432,68 @@ TEST_F(DataTest, SliceSpeed) {
   const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
   std::printf("slice of 65 tokens: %.3f us (checksum %lld)\n", us, static_cast<long long>(sum));
   EXPECT_LT(us, 50.0);  // a batch of 32 windows under 2 ms even on a loaded machine
+}
+
+// Tokenizer identity (tokenizer_identity.h): a SentencePiece model is not the byte tokenizer
+// whatever their vocabulary sizes; the same model is itself in memory, in a checkpoint's files
+// and in a Hugging Face directory; a tokenizer.json matches the student it was exported from,
+// whichever spelling of merges it uses, and no other.
+TEST_F(DataTest, TokenizerIdentityTellsKindAndContentApart) {
+  auto text = write("corpus.txt", corpus(400));
+  const auto prefix = (dir_ / "spm").string();
+  // (This corpus holds too few pieces for 256; faults.third_pass_jobs trains a 256-piece one
+  // against the byte tokenizer.)
+  SentencePieceTokenizer::train(text.string(), prefix, 150);
+  SentencePieceTokenizer spm(prefix + ".model");
+  ByteTokenizer bytes;
+  EXPECT_EQ(identity_of(bytes).describe(), "byte");
+  EXPECT_EQ(identity_of(spm).kind, "sentencepiece");
+  EXPECT_EQ(identity_of(spm).digest.size(), 16u);
+  EXPECT_EQ(identity_of(spm).describe(), "sentencepiece (model " + identity_of(spm).digest + ")");
+
+  // Written as a checkpoint carries it.
+  auto save = [&](const fs::path& d, const std::map<std::string, std::string>& files) {
+    fs::create_directories(d);
+    for (const auto& [name, bytes_of] : files) std::ofstream(d / name, std::ios::binary) << bytes_of;
+  };
+  save(dir_ / "ck_spm", tokenizer_files(spm));
+  save(dir_ / "ck_byte", tokenizer_files(bytes));
+  const auto from_spm = read_tokenizer_identity(dir_ / "ck_spm");
+  const auto from_byte = read_tokenizer_identity(dir_ / "ck_byte");
+  ASSERT_TRUE(from_spm && from_byte);
+  EXPECT_TRUE(same_tokenizer(*from_spm, spm));
+  EXPECT_FALSE(same_tokenizer(*from_spm, bytes));
+  EXPECT_TRUE(same_tokenizer(*from_byte, bytes));
+  EXPECT_FALSE(same_tokenizer(*from_byte, spm));
+  EXPECT_EQ(from_spm->where, (dir_ / "ck_spm" / kTokenizerFile).string());
+  EXPECT_FALSE(read_tokenizer_identity(dir_ / "nothing").has_value());
+
+  // A Hugging Face directory with tokenizer.json only (what export-hf writes, less fsdpp's file).
+  auto hf = hf_tokenizer_files(bytes, 32);
+  save(dir_ / "hf_byte", {{"tokenizer.json", hf.at("tokenizer.json")}});
+  const auto from_hf = read_tokenizer_identity(dir_ / "hf_byte");
+  ASSERT_TRUE(from_hf);
+  EXPECT_EQ(from_hf->kind, "tokenizer.json");
+  EXPECT_TRUE(same_tokenizer(*from_hf, bytes));
+  EXPECT_FALSE(same_tokenizer(*from_hf, spm));
+  // The tokenizers library's older spelling of merges ("a b" for ["a", "b"], which fsdpp
+  // writes) is the same tokenizer.
+  auto spm_hf = nlohmann::json::parse(hf_tokenizer_files(spm, 32).at("tokenizer.json"));
+  ASSERT_FALSE(spm_hf["model"]["merges"].empty());
+  for (auto& m : spm_hf["model"]["merges"]) {
+    ASSERT_TRUE(m.is_array()) << m.dump();
+    m = m[0].get<std::string>() + " " + m[1].get<std::string>();
+  }
+  save(dir_ / "hf_spm", {{"tokenizer.json", spm_hf.dump()}});
+  const auto from_hf_spm = read_tokenizer_identity(dir_ / "hf_spm");
+  ASSERT_TRUE(from_hf_spm);
+  EXPECT_TRUE(same_tokenizer(*from_hf_spm, spm));
+  EXPECT_FALSE(same_tokenizer(*from_hf_spm, bytes));
+  // One vocabulary entry changed: another tokenizer.
+  spm_hf["model"]["vocab"]["zzz"] = 9999;
+  save(dir_ / "hf_other", {{"tokenizer.json", spm_hf.dump()}});
+  EXPECT_FALSE(same_tokenizer(*read_tokenizer_identity(dir_ / "hf_other"), spm));
+  save(dir_ / "hf_bad", {{"tokenizer.json", "{not json"}});
+  const auto e = error_of([&] { (void)read_tokenizer_identity(dir_ / "hf_bad"); });
+  EXPECT_NE(e.find("hf_bad/tokenizer.json' is not valid JSON"), std::string::npos) << e;
 }

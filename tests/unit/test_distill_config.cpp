@@ -115,3 +115,70 @@ TEST(DistillConfig, BadValuesNameTheKey) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(DistillConfig, OnPolicyOfflineAndLayerKeys) {
+  const auto cfg = TrainConfig::from_yaml_string(
+      kYaml + "  lmbda: 0.5\n  seq_kd: true\n  max_new_tokens: 16\n  generation_temperature: 0.9\n"
+              "  teacher_cache: runs/cache\n  layer_map: [0:0, 1:2]\n  layer_loss: mse\n"
+              "  layer_loss_weight: 0.25\n  loss_chunk_tokens: 512\n  layer_projection: linear\n",
+      {"data.train_fraction=0.1"});
+  const auto& d = cfg.distillation;
+  EXPECT_EQ(d.lmbda, 0.5);
+  EXPECT_TRUE(d.seq_kd);
+  EXPECT_EQ(d.max_new_tokens, 16);
+  EXPECT_EQ(d.generation_temperature, 0.9);
+  EXPECT_EQ(d.teacher_cache, "runs/cache");
+  EXPECT_EQ(d.layer_map, (std::vector<std::string>{"0:0", "1:2"}));
+  EXPECT_EQ(d.layer_loss, fsdpp::train::LayerLossType::MSE);
+  EXPECT_EQ(d.layer_loss_weight, 0.25);
+  EXPECT_EQ(d.layer_projection, fsdpp::train::LayerProjection::LINEAR);
+  EXPECT_EQ(TrainConfig::from_yaml_string(kYaml).distillation.layer_projection,
+            fsdpp::train::LayerProjection::AUTO);  // the default
+  EXPECT_EQ(TrainConfig::from_yaml_string(kYaml, {"distillation.layer_projection=none"})
+                .distillation.layer_projection,
+            fsdpp::train::LayerProjection::NONE);
+  EXPECT_EQ(d.loss_chunk_tokens, 512);
+  EXPECT_EQ(cfg.data.train_fraction, 0.1);
+  EXPECT_TRUE(d.live_teacher());  // samples and hidden states need it beside the cache
+  const auto again = TrainConfig::from_yaml_string(cfg.to_yaml());
+  EXPECT_EQ(again.to_yaml(), cfg.to_yaml());
+  EXPECT_EQ(fsdpp::train::parse_layer_map(d.layer_map),
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {1, 2}}));
+  EXPECT_TRUE(fsdpp::train::parse_layer_map({"auto"}).empty());
+  // A cache alone: enabled, no live teacher.
+  const auto cache_only = TrainConfig::from_yaml_string(
+      "data:\n  path: c.txt\ntraining:\n  max_steps: 1\ndistillation:\n  teacher_cache: d\n");
+  EXPECT_TRUE(cache_only.distillation.enabled());
+  EXPECT_FALSE(cache_only.distillation.live_teacher());
+}
+
+TEST(DistillConfig, BadOnPolicyOfflineAndLayerValuesNameTheKey) {
+  auto bad = [](const std::vector<std::string>& o) {
+    return error_of([&] { TrainConfig::from_yaml_string(kYaml, o); });
+  };
+  EXPECT_NE(bad({"distillation.lmbda=1.5"}).find("distillation.lmbda=1.5: expected a number in [0, 1]"),
+            std::string::npos);
+  EXPECT_NE(bad({"distillation.lmbda=0.5", "distillation.max_new_tokens=0"})
+                .find("distillation.max_new_tokens=0: expected 1 .. data.seq_len=128"),
+            std::string::npos);
+  EXPECT_NE(bad({"distillation.generation_temperature=0"})
+                .find("distillation.generation_temperature=0: expected a finite number > 0"),
+            std::string::npos);
+  EXPECT_NE(bad({"distillation.layer_map=[0-1]"}).find("distillation.layer_map holds '0-1'"),
+            std::string::npos);
+  EXPECT_NE(bad({"distillation.layer_map=[0:1, 0:2]"}).find("holds '0:2'"), std::string::npos);
+  EXPECT_NE(bad({"distillation.layer_map=[auto, 0:1]"}).find("holds 'auto'"), std::string::npos);
+  EXPECT_NE(bad({"distillation.layer_loss=l1"}).find("cosine, mse"), std::string::npos);
+  const auto projection = bad({"distillation.layer_projection=mlp"});
+  EXPECT_NE(projection.find("distillation.layer_projection"), std::string::npos) << projection;
+  EXPECT_NE(projection.find("auto, linear, none"), std::string::npos) << projection;
+  EXPECT_NE(bad({"distillation.teacher=", "distillation.teacher_cache=c", "distillation.seq_kd=true"})
+                .find("distillation.teacher_cache without distillation.teacher"),
+            std::string::npos);
+  EXPECT_NE(bad({"data.train_fraction=0"}).find("data.train_fraction=0: expected 0 < train_fraction <= 1"),
+            std::string::npos);
+}
+
+}  // namespace

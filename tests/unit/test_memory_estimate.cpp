@@ -288,6 +288,52 @@ TEST(MemoryEstimate, BudgetPicksTheFastestThatFits) {
   EXPECT_EQ(fsdpp::recommend(model, o, gib).chosen, -1);
 }
 
+// Deferred initialisation: no rank builds the model whole, so the 70 B model's peak on 16 GPUs is
+// the step's; built whole, every rank needs the whole model in fp32 first, whatever the world size.
+TEST(MemoryEstimate, DeferredInitHasNoBuildingPeak) {
+  fsdpp::DecoderShape shape{128256, 8192, 80, 64, 8, 28672, false, 8192};  // Llama-3 70B
+  const auto model = fsdpp::describe_decoder(shape);
+  EXPECT_NEAR(model.num_params() / 1e9, 70.55, 0.01);
+  fsdpp::EstimateOptions o;
+  o.batch = 1;
+  o.seq_len = 4096;
+  o.param_dtype = o.reduce_dtype = fsdpp::EstimateDType::BF16;
+  o.activation_checkpointing = true;
+  o.device_is_gpu = true;
+  o.runtime_baseline_bytes = 0;
+  const double gib = 1ll << 30;
+  for (int n : {8, 16}) {
+    o.world_size = n;
+    o.deferred_init = false;
+    const auto whole = fsdpp::estimate_memory(model, o);
+    EXPECT_EQ(whole.peak_at, "building the model") << n;
+    EXPECT_GT(whole.total, 4 * model.num_params());
+    o.deferred_init = true;
+    const auto deferred = fsdpp::estimate_memory(model, o);
+    EXPECT_EQ(deferred.peak_at.find("building"), std::string::npos) << deferred.peak_at;
+    EXPECT_EQ(deferred.peak_at.find("initialising"), std::string::npos) << deferred.peak_at;
+    // Model states (16 bytes per parameter over N: fp32 master shards and gradient shards, AdamW's
+    // two moments) and the step's transients (gathered units, activations, a unit's gradients).
+    EXPECT_NEAR(deferred.model_states, 16.0 * model.num_params() / n, 0.001 * deferred.model_states);
+    EXPECT_GT(deferred.total, deferred.model_states);
+    EXPECT_LT(deferred.total - deferred.model_states, 20 * gib) << n;
+    // Built whole, every rank holds the fp32 model (4 bytes per parameter) besides what the step
+    // needs; deferred, 2 bytes per parameter of model states at N = 8, 1 at N = 16.
+    EXPECT_LT(deferred.total, whole.total / (n == 8 ? 1.5 : 3)) << n;
+  }
+  // --budget names where each candidate peaks, the model's build where that is the peak (with
+  // CPU offload the fp32 model is built in host memory, not on the GPU).
+  o.world_size = 16;
+  o.deferred_init = false;
+  const auto r = fsdpp::recommend(model, o, static_cast<int64_t>(80 * gib));
+  int building = 0;
+  for (const auto& c : r.candidates) {
+    EXPECT_NE(c.why.find(c.estimate.peak_at), std::string::npos) << c.why;
+    building += c.estimate.peak_at == "building the model";
+  }
+  EXPECT_GE(building, 1);  // FULL_SHARD: the build is above its step
+}
+
 TEST(MemoryEstimate, CheckpointingAndOffloadShrinkTheDevicePart) {
   fsdpp::DecoderShape shape{32000, 2048, 16, 16, 16, 5632, false};
   const auto model = fsdpp::describe_decoder(shape);
@@ -299,7 +345,7 @@ TEST(MemoryEstimate, CheckpointingAndOffloadShrinkTheDevicePart) {
   const auto plain = fsdpp::estimate_memory(model, o);
   o.activation_checkpointing = true;
   const auto ckpt = fsdpp::estimate_memory(model, o);
-  EXPECT_LT(ckpt.activations, plain.activations / 4);
+  EXPECT_LT(ckpt.activations, plain.activations / 3);  // a quarter with the GPU's fused RMSNorm
   o.cpu_offload = true;
   const auto off = fsdpp::estimate_memory(model, o);
   EXPECT_EQ(off.parameters, 0);

@@ -1,10 +1,15 @@
 // Pipeline schedules as action lists (docs/pipeline.md): every generator verifies for p in {2, 4}
 // and m in {1, p, 2p, odd}; the verifier names rank, action and microbatch of a broken schedule;
-// CSV round trip; the simulated bubble against (p-1)/(m+p-1); activations in flight.
+// CSV round trip; the simulated bubble against (p-1)/(m+p-1); activations in flight; the
+// runtime's stall check on positions in a store.
 
 #include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <optional>
+#include <thread>
 #include <cmath>
 #include <iostream>
 #include <set>
@@ -19,6 +24,7 @@
 #include "fsdpp/pipeline/schedule_traits.h"
 #include "fsdpp/pipeline/schedules.h"
 #include "fsdpp/pipeline/simulate.h"
+#include "fsdpp/pipeline/stall_check.h"
 #include "fsdpp/pipeline/verify.h"
 
 namespace pp = fsdpp::pipeline;
@@ -537,4 +543,77 @@ TEST(PipelineSchedule, PrintsBubbleTableAndTimelines) {
     std::cout << name << " p=4 m=8 (F=1, B=2, I=W=1), bubble " << sim.bubble_fraction << "\n"
               << picture << "\n";
   }
+}
+
+namespace {
+
+// Polls `check` as a rank stuck since a second ago would, for up to 3 s of reads (each finding
+// is returned once it has been read twice, 250 ms apart).
+std::optional<std::string> finding_of(pp::StallCheck& check, int64_t step, size_t index) {
+  const auto since = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < until) {
+    if (auto f = check.waiting(step, index, since)) return f;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+// The runtime's stall check (stall_check.h) on positions in a store: a recv whose SEND the peer
+// has gone past is "sent and never delivered" (ZBVZeroBubble's hang, before the comm queue's
+// fix); ranks waiting on each other are a cycle; a peer that has published nothing (busy) gives
+// no finding. Each names the schedule, the step and both ranks' actions.
+TEST(PipelineStallCheck, NamesAMessageSentAndNotDeliveredAndACycle) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const auto s = pp::make_schedule("1F1B", 2, 2);
+  const size_t recv = index_of(s, 1, {1, ActionKind::RECV_F, 0});
+  const size_t send = index_of(s, 0, {0, ActionKind::SEND_F, 0});
+  pp::StallCheck rank1(s, 1, store, "sent", std::chrono::milliseconds(0));
+  // Rank 0 has published nothing: busy, not stuck.
+  const auto busy = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(rank1.waiting(1, recv, busy), std::nullopt);
+    std::this_thread::sleep_for(std::chrono::milliseconds(260));
+  }
+  const std::string past = fmt::format("1 {}", send + 2);
+  store->set("sent/0", std::vector<uint8_t>(past.begin(), past.end()));
+  const auto sent = finding_of(rank1, 1, recv);
+  ASSERT_TRUE(sent.has_value());
+  EXPECT_NE(sent->find("schedule '1F1B' (2 ranks, 2 stages, 2 microbatches) is stuck in step 1"),
+            std::string::npos) << *sent;
+  EXPECT_NE(sent->find(fmt::format("rank 1 waits at action {} (RECV_F stage 1 microbatch 0)", recv)),
+            std::string::npos) << *sent;
+  EXPECT_NE(sent->find(fmt::format("the message that rank 0 sent at its action {} (SEND_F stage 0 "
+                                   "microbatch 0)", send)),
+            std::string::npos) << *sent;
+  EXPECT_NE(sent->find("lost or held it"), std::string::npos) << *sent;
+  rank1.done();
+
+  // Rank 0 waits for a gradient before it sends the activation rank 1 waits for: a cycle that
+  // verify() refuses, built by hand.
+  pp::PipelineSchedule c = s;
+  c.name = "hand-made";
+  c.num_microbatches = 1;
+  c.actions = {{{0, ActionKind::F, 0}, {0, ActionKind::RECV_B, 0}, {0, ActionKind::SEND_F, 0},
+                {0, ActionKind::B, 0}},
+               {{1, ActionKind::RECV_F, 0}, {1, ActionKind::F, 0}, {1, ActionKind::B, 0},
+                {1, ActionKind::SEND_B, 0}}};
+  ASSERT_TRUE(pp::find_problem(c).has_value());
+  pp::StallCheck a(c, 0, store, "cycle", std::chrono::milliseconds(0));
+  pp::StallCheck b(c, 1, store, "cycle", std::chrono::milliseconds(0));
+  const auto since = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  EXPECT_EQ(b.waiting(1, 0, since), std::nullopt);  // publishes rank 1's position
+  const auto cycle = finding_of(a, 1, 1);
+  ASSERT_TRUE(cycle.has_value());
+  EXPECT_NE(cycle->find("schedule 'hand-made'"), std::string::npos) << *cycle;
+  EXPECT_NE(cycle->find("the ranks wait for each other in a cycle: rank 0 waits at action 1 "
+                        "(RECV_B stage 0 microbatch 0)"),
+            std::string::npos) << *cycle;
+  EXPECT_NE(cycle->find("for rank 1's action 3 (SEND_B stage 1 microbatch 0), and rank 1 waits "
+                        "at action 0 (RECV_F stage 1 microbatch 0)"),
+            std::string::npos) << *cycle;
+  EXPECT_NE(cycle->find("for rank 0's action 2 (SEND_F stage 0 microbatch 0)"), std::string::npos)
+      << *cycle;
 }

@@ -158,6 +158,32 @@ TEST_F(StateTest, ViewOutlivesFileAndNeverWritesTheFile) {
   EXPECT_TRUE(torch::equal(SafetensorsFile::open(file).get("w"), torch::arange(6, torch::kFloat)));
 }
 
+// read_rows reads the rows asked for (what a rank loading its shard of a model reads), for any
+// dtype and shape, a 0-dim tensor as one row; views of the same tensor are mapped apart (a write
+// to one is seen by neither the file nor the other); rows outside the tensor are refused.
+TEST_F(StateTest, ReadRowsAndViewsOfOneTensor) {
+  const fs::path file = dir_ / "rows.safetensors";
+  const auto w = torch::arange(5 * 3 * 2, torch::kFloat).view({5, 3, 2});
+  const auto h = torch::arange(7, torch::kInt16);
+  const auto s = torch::tensor(2.5, torch::kDouble);
+  save_safetensors(file, {{"w", w}, {"h", h}, {"s", s}});
+  const auto f = SafetensorsFile::open(file);
+  for (int64_t first = 0; first < 5; ++first) {
+    for (int64_t rows = 0; first + rows <= 5; ++rows) {
+      EXPECT_TRUE(torch::equal(f.read_rows("w", first, rows), w.narrow(0, first, rows))) << first << "+" << rows;
+    }
+  }
+  EXPECT_TRUE(torch::equal(f.read_rows("h", 6, 1), h.narrow(0, 6, 1)));
+  EXPECT_TRUE(torch::equal(f.read_rows("s", 0, 1), s.reshape({1})));
+  EXPECT_THROW(f.read_rows("w", 4, 2), CheckpointError);
+  EXPECT_THROW(f.read_rows("w", -1, 1), CheckpointError);
+  EXPECT_THROW(f.read_rows("nope", 0, 1), CheckpointError);
+  auto a = f.view("w"), b = f.view("w");
+  a.fill_(-1);
+  EXPECT_TRUE(torch::equal(b, w));
+  EXPECT_TRUE(torch::equal(f.get("w"), w));
+}
+
 TEST_F(StateTest, SaveRejectsDuplicatesAndLeavesNothing) {
   const fs::path file = dir_ / "dup.safetensors";
   try {

@@ -147,7 +147,8 @@ TEST(TrainerState, RefusesValuesNoSaveWrites) {
   }
 }
 
-// Version 3 records what the data position refers to; files without it still read.
+// Version 3 records what the data position refers to, version 4 the distillation teacher and
+// the digest of metrics.jsonl; files without them still read.
 TEST(TrainerState, SeedDataPathAndSeqLenRoundTrip) {
   TrainerState ts;
   ts.step = 4;
@@ -155,17 +156,23 @@ TEST(TrainerState, SeedDataPathAndSeqLenRoundTrip) {
   ts.seed = 1234567890123ULL;
   ts.data_path = "/data/corpus.txt";
   ts.seq_len = 64;
+  ts.teacher = "/runs/teacher/checkpoint-400";
+  ts.metrics_digest = "0123456789abcdef";
   const auto back = trainer_state_from_json(trainer_state_to_json(ts), "<test>");
   EXPECT_EQ(back.seed, ts.seed);
   EXPECT_EQ(back.data_path, ts.data_path);
   EXPECT_EQ(back.seq_len, ts.seq_len);
-  EXPECT_NE(trainer_state_to_json(ts).find("\"version\": 3"), std::string::npos);
+  EXPECT_EQ(back.teacher, ts.teacher);
+  EXPECT_EQ(back.metrics_digest, ts.metrics_digest);
+  EXPECT_NE(trainer_state_to_json(ts).find("\"version\": 4"), std::string::npos);
   const auto old = trainer_state_from_json(
       R"({"format": "fsdpp.trainer_state", "version": 2, "step": 10, "epoch": 0,
           "windows_consumed": 80, "world_size": 2})", "v2.json");
   EXPECT_FALSE(old.seed.has_value());
   EXPECT_FALSE(old.data_path.has_value());
   EXPECT_FALSE(old.seq_len.has_value());
+  EXPECT_FALSE(old.teacher.has_value());
+  EXPECT_FALSE(old.metrics_digest.has_value());
 }
 
 namespace {

@@ -2,6 +2,8 @@
 #include <torch/torch.h>
 
 #include "../support/thread_world.h"
+#include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/activation_checkpoint.h"
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/models/llama.h"
@@ -31,6 +33,34 @@ std::vector<std::string> names(torch::nn::Module& root) {
 TEST(WrapPolicy, ClassNamesDropNamespaceAndImpl) {
   models::TransformerBlock block(tiny());
   EXPECT_EQ(module_class_name(*block), "TransformerBlock");
+}
+
+// As users write a class: with or without "Impl", with or without the namespace; the policies
+// and activation checkpointing take every spelling, and a name that matches nothing lists the
+// classes the model has.
+TEST(WrapPolicy, ClassNamesAsUsersWriteThem) {
+  models::TransformerBlock block(tiny());
+  for (const char* name : {"TransformerBlock", "TransformerBlockImpl",
+                           "fsdpp::models::TransformerBlockImpl", "models::TransformerBlock"}) {
+    EXPECT_TRUE(module_class_is(*block, name)) << name;
+  }
+  EXPECT_FALSE(module_class_is(*block, "Transformer"));
+  EXPECT_FALSE(module_class_is(*block, "TransformerBlockImplImpl"));
+  models::Llama model(tiny());
+  EXPECT_EQ(apply_activation_checkpointing(*model, {"TransformerBlockImpl"}, 2),
+            (std::vector<std::string>{"layers.0"}));
+  try {
+    apply_activation_checkpointing(*model, {"Block"});
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("no module under 'Llama' has class Block"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Attention, Embedding, FeedForward, Linear, Llama, ModuleList, RMSNorm, "
+                       "TransformerBlock"),
+              std::string::npos)
+        << msg;
+  }
+  EXPECT_EQ(module_classes(*block).front(), "Attention");
 }
 
 TEST(WrapPolicy, TransformerLayersBecomeUnitsAndTrainingStillWorks) {

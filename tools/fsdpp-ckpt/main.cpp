@@ -130,13 +130,27 @@ int64_t parse_size(const std::string& s) {
   static const std::pair<const char*, int64_t> kUnits[] = {
       {"KiB", 1LL << 10}, {"MiB", 1LL << 20}, {"GiB", 1LL << 30}, {"KB", 1000},
       {"MB", 1000000},    {"GB", 1000000000}, {"B", 1}};
+  auto bad = [&] {
+    return fsdpp::ConfigError(fmt::format("[fsdpp-ckpt] --max-shard-size '{}': expected a whole "
+                                          "number of bytes >= 1, optionally with a unit (B, KB, "
+                                          "MB, GB, KiB, MiB, GiB) such as 5GB",
+                                          s));
+  };
   for (const auto& [unit, scale] : kUnits) {
     const std::string u(unit);
     if (s.size() > u.size() && s.compare(s.size() - u.size(), u.size(), u) == 0) {
-      return parse_count("--max-shard-size", s.substr(0, s.size() - u.size()), 1) * scale;
+      try {
+        return parse_count("--max-shard-size", s.substr(0, s.size() - u.size()), 1) * scale;
+      } catch (const fsdpp::ConfigError&) {
+        throw bad();  // the whole flag, not the part before the unit ('5X' of '5XB')
+      }
     }
   }
-  return parse_count("--max-shard-size", s, 1);
+  try {
+    return parse_count("--max-shard-size", s, 1);
+  } catch (const fsdpp::ConfigError&) {
+    throw bad();
+  }
 }
 }  // namespace
 

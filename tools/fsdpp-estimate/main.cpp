@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/dist/device.h"
 #include "fsdpp/estimate/llama_shape.h"
 #include "fsdpp/estimate/memory_estimate.h"
 #include "fsdpp/models/llama.h"
@@ -106,7 +107,12 @@ int main(int argc, char** argv) {
   std::string params_text;
   int64_t units = 0;
   app.add_option("--params", params_text, "a parameter count instead of a shape (7.5e9, 7.5B, 350M)");
-  app.add_option("--units", units, "with --params: FSDP units (default: --n-layers + 1, or 1)");
+  app.add_option("--units", units, "with --params: FSDP units (default: --n-layers + 1, or 1, with a warning)");
+  bool build_whole = false;
+  app.add_flag("--build-whole", build_whole,
+               "every rank builds the whole model in fp32 before sharding it (a model made without "
+               "deferred initialisation: model.deferred_init=off, or a user's built whole); default: "
+               "made without storage, each rank allocating only its shards");
   int64_t vocab = 0, dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, ffn_hidden = 0, multiple_of = 32,
           max_seq_len = 0;
   bool tie = false;
@@ -181,9 +187,16 @@ int main(int argc, char** argv) {
   app.add_flag("--backward-prefetch-post", backward_post, "BACKWARD_POST: prefetch after each unit's backward");
   app.add_option("--limit-all-gathers", limit_all_gathers, "most prefetched gathers in flight (default 2; 0: no bound)");
   app.add_option("--optimizer", optimizer, "adamw (default) | adam | sgd | sgd_momentum");
+  bool optimizer_on_disk = false;
+  app.add_flag("--optimizer-state-on-disk", optimizer_on_disk,
+               "the optimizer state in memory-mapped files, one parameter's in memory at a time "
+               "(fsdp_offload_optimizer_state_dir)");
   app.add_option("--runtime-baseline-mb", runtime_mb,
                  "the runtime's own memory per rank in MiB (default: measured by fsdpp-bench baseline)");
   app.add_option("--budget", budget_gb, "memory per rank in GiB: recommend the fastest configuration that fits");
+  bool budget_gpu = false;
+  app.add_flag("--budget-gpu", budget_gpu,
+               "the budget is this machine's first GPU's memory (cudaMemGetInfo's total); implies --device cuda");
   int64_t mmap_threshold = -1;
   app.add_option("--mmap-threshold", mmap_threshold,
                  "CPU: glibc's mmap threshold in bytes, fixed as MALLOC_MMAP_THRESHOLD_ sets it (default: "
@@ -243,6 +256,8 @@ int main(int argc, char** argv) {
       o.pipeline = co.pipeline;  // flags below override it
       o.teacher = co.teacher;
       if (!ce.skip.empty()) notes.push_back("fsdpp-train skips its memory check for this config: " + ce.skip);
+      build_whole = build_whole || !co.deferred_init;
+      optimizer_on_disk = optimizer_on_disk || co.optimizer_state_on_disk;
       sequence_parallel = sequence_parallel || co.sequence_parallel;
       notes.insert(notes.end(), ce.notes.begin(), ce.notes.end());
     }
@@ -316,6 +331,14 @@ int main(int argc, char** argv) {
                      "[estimate] no model: give a trainer config, a Llama shape (--dim --n-layers --n-heads "
                      "--vocab-size) or --params");
       const int64_t p = parse_count(params_text);
+      if (units <= 0 && n_layers <= 0) {
+        std::fprintf(stderr,
+                     "fsdpp-estimate: warning: --params without --units takes the model as one FSDP "
+                     "unit, gathered whole at once: the 'unsharded units' and the peak are then the "
+                     "whole model's. Give --units (a Llama of L blocks has L + 1: the blocks and the "
+                     "root) or --n-layers\n");
+        notes.push_back("one FSDP unit: --params without --units (the whole model gathered at once)");
+      }
       if (units <= 0) units = n_layers > 0 ? n_layers + 1 : 1;
       model = fsdpp::describe_parameter_count(p, units);
       model_line = fmt::format("{:.4g} parameters in {} equal unit(s); activations not estimated (no shape)",
@@ -326,11 +349,25 @@ int main(int argc, char** argv) {
     }
     if (!param_dtype.empty()) o.param_dtype = fsdpp::parse_estimate_dtype(param_dtype);
     if (!reduce_dtype.empty()) o.reduce_dtype = fsdpp::parse_estimate_dtype(reduce_dtype);
+    if (budget_gpu) {
+      // The device's memory through c10's allocator interface (cudaMemGetInfo), not a datasheet.
+      FSDPP_CHECK_AS(ConfigError, fsdpp::dist::cuda_device_count() > 0,
+                     "[estimate] --budget-gpu needs a visible CUDA device, and this process sees none; "
+                     "give --budget GB for the GPU you plan for");
+      const auto m = fsdpp::dist::device_memory(c10::Device(c10::kCUDA, 0));
+      budget_gb = static_cast<double>(m.total) / (1ll << 30);
+      device = "cuda";
+      notes.push_back(fmt::format("budget: cuda:0's {:.2f} GiB (cudaMemGetInfo; {:.2f} GiB free now)",
+                                  budget_gb, static_cast<double>(m.free) / (1ll << 30)));
+    }
     FSDPP_CHECK_AS(ConfigError, device == "cpu" || device == "cuda",
                    "[estimate] --device '{}' is not known; expected cpu or cuda", device);
     o.device_is_gpu = device == "cuda";
     o.activation_checkpointing = ckpt;
     o.cpu_offload = offload;
+    o.deferred_init = !build_whole;
+    o.optimizer_state_on_disk = optimizer_on_disk;
+    if (build_whole) notes.push_back("the model built whole in fp32 on every rank before it is sharded (--build-whole)");
     o.batch = batch > 0 ? batch : 1;
     o.seq_len = seq_len > 0 ? seq_len : 1;
     if (forward_prefetch >= 0) o.forward_prefetch = forward_prefetch;

@@ -2,15 +2,18 @@
 //   fsdpp-generate runs/default/checkpoint-400 --prompt "Q: " --max-new-tokens 200
 //   echo "Q: " | fsdpp-run --nproc-per-node 2 fsdpp-generate runs/default/checkpoint-400 --temperature 0
 // CHECKPOINT is an fsdpp checkpoint of any layout (its tokenizer travels with it) or a Hugging
-// Face directory (config.json + safetensors). Under fsdpp-run every rank loads its shard
-// (FULL_SHARD, one unit per block) and rank 0 prints. Flags take generate()'s names.
+// Face directory (config.json + safetensors), of a Llama or a Qwen3-MoE. Under fsdpp-run every
+// rank loads its shard (FULL_SHARD, one unit per decoder layer) and rank 0 prints. Flags take
+// generate()'s names.
 #include <CLI/CLI.hpp>
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -19,11 +22,17 @@
 #include "fsdpp/data/printable_text.h"
 #include "fsdpp/data/tokenizer.h"
 #include "fsdpp/data/tokenizer_files.h"
+#include "fsdpp/dist/agree.h"
 #include "fsdpp/dist/world.h"
+#include "fsdpp/fsdp/deferred_init.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/wrap_policy.h"
+#include "fsdpp/models/causal_lm.h"
+#include "fsdpp/models/hf_checkpoint.h"
 #include "fsdpp/models/hf_llama.h"
+#include "fsdpp/models/hf_qwen3_moe.h"
 #include "fsdpp/models/llama.h"
+#include "fsdpp/models/qwen3_moe.h"
 #include "fsdpp/state/state_dict.h"
 
 namespace fs = std::filesystem;
@@ -37,13 +46,16 @@ std::string read_file(const fs::path& p) {
 }
 
 struct Loaded {
-  fsdpp::models::Llama model{nullptr};
+  std::unique_ptr<fsdpp::models::CausalLM> model;
   std::unique_ptr<fsdpp::data::Tokenizer> tokenizer;
 };
 
-// The model built whole on every rank, loaded (a Hugging Face directory before sharding, an
-// fsdpp checkpoint after: it reshards on load), then sharded over the world.
+// The model of the architecture its files name (a Llama or a Qwen3-MoE, hf_checkpoint.h), made
+// without storage, sharded over the world one unit per decoder layer, then each rank's rows read
+// from the checkpoint (any layout: it reshards on load) or the Hugging Face files: no rank holds
+// the whole model (fsdpp/fsdp/deferred_init.h).
 Loaded load(const fs::path& dir, const std::string& tokenizer_flag, fsdpp::dist::World& world) {
+  namespace models = fsdpp::models;
   FSDPP_CHECK_AS(ConfigError, fs::is_directory(dir),
                  "[generate] '{}' is not a directory; expected an fsdpp checkpoint "
                  "(checkpoint-<step>) or a Hugging Face model directory",
@@ -55,29 +67,42 @@ Loaded load(const fs::path& dir, const std::string& tokenizer_flag, fsdpp::dist:
                  "[generate] '{}' has neither index.json (an fsdpp checkpoint) nor config.json "
                  "(a Hugging Face model)",
                  dir.string());
-  std::optional<fsdpp::models::HfLlama> hf_model;
-  fsdpp::models::LlamaConfig cfg;
-  if (fsdpp_ckpt) {
-    FSDPP_CHECK_AS(ConfigError, fs::exists(dir / "model_config.json"),
-                   "[generate] '{}' has no model_config.json (saved by fsdpp-train and "
-                   "fsdpp-ckpt import-hf); cannot tell the model's shape",
-                   dir.string());
-    cfg = fsdpp::models::llama_config_from_json(read_file(dir / "model_config.json"),
-                                                (dir / "model_config.json").string());
+  const fs::path config = dir / (fsdpp_ckpt ? "model_config.json" : "config.json");
+  FSDPP_CHECK_AS(ConfigError, fs::exists(config),
+                 "[generate] '{}' has no model_config.json (saved by fsdpp-train and "
+                 "fsdpp-ckpt import-hf); cannot tell the model's shape",
+                 dir.string());
+  const std::string text = read_file(config);
+  const auto arch = fsdpp_ckpt ? models::architecture_of_model_config(text, config.string())
+                               : models::architecture_of_hf_config(text, config.string());
+  // Reads this rank's rows of the Hugging Face files into the sharded model.
+  std::function<void(torch::nn::Module&)> load_hf_rows;
+  const char* layer = "TransformerBlock";
+  if (arch == models::Architecture::kQwen3Moe) {
+    const auto cfg = models::qwen3_moe_config_from_hf(text, config.string());
+    out.model = models::causal_lm(models::Qwen3Moe(cfg, at::kMeta));
+    layer = "Qwen3MoeDecoderLayer";
+    load_hf_rows = [&dir, cfg](torch::nn::Module& m) { models::load_hf_qwen3_moe_rows(dir, cfg, {&m}); };
   } else {
-    hf_model = fsdpp::models::load_hf_llama(dir);
-    cfg = hf_model->config;
+    const auto cfg = fsdpp_ckpt ? models::llama_config_from_json(text, config.string())
+                                : models::llama_config_from_hf(text, config.string());
+    out.model = models::causal_lm(models::Llama(cfg, at::kMeta));
+    load_hf_rows = [&dir, cfg](torch::nn::Module& m) { models::load_hf_llama_rows(dir, cfg, {&m}); };
   }
-  out.model = fsdpp::models::Llama(cfg);
-  if (hf_model) fsdpp::models::load_named_tensors(*out.model, hf_model->tensors);
+  auto& module = out.model->module();
   fsdpp::FullyShardOptions fo;
   fo.mesh = world.mesh();
-  fsdpp::apply_fully_shard(*out.model, fsdpp::transformer_layer_policy({"TransformerBlock"}), fo);
-  if (fsdpp_ckpt) {
+  fsdpp::apply_fully_shard(module, fsdpp::transformer_layer_policy({layer}), fo);
+  fsdpp::to_empty(module, at::kCPU);
+  if (!fsdpp_ckpt) {
+    fsdpp::dist::agree_on_failure(*world.group(), "loading the Hugging Face weights",
+                                  [&] { load_hf_rows(module); });
+  } else {
     fsdpp::state::LoadOptions lo;
-    lo.skip_buffer = [](const std::string& n) { return fsdpp::models::is_non_persistent_buffer(n); };
-    fsdpp::state::load_state_dict(dir, *out.model, nullptr, world.group(), lo);
+    lo.skip_buffer = [](const std::string& n) { return models::is_non_persistent_buffer(n); };
+    fsdpp::state::load_state_dict(dir, module, nullptr, world.group(), lo);
   }
+  const int64_t vocab = out.model->vocab_size();
   if (!tokenizer_flag.empty()) {
     out.tokenizer = fsdpp::data::make_tokenizer(tokenizer_flag);
   } else if (auto t = fsdpp::data::load_tokenizer(dir)) {
@@ -85,19 +110,39 @@ Loaded load(const fs::path& dir, const std::string& tokenizer_flag, fsdpp::dist:
   } else if (fs::exists(dir / fsdpp::data::kSentencePieceModelFile)) {
     out.tokenizer = std::make_unique<fsdpp::data::SentencePieceTokenizer>(
         (dir / fsdpp::data::kSentencePieceModelFile).string());
-  } else if (cfg.vocab_size == 256) {
+  } else if (vocab == 256) {
     out.tokenizer = std::make_unique<fsdpp::data::ByteTokenizer>();
   } else {
     FSDPP_THROW(ConfigError,
                 "[generate] '{}' holds no tokenizer (fsdpp_tokenizer.json or tokenizer.model) "
                 "and its vocabulary ({}) is not bytes; give --tokenizer byte or --tokenizer "
                 "PATH.model",
-                dir.string(), cfg.vocab_size);
+                dir.string(), vocab);
   }
-  FSDPP_CHECK_AS(ConfigError, out.tokenizer->vocab_size() <= cfg.vocab_size,
+  FSDPP_CHECK_AS(ConfigError, out.tokenizer->vocab_size() <= vocab,
                  "[generate] the tokenizer has {} tokens but the model only {}",
-                 out.tokenizer->vocab_size(), cfg.vocab_size);
+                 out.tokenizer->vocab_size(), vocab);
   return out;
+}
+
+// A flag's number with the range it accepts in words: "nan" is not a negative temperature, and
+// "0" is not "out of range [1e-09 - 1]".
+CLI::Validator number_in(const std::string& accepted, bool (*ok)(double)) {
+  return CLI::Validator(
+      [accepted, ok](std::string& text) -> std::string {
+        double v = 0;
+        size_t used = 0;
+        try {
+          v = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != text.size() || used == 0 || !std::isfinite(v) || !ok(v)) {
+          return "expected " + accepted + ", got '" + text + "'";
+        }
+        return "";
+      },
+      "");
 }
 
 }  // namespace
@@ -116,11 +161,14 @@ int main(int argc, char** argv) {
   app.add_option("--max-new-tokens", go.max_new_tokens, "tokens to generate")->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--temperature", go.temperature, "0: greedy")->capture_default_str()
-      ->check(CLI::Range(0.0, 100.0));
+      ->check(number_in("a finite number in [0, 100] (0: greedy)",
+                        [](double v) { return v >= 0 && v <= 100; }));
   app.add_option("--top-k", go.top_k, "sample from the k most likely tokens (0: all)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--top-p", go.top_p, "sample from the fewest tokens whose probability reaches p")
-      ->capture_default_str()->check(CLI::Range(1e-9, 1.0));
+      ->capture_default_str()
+      ->check(number_in("a probability in (0, 1] (1: every token)",
+                        [](double v) { return v > 0 && v <= 1; }));
   app.add_option("--seed", seed, "the sampling generator's seed (every rank uses it)")
       ->capture_default_str();
   app.add_option("--stop", stop, "stop once the generated text contains this");
@@ -175,7 +223,7 @@ int main(int argc, char** argv) {
           return loaded.tokenizer->decode(v).find(stop) != std::string::npos;
         };
       }
-      auto out = fsdpp::models::generate(loaded.model, prompt_ids, opts);
+      auto out = loaded.model->generate(prompt_ids, opts);
       auto tail = out.narrow(0, n_prompt, out.size(0) - n_prompt).to(torch::kInt).contiguous();
       std::vector<int32_t> v(tail.data_ptr<int32_t>(), tail.data_ptr<int32_t>() + tail.numel());
       std::string text = loaded.tokenizer->decode(v);

@@ -49,13 +49,17 @@ int main(int argc, char** argv) {
   int master_port = 0;
   std::string log_dir;
   bool no_prefix = false;
+  launch::PlacementFlags placement;
+  std::string rdzv_backend, rdzv_endpoint, rdzv_id;
 
   CLI::App app{
       "Starts --nproc-per-node copies of PROGRAM on this node with RANK, WORLD_SIZE, LOCAL_RANK, "
       "LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, FSDPP_TIMEOUT_S and "
       "FSDPP_RESTART_COUNT set, relays their output and stops all of them when one fails. With "
       "--nnodes > 1, run it on every node: the launchers meet at --master-addr:--master-port "
-      "first, and a failure on any node stops them all (docs/multi-node.md).\n",
+      "first, and a failure on any node stops them all (docs/multi-node.md). Under SLURM's srun "
+      "(one per node) and in a Kubeflow PyTorchJob, the flags not given come from the job's "
+      "environment (docs/slurm.md, docs/kubernetes.md).\n",
       "fsdpp-run"};
   // torchrun's spellings work too (--nproc_per_node=8, --master_addr, ...): the distillation
   // guide's launch commands run as written with fsdpp-run in torchrun's place.
@@ -85,8 +89,19 @@ int main(int argc, char** argv) {
                  "Port of rank 0's store (default on a single node: a free port)")
       ->type_name("PORT")
       ->check(kInteger);
+  app.add_option("--rdzv-backend,--rdzv_backend", rdzv_backend,
+                 "torchrun's: c10d (or static), the launchers' own TCPStore")
+      ->type_name("NAME");
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", rdzv_endpoint,
+                 "torchrun's: HOST[:PORT] of the store, as --master-addr/--master-port (port 29400 "
+                 "when left out)")
+      ->type_name("HOST:PORT");
+  app.add_option("--rdzv-id,--rdzv_id", rdzv_id, "torchrun's: the job's id; every node must give the same")
+      ->type_name("ID");
+  app.add_flag("--standalone", placement.standalone,
+               "torchrun's: one node on 127.0.0.1 with a free port; the environment is not read");
   app.add_option("--max-restarts,--max_restarts", config.max_restarts,
-                 "Restart all workers this many times after a failure (single node)")
+                 "Restart all workers (of every node) this many times after a failure")
       ->type_name("N")
       ->check(kInteger)
       ->capture_default_str();
@@ -147,11 +162,22 @@ int main(int argc, char** argv) {
                config.command.front());
     return launch::kExitUsage;
   }
-  if (app.count("--master-port") > 0) config.master_port = master_port;
   if (!log_dir.empty()) config.log_dir = log_dir;
   config.prefix_output = !no_prefix;
+  if (app.count("--nnodes") > 0) placement.nnodes = config.nnodes;
+  if (app.count("--node-rank") > 0) placement.node_rank = config.node_rank;
+  if (app.count("--nproc-per-node") > 0) placement.nproc_per_node = config.nproc_per_node;
+  if (app.count("--master-addr") > 0) placement.master_addr = config.master_addr;
+  if (app.count("--master-port") > 0) placement.master_port = master_port;
+  if (app.count("--rdzv-backend") > 0) placement.rdzv_backend = rdzv_backend;
+  if (app.count("--rdzv-endpoint") > 0) placement.rdzv_endpoint = rdzv_endpoint;
+  if (app.count("--rdzv-id") > 0) placement.rdzv_id = rdzv_id;
 
   try {
+    // One line on what the environment gave (SLURM's srun, Kubeflow), before anything starts.
+    const std::string detected =
+        launch::apply_placement(placement, fsdpp::process_environment(), config);
+    if (!detected.empty()) fmt::print(stderr, "[fsdpp-run] {}\n", detected);
     return launch::run(config);
   } catch (const launch::UsageError& e) {
     fmt::print(stderr, "{}\n", e.what());

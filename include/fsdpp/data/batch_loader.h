@@ -56,18 +56,25 @@ class BatchLoader {
 
   // (inputs, targets), each (batch_size, seq_len) int64: the sampler's next batch.
   std::pair<at::Tensor, at::Tensor> next();
+  // The same batch with where its windows start in the dataset (token offsets, one per row):
+  // what an offline teacher cache or a per-window seed is keyed by.
+  struct Batch {
+    at::Tensor inputs, targets;
+    std::vector<int64_t> starts;
+  };
+  Batch next_batch();
   // The sampler's state after the last batch next() returned.
   SamplerState state() const;
   const BatchLoaderOptions& options() const { return options_; }
 
  private:
   struct Made {
-    std::pair<at::Tensor, at::Tensor> batch;
+    Batch batch;
     SamplerState after;  // the sampler's state once this batch was planned
     std::exception_ptr error;
   };
   void work();
-  std::pair<at::Tensor, at::Tensor> load(const std::vector<int64_t>& starts) const;
+  Batch load(std::vector<int64_t> starts) const;
 
   DistributedSampler& sampler_;
   const BatchLoaderOptions options_;

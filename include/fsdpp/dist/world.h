@@ -11,6 +11,8 @@
 #include <vector>
 
 #include <c10/core/Device.h>
+// world->store() is handed to users (RuntimeOptions::store, AsyncSaver): a complete type for them.
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "fsdpp/dist/device_mesh.h"
 #include "fsdpp/dist/env.h"
@@ -19,7 +21,8 @@
 namespace fsdpp::dist {
 
 struct InitOptions {
-  // Empty: FSDPP_BACKEND if set ("gloo" or "nccl"), else NCCL when CUDA is available, else Gloo.
+  // Empty: FSDPP_BACKEND if set ("gloo" or "nccl"), else NCCL when the rank computes on a GPU
+  // (device()), else Gloo.
   std::optional<BackendKind> backend;
   // Empty: FSDPP_TIMEOUT_S if set, else 300 s.
   std::optional<std::chrono::milliseconds> timeout;
@@ -36,7 +39,8 @@ class World {
   int rank() const { return env_.rank; }
   int size() const { return env_.world_size; }
   BackendKind backend() const { return backend_; }
-  // cpu, or cuda:LOCAL_RANK under NCCL.
+  // Where this rank computes: FSDPP_DEVICE if set, else its LOCAL_RANK-th GPU when there are
+  // GPUs, else the CPU (dist/device.h's choose_device; docs/gpus.md).
   c10::Device device() const;
   const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
   const std::shared_ptr<ProcessGroup>& group() const { return group_; }

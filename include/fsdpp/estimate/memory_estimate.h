@@ -181,10 +181,21 @@ struct EstimateOptions {
   bool backward_prefetch_post = false;  // BACKWARD_POST: issued after the unit's backward
   int limit_all_gathers = 2;
   EstimateOptimizer optimizer = EstimateOptimizer::ADAMW;
+  // The optimizer's state in memory-mapped files (fsdpp/optim/disk_offload.h, fsdpp-train's
+  // fsdp_offload_optimizer_state_dir): a step updates one parameter at a time, its state mapped
+  // in for the update and dropped after it; none of it persists in the process.
+  bool optimizer_state_on_disk = false;
   // The logits stay referenced until the optimizer step (fsdpp-train and the bench keep the
   // forward's output while they call backward and step).
   bool keep_logits = true;
   int64_t runtime_baseline_bytes = kDefaultRuntimeBaselineBytes;
+  // Deferred initialisation (fsdpp/fsdp/deferred_init.h, fsdpp-train's model.deferred_init): the
+  // model made without storage, each rank allocating its shards and drawing (or reading) them in
+  // chunks of init_chunk_bytes. false: every rank builds the whole model in fp32 before
+  // fully_shard shards it (a model built whole: deferred_init off, or a user's) and that peak,
+  // "building the model", often exceeds the step's.
+  bool deferred_init = true;
+  int64_t init_chunk_bytes = int64_t{64} << 20;
   // CPU runs: glibc malloc's mmap threshold. 0: glibc's default, which starts at 128 KiB and
   // rises to the size of each mapping freed (heap fragmentation then adds to RSS, and the
   // estimate of it is a lower bound). > 0: fixed, as MALLOC_MMAP_THRESHOLD_=<bytes> (or

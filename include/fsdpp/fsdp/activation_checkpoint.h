@@ -37,8 +37,10 @@ std::vector<std::string> apply_activation_checkpointing(
     const std::function<bool(const std::string& name, torch::nn::Module& module)>& check_fn,
     const CheckpointOptions& options = {});
 
-// Marks every `every_k`-th module (the 1st, (k+1)-th, ...) whose class name (Module::name(),
-// e.g. "TransformerBlock") is in class_names. every_k = 1 marks all of them.
+// Marks every `every_k`-th module (the 1st, (k+1)-th, ...) whose class is one of class_names,
+// written with or without LibTorch's "Impl" suffix and namespace ("TransformerBlock",
+// "TransformerBlockImpl"; fsdpp::module_class_is). every_k = 1 marks all of them. A name that
+// matches no module is a ConfigError listing the classes the model has.
 std::vector<std::string> apply_activation_checkpointing(
     torch::nn::Module& root, const std::vector<std::string>& class_names, int every_k = 1,
     const CheckpointOptions& options = {});

@@ -140,6 +140,11 @@ FSDPUnit* unit_of(torch::nn::Module& module);
 void pre_forward(FSDPUnit& unit);
 std::vector<at::Tensor> post_forward(FSDPUnit& unit, std::vector<at::Tensor> outputs);
 void forward_failed(FSDPUnit& unit);
+// Inside a catch: rethrows the exception a unit's forward threw. A LibTorch error (c10::Error)
+// becomes an fsdpp::Error naming the unit, with its first line only and, for mixed dtypes, the
+// units whose output_dtype handed this one another dtype than its parameters'; fsdpp's own
+// errors and others pass unchanged.
+[[noreturn]] void rethrow_forward_error(FSDPUnit& unit);
 
 // Visits the tensors of a forward's result so that FSDP can hook its backward. Tensors,
 // tuples, pairs and vectors of them are known; for a struct, define
@@ -222,7 +227,7 @@ auto forward_unit(FSDPUnit* unit, Impl& impl, Args&&... args) {
     return out;
   } catch (...) {
     forward_failed(*unit);
-    throw;
+    rethrow_forward_error(*unit);
   }
 }
 
@@ -262,6 +267,18 @@ auto forward_checkpointed(CheckpointMarker& marker, FSDPUnit* unit, Impl& impl, 
   visit_tensors(out, [&](at::Tensor& t) { t = flat[i++]; });
   return out;
 }
+
+// fsdpp::forward for a module whose forward is called through `impl` (an object with
+// forward(args...) that lives as long as the module: the Impl itself, or for a type-erased
+// torch::nn::AnyModule a caller of its own, as pipeline::BlockStage has).
+template <typename Impl, typename... Args>
+auto forward_as(torch::nn::Module& mod, Impl& impl, Args&&... args) {
+  FSDPUnit* unit = unit_of(mod);
+  if (auto* marker = checkpoint_marker_of(mod); marker && grad_mode_enabled()) {
+    return forward_checkpointed(*marker, unit, impl, std::forward<Args>(args)...);
+  }
+  return forward_unit(unit, impl, std::forward<Args>(args)...);
+}
 }  // namespace detail
 
 // Runs module.forward(args...) as an FSDP unit: gathers its parameters first, frees them after
@@ -271,13 +288,7 @@ auto forward_checkpointed(CheckpointMarker& marker, FSDPUnit* unit, Impl& impl, 
 // std::shared_ptr<Impl> or the Impl itself.
 template <typename M, typename... Args>
 auto forward(M&& module, Args&&... args) {
-  auto& impl = detail::impl_of(module);
-  auto& mod = detail::as_module(module);
-  FSDPUnit* unit = detail::unit_of(mod);
-  if (auto* marker = detail::checkpoint_marker_of(mod); marker && detail::grad_mode_enabled()) {
-    return detail::forward_checkpointed(*marker, unit, impl, std::forward<Args>(args)...);
-  }
-  return detail::forward_unit(unit, impl, std::forward<Args>(args)...);
+  return detail::forward_as(detail::as_module(module), detail::impl_of(module), std::forward<Args>(args)...);
 }
 
 }  // namespace fsdpp

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "fsdpp/common/launch_env.h"
+
 namespace fsdpp::launch {
 
 // A failure of the launcher itself: a worker that cannot be started, a fork or pipe that fails.
@@ -36,6 +38,8 @@ struct LaunchConfig {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   std::optional<int> master_port;  // unset: a free port on 127.0.0.1 (single node only)
+  // torchrun's --rdzv-id: every node must give the same (the launchers check); "" when not given.
+  std::string rdzv_id;
   int max_restarts = 0;
   std::optional<std::filesystem::path> log_dir;  // also write rank<R>.log there
   int timeout_s = 300;                           // exported as FSDPP_TIMEOUT_S
@@ -54,11 +58,30 @@ struct LaunchConfig {
 // Throws UsageError naming the flag, what was given and what is accepted.
 void validate(const LaunchConfig& config);
 
+// The flags that say where this node is in the job, as given (unset: not given), in fsdpp-run's
+// and torchrun's spellings. What they leave unset comes from the environment that started
+// fsdpp-run: SLURM's srun (one fsdpp-run per node) or Kubeflow's PET_* variables (launch_env.h).
+struct PlacementFlags {
+  std::optional<int> nnodes, node_rank, nproc_per_node, master_port;
+  std::optional<std::string> master_addr;
+  std::optional<std::string> rdzv_backend;   // c10d or static: the launchers' own TCPStore
+  std::optional<std::string> rdzv_endpoint;  // HOST[:PORT] (port 29400 when left out, as torchrun)
+  std::optional<std::string> rdzv_id;
+  bool standalone = false;  // one node on 127.0.0.1, a free port; the environment is not read
+};
+
+// Sets config's nnodes, node_rank, nproc_per_node, master_addr, master_port and rdzv_id from
+// `flags` and `env`. Returns the line saying which environment was detected and what it gave
+// (empty when the flags alone decided). Throws UsageError for flags that contradict each other or
+// the environment, naming both.
+std::string apply_placement(const PlacementFlags& flags, const EnvLookup& env, LaunchConfig& config);
+
 using EnvVars = std::vector<std::pair<std::string, std::string>>;
 
 // The variables set for local worker `local_rank` on top of the launcher's own environment:
 // RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK and NODE_RANK (both the node rank),
 // GROUP_WORLD_SIZE (nnodes), MASTER_ADDR, MASTER_PORT, FSDPP_TIMEOUT_S, FSDPP_RESTART_COUNT,
+// FSDPP_LAUNCHER=fsdpp-run (what init_from_env reads these variables as),
 // FSDPP_AGENT_STORE=1 when --nnodes > 1 (node 0's launcher hosts the store), and
 // OMP_NUM_THREADS=1 unless the launcher's environment already sets it.
 EnvVars worker_env(const LaunchConfig& config, int master_port, int local_rank, int restart_count);

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fsdpp/models/generate.h"
 #include "fsdpp/models/llama.h"
@@ -24,6 +25,7 @@ struct CausalLMOutput {
   at::Tensor logits;    // (B,T,V), or this rank's vocabulary columns under tensor parallelism
   at::Tensor loss;      // () mean cross entropy, plus router_aux_loss_coef * aux_loss for MoE
   at::Tensor aux_loss;  // () MoE's load-balancing loss, unscaled; undefined for dense models
+  std::vector<at::Tensor> hidden_states;  // (B,T,hidden) of the layers forward_features asked for
 };
 
 class CausalLM {
@@ -33,9 +35,20 @@ class CausalLM {
   virtual const char* architecture() const = 0;  // model.architecture: "llama", "qwen3_moe"
   // Through fsdpp::forward: a sharded model works when every rank calls it.
   virtual CausalLMOutput forward(const at::Tensor& tokens, const at::Tensor& targets) = 0;
+  // What a distillation loss needs, without the cross-entropy: the logits, a MoE's
+  // load-balancing loss when `aux_loss` (as forward with targets computes it), and the outputs
+  // of the decoder layers `hidden_layers` in hidden_states, in that order. Through
+  // fsdpp::forward.
+  virtual CausalLMOutput forward_features(const at::Tensor& tokens, bool aux_loss,
+                                          const std::vector<int64_t>& hidden_layers) = 0;
   virtual at::Tensor generate(const at::Tensor& prompt, const GenerateOptions& options) = 0;
   virtual std::string describe() const = 0;  // one line for the log
   virtual int64_t vocab_size() const = 0;
+  // How its weights are drawn from its seed (fsdpp/fsdp/deferred_init.h): for a model made on
+  // the meta device and sharded, init_exact or init_per_shard give it its values.
+  virtual const InitPlan& init_plan() const = 0;
+  virtual int64_t hidden_size() const = 0;  // the width of hidden_states
+  virtual int64_t num_layers() const = 0;   // decoder layers
   // model_config.json of its checkpoints (fsdpp-ckpt export-hf and fsdpp-generate read it).
   virtual std::string config_json() const = 0;
   // Throws ConfigError when a checkpoint's model_config.json (`saved`, read from `source`)

@@ -74,6 +74,16 @@ void save_hf_llama(const std::filesystem::path& dir, const LlamaConfig& cfg, con
 // Copies named tensors (fsdpp names) into a model's parameters, which must all be named once.
 void load_named_tensors(torch::nn::Module& model, const NamedTensors& tensors);
 
+// A save_pretrained directory (of `cfg`'s shape) into a model that fully_shard, tensor
+// parallelism or pipeline stages split, or a whole one: each rank reads only the rows it keeps,
+// straight from the safetensors files (fsdpp::load_rows), so it never holds the model, only its
+// shards and one chunk (plus the attention heads a chunk of wq or wk touches, whose rows HF
+// orders otherwise). `parts`: the modules given last to fully_shard (pipeline stages: this
+// rank's). The same checks and errors as load_hf_llama.
+void load_hf_llama_rows(const std::filesystem::path& dir, const LlamaConfig& cfg,
+                        const std::vector<torch::nn::Module*>& parts,
+                        const InitOptions& options = {});
+
 // fsdpp-ckpt import-hf / export-hf of this and the other architectures: hf_checkpoint.h.
 
 }  // namespace fsdpp::models

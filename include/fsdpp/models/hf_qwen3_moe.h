@@ -48,6 +48,12 @@ struct HfQwen3Moe {
 // A save_pretrained directory: config.json, and model.safetensors or the shards that
 // model.safetensors.index.json lists.
 HfQwen3Moe load_hf_qwen3_moe(const std::filesystem::path& dir);
+// A save_pretrained directory (of `cfg`'s shape) into a model that fully_shard or expert
+// parallelism split, or a whole one, each rank reading only the rows (of the stacked experts:
+// the experts) it keeps, straight from the files (fsdpp::load_rows; as load_hf_llama_rows).
+void load_hf_qwen3_moe_rows(const std::filesystem::path& dir, const Qwen3MoeConfig& cfg,
+                            const std::vector<torch::nn::Module*>& parts,
+                            const InitOptions& options = {});
 // Writes config.json and model.safetensors (HF names, one tensor per expert) into `dir`
 // atomically. Tensors keep their dtype, so load then save then load is bit for bit.
 void save_hf_qwen3_moe(const std::filesystem::path& dir, const Qwen3MoeConfig& cfg,

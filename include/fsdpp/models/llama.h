@@ -7,6 +7,13 @@
 //   fsdpp::fully_shard(model, opts);
 //   auto out = fsdpp::forward(model, inputs, targets);   // out.logits (B,T,V), out.loss ()
 //
+// A model larger than one device is made on the meta device instead, sharded, and each rank's
+// shards drawn with the same values (fsdpp/fsdp/deferred_init.h):
+//   fsdpp::models::Llama model(cfg, at::kMeta);          // no storage, nothing drawn
+//   ... fully_shard as above ...
+//   fsdpp::to_empty(*model, at::kCPU);
+//   model->init_weights();                               // = Llama(cfg)'s values, this rank's rows
+//
 // Parameter names follow Meta's / torchtitan's Llama (tok_embeddings.weight,
 // layers.0.attention.wq.weight, layers.0.feed_forward.w1.weight, norm.weight, output.weight), and
 // so does the rotary embedding: it rotates interleaved pairs (x[2i], x[2i+1]) of each head.
@@ -26,8 +33,11 @@
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <vector>
 
+#include "fsdpp/fsdp/deferred_init.h"
 #include "fsdpp/models/generate.h"
+#include "fsdpp/models/kv_cache.h"
 
 namespace fsdpp::models {
 
@@ -79,7 +89,7 @@ class LlamaParallelHooks {
 // x * rsqrt(mean(x^2) + eps) * weight, normalised in at least float32.
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t dim, double eps);
+  RMSNormImpl(int64_t dim, double eps, at::Device device = at::kCPU);
   at::Tensor forward(const at::Tensor& x);  // (..., dim) -> (..., dim)
 
   at::Tensor weight;  // (dim)
@@ -91,8 +101,13 @@ TORCH_MODULE(RMSNorm);
 // Causal self-attention with grouped-query heads and rotary position embedding.
 class AttentionImpl : public torch::nn::Module {
  public:
-  explicit AttentionImpl(const LlamaConfig& cfg);
+  // The rotary tables are computed on the CPU whatever `device` is (they have storage on the
+  // meta device too: derived from the config, not drawn).
+  explicit AttentionImpl(const LlamaConfig& cfg, at::Device device = at::kCPU);
   at::Tensor forward(const at::Tensor& x);  // (B,T,C) -> (B,T,C)
+  // The same for tokens at positions cache.k's length onwards, attending to the cached ones
+  // too, whose keys and values x's are appended to (kv_cache.h). Not under tensor parallelism.
+  at::Tensor forward(const at::Tensor& x, KVCache::Layer& cache);
 
   torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
   // (max_seq_len, head_dim/2): derived from the config, not learned. Registered as buffers so
@@ -107,7 +122,7 @@ TORCH_MODULE(Attention);
 // SwiGLU: w2(silu(w1 x) * w3 x).
 class FeedForwardImpl : public torch::nn::Module {
  public:
-  FeedForwardImpl(int64_t dim, int64_t hidden);
+  FeedForwardImpl(int64_t dim, int64_t hidden, at::Device device = at::kCPU);
   at::Tensor forward(const at::Tensor& x);  // (B,T,C) -> (B,T,C)
 
   torch::nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
@@ -118,8 +133,9 @@ TORCH_MODULE(FeedForward);
 // Pre-norm residual block: h = x + attention(norm(x)); out = h + feed_forward(norm(h)).
 class TransformerBlockImpl : public torch::nn::Module {
  public:
-  explicit TransformerBlockImpl(const LlamaConfig& cfg);
+  explicit TransformerBlockImpl(const LlamaConfig& cfg, at::Device device = at::kCPU);
   at::Tensor forward(const at::Tensor& x);  // (B,T,C) -> (B,T,C)
+  at::Tensor forward(const at::Tensor& x, KVCache::Layer& cache);  // attention over the cache
 
   RMSNorm attention_norm{nullptr};
   Attention attention{nullptr};
@@ -131,25 +147,45 @@ TORCH_MODULE(TransformerBlock);
 struct LlamaOutput {
   at::Tensor logits;  // (B,T,V)
   at::Tensor loss;    // () mean cross entropy over targets != -100; undefined without targets
+  std::vector<at::Tensor> hidden_states;  // (B,T,C) outputs of the blocks asked for, in order
 };
-// Lets fsdpp::forward hook both tensors of the result (see fully_shard.h).
+// Lets fsdpp::forward hook every tensor of the result (see fully_shard.h).
 template <class F>
 void fsdpp_visit_tensors(LlamaOutput& o, F&& f) {
   f(o.logits);
   if (o.loss.defined()) f(o.loss);
+  for (auto& h : o.hidden_states) f(h);
 }
 
 class LlamaImpl : public torch::nn::Module {
  public:
-  explicit LlamaImpl(const LlamaConfig& cfg);  // validates cfg, then init_weights()
+  // Validates cfg; then the parameters on `device` with init_weights()' values, or on the meta
+  // device without storage and undrawn (deferred initialisation: fully_shard, fsdpp::to_empty,
+  // init_weights).
+  explicit LlamaImpl(const LlamaConfig& cfg, at::Device device = at::kCPU);
 
   at::Tensor forward(const at::Tensor& tokens);  // (B,T) int64 -> logits (B,T,V)
   // Logits and the mean cross entropy against targets (B,T) int64; -100 marks ignored positions.
   LlamaOutput forward(const at::Tensor& tokens, const at::Tensor& targets);
+  // The same (no loss when targets is undefined) with the outputs of the blocks
+  // `hidden_layers` (ids in [0, n_layers), the residual stream after each) in that order:
+  // transformers' output_hidden_states[i + 1], for a distillation loss on intermediate layers.
+  LlamaOutput forward(const at::Tensor& tokens, const at::Tensor& targets,
+                      const std::vector<int64_t>& hidden_layers);
+  // The logits (B,t,V) of tokens (B,t) at positions cache.length onwards, attending to the
+  // cached tokens too; their keys and values are appended and cache.length grows by t
+  // (kv_cache.h). Sampling's forward; not under tensor parallelism.
+  at::Tensor forward(const at::Tensor& tokens, KVCache& cache);
 
   // Redraws every weight from cfg.seed in a fixed order with a private generator: the same seed
-  // gives the same model on any rank, under any world size or sharding strategy.
+  // gives the same model on any rank, under any world size or sharding strategy. On a model
+  // that is an FSDP root (fully_shard-ed, tensor parallel or not) each rank draws its shards'
+  // rows only, bit for bit those of the whole model (fsdpp::init_exact).
   void init_weights();
+  // What init_weights draws, in order (normal(0, init_std) for the matrices, the residual
+  // projections wo and w2 at init_std / sqrt(2 n_layers), ones for the norms), with the whole
+  // shapes: for init_exact / init_per_shard on a model cut into pipeline stages.
+  const InitPlan& init_plan() const { return plan_; }
 
   const LlamaConfig& config() const { return cfg_; }
 
@@ -161,9 +197,12 @@ class LlamaImpl : public torch::nn::Module {
   std::shared_ptr<LlamaParallelHooks> parallel;
 
  private:
-  at::Tensor hidden_to_logits(const at::Tensor& tokens);
+  // The blocks' outputs `hidden_layers` go to *hidden; with a cache, attention over it.
+  at::Tensor hidden_to_logits(const at::Tensor& tokens, const std::vector<int64_t>& hidden_layers = {},
+                              std::vector<at::Tensor>* hidden = nullptr, KVCache* cache = nullptr);
 
   LlamaConfig cfg_;
+  InitPlan plan_;
 };
 TORCH_MODULE(Llama);
 
@@ -179,11 +218,12 @@ bool is_non_persistent_buffer(std::string_view name);
 // that is this rank's shards.
 int64_t num_parameters(const torch::nn::Module& module);
 
-// Autoregressive sampling without a KV cache: appends n_new tokens to prompt (T0) or (B,T0) and
+// Autoregressive sampling: appends n_new tokens to prompt (T0) or (B,T0) and
 // returns (B, T0 + n_new) (or (T0 + n_new) for a 1-D prompt). The context is cropped to the last
 // max_seq_len tokens. temperature == 0 is greedy; top_k > 0 keeps the k most likely tokens.
 // Runs the model through fsdpp::forward, so a sharded model works when every rank calls this
-// with the same prompt and an identically seeded generator.
+// with the same prompt and an identically seeded generator. With a KV cache (kv_cache.h) each
+// new token is run alone, except under tensor parallelism and once the context is cropped.
 at::Tensor generate(Llama& model, const at::Tensor& prompt, int64_t n_new, double temperature = 1.0,
                     int64_t top_k = 0, std::optional<at::Generator> generator = std::nullopt);
 

@@ -28,6 +28,10 @@ struct LlamaTensorParallelOptions {
   bool sequence_parallel = false;
 };
 
+// The errors above that need only the config and the degree, for a caller that checks before it
+// builds anything (fsdpp-train's config check names its keys in front of them).
+void check_tensor_parallel(const LlamaConfig& cfg, int degree);
+
 // The plan by parameter-owning module names ("layers.0.attention.wq": COLWISE, ...).
 tp::ParallelPlan llama_plan(const LlamaConfig& cfg);
 

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "fsdpp/models/kv_cache.h"
 #include "fsdpp/models/llama.h"  // RMSNorm (the same maths as Qwen3MoeRMSNorm)
 
 namespace fsdpp::models {
@@ -65,9 +66,13 @@ struct Qwen3MoeConfig {
 // grouped-query attention scaled by head_dim^-0.5, output projection.
 class Qwen3MoeAttentionImpl : public torch::nn::Module {
  public:
-  explicit Qwen3MoeAttentionImpl(const Qwen3MoeConfig& cfg);
+  explicit Qwen3MoeAttentionImpl(const Qwen3MoeConfig& cfg, at::Device device = at::kCPU);
   // x (B,T,D); cos, sin (T, head_dim) in rotate-half layout -> (B,T,D)
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  // The same for tokens after the cached ones (cos, sin of their positions), attending to them
+  // too; x's keys and values are appended to the cache (kv_cache.h).
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                     KVCache::Layer& cache);
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
@@ -82,7 +87,7 @@ TORCH_MODULE(Qwen3MoeAttention);
 // The dense SwiGLU MLP: down_proj(silu(gate_proj x) * up_proj x).
 class Qwen3MoeMLPImpl : public torch::nn::Module {
  public:
-  Qwen3MoeMLPImpl(int64_t hidden, int64_t intermediate);
+  Qwen3MoeMLPImpl(int64_t hidden, int64_t intermediate, at::Device device = at::kCPU);
   at::Tensor forward(const at::Tensor& x);
 
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
@@ -95,7 +100,8 @@ TORCH_MODULE(Qwen3MoeMLP);
 // only: E/ep of them, num_experts says how many.
 class Qwen3MoeExpertsImpl : public torch::nn::Module {
  public:
-  Qwen3MoeExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermediate);
+  Qwen3MoeExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermediate,
+                      at::Device device = at::kCPU);
   // x (N,D); top-k expert ids (N,k) int64 and weights (N,k) -> sum_j w[n,j] * expert_j(x[n]),
   // (N,D). The (token, choice) pairs are sorted by expert; each expert with tokens gathers them
   // (index_select), runs one SwiGLU over all of them and adds them back weighted (index_add).
@@ -118,7 +124,7 @@ TORCH_MODULE(Qwen3MoeExperts);
 // The router: logits = x W^T (no bias), probabilities by softmax in float32.
 class Qwen3MoeRouterImpl : public torch::nn::Module {
  public:
-  Qwen3MoeRouterImpl(int64_t num_experts, int64_t hidden);
+  Qwen3MoeRouterImpl(int64_t num_experts, int64_t hidden, at::Device device = at::kCPU);
   at::Tensor forward(const at::Tensor& x);  // (N,D) -> logits (N,E)
   at::Tensor weight;                        // (E, D)
 };
@@ -165,7 +171,7 @@ class Qwen3MoeParallelHooks {
 // A sparse MoE block: route, then the experts.
 class Qwen3MoeSparseMoeBlockImpl : public torch::nn::Module {
  public:
-  explicit Qwen3MoeSparseMoeBlockImpl(const Qwen3MoeConfig& cfg);
+  explicit Qwen3MoeSparseMoeBlockImpl(const Qwen3MoeConfig& cfg, at::Device device = at::kCPU);
   // x (B,T,D) -> {hidden (B,T,D), router_logits (B*T,E)}; a struct rather than an
   // out-parameter so that, when the block is an FSDP unit of its own, fsdpp::forward hooks the
   // router logits' backward too (the load-balancing loss reaches the router through them).
@@ -185,8 +191,11 @@ TORCH_MODULE(Qwen3MoeSparseMoeBlock);
 // transformer_layer_policy({"Qwen3MoeDecoderLayer"}) makes every layer an FSDP unit.
 class Qwen3MoeDecoderLayerImpl : public torch::nn::Module {
  public:
-  Qwen3MoeDecoderLayerImpl(const Qwen3MoeConfig& cfg, int64_t layer);
+  Qwen3MoeDecoderLayerImpl(const Qwen3MoeConfig& cfg, int64_t layer, at::Device device = at::kCPU);
   Qwen3MoeLayerOutput forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  // Attention over a KV cache (sampling).
+  Qwen3MoeLayerOutput forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                              KVCache::Layer& cache);
 
   RMSNorm input_layernorm{nullptr};
   Qwen3MoeAttention self_attn{nullptr};
@@ -202,6 +211,7 @@ struct Qwen3MoeOutput {
   at::Tensor loss;      // () with targets: mean cross entropy (+ coef * aux_loss when asked)
   at::Tensor aux_loss;  // () load-balancing loss, unscaled, when output_router_logits
   std::vector<at::Tensor> router_logits;  // one (B*T,E) per sparse layer, when asked
+  std::vector<at::Tensor> hidden_states;  // (B,T,D) outputs of the layers asked for, in order
 };
 template <class F>
 void fsdpp_visit_tensors(Qwen3MoeOutput& o, F&& f) {
@@ -209,20 +219,35 @@ void fsdpp_visit_tensors(Qwen3MoeOutput& o, F&& f) {
   if (o.loss.defined()) f(o.loss);
   if (o.aux_loss.defined()) f(o.aux_loss);
   for (auto& t : o.router_logits) f(t);
+  for (auto& t : o.hidden_states) f(t);
 }
 
 class Qwen3MoeImpl : public torch::nn::Module {
  public:
-  explicit Qwen3MoeImpl(const Qwen3MoeConfig& cfg);  // validates cfg, then init_weights()
+  // Validates cfg; then the parameters on `device` with init_weights()' values, or on the meta
+  // device without storage and undrawn (fsdpp/fsdp/deferred_init.h; as Llama's).
+  explicit Qwen3MoeImpl(const Qwen3MoeConfig& cfg, at::Device device = at::kCPU);
 
   at::Tensor forward(const at::Tensor& tokens);  // (B,T) int64 -> logits (B,T,V)
   // targets (B,T) int64 aligned with tokens (the next tokens; -100 ignored), or undefined for no
   // loss. Unlike transformers' labels, targets are not shifted here (as fsdpp's Llama).
+  // hidden_layers: the outputs of these decoder layers (ids in [0, num_hidden_layers), the
+  // residual stream after each) in hidden_states, in that order (transformers'
+  // output_hidden_states[i + 1]), for a distillation loss on intermediate layers.
   Qwen3MoeOutput forward(const at::Tensor& tokens, const at::Tensor& targets,
-                         bool output_router_logits);
+                         bool output_router_logits,
+                         const std::vector<int64_t>& hidden_layers = {});
+  // The logits (B,t,V) of tokens (B,t) at positions cache.length onwards, attending to the
+  // cached tokens too; their keys and values are appended (kv_cache.h). Sampling's forward.
+  at::Tensor forward(const at::Tensor& tokens, KVCache& cache);
 
-  // Redraws every weight from cfg.seed (normal(0, initializer_range), norms at 1).
+  // Redraws every weight from cfg.seed (normal(0, initializer_range), norms at 1); on an FSDP
+  // root (expert parallel or not) each rank draws its shards' rows only, bit for bit those of
+  // the whole model (fsdpp::init_exact).
   void init_weights();
+  // What init_weights draws, in parameter order, with the whole shapes (before expert
+  // parallelism keeps a rank's experts).
+  const InitPlan& init_plan() const { return plan_; }
   const Qwen3MoeConfig& config() const { return cfg_; }
 
   torch::nn::Embedding embed_tokens{nullptr};
@@ -238,6 +263,7 @@ class Qwen3MoeImpl : public torch::nn::Module {
 
  private:
   Qwen3MoeConfig cfg_;
+  InitPlan plan_;
 };
 TORCH_MODULE(Qwen3Moe);
 

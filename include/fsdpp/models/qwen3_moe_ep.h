@@ -77,6 +77,10 @@ class Qwen3MoeExpertParallel {
   std::shared_ptr<std::vector<int64_t>> load_;  // written by the model's hook
 };
 
+// num_experts not divisible by `degree` is a ConfigError naming both (the check
+// parallelize_qwen3_moe_experts makes first, for a caller that checks before building).
+void check_expert_parallel(const Qwen3MoeConfig& cfg, int degree);
+
 // Checks num_experts against the degree, replaces each sparse layer's stacked experts by this
 // rank's slice [r*E/ep, (r+1)*E/ep) (the same parameter objects, resized) and installs the
 // dispatch and the global load-balancing loss. Call before fully_shard and before making the

@@ -29,12 +29,14 @@
 // checks that its output still has them).
 //
 // Failures: an exception on any rank (a stage's forward, a recv timing out, ...) is rethrown as
-// fsdpp::Error naming the stage, the microbatch and the action; with Options::store set, the
+// fsdpp::Error naming the stage, the microbatch, the action and the schedule; a send or recv that
+// stalls is diagnosed (Options::stall_check_after) long before its timeout; with Options::store set, the
 // failing rank also posts it there, and every other rank waiting in the pipeline stops within
 // about poll_interval with "[pipeline] rank R stopped at action ...: stage S on rank Q failed
 // ...". A rank killed outright is fsdpp-run's to handle.
 
 #include <c10/util/intrusive_ptr.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>  // RuntimeOptions::store, copied by its users
 
 #include <chrono>
 #include <functional>
@@ -48,11 +50,9 @@
 #include "fsdpp/pipeline/stage.h"
 #include "fsdpp/pipeline/timeline.h"
 
-namespace c10d {
-class Store;
-}
 
 namespace fsdpp::pipeline {
+class StallCheck;
 
 struct RuntimeOptions {
   // Where a failing rank posts its error so that the others stop at once (null: they stop at
@@ -73,6 +73,13 @@ struct RuntimeOptions {
   // FSDP stages: reduce-scatter the gradients after every microbatch (sharded gradients
   // throughout) instead of once per step after the stage's last backward.
   bool reduce_grad_every_microbatch = false;
+  // A send or recv that has not completed after this long starts the stall check
+  // (stall_check.h; needs `store`): each stuck rank publishes its position, and a
+  // message that was sent but never arrived, or ranks waiting on each other in a cycle, end the
+  // step at once with an Error naming the schedule, the step and each rank's action, instead of
+  // the pp group's timeout. 0: a fifth of the pp group's timeout, at most 5 s (as the collective
+  // monitor); negative: off.
+  std::chrono::milliseconds stall_check_after{0};
   // Post every recv of a step at its start (from the second step on, once shapes are agreed),
   // so that messages are taken as soon as they are sent; false: each when its action comes.
   bool post_recvs_early = true;
@@ -117,8 +124,9 @@ class PipelineRuntime {
   void run_action(size_t index, const Action& a, State& st);
   void post_recvs(State& st);
   [[noreturn]] void fail(size_t index, const Action& a, const std::string& what);
-  // Waits for a send or recv, stopping when another rank posted its failure.
-  void wait(dist::Work& work, const Action& a, State& st);
+  // Waits for the send or recv of action `index` (the list's size: the step's sends), stopping
+  // when another rank posted its failure or the stall check finds the pipeline stuck.
+  void wait(dist::Work& work, size_t index, const Action& a, State& st);
 
   PipelineSchedule schedule_;
   std::vector<PipelineStage> stages_;
@@ -133,6 +141,8 @@ class PipelineRuntime {
   std::vector<std::vector<int64_t>> out_sizes_;
   std::vector<at::ScalarType> out_dtypes_;
   std::vector<bool> agreed_;
+  int64_t steps_ = 0;  // step() calls so far, for messages
+  std::unique_ptr<StallCheck> stall_;  // with Options::store
 };
 
 }  // namespace fsdpp::pipeline

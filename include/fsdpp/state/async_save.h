@@ -27,6 +27,7 @@
 #include <torch/nn/module.h>
 
 #include <c10/util/intrusive_ptr.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>  // the store AsyncSaver takes, copied by its users
 
 #include <chrono>
 #include <filesystem>
@@ -37,9 +38,6 @@
 
 #include "fsdpp/state/state_dict.h"
 
-namespace c10d {
-class Store;
-}
 
 namespace fsdpp::state {
 

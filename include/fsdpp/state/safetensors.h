@@ -10,9 +10,10 @@
 // this reader accepts loads in Python and vice versa.
 //
 //   fsdpp::state::save_safetensors("model.safetensors", {{"w", w}, {"b", b}}, {{"step", "10"}});
-//   auto f = fsdpp::state::SafetensorsFile::open("model.safetensors");
-//   at::Tensor w2 = f.get("w");    // a copy
-//   at::Tensor b2 = f.view("b");   // zero-copy, over the mapping
+//   auto f = fsdpp::state::SafetensorsFile::open("model.safetensors");   // reads the header
+//   at::Tensor w2 = f.get("w");             // a copy
+//   at::Tensor r = f.read_rows("w", 1, 1);  // rows [1, 2) of w: only their bytes are read
+//   at::Tensor b2 = f.view("b");            // zero-copy, over a mapping of b's bytes
 //
 // Everything that goes wrong (I/O, a malformed or truncated file) throws fsdpp::CheckpointError
 // with a "[state] '<file>': ..." message that names the tensor or header field.
@@ -98,8 +99,9 @@ class SafetensorsWriter {
   bool committed_ = false;
 };
 
-// A safetensors file, memory-mapped and fully validated by open(). Copies share the mapping;
-// it lives until the last copy and the last view() tensor are gone.
+// A safetensors file, its header fully validated by open(), which reads only the header: the
+// tensors' bytes are read when asked for, so that a rank loading its rows of a model holds
+// those rows, not the file. Copies share the open file; a view() tensor keeps its own mapping.
 class SafetensorsFile {
  public:
   struct TensorInfo {
@@ -125,10 +127,14 @@ class SafetensorsFile {
 
   // A fresh CPU tensor with the data copied out of the file.
   at::Tensor get(const std::string& name) const;
-  // A CPU tensor over the mapping itself; it keeps the mapping alive. The mapping is private
-  // (copy-on-write): writing to a view never changes the file, but other views of the same
-  // tensor from this SafetensorsFile see the write. Throws if the tensor's data is not aligned
-  // to its item size (only possible in a file from another writer); use get() then.
+  // Rows [first, first + rows) along dim 0 (a 0-dim tensor is one row): a fresh CPU tensor of the
+  // tensor's shape with dim 0 `rows`, read from the file without the rest. Throws
+  // CheckpointError for rows outside the tensor.
+  at::Tensor read_rows(const std::string& name, int64_t first, int64_t rows) const;
+  // A CPU tensor over a mapping of the tensor's own bytes, which it keeps alive (the file may
+  // be closed). The mapping is private (copy-on-write): writing to a view never changes the
+  // file, nor another view. Throws if the tensor's data is not aligned to its item size (only
+  // possible in a file from another writer); use get() then.
   at::Tensor view(const std::string& name) const;
 
   struct Impl;

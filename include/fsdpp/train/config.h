@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fsdpp/estimate/memory_estimate.h"
@@ -32,6 +33,7 @@
 #include "fsdpp/state/state_dict.h"
 #include "fsdpp/train/config_enums.h"
 #include "fsdpp/train/distill_loss.h"
+#include "fsdpp/train/layer_distill_loss.h"
 #include "fsdpp/train/lr_schedule.h"
 
 namespace fsdpp::train {
@@ -65,6 +67,11 @@ struct ModelSection {
   // or a Hugging Face model directory, whose shape then replaces the keys above; a new run
   // (step 1, fresh optimizer, schedule and data position), unlike a resume.
   std::string init_from;
+  // exact: the model is made without storage, sharded, and each rank draws its shards' rows of
+  // the whole model's values (bit for bit those of `off`), or reads them (init_from, a resume);
+  // per_shard: the same, the values counter-based per parameter and element (not those of one
+  // process); off: every rank builds the whole model in fp32 first, then shards it.
+  Choice<DeferredInit> deferred_init = DeferredInit::EXACT;
 };
 
 // `data:`
@@ -77,6 +84,7 @@ struct DataSection {
   int64_t tokenizer_vocab_size = 512;  // the vocabulary of a sentencepiece model trained here
   int64_t seq_len = 128;               // tokens per training window, <= model.max_seq_len
   double val_fraction = 0.05;          // the last fraction of tokens is the validation split
+  double train_fraction = 1.0;         // the first fraction of the rest is the training split
   std::string cache_dir;               // empty: <training.output_dir>/cache
 };
 
@@ -132,6 +140,8 @@ struct TrainingSection {
   bool dataloader_pin_memory = false;
   double learning_rate = 3e-4;
   int64_t warmup_steps = 0;
+  // Hugging Face's warmup_ratio: warmup over ceil(ratio x the run's steps); warmup_steps > 0 wins.
+  double warmup_ratio = 0.0;
   double weight_decay = 0.0;
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.95;
@@ -161,6 +171,15 @@ struct TrainingSection {
   bool overwrite_output_dir = false;
   // Skip the check, before the model is allocated, that the estimated memory per rank fits.
   bool skip_memory_check = false;
+  // Train on the CPU although CUDA devices are visible (Hugging Face's use_cpu, and no_cuda, its
+  // older name); otherwise each rank computes on its LOCAL_RANK-th GPU when there are GPUs.
+  bool use_cpu = false;
+  bool no_cuda = false;
+  bool on_cpu() const { return use_cpu || no_cuda; }
+  // The optimizer (Hugging Face's names): adamw_torch, LibTorch's AdamW; adamw_torch_fused, one
+  // fused kernel over all of a device's parameters (at::_fused_adamw_), the same update; empty:
+  // fused on a GPU, adamw_torch on the CPU.
+  std::string optim;
   // Where the run's metrics go besides metrics.jsonl (Hugging Face's names): "tensorboard"
   // writes TensorBoard event files into logging_dir (docs/observability.md); "all" is every
   // integration fsdpp has (tensorboard); "none" or an empty list: none.
@@ -217,7 +236,31 @@ struct DistillationSection {
   double kd_ratio = 0.5;     // (1 - kd_ratio) * cross-entropy + kd_ratio * KD
   int64_t top_k = 0;         // > 0: both distributions over the teacher's k most likely tokens
   Choice<TeacherDtype> teacher_dtype = TeacherDtype::FLOAT32;  // the teacher's stored parameters
-  bool enabled() const { return !teacher.empty(); }
+  // An offline teacher (fsdpp-train teacher-logits, teacher_cache.h): data batches read its
+  // top-K log-probabilities instead of running it.
+  std::string teacher_cache;
+  // On-policy (TRL's GKD names): the share of micro-batches whose continuations the student
+  // samples and the teacher scores; seq_kd: the teacher samples the others.
+  double lmbda = 0;
+  bool seq_kd = false;
+  int64_t max_new_tokens = 32;          // tokens sampled after each window's prompt
+  double generation_temperature = 1.0;  // the sampling temperature (not the loss's)
+  // Intermediate layers: "S:T" pairs, the student's layer S pulled towards the teacher's layer
+  // T; [auto]: the layers model.init_from's compress.json kept.
+  std::vector<std::string> layer_map;
+  Choice<LayerLossType> layer_loss = LayerLossType::COSINE;
+  // A learned linear map from the student's width to the teacher's per pair (layer_projection.h):
+  // auto where the widths differ, linear always, none never.
+  Choice<LayerProjection> layer_projection = LayerProjection::AUTO;
+  double layer_loss_weight = 1.0;
+  int64_t loss_chunk_tokens = 0;  // positions per chunk of the KD loss; 0: 64 MiB of probabilities
+
+  bool enabled() const { return !teacher.empty() || !teacher_cache.empty(); }
+  // The teacher model is loaded: without a cache, or for what a cache cannot give (samples to
+  // score, hidden states).
+  bool live_teacher() const {
+    return !teacher.empty() && (teacher_cache.empty() || lmbda > 0 || seq_kd || !layer_map.empty());
+  }
 };
 
 struct TrainConfig {
@@ -243,6 +286,11 @@ struct TrainConfig {
   // The effective configuration, every key included; from_yaml_string reads it back to an
   // equal config.
   std::string to_yaml() const;
+
+  // Keys set to something else than their default that nothing reads in this configuration:
+  // the distillation: section's without distillation.teacher ("distillation.kd_ratio=0.9").
+  // fsdpp-train warns naming them.
+  std::vector<std::string> unused_keys() const;
 
   // The model section as a LlamaConfig with seed = training.seed. `tokenizer_vocab_size` is the
   // tokenizer's vocabulary: the model uses it when model.vocab_size is 0, else model.vocab_size,
@@ -282,5 +330,8 @@ std::vector<std::string> resolve_data_files(const std::string& path);
 
 // The distillation: section's ranges and its combinations with the rest (distillation_config.cpp).
 void validate_distillation(const TrainConfig& cfg);
+// distillation.layer_map's "S:T" pairs in order; empty for [auto] (resolved by the trainer from
+// model.init_from's compress.json) and for no map. ConfigError for anything else.
+std::vector<std::pair<int64_t, int64_t>> parse_layer_map(const std::vector<std::string>& map);
 
 }  // namespace fsdpp::train

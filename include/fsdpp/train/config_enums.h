@@ -14,6 +14,11 @@ namespace fsdpp::train {
 
 // model.architecture: fsdpp's Llama, or Hugging Face's Qwen3-MoE (docs/moe.md#fsdpp-train).
 enum class ModelArchitecture { LLAMA, QWEN3_MOE };
+// The class of its decoder layers: what fsdp_transformer_layer_cls_to_wrap names to make each
+// one an FSDP unit.
+constexpr const char* decoder_layer_class(ModelArchitecture a) {
+  return a == ModelArchitecture::QWEN3_MOE ? "Qwen3MoeDecoderLayer" : "TransformerBlock";
+}
 // data.tokenizer
 enum class TokenizerType { BYTE, SENTENCEPIECE };
 // training.fsdp_config.fsdp_auto_wrap_policy: one unit per transformer_layer_cls_to_wrap module,
@@ -25,6 +30,10 @@ enum class SaveStrategy { STEPS, EPOCH, NO };
 enum class LrSchedulerType { COSINE, LINEAR, CONSTANT };
 // distillation.teacher_dtype: the dtype the teacher's parameters are stored (and computed) in.
 enum class TeacherDtype { FLOAT32, BFLOAT16 };
+// model.deferred_init: the model made without storage and each rank's shards given the values
+// of the whole model (EXACT) or counter-based ones (PER_SHARD); OFF: every rank builds the
+// whole model, then shards it (fsdpp/fsdp/deferred_init.h).
+enum class DeferredInit { EXACT, PER_SHARD, OFF };
 
 template <>
 struct ChoiceNames<ModelArchitecture> {
@@ -112,6 +121,17 @@ struct ChoiceNames<TeacherDtype> {
   static constexpr std::array<std::pair<TeacherDtype, std::string_view>, 2> kNames{{
       {TeacherDtype::FLOAT32, "float32"},
       {TeacherDtype::BFLOAT16, "bfloat16"},
+  }};
+};
+
+template <>
+struct ChoiceNames<DeferredInit> {
+  static constexpr std::string_view kWhat = "deferred initialisation";
+  static constexpr bool kAnyCase = false;
+  static constexpr std::array<std::pair<DeferredInit, std::string_view>, 3> kNames{{
+      {DeferredInit::EXACT, "exact"},
+      {DeferredInit::PER_SHARD, "per_shard"},
+      {DeferredInit::OFF, "off"},
   }};
 };
 

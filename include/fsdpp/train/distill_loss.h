@@ -69,6 +69,18 @@ at::Tensor distillation_divergence(const at::Tensor& student_logits,
                                    const at::Tensor& teacher_logits,
                                    const DistillLossOptions& options);
 
+// The same against a teacher known on K tokens per position only (an offline cache,
+// teacher_cache.h, or the teacher's top k): `teacher_values` (N..., K) are its logits or its
+// log-probabilities over the whole vocabulary at temperature 1 (log_softmax over the K gives the
+// same either way), `teacher_ids` (N..., K) int64 their tokens. The student's logits are
+// gathered at those tokens and both renormalised over them: with the teacher's k largest
+// logits this is distillation_divergence with top_k = k. options.top_k > 0 keeps the top_k
+// largest of the K values (at most K).
+at::Tensor sparse_distillation_divergence(const at::Tensor& student_logits,
+                                          const at::Tensor& teacher_values,
+                                          const at::Tensor& teacher_ids,
+                                          const DistillLossOptions& options);
+
 // The masked mean of distillation_divergence over positions whose label is not ignore_index.
 // student_logits and teacher_logits (B, T, V) (or (N, V)), labels (B, T) (or (N)) int64.
 at::Tensor distillation_loss(const at::Tensor& student_logits, const at::Tensor& teacher_logits,

@@ -34,7 +34,8 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
 ModelDescription describe_teacher(const std::string& path, int64_t vocab);
 
 // What this process may still allocate: the least of the node's available memory shared by its
-// local ranks, its cgroup's headroom likewise, and its own address-space limit (RLIMIT_AS).
+// local ranks, its cgroup's headroom likewise, and its own address-space and data limits
+// (RLIMIT_AS, RLIMIT_DATA) less what it uses of them.
 struct MemoryHeadroom {
   int64_t bytes = 0;
   std::string limited_by;  // "MemAvailable 3.2 GiB over 2 local ranks", ...
@@ -42,10 +43,17 @@ struct MemoryHeadroom {
 MemoryHeadroom memory_headroom(int local_world_size);
 
 // Throws ConfigError when the step's peak (`estimate`), or the model built whole in fp32 before
-// fully_shard shards it (`whole_model_bytes`, on top of the runtime), exceeds what this process
-// can still get, naming the sizes, the limit, and what to change. training.skip_memory_check
-// skips the call.
+// fully_shard shards it (`whole_model_bytes`, on top of the runtime; 0 under model.deferred_init,
+// where no rank holds the whole model), exceeds what this process can still get, naming the
+// sizes, the limit, and what to change. training.skip_memory_check skips the call.
 void check_memory_fits(const MemoryEstimate& estimate, int64_t whole_model_bytes,
                        int local_world_size);
+
+// On a GPU: throws ConfigError when the step's live tensors (`estimate.tensors`, the estimate
+// made with device_is_gpu) exceed the device's free memory (`free_bytes`, cudaMemGetInfo's,
+// after this process's CUDA context), naming the sizes, the device and what to change. The
+// host's memory is not what limits a GPU run; the caching allocator's slack is not counted.
+void check_device_memory_fits(const MemoryEstimate& estimate, int64_t free_bytes,
+                              int64_t total_bytes, const std::string& device);
 
 }  // namespace fsdpp::train

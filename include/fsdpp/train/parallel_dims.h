@@ -10,6 +10,7 @@
 // Without TP and replicas it is plain FSDP over the world (fsdpp's 1-D mesh); HYBRID strategies
 // then keep their own group size (training.fsdp_config.fsdp_hybrid_shard_group_size).
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -51,13 +52,19 @@ struct ParallelDims {
   // dim only when dp_replicate > 1). FSDP shards over sub({"shard"}), or sub({"replicate",
   // "shard"}) for the HYBRID strategies; the Llama plan runs over group("tp"). Collective.
   std::shared_ptr<dist::DeviceMesh> build_mesh(dist::World& world) const;
-  std::string describe() const;  // "dp_shard 2 x tp 2 (sequence parallel)", "pp 2 x dp_shard 2"
+  // Every dim as the run lays it out: "pp 1 x dp_replicate 1 x dp_shard 2 x tp 2 (sequence
+  // parallel) x ep 1"; ep, carved out of the data-parallel ranks, "x ep 2 (within dp_shard)".
+  std::string describe() const;
   bool expert_parallel() const { return ep > 1; }
   // ("efsdp", "ep") over the world, ep innermost. Collective.
   std::shared_ptr<dist::DeviceMesh> build_expert_mesh(dist::World& world) const;
 };
 
-// The keys' checks that need no world (called by TrainConfig::validate): degrees >= 1 (the
+// The most ranks a degree may name (more than any job has).
+inline constexpr int64_t kMaxDegree = 1 << 20;
+
+// The keys' checks that need no world (called by TrainConfig::validate): degrees >= 1 and at
+// most kMaxDegree (the
 // shard degree -1 too), sequence parallelism only with a tp degree > 1, and what TP cannot be
 // combined with yet (fp16's scaler, offload).
 void validate_parallelism(const TrainConfig& cfg);

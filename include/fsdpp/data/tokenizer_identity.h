@@ -1,0 +1,47 @@
+#pragma once
+// Which tokenizer a model speaks, so that two can be compared: a distillation teacher against its
+// student, a checkpoint against the run that resumes it. The vocabulary size says nothing: a
+// SentencePiece model of 256 pieces and the byte tokenizer both have ids 0..255, for different
+// strings, and a KD loss over them compares unrelated tokens without a word.
+//
+//   auto student = data::identity_of(*tokenizer);                  // byte / sentencepiece:<hash>
+//   auto teacher = data::read_tokenizer_identity("runs/teacher/checkpoint-400");
+//   if (teacher && !data::same_tokenizer(*teacher, *tokenizer)) ... teacher->describe() ...
+//
+// Identity is kind + digest (XXH3-64 of what decides the ids):
+//   byte           no digest: there is one byte tokenizer
+//   sentencepiece  the model file's bytes (what SentencePieceTokenizer::name() carries)
+//   tokenizer.json a Hugging Face tokenizer.json and nothing fsdpp can load beside it: the
+//                  digest of its model (vocabulary, merges), normalizer, pre-tokenizer,
+//                  post-processor and added tokens, keys sorted. fsdpp's own tokenizers compare
+//                  to one through the tokenizer.json fsdpp exports for them (hf_tokenizer.h), so
+//                  a model exported by `fsdpp-ckpt export-hf` is recognised as the student's.
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "fsdpp/data/tokenizer.h"
+
+namespace fsdpp::data {
+
+struct TokenizerIdentity {
+  std::string kind;    // "byte", "sentencepiece" or "tokenizer.json"
+  std::string digest;  // 16 hex digits; empty for byte
+  std::string where;   // the file it was read from; empty for a tokenizer in memory
+
+  // "byte", "sentencepiece (model 9f2c...e1)", "tokenizer.json (1a2b..., DIR/tokenizer.json)".
+  std::string describe() const;
+};
+
+TokenizerIdentity identity_of(const Tokenizer& tok);
+
+// The tokenizer stored in `dir` (an fsdpp checkpoint: fsdpp_tokenizer.json and its model; a
+// Hugging Face directory: tokenizer.model, or tokenizer.json); nothing when it holds none.
+// ConfigError naming the file when one is there but unreadable.
+std::optional<TokenizerIdentity> read_tokenizer_identity(const std::filesystem::path& dir);
+
+// Whether `tok` is the tokenizer `id` describes.
+bool same_tokenizer(const TokenizerIdentity& id, const Tokenizer& tok);
+
+}  // namespace fsdpp::data

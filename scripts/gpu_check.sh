@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The GPU check, in one go (docs/gpus.md#the-gpu-check): on a machine with an NVIDIA GPU and
+# PyTorch but nothing built, from the repository's root, with `make bundle`'s archive:
+#   bash scripts/gpu_check.sh [BUNDLE.tar.gz] [OUT_DIR]
+# (defaults: build/fsdpp-bundle.tar.gz, $OUT or ./gpu-check-out). It unpacks the bundle, finds
+# LibTorch through python3, runs every GPU test (tests/gpu/gpu_tests.sh) and the GPU benchmark
+# (bench/gpu_bench.py), and writes under OUT_DIR: summary.txt (one line per part, PASS/FAIL with
+# its time), gpu-latest.{md,json} (the benchmark's tables), logs.tar.gz (every log and metrics
+# file). It builds nothing. It exits non-zero when any part failed; every part runs regardless.
+# GPU_CHECK_PARTS limits the parts ("unit_nccl bench", ...); GPU_CHECK_QUICK=1 benchmarks a
+# small model; GPU_CHECK_BUDGET_S (default 480) bounds the whole check (a part is stopped at it,
+# and later parts are skipped), GPU_CHECK_PART_S (default 180) each test part (timeout's exit 124).
+set -uo pipefail
+src=$(cd "$(dirname "$0")/.." && pwd)
+bundle=${1:-$src/build/fsdpp-bundle.tar.gz}
+out=${2:-${OUT:-$PWD/gpu-check-out}}
+budget=${GPU_CHECK_BUDGET_S:-480}
+part_cap=${GPU_CHECK_PART_S:-180}  # a test part that runs longer (a hang) is stopped
+mkdir -p "$out"
+work=$(mktemp -d /tmp/fsdpp-gpu-check.XXXXXX)
+summary=$out/summary.txt
+: > "$summary"
+start=$SECONDS
+say() { echo "$*" | tee -a "$summary"; }
+
+say "[gpu-check] $(date -u +%FT%TZ) bundle $bundle"
+if [[ ! -f "$bundle" ]]; then
+  say "[gpu-check] FAIL: no bundle at $bundle (run \`make bundle\` where fsdpp builds and carry it)"
+  exit 1
+fi
+tar -C "$work" -xzf "$bundle" || { say "[gpu-check] FAIL: cannot unpack $bundle"; exit 1; }
+say "[gpu-check] bundle built from commit $(cat "$work/fsdpp/COMMIT"), torch $(cat "$work/fsdpp/TORCH_VERSION")"
+if command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/[gpu-check] nvidia-smi: /' | tee -a "$summary"
+else
+  say "[gpu-check] nvidia-smi: not found (no NVIDIA driver on this machine?)"
+fi
+# The bundle's environment (LibTorch from python3's torch) for everything below.
+if ! source "$work/fsdpp/env.sh"; then
+  say "[gpu-check] FAIL: the bundle's env.sh found no usable LibTorch"
+  exit 1
+fi
+bin=$work/fsdpp/bin
+export FSDPP_DATA=$work/fsdpp/share/fsdpp/fortunes
+export PYTHONUNBUFFERED=1
+
+# Every log, metrics.jsonl and result, two folders deep at most as the device tool returns them.
+save_logs() {
+  (cd "$work" && find . \( -name '*.log' -o -name 'metrics.jsonl' -o -name '*.json' \) -size -4M | \
+    grep -v '/bench[0-9]*/model/' | tar -czf "$out/logs.tar.gz" -T -) 2>/dev/null
+}
+parts=${GPU_CHECK_PARTS:-"$(bash "$src/tests/gpu/gpu_tests.sh" --list | tr '\n' ' ') bench"}
+failed=0
+benches=0  # "bench" named twice repeats it (the spread between runs), the second into OUT/bench2
+for part in $parts; do
+  left=$((budget - (SECONDS - start)))
+  if (( left < 20 )); then
+    say "[gpu-check] SKIPPED $part: past the ${budget} s budget"
+    failed=1
+    continue
+  fi
+  t0=$SECONDS
+  if [[ "$part" == bench ]]; then
+    quick=()
+    [[ "${GPU_CHECK_QUICK:-0}" == 1 ]] && quick=(--quick)
+    benches=$((benches + 1))
+    tag=bench bench_out=$out
+    ((benches > 1)) && tag=bench$benches bench_out=$out/bench$benches
+    timeout -k 5 "$left" python3 "$src/bench/gpu_bench.py" --bin "$bin" --out "$bench_out" --work "$work/$tag" \
+      --default-job "$work/tests/default_job" "${quick[@]}" > "$work/$tag.log" 2>&1
+  else
+    timeout -k 5 "$((left < part_cap ? left : part_cap))" bash "$src/tests/gpu/gpu_tests.sh" "$part" "$bin" "$src" "$work/tests/$part" > "$work/$part.log" 2>&1
+  fi
+  rc=$?
+  log=$work/$([[ "$part" == bench ]] && echo "$tag" || echo "$part").log
+  if [[ $rc -eq 0 ]]; then
+    say "[gpu-check] PASS $part ($((SECONDS - t0)) s)"
+  else
+    failed=1
+    say "[gpu-check] FAIL $part ($((SECONDS - t0)) s, exit $rc); its last lines:"
+    tail -n 25 "$log" | sed 's/^/    /' | tee -a "$summary"
+  fi
+  grep -h "^\[gpu\]\|^\[bench-gpu\]" "$log" 2>/dev/null | sed 's/^/    /' >> "$summary"
+  save_logs  # after every part, so that a run stopped from outside still returns what it did
+done
+for f in "$out/gpu-latest.md" "$out"/bench*/gpu-latest.md; do [[ -f "$f" ]] && cat "$f"; done
+say "[gpu-check] $( ((failed)) && echo FAILED || echo PASSED ) in $((SECONDS - start)) s; results in $out"
+rm -rf "$work"
+exit $failed

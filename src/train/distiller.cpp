@@ -1,0 +1,178 @@
+// The distilling run's loss per micro-batch and its metrics (distiller.h).
+#include "distiller.h"
+
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <fstream>
+#include <iterator>
+
+#include <nlohmann/json.hpp>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/inspect.h"
+#include "fsdpp/train/chunked_distill_loss.h"
+#include "fsdpp/train/layer_distill_loss.h"
+#include "elapsed.h"
+
+namespace fs = std::filesystem;
+
+namespace fsdpp::train::detail {
+namespace {
+
+// compress.json's layer_map of model.init_from (written by fsdpp-ckpt compress).
+std::vector<std::string> compressed_layer_map(const TrainConfig& cfg) {
+  const auto path = fs::path(cfg.model.init_from) / "compress.json";
+  FSDPP_CHECK_AS(ConfigError, !cfg.model.init_from.empty() && fs::exists(path),
+                 "[config] distillation.layer_map=[auto] takes the layers fsdpp-ckpt compress "
+                 "kept from model.init_from's compress.json, and {}; give the pairs as [S:T, ...]",
+                 cfg.model.init_from.empty() ? "model.init_from is empty"
+                                             : "'" + path.string() + "' does not exist");
+  std::ifstream in(path);
+  const auto j = nlohmann::json::parse(std::string(std::istreambuf_iterator<char>(in), {}));
+  std::vector<std::string> map;
+  const auto& kept = j.at("kept_layers");
+  for (size_t i = 0; i < kept.size(); ++i) map.push_back(fmt::format("{}:{}", i, kept[i].get<int64_t>()));
+  return map;
+}
+
+}  // namespace
+
+std::vector<std::pair<int64_t, int64_t>> resolve_layer_map(const TrainConfig& cfg,
+                                                           int64_t student_layers,
+                                                           int64_t teacher_layers) {
+  const auto& map = cfg.distillation.layer_map;
+  const bool automatic = map.size() == 1 && map.front() == "auto";
+  const auto pairs = parse_layer_map(automatic ? compressed_layer_map(cfg) : map);
+  for (const auto& [s, t] : pairs) {
+    FSDPP_CHECK_AS(ConfigError, s < student_layers && t < teacher_layers,
+                   "[config] distillation.layer_map{} pairs the student's layer {} with the "
+                   "teacher's layer {}; expected student layers 0 .. {} and teacher layers 0 .. {}",
+                   automatic ? " (auto, from compress.json)" : "", s, t, student_layers - 1,
+                   teacher_layers - 1);
+  }
+  return pairs;
+}
+
+Distiller::Distiller(const TrainConfig& cfg, dist::World& world, int64_t student_vocab,
+                     models::CausalLM& student)
+    : policy_(cfg.distillation, cfg.training.seed, cfg.data.seq_len) {
+  const auto& d = cfg.distillation;
+  options_ = {.type = d.loss, .beta = d.beta, .temperature = d.temperature, .top_k = d.top_k};
+  options_.validate();
+  kd_ratio_ = d.kd_ratio;
+  aux_coef_ = cfg.model.router_aux_loss_coef;
+  layer_weight_ = d.layer_loss_weight;
+  layer_loss_ = d.layer_loss;
+  chunk_ = d.loss_chunk_tokens;
+  seq_len_ = cfg.data.seq_len;
+  if (d.live_teacher()) teacher_ = std::make_unique<Teacher>(cfg, world, student_vocab);
+  if (!d.teacher_cache.empty()) {
+    cache_ = TeacherCache::open(d.teacher_cache);
+    const auto& info = cache_->info();
+    FSDPP_CHECK_AS(ConfigError, info.vocab_size == student_vocab && info.seq_len == seq_len_,
+                   "[train] distillation.teacher_cache='{}' was written for data.seq_len={} and "
+                   "a vocabulary of {} tokens; this run has data.seq_len={} and {} tokens. Write "
+                   "it again for this run (fsdpp-train teacher-logits with its config)",
+                   d.teacher_cache, info.seq_len, info.vocab_size, seq_len_, student_vocab);
+    FSDPP_CHECK_AS(ConfigError, d.top_k <= info.top_k,
+                   "[config] distillation.top_k={} is more than the {} tokens per position "
+                   "distillation.teacher_cache='{}' holds; expected 0 (all of them) or 1..{}",
+                   d.top_k, info.top_k, d.teacher_cache, info.top_k);
+  }
+  if (!d.layer_map.empty()) {
+    const auto pairs = resolve_layer_map(cfg, student.num_layers(), teacher_->lm().num_layers());
+    for (const auto& [s, t] : pairs) {
+      student_layers_.push_back(s);
+      teacher_layers_.push_back(t);
+    }
+    projections_.emplace(d.layer_projection, pairs, student.hidden_size(),
+                         teacher_->lm().hidden_size(), cfg.training.seed, world.device());
+  }
+}
+
+std::string Distiller::describe() const {
+  std::string s = teacher_ ? "teacher " + teacher_->describe() : "";
+  if (cache_) {
+    s += fmt::format("{}offline teacher {} (top {} of {} tokens, {:.1f} MiB)", s.empty() ? "" : "; ",
+                     cache_->dir().string(), cache_->info().top_k, cache_->info().vocab_size,
+                     static_cast<double>(cache_->disk_bytes()) / (1 << 20));
+  }
+  return s;
+}
+
+TeacherTargets Distiller::cached_teacher(const data::BatchLoader::Batch& batch) const {
+  std::vector<int64_t> windows;
+  for (int64_t start : batch.starts) windows.push_back(start / seq_len_);
+  return cache_->lookup(windows, batch.inputs);
+}
+
+Distiller::Result Distiller::loss(models::CausalLM& student, const data::BatchLoader::Batch& batch,
+                                  int64_t step, int64_t micro) {
+  const auto source = policy_.active() ? policy_.source(step, micro) : BatchSource::DATA;
+  PolicyBatch pb;
+  if (source == BatchSource::DATA) {
+    pb = policy_.data(batch.inputs, batch.targets);
+  } else {
+    const auto t0 = Clock::now();
+    auto& sampler = source == BatchSource::STUDENT ? student : teacher_->lm();
+    pb = policy_.sample(sampler, source, batch.inputs, batch.targets, batch.starts, step);
+    generate_ms_ += ms_since(t0);
+    ++(source == BatchSource::STUDENT ? student_sampled_ : teacher_sampled_);
+  }
+  auto out = student.forward_features(pb.inputs, /*aux_loss=*/true, student_layers_);
+  // The teacher: its cached top-K on the data's windows, else the live teacher.
+  TeacherTargets targets;
+  std::vector<at::Tensor> teacher_hidden;
+  if (cache_ && source == BatchSource::DATA && student_layers_.empty()) {
+    targets = cached_teacher(batch);
+  } else {
+    auto t = teacher_->forward(pb.inputs, teacher_layers_);
+    targets.logits = t.logits;
+    teacher_hidden = std::move(t.hidden_states);
+  }
+  auto parts = chunked_distillation_objective(out.logits, targets, pb.targets, pb.kd_mask,
+                                              options_, kd_ratio_, chunk_);
+  targets = {};
+  at::Tensor loss = parts.loss;
+  kd_sum_ += parts.kd.item<double>();
+  ce_sum_ += parts.ce.item<double>();
+  if (!student_layers_.empty()) {
+    const auto layer = layer_distillation_loss(out.hidden_states, teacher_hidden, pb.kd_mask,
+                                               layer_loss_, projections_->weights());
+    layer_sum_ += layer.item<double>();
+    loss = loss + layer_weight_ * layer;
+  }
+  if (out.aux_loss.defined()) loss = loss + aux_coef_ * out.aux_loss;
+  return {loss, out.aux_loss};
+}
+
+void Distiller::begin_step() {
+  kd_sum_ = ce_sum_ = layer_sum_ = generate_ms_ = 0;
+  student_sampled_ = teacher_sampled_ = 0;
+  if (teacher_) teacher_->begin_step();
+}
+
+void Distiller::log_step(nlohmann::json& line, dist::World& world, int64_t accum) {
+  const double n = static_cast<double>(accum);
+  auto sums = torch::tensor({kd_sum_ / n, ce_sum_ / n, layer_sum_ / n}, torch::kDouble);
+  world.group()->all_reduce(sums, dist::ReduceOp::AVG, {"metrics"});
+  line["kd_loss"] = sums[0].item<double>();
+  line["ce_loss"] = sums[1].item<double>();
+  if (!student_layers_.empty()) line["layer_loss"] = sums[2].item<double>();
+  if (policy_.active()) {
+    // The same on every rank (the sources are agreed); the time is this rank's.
+    line["student_sampled_batches"] = student_sampled_;
+    line["teacher_sampled_batches"] = teacher_sampled_;
+    line["generate_ms"] = generate_ms_;
+  }
+  if (teacher_) {
+    teacher_->log_step(line);
+  } else {
+    line["teacher_all_gather_bytes"] = 0;
+    line["teacher_reduce_scatter_bytes"] = 0;
+  }
+}
+
+}  // namespace fsdpp::train::detail

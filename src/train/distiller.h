@@ -1,0 +1,88 @@
+#pragma once
+// A distilling run's loss, micro-batch by micro-batch (docs/distillation.md): where the
+// sequences come from (the data, or sampled by the student or the teacher: on_policy.h), what
+// the teacher says about them (the live teacher, teacher.h, or the offline cache,
+// teacher_cache.h), the chunked KD loss (chunked_distill_loss.h), the intermediate layers'
+// loss (layer_distill_loss.h, through layer_projection.h's learned maps) and the step's
+// metrics. Private to src/train.
+//
+//   Distiller distiller(cfg, world, vocab, *lm, init);    // collective: loads the teacher
+//   distiller.begin_step();
+//   auto r = distiller.loss(*lm, loader.next_batch(), step, micro);  // collective
+//   r.loss.backward();
+//   distiller.log_step(line, world, accum);
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "fsdpp/data/batch_loader.h"
+#include "fsdpp/dist/world.h"
+#include "fsdpp/models/causal_lm.h"
+#include "fsdpp/train/config.h"
+#include "fsdpp/train/teacher_cache.h"
+#include "init_from.h"
+#include "layer_projection.h"
+#include "on_policy.h"
+#include "teacher.h"
+
+namespace fsdpp::train::detail {
+
+// distillation.layer_map as (student layer, teacher layer) pairs: its "S:T" items, or for
+// [auto] the layers model.init_from's compress.json kept (student i <- teacher kept[i]).
+// ConfigError naming the key for layers out of range or [auto] without compress.json.
+std::vector<std::pair<int64_t, int64_t>> resolve_layer_map(const TrainConfig& cfg,
+                                                           int64_t student_layers,
+                                                           int64_t teacher_layers);
+
+class Distiller {
+ public:
+  // Collective over the world: the live teacher when the section needs one, the cache when it
+  // names one (its vocabulary and seq_len checked against the run's), the layer pairs.
+  Distiller(const TrainConfig& cfg, dist::World& world, int64_t student_vocab,
+            models::CausalLM& student);
+
+  struct Result {
+    at::Tensor loss;      // (1 - kd_ratio) ce + kd_ratio kd (+ layer and MoE aux terms)
+    at::Tensor aux_loss;  // the student's load-balancing loss (MoE), unscaled; or undefined
+  };
+  // One micro-batch: its sequences (data or sampled), the student's forward, the teacher's
+  // distribution over them and the loss. Collective (every rank samples and gathers together).
+  Result loss(models::CausalLM& student, const data::BatchLoader::Batch& batch, int64_t step,
+              int64_t micro);
+
+  void begin_step();
+  // metrics.jsonl: kd_loss, ce_loss (and layer_loss) averaged over micro-batches and ranks,
+  // sampled batches, generate_ms, the teacher's collectives (this rank's). Collective.
+  void log_step(nlohmann::json& line, dist::World& world, int64_t accum);
+  std::string describe() const;
+  Teacher* live_teacher() { return teacher_.get(); }  // null with an offline cache alone
+  // The intermediate layers' learned projections (layer_projection.h); null without
+  // distillation.layer_map. Trained with the student: make_optimizer, train_step, save, restore.
+  const LayerProjections* projections() const { return projections_ ? &*projections_ : nullptr; }
+
+ private:
+  TeacherTargets cached_teacher(const data::BatchLoader::Batch& batch) const;
+
+  std::unique_ptr<Teacher> teacher_;    // live; null with a cache alone
+  std::optional<TeacherCache> cache_;
+  OnPolicy policy_;
+  DistillLossOptions options_;
+  double kd_ratio_ = 0, aux_coef_ = 0, layer_weight_ = 0;
+  Choice<LayerLossType> layer_loss_ = LayerLossType::COSINE;
+  int64_t chunk_ = 0, seq_len_ = 0;
+  std::vector<int64_t> student_layers_, teacher_layers_;
+  std::optional<LayerProjections> projections_;
+  // This step's sums.
+  double kd_sum_ = 0, ce_sum_ = 0, layer_sum_ = 0, generate_ms_ = 0;
+  int64_t student_sampled_ = 0, teacher_sampled_ = 0;
+};
+
+}  // namespace fsdpp::train::detail

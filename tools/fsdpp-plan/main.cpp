@@ -1,0 +1,148 @@
+// fsdpp-plan: which layout of a cluster trains a model fastest (docs/planner.md). CLI glue only:
+// the model of a step is fsdpp/estimate/step_time.h, the memory fsdpp/estimate/memory_estimate.h.
+//   fsdpp-plan configs/default.yaml --cluster cpu --world-size 4 --global-batch 8
+//   fsdpp-plan Llama-3.1-8B/config.json --cluster h100-sxm-500w --world-size 8 --global-batch 16 \
+//       --seq-len 8192 --mixed-precision bf16
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/estimate/llama_shape.h"
+#include "fsdpp/estimate/step_time.h"
+#include "fsdpp/train/config.h"
+#include "fsdpp/train/memory_check.h"
+
+namespace {
+
+// A trainer YAML (its model, dtypes and batch), a Hugging Face config.json, or a model directory.
+fsdpp::ModelDescription read_model(const std::string& path, const std::vector<std::string>& overrides,
+                                   fsdpp::EstimateOptions& options) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(path)) return fsdpp::describe_model_directory(path);
+  if (fs::path(path).extension() == ".json") return fsdpp::describe_model_directory(fs::path(path).parent_path());
+  const auto cfg = fsdpp::train::TrainConfig::from_file(path, overrides);
+  const int64_t vocab = cfg.data.tokenizer == fsdpp::train::TokenizerType::SENTENCEPIECE ? cfg.data.tokenizer_vocab_size : 256;
+  const auto ce = fsdpp::train::configured_estimate(cfg, vocab, 1, 0);
+  options = ce.options;
+  return ce.model;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fsdpp-plan: the layouts (FSDP, HSDP, TP, PP, EP, checkpointing) of a cluster that fit a model "
+               "in memory, ranked by predicted step time, with tokens/s and MFU, and why the others do not fit. "
+               "See docs/planner.md."};
+  std::string model_path, cluster_name = "h100-sxm", mixed, json_out;
+  std::vector<std::string> overrides;
+  int world = 0;
+  int64_t global_batch = 0, seq_len = 0;
+  double efficiency = 0, memory_gb = 0;
+  int top = 10;
+  bool show_rejected = false, time_only = false;
+  std::string only_strategy, checkpointing;
+  int only_tp = 0, only_pp = 0;
+  std::vector<std::string> schedules = {"1F1B"};
+  app.add_option("model", model_path, "fsdpp-train YAML, Hugging Face config.json, or a model directory")->required();
+  app.add_option("overrides", overrides, "key.path=value overrides of a YAML config");
+  app.add_option("--cluster", cluster_name, "h100-sxm (default), h100-sxm-500w, a100-sxm, cpu");
+  app.add_option("--world-size,-n", world, "devices in all")->required();
+  app.add_option("--global-batch", global_batch, "sequences per step over all data-parallel ranks")->required();
+  app.add_option("--seq-len", seq_len, "tokens per sequence (default: the config's)");
+  app.add_option("--mixed-precision", mixed, "bf16 or fp16 (parameters gathered and reduced in it)");
+  app.add_option("--compute-efficiency", efficiency, "fraction of the peak the matmuls reach (default: the preset's)");
+  app.add_option("--memory-gb", memory_gb, "device memory in GiB (default: the preset's)");
+  app.add_option("--top", top, "layouts shown (default 10)");
+  app.add_flag("--rejected", show_rejected, "also list every rejected layout and why");
+  app.add_option("--json", json_out, "write the whole plan as JSON to this file");
+  app.add_option("--strategy", only_strategy, "only this data-parallel strategy: full_shard, hybrid_shard, "
+                 "shard_grad_op, no_shard");
+  app.add_option("--tp", only_tp, "only this tensor-parallel degree");
+  app.add_option("--pp", only_pp, "only this pipeline-parallel degree");
+  app.add_option("--schedules", schedules, "pipeline schedules to try (default 1F1B), e.g. 1F1B,Interleaved1F1B")
+      ->delimiter(',');
+  app.add_flag("--time-only", time_only, "time every layout that splits, without the memory estimate (for layouts it "
+               "does not model, e.g. PP with TP; docs/planner.md)");
+  app.add_option("--checkpointing", checkpointing, "only layouts with (on) or without (off) activation checkpointing");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    fsdpp::EstimateOptions base;
+    const fsdpp::ModelDescription model = read_model(model_path, overrides, base);
+    fsdpp::Cluster cluster = fsdpp::cluster_preset(cluster_name);
+    if (efficiency > 0) cluster.compute_efficiency = efficiency;
+    if (memory_gb > 0) cluster.memory_bytes = static_cast<int64_t>(memory_gb * 1024 * 1024 * 1024);
+    if (seq_len > 0) base.seq_len = seq_len;
+    if (!mixed.empty()) base.param_dtype = base.reduce_dtype = fsdpp::parse_estimate_dtype(mixed);
+    if (cluster.device_is_gpu) base.runtime_baseline_bytes = 0;
+    fsdpp::Plan plan = fsdpp::plan_layouts(model, base, cluster, world, global_batch, schedules, !time_only);
+    // The restrictions the flags ask for, on both lists.
+    FSDPP_CHECK_AS(ConfigError, checkpointing.empty() || checkpointing == "on" || checkpointing == "off",
+                   "[estimate] --checkpointing '{}': expected on or off", checkpointing);
+    const auto keep = [&](const fsdpp::PlanEntry& e) {
+      const auto& o = e.options;
+      return (only_strategy.empty() || fsdpp::parse_sharding_strategy(only_strategy) == o.strategy) &&
+             (only_tp == 0 || o.tensor_parallel == only_tp) &&
+             (only_pp == 0 || std::max(1, o.pipeline.degree) == only_pp) &&
+             (checkpointing.empty() || o.activation_checkpointing == (checkpointing == "on"));
+    };
+    std::erase_if(plan.fitting, [&](const auto& e) { return !keep(e); });
+    std::erase_if(plan.rejected, [&](const auto& e) { return !keep(e); });
+
+    const double n = static_cast<double>(model.num_params());
+    std::printf("fsdpp-plan: %.2f %s parameters, %d devices of %s (%s), global batch %lld x %lld tokens, %s\n",
+                n >= 1e9 ? n / 1e9 : n / 1e6, n >= 1e9 ? "B" : "M", world, cluster.name.c_str(), cluster.source.c_str(),
+                static_cast<long long>(global_batch), static_cast<long long>(base.seq_len),
+                fsdpp::to_string(base.param_dtype));
+    std::printf("\n  %-44s %10s %12s %7s %10s  %s\n", "layout (fastest first)", "step (s)", "tok/s/dev", "MFU",
+                "mem (GiB)", "compute + memory-bound + exposed comm (FSDP, TP, PP bubble)");
+    int shown = 0;
+    for (const auto& e : plan.fitting) {
+      if (shown++ >= top) break;
+      const auto& t = e.time;
+      std::printf("  %-44s %10.3f %12.0f %6.1f%% %10.2f  %.3f + %.3f + %.3f, %.3f, %.3f\n", e.layout.c_str(), t.total_s,
+                  t.tokens_per_s_per_device, 100 * t.mfu, e.memory.total / 1073741824.0, t.compute_s,
+                  t.memory_bound_s, t.fsdp_exposed_s, t.tp_comm_s, t.pp_bubble_s + t.pp_p2p_s);
+    }
+    if (plan.fitting.empty()) std::printf("  nothing fits: more devices, a smaller batch, or shorter sequences\n");
+    if (time_only) std::printf("  (--time-only: memory not estimated, shown as 0)\n");
+    std::printf("\n  %zu layouts fit, %zu rejected%s\n", plan.fitting.size(), plan.rejected.size(),
+                show_rejected ? ":" : " (--rejected lists them)");
+    if (show_rejected) {
+      for (const auto& e : plan.rejected) std::printf("  x %-44s %s\n", e.layout.c_str(), e.rejected.c_str());
+    }
+    if (!json_out.empty()) {
+      nlohmann::json j;
+      const auto entry = [](const fsdpp::PlanEntry& e) {
+        return nlohmann::json{{"layout", e.layout}, {"step_s", e.time.total_s},
+                              {"tokens_per_s_per_device", e.time.tokens_per_s_per_device}, {"mfu", e.time.mfu},
+                              {"compute_s", e.time.compute_s}, {"memory_bound_s", e.time.memory_bound_s},
+                              {"fsdp_comm_s", e.time.fsdp_comm_s},
+                              {"fsdp_exposed_s", e.time.fsdp_exposed_s}, {"tp_comm_s", e.time.tp_comm_s},
+                              {"pp_bubble_s", e.time.pp_bubble_s}, {"memory_bytes", e.memory.total},
+                              {"world_size", e.options.world_size}, {"strategy", fsdpp::to_string(e.options.strategy)},
+                              {"tp", e.options.tensor_parallel}, {"pp", e.options.pipeline.degree},
+                              {"ep", e.options.expert_parallel}, {"checkpointing", e.options.activation_checkpointing},
+                              {"batch_per_dp_rank", e.options.batch}, {"rejected", e.rejected}};
+      };
+      for (const auto& e : plan.fitting) j["fitting"].push_back(entry(e));
+      for (const auto& e : plan.rejected) j["rejected"].push_back(entry(e));
+      std::FILE* f = std::fopen(json_out.c_str(), "w");
+      FSDPP_CHECK_AS(ConfigError, f != nullptr, "[estimate] cannot write --json '{}'", json_out);
+      std::fputs(j.dump(1).c_str(), f);
+      std::fclose(f);
+    }
+    return 0;
+  } catch (const fsdpp::ConfigError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}
