@@ -109,8 +109,11 @@ class HfFiles final : public HfSource {
 // Every tensor of the directory's files, whole, under Hugging Face's names.
 NamedTensors read_hf_tensors(const std::filesystem::path& dir);
 // A save_pretrained directory, committed whole or not at all (state::AtomicDir): `hf` as
-// model.safetensors and `files` (name -> contents: config.json, a tokenizer's) beside it.
-void write_hf_directory(const std::filesystem::path& dir, const NamedTensors& hf,
-                        const std::map<std::string, std::string>& files);
+// model.safetensors, or with max_shard_bytes > 0 as save_pretrained's numbered shards and their
+// index, and `files` (name -> contents: config.json, a tokenizer's) beside it. Returns the
+// number of safetensors files.
+int64_t write_hf_directory(const std::filesystem::path& dir, const NamedTensors& hf,
+                           const std::map<std::string, std::string>& files,
+                           int64_t max_shard_bytes = 0);
 
 }  // namespace fsdpp::models::detail
