@@ -6,17 +6,21 @@ usage: run_doc_commands.py BIN_DIR SOURCE_DIR PAGE [PAGE...]
 Every ```sh block of a page is run, in order, as one bash script (`set -euo pipefail`, so a
 block's `cd` or variable carries to the next), except the blocks marked as examples that need what
 this machine lacks (`<!-- docs-example: needs a SLURM cluster -->` just before the block,
-doc_blocks.py; audit_doc_commands.py checks that every other block is run by a docs test). The
-pages run one after the other in one scratch directory that looks like the top of a clone:
-README.md, docs/, configs/, examples/, scripts/ and the Makefile link to the sources and build/bin/
-to BIN_DIR (the built fsdpp-run, fsdpp-train, ...), so the pages' relative paths work, a page reads
-what an earlier one wrote (runs/default after `make run`, as a reader would have it), and nothing
-lands in the source tree. FSDPP_PYTHON is the Python with transformers.
+doc_blocks.py; audit_doc_commands.py checks that every other block is run by a docs test). Each
+page runs in its own scratch directory that looks like the top of a fresh clone: README.md, docs/,
+configs/, examples/, scripts/ and the Makefile link to the sources and build/bin/ to BIN_DIR (the
+built fsdpp-run, fsdpp-train, ...), so the page's relative paths work and its outputs (runs/...)
+never land in the source tree. FSDPP_PYTHON is the Python with transformers.
 
 Shortening: a page names its own substitutions, one per HTML comment, applied to its blocks'
 text before they run (the page as rendered shows nothing of them):
 
     <!-- docs-test: training.max_steps=300 => training.max_steps=12 -->
+
+and a page whose commands read what another page's wrote (runs/default/checkpoint-400 after
+`make run`) names the command that writes it, run first:
+
+    <!-- docs-test-before: make run -->
 
 `make run` (a line of its own) runs as the build target leaves it (scripts/default_job.sh, what the
 Makefile's run target calls after building) for 6 steps instead of 400: pages that read its
@@ -35,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from doc_blocks import sh_blocks  # noqa: E402
 
 RULE = re.compile(r"<!--\s*docs-test:\s*(.*?)\s*=>\s*(.*?)\s*-->")
+BEFORE = re.compile(r"<!--\s*docs-test-before:\s*(.*?)\s*-->")
 
 # README.md: the default job for 6 steps instead of 400.
 README_RULES = [("checkpoint-400", "checkpoint-6")]
@@ -78,7 +83,7 @@ def page_script(src, page):
     text = open(os.path.join(src, page), encoding="utf-8").read()
     blocks = run_blocks(src, page)
     assert blocks, f"{page} has no ```sh blocks that are not marked docs-example"
-    script = "\n".join(t for _, t in blocks)
+    script = "\n".join(BEFORE.findall(text) + [t for _, t in blocks])
     if MAKE_RUN.search(script):
         check_make_run(src)
         script = MAKE_RUN.sub(DEFAULT_JOB, script)
@@ -91,12 +96,12 @@ def page_script(src, page):
 def main(bin_dir, src, pages):
     python = os.environ.get("FSDPP_PYTHON", sys.executable)
     failed, took = [], []
-    with tempfile.TemporaryDirectory() as d:
-        for name in ("README.md", "docs", "configs", "examples", "scripts", "Makefile"):
-            os.symlink(os.path.join(src, name), os.path.join(d, name))
-        os.makedirs(os.path.join(d, "build"))
-        os.symlink(os.path.abspath(bin_dir), os.path.join(d, "build", "bin"))
-        for page in pages:
+    for page in pages:
+        with tempfile.TemporaryDirectory() as d:
+            for name in ("README.md", "docs", "configs", "examples", "scripts", "Makefile"):
+                os.symlink(os.path.join(src, name), os.path.join(d, name))
+            os.makedirs(os.path.join(d, "build"))
+            os.symlink(os.path.abspath(bin_dir), os.path.join(d, "build", "bin"))
             script = "set -euo pipefail\nset -x\n" + page_script(src, page)
             print(f"==== {page}\n{script}", flush=True)
             env = dict(os.environ, FSDPP_PYTHON=python, HF_HUB_OFFLINE="1")
