@@ -4,7 +4,7 @@ usage: audit_doc_commands.py SOURCE_DIR
 
 Every ```sh block of README.md and docs/*.md is either run by a docs test (its page is one that a
 test in tests/CMakeLists.txt passes to run_doc_commands.py, which runs every block not marked) or
-marked just before its fence with `<!-- docs-example: REASON -->`, REASON one of doc_blocks.REASONS
+marked among the comment lines just before its fence with `<!-- docs-example: REASON -->`, REASON one of doc_blocks.REASONS
 or `tested by <ctest name>` naming a test that exists. Each block that is neither fails the audit
 with its page and line; so does a marker with another reason, and a marker that stands before no
 ```sh block (a stale one).
@@ -41,7 +41,6 @@ def audit(src):
     for page in pages:
         text = open(os.path.join(src, page), encoding="utf-8").read()
         blocks = sh_blocks(text)
-        fences = {b.line for b in blocks}
         for b in blocks:
             if b.reason is not None:
                 counts["marked"] += 1
@@ -54,10 +53,9 @@ def audit(src):
                 problems.append(f"{page}:{b.line}: this ```sh block is run by no docs test and not marked "
                                 f"`<!-- docs-example: REASON -->`: add its page to a docs test in "
                                 f"tests/CMakeLists.txt (shortened with docs-test rules) or mark it")
-        for m in EXAMPLE.finditer(text):
-            line = text.count("\n", 0, m.start()) + 1
-            if line + 1 not in fences:
-                problems.append(f"{page}:{line}: a docs-example marker not on the line just before a ```sh fence")
+        if len(EXAMPLE.findall(text)) != sum(b.reason is not None for b in blocks):
+            problems.append(f"{page}: a docs-example marker stands before no ```sh fence (it must be among "
+                            f"the comment lines just before one)")
     return problems, counts
 
 

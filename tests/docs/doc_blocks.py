@@ -29,19 +29,29 @@ REASONS = (
 TESTED_BY = re.compile(r"tested by ([A-Za-z0-9_.]+)$")
 
 
+RULE = re.compile(r"<!--\s*docs-test:\s*(.*?)\s*=>\s*(.*?)\s*-->")
+COMMENT = re.compile(r"<!--.*-->")
+
+
 class Block:
-    def __init__(self, line, text, reason):
-        self.line, self.text, self.reason = line, text, reason
+    def __init__(self, line, text, reason, rules):
+        self.line, self.text, self.reason, self.rules = line, text, reason, rules
 
 
 def sh_blocks(text):
-    """Every ```sh block of a page: its first line's number (the fence's), its text, and the
-    reason given by a docs-example comment on the line just before its fence (None if none)."""
+    """Every ```sh block of a page: its first line's number (the fence's), its text, the reason
+    given by a docs-example comment among the comment lines just before its fence (None if none),
+    and the docs-test rules among those lines (which apply to this block alone)."""
     blocks = []
     for m in SH_BLOCK.finditer(text):
-        before = text[:m.start()].rstrip("\n").rsplit("\n", 1)[-1]
-        e = EXAMPLE.fullmatch(before.strip())
-        blocks.append(Block(text.count("\n", 0, m.start()) + 1, m.group(1), e.group(1) if e else None))
+        comments = []
+        for line in reversed(text[:m.start()].rstrip("\n").split("\n")):
+            if not COMMENT.fullmatch(line.strip()):
+                break
+            comments.insert(0, line.strip())
+        reasons = [e.group(1) for c in comments for e in [EXAMPLE.fullmatch(c)] if e]
+        rules = [r.groups() for c in comments for r in [RULE.fullmatch(c)] if r]
+        blocks.append(Block(text.count("\n", 0, m.start()) + 1, m.group(1), reasons[0] if reasons else None, rules))
     return blocks
 
 

@@ -22,6 +22,10 @@ and a page whose commands read what another page's wrote (runs/default/checkpoin
 
     <!-- docs-test-before: make run -->
 
+A rule among the comment lines just before a block's fence applies to that block alone, and
+`docs-test-after: CMD` runs CMD after the page's blocks (e.g. to wait for the commands a rule put
+in the background, the two nodes of multi-node.md on this one machine).
+
 `make run` (a line of its own) runs as the build target leaves it (scripts/default_job.sh, what the
 Makefile's run target calls after building) for 6 steps instead of 400: pages that read its
 checkpoint say `<!-- docs-test: checkpoint-400 => checkpoint-6 -->`. README.md's "Two commands"
@@ -40,6 +44,7 @@ from doc_blocks import sh_blocks  # noqa: E402
 
 RULE = re.compile(r"<!--\s*docs-test:\s*(.*?)\s*=>\s*(.*?)\s*-->")
 BEFORE = re.compile(r"<!--\s*docs-test-before:\s*(.*?)\s*-->")
+AFTER = re.compile(r"<!--\s*docs-test-after:\s*(.*?)\s*-->")
 
 # README.md: the default job for 6 steps instead of 400.
 README_RULES = [("checkpoint-400", "checkpoint-6")]
@@ -70,12 +75,21 @@ def readme_two_commands(src, text):
 
 
 def run_blocks(src, page):
-    """The blocks of a page that its docs test runs: (line, text) in order, text as written."""
+    """The blocks of a page that its docs test runs, in order, their text with the rules just
+    before each block applied (the page's other rules apply to the whole script)."""
     text = open(os.path.join(src, page), encoding="utf-8").read()
-    blocks = [(b.line, b.text) for b in sh_blocks(text) if b.reason is None]
+    blocks = []
+    for b in sh_blocks(text):
+        if b.reason is not None:
+            continue
+        for x, y in b.rules:
+            assert x in b.text, f"{page}:{b.line}: the docs-test rule '{x} => {y}' matches nothing in its block"
+            b.text = b.text.replace(x, y)
+        blocks.append(b)
     if os.path.basename(page) == "README.md":
         line, script = readme_two_commands(src, text)
-        blocks = [(n, script if n == line else t) for n, t in blocks]
+        for b in blocks:
+            b.text = script if b.line == line else b.text
     return blocks
 
 
@@ -83,11 +97,14 @@ def page_script(src, page):
     text = open(os.path.join(src, page), encoding="utf-8").read()
     blocks = run_blocks(src, page)
     assert blocks, f"{page} has no ```sh blocks that are not marked docs-example"
-    script = "\n".join(BEFORE.findall(text) + [t for _, t in blocks])
+    script = "\n".join(BEFORE.findall(text) + [b.text for b in blocks] + AFTER.findall(text))
     if MAKE_RUN.search(script):
         check_make_run(src)
         script = MAKE_RUN.sub(DEFAULT_JOB, script)
+    block_rules = {r for b in blocks for r in b.rules}
     for a, b in RULE.findall(text):
+        if (a, b) in block_rules:
+            continue
         assert a in script, f"{page}: the docs-test rule '{a} => {b}' matches no command"
         script = script.replace(a, b)
     return script
