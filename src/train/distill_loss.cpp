@@ -7,32 +7,33 @@
 
 #include <cmath>
 
+#include "divergence.h"
 #include "fsdpp/common/error.h"
 
 namespace fsdpp::train {
 namespace {
 
-// KL(p || q) per position from log-probabilities over the last dimension: F.kl_div(log_q, log_p,
-// log_target=True) summed over the vocabulary. exp(log_p) underflows to 0 where p is negligible,
-// and 0 * (a finite difference) stays 0.
-at::Tensor kl(const at::Tensor& log_p, const at::Tensor& log_q) {
-  return (log_p.exp() * (log_p - log_q)).sum(-1);
+// The divergence of `s` and `t`, the student's and the teacher's logits over the same tokens
+// already divided by T (the whole vocabulary or the teacher's top k), times T^2.
+at::Tensor divergence_of(const at::Tensor& s, const at::Tensor& t, const DistillLossOptions& options) {
+  return divergence_of_log_probs(s.log_softmax(-1), t.log_softmax(-1), options,
+                                 [](const at::Tensor& terms) { return terms.sum(-1); });
 }
 
-// Reduced precision logits (bf16 compute) are upcast: a softmax over a vocabulary in bf16 loses
-// most of the small probabilities the divergence is made of.
-at::ScalarType compute_dtype(const at::Tensor& t) {
+}  // namespace
+
+at::ScalarType distill_compute_dtype(const at::Tensor& t) {
   return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
-void check_shapes(const at::Tensor& student, const at::Tensor& teacher) {
+void check_distill_shapes(const at::Tensor& student, const at::Tensor& teacher) {
   FSDPP_CHECK_AS(ConfigError, student.dim() >= 1 && student.sizes() == teacher.sizes(),
                  "[distill] student logits {} and teacher logits {} differ in shape; expected "
                  "the same (..., vocab) shape (the same tokenizer and vocabulary)",
                  student.sizes().vec(), teacher.sizes().vec());
 }
 
-void check_labels(const at::Tensor& logits, const at::Tensor& labels) {
+void check_distill_labels(const at::Tensor& logits, const at::Tensor& labels) {
   FSDPP_CHECK_AS(ConfigError,
                  labels.dim() == logits.dim() - 1 &&
                      labels.sizes() == logits.sizes().slice(0, logits.dim() - 1),
@@ -41,20 +42,17 @@ void check_labels(const at::Tensor& logits, const at::Tensor& labels) {
                  labels.sizes().vec(), logits.sizes().vec());
 }
 
-// The mean over positions whose label is kept; 0 (with a zero gradient) when none is.
-at::Tensor masked_mean(const at::Tensor& per_position, const at::Tensor& keep) {
-  const auto kept = keep.sum().to(per_position.scalar_type());
-  return per_position.masked_fill(keep.logical_not(), 0).sum() / kept.clamp_min(1);
-}
-
-// The divergence of `s` and `t`, the student's and the teacher's logits over the same tokens
-// already divided by T (the whole vocabulary or the teacher's top k), times T^2.
-at::Tensor divergence_of(const at::Tensor& s, const at::Tensor& t, const DistillLossOptions& options) {
+// KL(p || q) per position from log-probabilities over the last dimension: F.kl_div(log_q, log_p,
+// log_target=True) summed over the vocabulary. exp(log_p) underflows to 0 where p is negligible,
+// and 0 * (a finite difference) stays 0.
+at::Tensor divergence_of_log_probs(const at::Tensor& log_s, const at::Tensor& log_t,
+                                   const DistillLossOptions& options, const VocabSum& sum) {
+  const auto kl = [&](const at::Tensor& log_p, const at::Tensor& log_q) {
+    return sum(log_p.exp() * (log_p - log_q));
+  };
   const double T = options.temperature;
-  const auto log_s = s.log_softmax(-1);
-  const auto log_t = t.log_softmax(-1);
-  at::Tensor d;
   const double beta = options.beta;
+  at::Tensor d;
   switch (options.type.value()) {
     case DistillLossType::FORWARD_KL: d = kl(log_t, log_s); break;
     case DistillLossType::REVERSE_KL: d = kl(log_s, log_t); break;
@@ -74,7 +72,10 @@ at::Tensor divergence_of(const at::Tensor& s, const at::Tensor& t, const Distill
   return d * (T * T);
 }
 
-}  // namespace
+at::Tensor masked_mean(const at::Tensor& per_position, const at::Tensor& keep) {
+  const auto kept = keep.sum().to(per_position.scalar_type());
+  return per_position.masked_fill(keep.logical_not(), 0).sum() / kept.clamp_min(1);
+}
 
 void DistillLossOptions::validate() const {
   FSDPP_CHECK_AS(ConfigError, beta >= 0 && beta <= 1,
@@ -90,14 +91,14 @@ at::Tensor distillation_divergence(const at::Tensor& student_logits,
                                    const at::Tensor& teacher_logits,
                                    const DistillLossOptions& options) {
   options.validate();
-  check_shapes(student_logits, teacher_logits);
+  check_distill_shapes(student_logits, teacher_logits);
   const int64_t vocab = student_logits.size(-1);
   FSDPP_CHECK_AS(ConfigError, options.top_k <= vocab,
                  "[distill] top_k={} is larger than the vocabulary ({} tokens); expected 0 (all) "
                  "or at most {}",
                  options.top_k, vocab, vocab);
   const double T = options.temperature;
-  const auto dtype = compute_dtype(student_logits);
+  const auto dtype = distill_compute_dtype(student_logits);
   at::Tensor s = student_logits.to(dtype) / T;
   at::Tensor t = teacher_logits.detach().to(dtype) / T;
   if (options.top_k > 0 && options.top_k < vocab) {
@@ -128,7 +129,7 @@ at::Tensor sparse_distillation_divergence(const at::Tensor& student_logits,
                  "expected 0 (all of them) or at most {}",
                  options.top_k, K, K);
   const double T = options.temperature;
-  const auto dtype = compute_dtype(student_logits);
+  const auto dtype = distill_compute_dtype(student_logits);
   at::Tensor t = teacher_values.detach().to(dtype) / T;
   at::Tensor ids = teacher_ids;
   if (options.top_k > 0 && options.top_k < K) {
@@ -142,8 +143,8 @@ at::Tensor sparse_distillation_divergence(const at::Tensor& student_logits,
 
 at::Tensor distillation_loss(const at::Tensor& student_logits, const at::Tensor& teacher_logits,
                              const at::Tensor& labels, const DistillLossOptions& options) {
-  check_shapes(student_logits, teacher_logits);
-  check_labels(student_logits, labels);
+  check_distill_shapes(student_logits, teacher_logits);
+  check_distill_labels(student_logits, labels);
   const auto d = distillation_divergence(student_logits, teacher_logits, options);
   return masked_mean(d, labels != options.ignore_index);
 }
@@ -159,7 +160,7 @@ DistillObjective distillation_objective(const at::Tensor& student_logits,
   DistillObjective out;
   out.kd = distillation_loss(student_logits, teacher_logits, labels, options);
   const int64_t vocab = student_logits.size(-1);
-  const auto logits = student_logits.to(compute_dtype(student_logits)).reshape({-1, vocab});
+  const auto logits = student_logits.to(distill_compute_dtype(student_logits)).reshape({-1, vocab});
   const auto flat = labels.reshape({-1});
   // Summed, then divided by the kept positions: the same mean as cross_entropy's, and 0 rather
   // than NaN when every label is ignored.
