@@ -309,99 +309,96 @@ struct Report {
   std::vector<fsdpp::Recommendation> recs;
   std::string optimizer, device;
   double budget_gb;
+  // The ZeRO paper's parameters: under TP its data-parallel accounting applies to a rank's slice
+  // over N / tp ranks.
+  double psi = static_cast<double>(fsdpp::tensor_parallel_slice(model, o.tensor_parallel).num_params());
 };
 
 void print_json(const Report& rep) {
-  const auto& model = rep.model;
   const auto& o = rep.o;
   const auto& world_sizes = rep.world_sizes;
   const auto& ests = rep.ests;
   const auto& recs = rep.recs;
-  // Under TP the paper's data-parallel accounting applies to a rank's slice over N / tp ranks.
   const int tp_degree = o.tensor_parallel;
-  const double psi = static_cast<double>(fsdpp::tensor_parallel_slice(model, tp_degree).num_params());
-    json j;
-    j["model"] = rep.model_line;
-    j["num_params"] = model.num_params();
-    j["num_active_params"] = fsdpp::count_parameters(model).active;
-    j["notes"] = rep.notes;
-    j["estimates"] = json::array();
-    for (size_t i = 0; i < ests.size(); ++i) {
-      const auto& e = ests[i];
-      j["estimates"].push_back({{"world_size", world_sizes[i]}, {"strategy", strategy_name(o.strategy)},
-                                {"tensor_parallel", o.tensor_parallel},
-                                {"sequence_parallel", o.sequence_parallel},
-                                {"expert_parallel", o.expert_parallel},
-                                {"expert_shard_world", e.expert_shard_world},
-                                {"teacher_bytes", e.teacher},
-                                {"pipeline_parallel", o.pipeline.degree},
-                                {"pipeline_stage", e.pipeline_stage},
-                                {"shard_world", e.shard_world}, {"parameters_bytes", e.parameters},
-                                {"gradients_bytes", e.gradients}, {"optimizer_state_bytes", e.optimizer_state},
-                                {"unsharded_bytes", e.unsharded}, {"activations_bytes", e.activations},
-                                {"tensors_bytes", e.tensors}, {"allocator_bytes", e.allocator},
-                                {"runtime_bytes", e.runtime}, {"total_bytes", e.total}, {"host_bytes", e.host},
-                                {"model_states_bytes", e.model_states}, {"peak_at", e.peak_at},
-                                {"notes", e.notes}});
-      const auto z = fsdpp::zero_model_states(psi, std::max(1, world_sizes[i] / tp_degree));
-      j["zero_model_states_bytes"].push_back({{"world_size", world_sizes[i]}, {"no_shard", z.no_shard},
-                                              {"zero1", z.zero1}, {"zero2", z.zero2}, {"zero3", z.zero3}});
-    }
-    for (size_t i = 0; i < ests.size(); ++i) {
-      for (const auto& st : ests[i].stages)
-        j["estimates"][i]["stages"].push_back({{"stage", st.stage}, {"rank", st.rank}, {"units", st.units},
-                                               {"total_bytes", st.total}, {"in_flight", st.in_flight},
-                                               {"held_weight_grads", st.held_weight_grads},
-                                               {"peak_at", st.peak_at}});
-    }
-    for (size_t i = 0; i < recs.size(); ++i) {
-      json r;
-      r["world_size"] = world_sizes[i];
-      r["chosen"] = recs[i].chosen >= 0 ? json(recs[i].candidates[recs[i].chosen].name) : json(nullptr);
-      for (const auto& c : recs[i].candidates)
-        r["candidates"].push_back({{"name", c.name}, {"total_bytes", c.estimate.total}, {"fits", c.fits},
-                                   {"why", c.why}});
-      j["recommendations"].push_back(r);
-    }
-    std::printf("%s\n", j.dump(1).c_str());
+  json j;
+  j["model"] = rep.model_line;
+  j["num_params"] = rep.model.num_params();
+  j["num_active_params"] = fsdpp::count_parameters(rep.model).active;
+  j["notes"] = rep.notes;
+  j["estimates"] = json::array();
+  for (size_t i = 0; i < ests.size(); ++i) {
+    const auto& e = ests[i];
+    j["estimates"].push_back({{"world_size", world_sizes[i]}, {"strategy", strategy_name(o.strategy)},
+                              {"tensor_parallel", o.tensor_parallel},
+                              {"sequence_parallel", o.sequence_parallel},
+                              {"expert_parallel", o.expert_parallel},
+                              {"expert_shard_world", e.expert_shard_world},
+                              {"teacher_bytes", e.teacher},
+                              {"pipeline_parallel", o.pipeline.degree},
+                              {"pipeline_stage", e.pipeline_stage},
+                              {"shard_world", e.shard_world}, {"parameters_bytes", e.parameters},
+                              {"gradients_bytes", e.gradients}, {"optimizer_state_bytes", e.optimizer_state},
+                              {"unsharded_bytes", e.unsharded}, {"activations_bytes", e.activations},
+                              {"tensors_bytes", e.tensors}, {"allocator_bytes", e.allocator},
+                              {"runtime_bytes", e.runtime}, {"total_bytes", e.total}, {"host_bytes", e.host},
+                              {"model_states_bytes", e.model_states}, {"peak_at", e.peak_at},
+                              {"notes", e.notes}});
+    const auto z = fsdpp::zero_model_states(rep.psi, std::max(1, world_sizes[i] / tp_degree));
+    j["zero_model_states_bytes"].push_back({{"world_size", world_sizes[i]}, {"no_shard", z.no_shard},
+                                            {"zero1", z.zero1}, {"zero2", z.zero2}, {"zero3", z.zero3}});
+  }
+  for (size_t i = 0; i < ests.size(); ++i) {
+    for (const auto& st : ests[i].stages)
+      j["estimates"][i]["stages"].push_back({{"stage", st.stage}, {"rank", st.rank}, {"units", st.units},
+                                             {"total_bytes", st.total}, {"in_flight", st.in_flight},
+                                             {"held_weight_grads", st.held_weight_grads},
+                                             {"peak_at", st.peak_at}});
+  }
+  for (size_t i = 0; i < recs.size(); ++i) {
+    json r;
+    r["world_size"] = world_sizes[i];
+    r["chosen"] = recs[i].chosen >= 0 ? json(recs[i].candidates[recs[i].chosen].name) : json(nullptr);
+    for (const auto& c : recs[i].candidates)
+      r["candidates"].push_back({{"name", c.name}, {"total_bytes", c.estimate.total}, {"fits", c.fits},
+                                 {"why", c.why}});
+    j["recommendations"].push_back(r);
+  }
+  std::printf("%s\n", j.dump(1).c_str());
 }
 
 void print_text(const Report& rep) {
-  const auto& model = rep.model;
   const auto& o = rep.o;
   const auto& world_sizes = rep.world_sizes;
   const auto& ests = rep.ests;
   const auto& recs = rep.recs;
-  // Under TP the paper's data-parallel accounting applies to a rank's slice over N / tp ranks.
   const int tp_degree = o.tensor_parallel;
-  const double psi = static_cast<double>(fsdpp::tensor_parallel_slice(model, tp_degree).num_params());
   int64_t biggest = 0;
   for (const auto& e : ests) biggest = std::max(biggest, e.total);
   const Units u = biggest >= (16ll << 30) ? Units{1024.0 * 1024 * 1024, "GiB"} : Units{1024.0 * 1024, "MiB"};
   std::printf("fsdpp-estimate: %s\n", rep.model_line.c_str());
   if (o.tensor_parallel > 1)
-    std::printf("  tensor parallel %d%s (N counts all ranks; FSDP over N / %d; the batch is per data-parallel rank)\n",
-                o.tensor_parallel, o.sequence_parallel ? " + sequence parallel" : "", o.tensor_parallel);
+  std::printf("  tensor parallel %d%s (N counts all ranks; FSDP over N / %d; the batch is per data-parallel rank)\n",
+              o.tensor_parallel, o.sequence_parallel ? " + sequence parallel" : "", o.tensor_parallel);
   if (o.expert_parallel > 1)
-    std::printf("  expert parallel %d (each rank E / %d experts per sparse layer, FSDP over N / %d for them, over N "
-                "for the rest; tokens to their experts by all-to-all)\n",
-                o.expert_parallel, o.expert_parallel, o.expert_parallel);
+  std::printf("  expert parallel %d (each rank E / %d experts per sparse layer, FSDP over N / %d for them, over N "
+              "for the rest; tokens to their experts by all-to-all)\n",
+              o.expert_parallel, o.expert_parallel, o.expert_parallel);
   std::printf("  %s, batch %lld x %lld tokens per rank, params %s, reduce %s%s%s, prefetch forward %d / "
-              "backward %d%s, %s, device %s\n",
-              strategy_name(o.strategy).c_str(), static_cast<long long>(o.batch),
-              static_cast<long long>(o.seq_len), fsdpp::to_string(o.param_dtype),
-              fsdpp::to_string(o.reduce_dtype), o.activation_checkpointing ? ", checkpointing" : "",
-              o.cpu_offload ? ", CPU offload" : "", o.forward_prefetch, o.backward_prefetch,
-              o.backward_prefetch_post ? " (post)" : "", rep.optimizer.empty() ? "adamw" : rep.optimizer.c_str(),
-              rep.device.c_str());
+            "backward %d%s, %s, device %s\n",
+            strategy_name(o.strategy).c_str(), static_cast<long long>(o.batch),
+            static_cast<long long>(o.seq_len), fsdpp::to_string(o.param_dtype),
+            fsdpp::to_string(o.reduce_dtype), o.activation_checkpointing ? ", checkpointing" : "",
+            o.cpu_offload ? ", CPU offload" : "", o.forward_prefetch, o.backward_prefetch,
+            o.backward_prefetch_post ? " (post)" : "", rep.optimizer.empty() ? "adamw" : rep.optimizer.c_str(),
+            rep.device.c_str());
   for (const auto& n : rep.notes) std::printf("  note: %s\n", n.c_str());
   std::printf("\nper rank at the step's peak (%s)  ", u.name);
   for (int n : world_sizes) std::printf("%12s", fmt::format("N={}", n).c_str());
   std::printf("\n");
   auto row = [&](const char* name, auto get) {
-    std::printf("  %-38s", name);
-    for (const auto& e : ests) std::printf("%12s", fmt_bytes(get(e), u).c_str());
-    std::printf("\n");
+  std::printf("  %-38s", name);
+  for (const auto& e : ests) std::printf("%12s", fmt_bytes(get(e), u).c_str());
+  std::printf("\n");
   };
   row("parameters (shards)", [](const auto& e) { return e.parameters; });
   row("gradients", [](const auto& e) { return e.gradients; });
@@ -417,32 +414,32 @@ void print_text(const Report& rep) {
   for (const auto& e : ests) std::printf("  %s;", e.peak_at.c_str());
   std::printf("\n");
   for (size_t i = 0; i < ests.size(); ++i)
-    for (const auto& n : ests[i].notes) std::printf("  note (N=%d): %s\n", world_sizes[i], n.c_str());
+  for (const auto& n : ests[i].notes) std::printf("  note (N=%d): %s\n", world_sizes[i], n.c_str());
 
   for (size_t i = 0; i < ests.size(); ++i) {
-    if (ests[i].stages.empty()) continue;
-    std::printf("\npipeline %d, %d microbatches of %lld, %s; N=%d (in flight: microbatches whose activations a "
-                "stage holds at most; W: those waiting for their weight gradient)\n",
-                o.pipeline.degree, o.pipeline.microbatches, static_cast<long long>(o.batch / o.pipeline.microbatches),
-                o.pipeline.schedule.c_str(), world_sizes[i]);
-    const int shown = ests[i].stages[static_cast<size_t>(ests[i].pipeline_stage)].rank;
-    for (const auto& st : ests[i].stages) {
-      const std::string units = st.units.front() + (st.units.size() > 1 ? " .. " + st.units.back() : "");
-      std::printf("  %s stage %d on rank %d (%s): in flight %d, W %d; rank total %s %s\n",
-                  st.rank == shown ? "->" : "  ", st.stage, st.rank, units.c_str(), st.in_flight,
-                  st.held_weight_grads, fmt_bytes(st.total, u).c_str(), u.name);
-    }
+  if (ests[i].stages.empty()) continue;
+  std::printf("\npipeline %d, %d microbatches of %lld, %s; N=%d (in flight: microbatches whose activations a "
+              "stage holds at most; W: those waiting for their weight gradient)\n",
+              o.pipeline.degree, o.pipeline.microbatches, static_cast<long long>(o.batch / o.pipeline.microbatches),
+              o.pipeline.schedule.c_str(), world_sizes[i]);
+  const int shown = ests[i].stages[static_cast<size_t>(ests[i].pipeline_stage)].rank;
+  for (const auto& st : ests[i].stages) {
+    const std::string units = st.units.front() + (st.units.size() > 1 ? " .. " + st.units.back() : "");
+    std::printf("  %s stage %d on rank %d (%s): in flight %d, W %d; rank total %s %s\n",
+                st.rank == shown ? "->" : "  ", st.stage, st.rank, units.c_str(), st.in_flight,
+                st.held_weight_grads, fmt_bytes(st.total, u).c_str(), u.name);
+  }
   }
 
   std::printf("\nZeRO model states per rank (Adam, mixed precision: 2+2+12 bytes per parameter, "
-              "Rajbhandari et al. 2020; GB = 1e9 bytes), Psi = %.4g%s\n  %-38s", psi,
-              tp_degree > 1 ? " (a rank's TP slice; N / tp data-parallel ranks)" : "", "");
+            "Rajbhandari et al. 2020; GB = 1e9 bytes), Psi = %.4g%s\n  %-38s", rep.psi,
+            tp_degree > 1 ? " (a rank's TP slice; N / tp data-parallel ranks)" : "", "");
   for (int n : world_sizes) std::printf("%12s", fmt::format("N={}", n).c_str());
   std::printf("\n");
   auto zrow = [&](const char* name, auto get) {
-    std::printf("  %-38s", name);
-    for (int n : world_sizes) std::printf("%12s", fmt::format("{:.3g}", get(fsdpp::zero_model_states(psi, std::max(1, n / tp_degree))) / 1e9).c_str());
-    std::printf("\n");
+  std::printf("  %-38s", name);
+  for (int n : world_sizes) std::printf("%12s", fmt::format("{:.3g}", get(fsdpp::zero_model_states(rep.psi, std::max(1, n / tp_degree))) / 1e9).c_str());
+  std::printf("\n");
   };
   zrow("baseline DDP, NO_SHARD  (2+2+K)Psi", [](const auto& z) { return z.no_shard; });
   zrow("ZeRO-1, ZERO1          (2+2+K/N)Psi", [](const auto& z) { return z.zero1; });
@@ -450,14 +447,14 @@ void print_text(const Report& rep) {
   zrow("ZeRO-3, FULL_SHARD     (2+2+K)Psi/N", [](const auto& z) { return z.zero3; });
 
   for (size_t i = 0; i < recs.size(); ++i) {
-    const auto& r = recs[i];
-    std::printf("\nbudget %.2f GiB per rank, N=%d: %s\n", rep.budget_gb, world_sizes[i],
-                r.chosen >= 0 ? ("use " + r.candidates[r.chosen].name).c_str()
-                              : "nothing fits: add ranks, shorten sequences or shrink the batch");
-    for (size_t k = 0; k < r.candidates.size(); ++k) {
-      const auto& c = r.candidates[k];
-      std::printf("  %s %-42s %s\n", static_cast<int>(k) == r.chosen ? "->" : "  ", c.name.c_str(), c.why.c_str());
-    }
+  const auto& r = recs[i];
+  std::printf("\nbudget %.2f GiB per rank, N=%d: %s\n", rep.budget_gb, world_sizes[i],
+              r.chosen >= 0 ? ("use " + r.candidates[r.chosen].name).c_str()
+                            : "nothing fits: add ranks, shorten sequences or shrink the batch");
+  for (size_t k = 0; k < r.candidates.size(); ++k) {
+    const auto& c = r.candidates[k];
+    std::printf("  %s %-42s %s\n", static_cast<int>(k) == r.chosen ? "->" : "  ", c.name.c_str(), c.why.c_str());
+  }
   }
 }
 
