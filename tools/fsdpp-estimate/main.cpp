@@ -18,6 +18,8 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "fsdpp/common/error.h"
@@ -298,6 +300,27 @@ std::string describe_line(const fsdpp::train::TrainConfig& cfg, int64_t vocab, c
       qc.moe_intermediate_size, dense, qc.intermediate_size, qc.vocab_size, qc.tie_word_embeddings ? "tied" : "untied");
 }
 
+// --params: a count in equal units (--units, else --n-layers + 1, else one, with a warning), and its line.
+std::pair<fsdpp::ModelDescription, std::string> parameter_count_model(const EstimateFlags& flags,
+                                                                      const GivenAliases& aliases, int64_t n_layers,
+                                                                      std::vector<std::string>& notes) {
+  const int64_t p = parse_count(flags.params_text);
+  const bool layers = aliases.value_of("model.n_layers").has_value();
+  if (!flags.units && !layers) {
+    std::fprintf(stderr,
+                 "fsdpp-estimate: warning: --params without --units takes the model as one FSDP "
+                 "unit, gathered whole at once: the 'unsharded units' and the peak are then the "
+                 "whole model's. Give --units (a Llama of L blocks has L + 1: the blocks and the "
+                 "root) or --n-layers\n");
+    notes.push_back("one FSDP unit: --params without --units (the whole model gathered at once)");
+  }
+  const int64_t units = flags.units ? *flags.units : layers ? n_layers + 1 : 1;
+  FSDPP_CHECK_AS(ConfigError, units >= 1, "[estimate] --units {}: expected >= 1", units);
+  return {fsdpp::describe_parameter_count(p, units),
+          fmt::format("{:.4g} parameters in {} equal unit(s); activations not estimated (no shape)",
+                      static_cast<double>(p), units)};
+}
+
 // What is printed: an estimate per world size and, with a budget, a recommendation per world size.
 struct Report {
   fsdpp::ModelDescription model;
@@ -508,24 +531,10 @@ int main(int argc, char** argv) {
     fsdpp::ModelDescription model = ce.model;
     std::string model_line;
     if (from_params) {
-      const int64_t p = parse_count(flags.params_text);
-      const bool layers = aliases.value_of("model.n_layers").has_value();
-      if (!flags.units && !layers) {
-        std::fprintf(stderr,
-                     "fsdpp-estimate: warning: --params without --units takes the model as one FSDP "
-                     "unit, gathered whole at once: the 'unsharded units' and the peak are then the "
-                     "whole model's. Give --units (a Llama of L blocks has L + 1: the blocks and the "
-                     "root) or --n-layers\n");
-        notes.push_back("one FSDP unit: --params without --units (the whole model gathered at once)");
-      }
-      const int64_t units = flags.units ? *flags.units : layers ? cfg.model.n_layers + 1 : 1;
-      FSDPP_CHECK_AS(ConfigError, units >= 1, "[estimate] --units {}: expected >= 1", units);
       FSDPP_CHECK_AS(ConfigError, !o.teacher.has_value(),
                      "[estimate] a distillation teacher needs the student's shape (its vocabulary and logits), "
                      "not --params");
-      model = fsdpp::describe_parameter_count(p, units);
-      model_line = fmt::format("{:.4g} parameters in {} equal unit(s); activations not estimated (no shape)",
-                               static_cast<double>(p), units);
+      std::tie(model, model_line) = parameter_count_model(flags, aliases, cfg.model.n_layers, notes);
     } else {
       model_line = describe_line(cfg, vocab, model);
     }
