@@ -32,7 +32,7 @@ ShardingStrategy parse_sharding_strategy(const std::string& name) {
   if (n == "shard_grad_op" || n == "zero2") return ShardingStrategy::SHARD_GRAD_OP;
   if (n == "zero1") return ShardingStrategy::ZERO1;
   if (n == "no_shard" || n == "ddp") return ShardingStrategy::NO_SHARD;
-  if (n == "hybrid_shard") return ShardingStrategy::HYBRID_SHARD;
+  if (n == "hybrid_shard" || n == "hybrid") return ShardingStrategy::HYBRID_SHARD;
   if (n == "hybrid_shard_zero2") return ShardingStrategy::HYBRID_SHARD_ZERO2;
   FSDPP_THROW(ConfigError,
               "[fsdp] unknown sharding strategy '{}'; expected full_shard, shard_grad_op, zero1, "

@@ -95,7 +95,7 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
   // and computed in float32 (the trainer runs on the CPU: teacher.h).
   if (cfg.distillation.live_teacher()) {
     out.options.teacher = EstimateOptions::Teacher{
-        describe_model_directory(cfg.distillation.teacher),
+        describe_teacher(cfg.distillation.teacher, out.model.shape->vocab_size),
         cfg.distillation.teacher_dtype == TeacherDtype::BFLOAT16 ? EstimateDType::BF16 : EstimateDType::FP32,
         EstimateDType::FP32};
     if (p.tensor_parallel_degree > 1)
