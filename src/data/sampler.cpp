@@ -49,19 +49,26 @@ DistributedSampler::DistributedSampler(TokenDataset data, SamplerOptions options
                  data_.size(), num_windows_, options_.seq_len + 1, options_.world_size);
 }
 
-std::vector<int64_t> DistributedSampler::window_starts(int64_t epoch) const {
-  std::vector<int64_t> order(static_cast<size_t>(num_windows_));
+std::vector<int64_t> rank_order(int64_t count, int64_t epoch, int rank, int world_size,
+                                uint64_t seed, bool shuffle) {
+  std::vector<int64_t> order(static_cast<size_t>(count));
   std::iota(order.begin(), order.end(), int64_t{0});
-  if (options_.shuffle) {
-    uint64_t state = options_.seed ^ (0xd1b54a32d192ed03ULL * static_cast<uint64_t>(epoch + 1));
+  if (shuffle) {
+    uint64_t state = seed ^ (0xd1b54a32d192ed03ULL * static_cast<uint64_t>(epoch + 1));
     for (size_t i = order.size(); i > 1; --i) {  // Fisher-Yates
       std::swap(order[i - 1], order[uniform_below(i, state)]);
     }
   }
-  std::vector<int64_t> mine(static_cast<size_t>(windows_per_rank_));
-  for (int64_t k = 0; k < windows_per_rank_; ++k) {
-    mine[k] = order[k * options_.world_size + options_.rank] * options_.seq_len;
-  }
+  const int64_t per_rank = count / world_size;
+  std::vector<int64_t> mine(static_cast<size_t>(per_rank));
+  for (int64_t k = 0; k < per_rank; ++k) mine[k] = order[k * world_size + rank];
+  return mine;
+}
+
+std::vector<int64_t> DistributedSampler::window_starts(int64_t epoch) const {
+  auto mine = rank_order(num_windows_, epoch, options_.rank, options_.world_size, options_.seed,
+                         options_.shuffle);
+  for (auto& w : mine) w *= options_.seq_len;
   return mine;
 }
 

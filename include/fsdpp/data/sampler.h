@@ -31,6 +31,13 @@ struct SamplerOptions {
   bool shuffle = true;  // false: windows in file order (still split across ranks)
 };
 
+// The items 0 .. count-1 that rank `rank` of `world_size` gets in `epoch`, in the order it gets
+// them: a permutation drawn from (seed, epoch) alone (none without shuffle), its tail that does
+// not divide by world_size dropped, then the positions rank, rank + world_size, ... Both
+// samplers' epochs: DistributedSampler's windows, TensorSampler's examples (tensor_sampler.h).
+std::vector<int64_t> rank_order(int64_t count, int64_t epoch, int rank, int world_size,
+                                uint64_t seed, bool shuffle);
+
 // Where a sampler is in its stream: saved with a checkpoint, loaded to resume.
 struct SamplerState {
   int64_t epoch = 0;
