@@ -7,9 +7,9 @@
 //   std::vector<at::Tensor> batch = sampler.next_batch(16);   // {x[idx], y[idx]}: 16 rows each
 //
 // Every tensor holds one example per row of its first dimension (all the same count). Each
-// epoch orders the examples as rank_order (sampler.h) does the token windows: a permutation drawn
-// from (seed, epoch) alone, the tail that does not divide by world_size dropped, every
-// world_size-th example from rank. A batch that runs past the end of an epoch continues into the
+// epoch orders the examples as the token sampler orders its windows (SamplerStream, sampler.h):
+// a permutation drawn from (seed, epoch) alone, the tail that does not divide by world_size
+// dropped, every world_size-th example from rank. A batch that runs past the end of an epoch continues into the
 // next one; state() and load_state() are the same SamplerState a checkpoint saves for tokens.
 
 #include <ATen/core/Tensor.h>
@@ -37,23 +37,18 @@ class TensorSampler {
   // Each tensor's rows of the next batch_size examples, in the tensors' order.
   std::vector<at::Tensor> next_batch(int64_t batch_size);
 
-  int64_t num_examples() const { return num_examples_; }
-  int64_t examples_per_rank() const { return examples_per_rank_; }  // per epoch
+  int64_t num_examples() const { return tensors_[0].size(0); }
+  int64_t examples_per_rank() const { return stream_.per_rank(); }  // per epoch
   // The examples this rank gets in `epoch`, in the order it gets them.
-  std::vector<int64_t> examples(int64_t epoch) const;
+  std::vector<int64_t> examples(int64_t epoch) const { return stream_.order(epoch); }
 
-  SamplerState state() const { return state_; }
+  SamplerState state() const { return stream_.state(); }
   // Throws ConfigError when the position is beyond an epoch.
-  void load_state(const SamplerState& state);
+  void load_state(const SamplerState& state) { stream_.load_state(state); }
 
  private:
   std::vector<at::Tensor> tensors_;
-  TensorSamplerOptions options_;
-  int64_t num_examples_ = 0;
-  int64_t examples_per_rank_ = 0;
-  SamplerState state_;
-  int64_t cached_epoch_ = -1;
-  std::vector<int64_t> cached_order_;  // examples(cached_epoch_)
+  SamplerStream stream_;
 };
 
 }  // namespace fsdpp::data
