@@ -149,7 +149,7 @@ def main():
                 s.update({"config": name, "ranks": n, "wall_s": round(wall, 1)})
                 results["rows"].append(s)
                 print(f"[bench] {name:40s} np{n}: {s['step_ms']:8.1f} ms/step, peak RSS "
-                      f"{s['peak_rss_mb']:7.1f} MB/rank, loss {s['final_loss']:.4f}", flush=True)
+                      f"{s['peak_rss_mb']:7.1f} MiB/rank, loss {s['final_loss']:.4f}", flush=True)
         # Prefetch and overlap at N > 1.
         for n in [w for w in worlds if w > 1]:
             entry = {"ranks": n}
@@ -204,7 +204,7 @@ def write_markdown(r, path):
     lines = ["# Memory and step time per option (measured)", "",
              f"Llama-style model ({', '.join(x.split('=')[0].split('.')[-1] + '=' + x.split('=')[1] for x in r['model'][:6])}), "
              f"byte tokens, AdamW, {r['steps']} steps (median step time over steps > {r['warmup']}); "
-             "peak RSS per rank is VmHWM, max over ranks (it includes LibTorch's own ~200-300 MB). "
+             "peak RSS per rank is VmHWM, max over ranks (it includes LibTorch's own ~200-300 MiB). "
              f"Machine: {r['machine']['cores']} cores, load average before {r['machine']['load_before'][0]:.1f}"
              + (f"; other processes used {100 * r['machine']['other_cpu_share']:.0f}% of its CPU time while this ran"
                 if r["machine"].get("other_cpu_share") is not None else "") + ". "
@@ -212,7 +212,7 @@ def write_markdown(r, path):
     if (r["machine"].get("other_cpu_share") or 0) > OTHER_CPU_LIMIT:
         lines += ["> **Load caveat:** other processes shared the machine: step times are noisy.", ""]
     lines += [
-             "| configuration | " + " | ".join(f"np{n} peak RSS MB | np{n} ms/step" for n in worlds) + " |",
+             "| configuration | " + " | ".join(f"np{n} peak RSS MiB | np{n} ms/step" for n in worlds) + " |",
              "|---|" + "---:|---:|" * len(worlds)]
     names = []
     for row in r["rows"]:
@@ -266,7 +266,7 @@ def write_chart(r, path):
                 ms.append(m[0]["step_ms"])
         axes[0].bar(xs, mem, width, label=name)
         axes[1].bar(xs, ms, width, label=name)
-    for ax, title in zip(axes, ["peak RSS per rank (MB)", "step time (ms)"]):
+    for ax, title in zip(axes, ["peak RSS per rank (MiB)", "step time (ms)"]):
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(worlds))])
         ax.set_xticklabels([f"{n} rank{'s' if n > 1 else ''}" for n in worlds])
         ax.set_title(title)

@@ -2,7 +2,7 @@
 """Draw one profiled step of fsdpp's Chrome traces (rank<R>.trace.json) as an SVG timeline.
 
     python3 scripts/trace_svg.py runs/default/traces                       # first step -> runs/default/traces/step11.svg
-    python3 scripts/trace_svg.py runs/default/traces --step 11 -o docs/trace-default.svg
+    python3 scripts/trace_svg.py runs/default/traces --step 11 -o runs/default/step-11.svg
     python3 scripts/trace_svg.py runs/default/traces/merged.trace.json --width 1800
 
 The same events Perfetto shows, laid out as it does: a group of rows per rank, in it the main

@@ -135,6 +135,8 @@ struct SpmModel {
   bool treat_whitespace_as_suffix = false;
   std::string normalizer = "nmt_nfkc";
   bool add_dummy_prefix = true, remove_extra_whitespaces = true, escape_whitespaces = true;
+  // TrainerSpec's special ids (its defaults; -1: none).
+  int unk_id = 0, bos_id = 1, eos_id = 2, pad_id = -1;
 };
 
 SpmModel parse_spm(std::string_view proto) {
@@ -159,6 +161,10 @@ SpmModel parse_spm(std::string_view proto) {
         const auto [f, w] = t.tag();
         if (f == 3 && w == 0) m.model_type = static_cast<int>(t.varint());
         else if (f == 24 && w == 0) m.treat_whitespace_as_suffix = t.varint() != 0;
+        else if (f >= 40 && f <= 43 && w == 0) {
+          const int id = static_cast<int32_t>(t.varint());  // int32: -1 is ten bytes
+          (f == 40 ? m.unk_id : f == 41 ? m.bos_id : f == 42 ? m.eos_id : m.pad_id) = id;
+        }
         else t.skip(w);
       }
     } else if (field == 3 && wire == 2) {  // NormalizerSpec
@@ -199,9 +205,12 @@ std::string spm_tokenizer_json(const SpmModel& m) {
     id_of.emplace(p.text, id);
     if (p.type == kByte) has_bytes = true;
     if (p.type == kUnknown) unk = p.text;
-    if (p.type == kUserDefined) {
+    // User-defined pieces are plain text; the unknown and control pieces (<s>, </s>) are
+    // special, as transformers' own conversion makes them: decode(skip_special_tokens=True)
+    // drops them as SentencePiece's decoding does.
+    if (p.type == kUserDefined || p.type == kUnknown || p.type == kControl) {
       added.push_back({{"id", id}, {"content", p.text}, {"single_word", false}, {"lstrip", false},
-                       {"rstrip", false}, {"normalized", false}, {"special", false}});
+                       {"rstrip", false}, {"normalized", false}, {"special", p.type != kUserDefined}});
     }
   }
   // SentencePiece's BPE merges the adjacent pair whose union is the best-scored piece. Every way
@@ -238,6 +247,15 @@ std::string spm_tokenizer_json(const SpmModel& m) {
              .dump(1) + "\n";
 }
 
+// tokenizer_config's unk/bos/eos/pad_token: the pieces TrainerSpec names, where it has them.
+void add_special_token_names(const SpmModel& m, json& config) {
+  const std::pair<const char*, int> names[] = {
+      {"unk_token", m.unk_id}, {"bos_token", m.bos_id}, {"eos_token", m.eos_id}, {"pad_token", m.pad_id}};
+  for (const auto& [key, id] : names) {
+    if (id >= 0 && static_cast<size_t>(id) < m.pieces.size()) config[key] = m.pieces[id].text;
+  }
+}
+
 }  // namespace
 
 std::map<std::string, std::string> hf_tokenizer_files(const Tokenizer& tok, int64_t model_max_length) {
@@ -257,12 +275,11 @@ std::map<std::string, std::string> hf_tokenizer_files(const Tokenizer& tok, int6
   const bool as_fsdpp_trains = m.model_type == 2 && m.normalizer == "identity" && !m.add_dummy_prefix &&
                                !m.remove_extra_whitespaces && m.escape_whitespaces &&
                                !m.treat_whitespace_as_suffix;
-  if (as_fsdpp_trains) {
-    out["tokenizer.json"] = spm_tokenizer_json(m);
-    out["tokenizer_config.json"] = tokenizer_config("PreTrainedTokenizerFast", model_max_length).dump(2) + "\n";
-  } else {
-    out["tokenizer_config.json"] = tokenizer_config("LlamaTokenizer", model_max_length).dump(2) + "\n";
-  }
+  json config = tokenizer_config(as_fsdpp_trains ? "PreTrainedTokenizerFast" : "LlamaTokenizer",
+                                 model_max_length);
+  add_special_token_names(m, config);
+  if (as_fsdpp_trains) out["tokenizer.json"] = spm_tokenizer_json(m);
+  out["tokenizer_config.json"] = config.dump(2) + "\n";
   return out;
 }
 

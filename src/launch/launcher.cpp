@@ -210,6 +210,11 @@ int run(const LaunchConfig& config) {
                result.failure->stopped_s > 0 ? "" : stopped);
     if (stop.interrupt_signal != 0) return 128 + stop.interrupt_signal;
     if (attempt >= config.max_restarts) return kExitWorkerFailed;
+    if (result.failure->configuration_error()) {
+      fmt::print(stderr, "[fsdpp-run] not restarting: exit code 2 is a usage or configuration error, which "
+                         "the same command would meet again; fix it and start the job again\n");
+      return kExitWorkerFailed;
+    }
   }
 }
 

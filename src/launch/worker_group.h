@@ -4,6 +4,7 @@
 // launchers of several nodes) decides what to start and what to do when it ends.
 
 #include <sys/types.h>
+#include <sys/wait.h>
 
 #include <chrono>
 #include <filesystem>
@@ -41,6 +42,9 @@ struct WorkerExit {
   bool still_running() const { return stopped_s > 0 || silent_s > 0; }
   // "rank 1 (local 1, pid 1234) exited with code 3" or "... was killed by signal 9 (SIGKILL)".
   std::string describe() const;
+  // Exited with code 2, a usage or configuration error (fsdpp-train's ConfigError, fsdpp-run's
+  // own kExitUsage, argparse's): a restart would run the same command into the same error.
+  bool configuration_error() const { return stopped_s == 0 && silent_s == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 2; }
 };
 
 struct OutputOptions {

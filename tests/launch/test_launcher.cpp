@@ -676,6 +676,15 @@ TEST(LauncherRestart, GivesUpAfterMaxRestarts) {
   EXPECT_EQ(count(r.err, "exited with code 4"), 3u) << r.err;
 }
 
+TEST(LauncherRestart, ConfigurationErrorIsNotRestarted) {
+  // Exit code 2 (a usage or configuration error) would fail the same way again.
+  const Result r = launch({"--max-restarts", "2", kProbe, "fail-until", "5", "2"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(count(r.err, "restarting workers"), 0u) << r.err;
+  EXPECT_EQ(count(r.err, "exited with code 2"), 1u) << r.err;
+  EXPECT_NE(r.err.find("not restarting: exit code 2 is a usage or configuration error"), std::string::npos) << r.err;
+}
+
 struct BadInput {
   std::string name;
   std::vector<std::string> flags;

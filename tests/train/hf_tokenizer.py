@@ -61,7 +61,9 @@ def check_generate(ck, hf, prompt):
     ids = tok(prompt, return_tensors="pt").input_ids
     with torch.no_grad():
         ref = model.generate(ids, max_new_tokens=N, do_sample=False, pad_token_id=0)
-    hf_text = tok.decode(ref[0])
+    # skip_special_tokens: SentencePiece's decoding drops its control pieces (<s>, </s>), as
+    # fsdpp-generate's does; a model may well emit one.
+    hf_text = tok.decode(ref[0], skip_special_tokens=True)
     assert hf_text == fsdpp_text.decode("utf-8", "replace"), (hf_text, fsdpp_text)
     print(f"  greedy {N} tokens: transformers (AutoTokenizer + generate) == fsdpp-generate: {hf_text!r}")
     return tok, ref[0].tolist(), fsdpp_text
@@ -101,6 +103,10 @@ with tempfile.TemporaryDirectory() as d:
         assert os.path.exists(os.path.join(hf, f)), f"export-hf wrote no {f}: {os.listdir(hf)}"
     print("SentencePiece tokenizer (300 pieces):")
     tok, ids, raw = check_generate(ck, hf, "The ")
+    # The control pieces are transformers' special tokens, named in tokenizer_config.json.
+    assert (tok.unk_token, tok.bos_token, tok.eos_token) == ("<unk>", "<s>", "</s>"), tok
+    assert tok.convert_tokens_to_ids(["<unk>", "<s>", "</s>"]) == [0, 1, 2]
+    assert tok.decode([5, 2, 1, 6], skip_special_tokens=True) == tok.decode([5, 6])
     text = open(text_path, encoding="utf-8").read()
     hf_ids = tok(text).input_ids
     caches = glob.glob(os.path.join(d, "cache-spm", "*.tokens"))
