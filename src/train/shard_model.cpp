@@ -146,7 +146,7 @@ void shard_model(TrainSession& s) {
     const auto marked = apply_activation_checkpointing(
         model, fc.transformer_layer_cls_to_wrap, static_cast<int>(t.gradient_checkpointing_every));
     s.say(fmt::format("[train] activation checkpointing: {} of {} blocks", marked.size(),
-                      cfg.model.n_layers));
+                      s.lm->num_layers()));
   }
   size_t units = 0;
   if (dims.expert_parallel()) {
