@@ -28,12 +28,13 @@ FSDPUnit::FSDPUnit(torch::nn::Module& module, const FullyShardOptions& options,
   const auto s = options_.strategy;
   const StrategyTraits& traits = traits_of(s);
   if (traits.hybrid) {
+    // Dim 0 replicates, dim 1 shards, whatever their names ("replicate"/"shard", or
+    // torchtitan's "dp_replicate"/"dp_shard").
     FSDPP_CHECK_AS(ConfigError, mesh.ndim() == 2,
-                   "[fsdp] {} needs a 2-D mesh with dims \"replicate\" and \"shard\"; got a {}-D "
-                   "mesh",
+                   "[fsdp] {} needs a 2-D mesh (replicate, shard); got a {}-D mesh",
                    to_string(s), mesh.ndim());
-    shard_group_ = mesh.group("shard");
-    replicate_group_ = mesh.group("replicate");
+    replicate_group_ = mesh.group(0);
+    shard_group_ = mesh.group(1);
   } else {
     FSDPP_CHECK_AS(ConfigError, mesh.ndim() == 1,
                    "[fsdp] {} shards over a 1-D mesh; got a {}-D mesh (use HYBRID_SHARD for 2-D)",

@@ -8,6 +8,7 @@
 
 #include "fsdp_unit.h"
 #include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/clip.h"
 #include "fsdpp/fsdp/inspect.h"
 
 namespace fsdpp {
@@ -166,44 +167,9 @@ void reshard(torch::nn::Module& root) {
 }
 
 double clip_grad_norm_(torch::nn::Module& root, double max_norm, double norm_type) {
-  FSDPP_CHECK_AS(ConfigError, norm_type == 2.0 || std::isinf(norm_type),
-                 "[fsdp] clip_grad_norm_ supports norm_type 2 and inf; got {}", norm_type);
-  auto& r = root_unit(root, "clip_grad_norm_");
-  const bool inf = std::isinf(norm_type);
-  at::NoGradGuard no_grad;
-  // Sharded gradients are summed over their shard group; replicated ones (NO_SHARD, the
-  // replicate dim of HYBRID) are identical on every replica and counted once.
-  std::vector<at::Tensor> grads;
-  std::shared_ptr<dist::ProcessGroup> group;
-  std::vector<at::Tensor> norms;  // one per gradient; read back once, not once per parameter
-  for (auto* u : r.all_units()) {
-    if (u->shard_group()) {
-      FSDPP_CHECK(!group || group == u->shard_group(),
-                  "[fsdp] clip_grad_norm_: units shard over different groups");
-      group = u->shard_group();
-    }
-    for (const auto& p : u->params()) {
-      auto g = p->param.grad();
-      if (!g.defined()) continue;
-      grads.push_back(g);
-      norms.push_back(at::linalg_vector_norm(g, inf ? INFINITY : 2.0, {}, false, at::kDouble));
-    }
-  }
-  at::Tensor total_t;
-  if (norms.empty()) {
-    total_t = at::zeros({1}, at::TensorOptions().dtype(at::kDouble));
-  } else {
-    auto stacked = at::stack(norms).cpu();
-    total_t = (inf ? stacked.max() : stacked.square().sum()).reshape({1});
-  }
-  if (group) group->all_reduce(total_t, inf ? dist::ReduceOp::MAX : dist::ReduceOp::SUM, {"clip_grad_norm_"});
-  double total = total_t.item<double>();
-  if (!inf) total = std::sqrt(total);
-  const double coef = max_norm / (total + 1e-6);
-  if (coef < 1.0) {
-    for (auto& g : grads) g.mul_(coef);
-  }
-  return total;
+  // Each part summed over the groups its placements name: FSDP's shard group, and tensor or
+  // expert parallelism's groups where they split a parameter first (clip.h).
+  return clip_grad_norm_(grad_norm_parts(sharded_params(root, "clip_grad_norm_")), max_norm, norm_type);
 }
 
 std::vector<UnitInfo> inspect_units(torch::nn::Module& root) {

@@ -100,8 +100,8 @@ at::Tensor ShardedParam::local_of_rows(const at::Tensor& rows) const {
 
 std::vector<ShardedParam> FSDPUnit::sharded_params() const {
   const auto& mesh = *options_.mesh;
-  // The mesh dim the unit shards over: "shard" of a HYBRID mesh, else the 1-D mesh's only dim.
-  const std::string mesh_dim = mesh.ndim() == 2 ? "shard" : mesh.dim_names().at(0);
+  // The mesh dim the unit shards over: the second of a HYBRID mesh, else the 1-D mesh's only dim.
+  const std::string mesh_dim = mesh.dim_names().back();
   std::vector<ShardedParam> out;
   out.reserve(params_.size());
   for (const auto& p : params_) {

@@ -4,7 +4,6 @@
 
 #include <ATen/ATen.h>
 
-#include <fstream>
 #include <map>
 #include <optional>
 #include <vector>
@@ -17,7 +16,6 @@
 #include "fsdpp/data/tokenizer_files.h"
 #include "fsdpp/models/hf_llama.h"
 #include "fsdpp/models/hf_qwen3_moe.h"
-#include "fsdpp/state/atomic_dir.h"
 #include "fsdpp/state/consolidate.h"
 #include "fsdpp/state/safetensors.h"
 #include "hf_directory.h"
@@ -40,49 +38,6 @@ std::optional<Architecture> from_model_type(const std::string& type) {
   if (type == "llama") return Architecture::kLlama;
   if (type == "qwen3_moe") return Architecture::kQwen3Moe;
   return std::nullopt;
-}
-
-int64_t bytes_of(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
-
-void write_text(const fs::path& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary);
-  f << bytes;
-  f.close();
-  FSDPP_CHECK_AS(CheckpointError, f.good(), "[models] cannot write '{}'", path.string());
-}
-
-// Writes `tensors` (HF names, in order) as model.safetensors, or, with max_shard_bytes > 0, as
-// save_pretrained's numbered shards and their index. Returns the number of files.
-int64_t write_hf_tensors(const fs::path& dir, const NamedTensors& tensors, int64_t max_shard_bytes) {
-  const std::map<std::string, std::string> meta = {{"format", "pt"}};
-  if (max_shard_bytes <= 0) {
-    state::save_safetensors(dir / "model.safetensors", tensors, meta);
-    return 1;
-  }
-  // Greedy in the model's order, as transformers' split_torch_state_dict_into_shards does.
-  std::vector<NamedTensors> shards(1);
-  int64_t in_shard = 0, total = 0;
-  for (const auto& nt : tensors) {
-    const int64_t b = bytes_of(nt.second);
-    if (!shards.back().empty() && in_shard + b > max_shard_bytes) {
-      shards.emplace_back();
-      in_shard = 0;
-    }
-    shards.back().push_back(nt);
-    in_shard += b;
-    total += b;
-  }
-  json index;
-  index["metadata"] = {{"total_size", total}};
-  index["weight_map"] = json::object();
-  const auto n = static_cast<int64_t>(shards.size());
-  for (int64_t k = 0; k < n; ++k) {
-    const std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, n);
-    state::save_safetensors(dir / file, shards[static_cast<size_t>(k)], meta);
-    for (const auto& [name, t] : shards[static_cast<size_t>(k)]) index["weight_map"][name] = file;
-  }
-  write_text(dir / "model.safetensors.index.json", index.dump(2) + "\n");
-  return n;
 }
 
 }  // namespace
@@ -224,10 +179,7 @@ HfConversion export_hf_checkpoint(const fs::path& ckpt, const fs::path& out,
     for (auto& [name, bytes] : data::tokenizer_files(*tok)) files[name] = std::move(bytes);
     r.tokenizer = true;
   }
-  state::AtomicDir adir(out);
-  r.files = write_hf_tensors(adir.path(), hf, options.max_shard_bytes);
-  for (const auto& [name, bytes] : files) write_text(adir.path() / name, bytes);
-  adir.commit();
+  r.files = detail::write_hf_directory(out, hf, files, options.max_shard_bytes);
   r.tensors = static_cast<int64_t>(hf.size());
   return r;
 }

@@ -1,7 +1,10 @@
 #pragma once
-// Private to src/models: reading a Hugging Face save_pretrained directory, shared by every
-// model's converter (hf_llama.cpp, hf_qwen3_moe.cpp): its JSON with typed fields, and its
-// safetensors weights, in one file or in the shards an index lists.
+// Private to src/models: a Hugging Face save_pretrained directory, shared by every model's
+// converter (hf_llama.cpp, hf_qwen3_moe.cpp): its JSON with typed fields, the config keys every
+// decoder reads and writes alike, its safetensors weights (in one file or in the shards an index
+// lists), and writing one.
+
+#include <ATen/core/Tensor.h>
 
 #include <filesystem>
 #include <map>
@@ -41,6 +44,19 @@ T field(const json& j, const std::string& key, const std::string& source,
                 key, j.at(key).dump());
   }
 }
+
+// model_type must be `expected` and hidden_act "silu" (the decoders' SwiGLU); ConfigError
+// naming the source otherwise.
+void check_model_type(const json& j, const std::string& source, const std::string& expected);
+// rope_theta as transformers 4 (rope_theta) or 5 (rope_parameters) writes it; RoPE scaling of
+// either is a ConfigError.
+double read_rope_theta(const json& j, const std::string& source);
+// The keys every decoder's config.json has alike: RoPE for transformers 4 and 5 without
+// scaling, silu, no attention bias or dropout.
+void write_decoder_keys(json& j, double rope_theta);
+// ConfigError "'what' has shape ... but the config gives ..." unless `got` is `want`.
+void check_shape(const std::string& what, const std::vector<int64_t>& got,
+                 const std::vector<int64_t>& want);
 
 // config.json's text; ConfigError when the directory has none.
 std::string read_hf_config(const std::filesystem::path& dir);
@@ -92,5 +108,12 @@ class HfFiles final : public HfSource {
 
 // Every tensor of the directory's files, whole, under Hugging Face's names.
 NamedTensors read_hf_tensors(const std::filesystem::path& dir);
+// A save_pretrained directory, committed whole or not at all (state::AtomicDir): `hf` as
+// model.safetensors, or with max_shard_bytes > 0 as save_pretrained's numbered shards and their
+// index, and `files` (name -> contents: config.json, a tokenizer's) beside it. Returns the
+// number of safetensors files.
+int64_t write_hf_directory(const std::filesystem::path& dir, const NamedTensors& hf,
+                           const std::map<std::string, std::string>& files,
+                           int64_t max_shard_bytes = 0);
 
 }  // namespace fsdpp::models::detail

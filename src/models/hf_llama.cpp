@@ -5,24 +5,17 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
-#include <cmath>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "fsdpp/common/error.h"
 #include "hf_directory.h"
-#include "fsdpp/state/atomic_dir.h"
-#include "fsdpp/state/safetensors.h"
 
 namespace fs = std::filesystem;
-using json = nlohmann::ordered_json;
-using fsdpp::models::detail::field;
-using fsdpp::models::detail::parse_json;
+using namespace fsdpp::models::detail;  // hf_directory.h: json, field, ...
 
 namespace fsdpp::models {
 namespace {
@@ -144,13 +137,7 @@ LlamaConfig llama_config_from_json(const std::string& text, const std::string& s
 
 LlamaConfig llama_config_from_hf(const std::string& config_json, const std::string& source) {
   const json j = parse_json(config_json, source);
-  FSDPP_CHECK_AS(ConfigError, j.is_object(), "[models] '{}' is not a JSON object", source);
-  const std::string type = field<std::string>(j, "model_type", source, std::string("llama"));
-  FSDPP_CHECK_AS(ConfigError, type == "llama",
-                 "[models] '{}': model_type '{}' is not supported; expected 'llama'", source, type);
-  const std::string act = field<std::string>(j, "hidden_act", source, std::string("silu"));
-  FSDPP_CHECK_AS(ConfigError, act == "silu", "[models] '{}': hidden_act '{}' is not supported; expected 'silu'",
-                 source, act);
+  check_model_type(j, source, "llama");
   for (const char* bias : {"attention_bias", "mlp_bias"}) {
     FSDPP_CHECK_AS(ConfigError, !field<bool>(j, bias, source, false),
                    "[models] '{}': {}=true is not supported (fsdpp's Llama has no biases)", source, bias);
@@ -166,20 +153,7 @@ LlamaConfig llama_config_from_hf(const std::string& config_json, const std::stri
   c.norm_eps = field<double>(j, "rms_norm_eps", source, 1e-6);
   c.tie_embeddings = field<bool>(j, "tie_word_embeddings", source, false);
   c.init_std = field<double>(j, "initializer_range", source, 0.02);
-  // transformers 4 writes rope_theta (and rope_scaling); 5 writes rope_parameters.
-  c.rope_theta = field<double>(j, "rope_theta", source, 10000.0);
-  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
-    const auto& rp = j["rope_parameters"];
-    c.rope_theta = field<double>(rp, "rope_theta", source + " rope_parameters", c.rope_theta);
-    const std::string rt = field<std::string>(rp, "rope_type", source + " rope_parameters", std::string("default"));
-    FSDPP_CHECK_AS(ConfigError, rt == "default",
-                   "[models] '{}': rope_parameters.rope_type '{}' (RoPE scaling) is not supported; "
-                   "expected 'default'", source, rt);
-  }
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    FSDPP_THROW(ConfigError, "[models] '{}': rope_scaling {} is not supported; expected null",
-                source, j["rope_scaling"].dump());
-  }
+  c.rope_theta = read_rope_theta(j, source);
   if (j.contains("head_dim") && !j["head_dim"].is_null()) {
     const int64_t hd = field<int64_t>(j, "head_dim", source);
     FSDPP_CHECK_AS(ConfigError, c.n_heads > 0 && hd * c.n_heads == c.dim,
@@ -203,13 +177,8 @@ std::string llama_config_to_hf(const LlamaConfig& c) {
   j["head_dim"] = c.head_dim();
   j["max_position_embeddings"] = c.max_seq_len;
   j["rms_norm_eps"] = c.norm_eps;
-  j["rope_theta"] = c.rope_theta;  // transformers 4
-  j["rope_parameters"] = {{"rope_theta", c.rope_theta}, {"rope_type", "default"}};  // 5
-  j["rope_scaling"] = nullptr;
+  write_decoder_keys(j, c.rope_theta);
   j["tie_word_embeddings"] = c.tie_embeddings;
-  j["hidden_act"] = "silu";
-  j["attention_bias"] = false;
-  j["attention_dropout"] = 0.0;
   j["mlp_bias"] = false;
   j["initializer_range"] = c.init_std;
   j["torch_dtype"] = "float32";
@@ -238,9 +207,7 @@ RowReader llama_rows_from_hf(const LlamaConfig& cfg, std::shared_ptr<const detai
     FSDPP_CHECK_AS(ConfigError, hf->contains(hf_name(n)),
                    "[models] tensor '{}' (fsdpp '{}') is missing from the Hugging Face checkpoint",
                    hf_name(n), n);
-    FSDPP_CHECK_AS(ConfigError, hf->shape(hf_name(n)) == want.by_name.at(n),
-                   "[models] '{}' has shape {} but the config gives {}", hf_name(n),
-                   hf->shape(hf_name(n)), want.by_name.at(n));
+    check_shape(hf_name(n), hf->shape(hf_name(n)), want.by_name.at(n));
   }
   const int64_t hd = cfg.head_dim();
   return [hf, want, hd](const std::string& name, int64_t first, int64_t rows) -> at::Tensor {
@@ -286,9 +253,7 @@ NamedTensors llama_tensors_to_hf(const LlamaConfig& cfg, const NamedTensors& fsd
   for (const auto& n : want.order) {
     auto it = got.find(n);
     FSDPP_CHECK_AS(ConfigError, it != got.end(), "[models] parameter '{}' is missing", n);
-    FSDPP_CHECK_AS(ConfigError, it->second.sizes().vec() == want.by_name.at(n),
-                   "[models] '{}' has shape {} but the config gives {}", n, it->second.sizes().vec(),
-                   want.by_name.at(n));
+    check_shape(n, it->second.sizes().vec(), want.by_name.at(n));
     at::Tensor t = it->second;
     if (ends_with(n, "attention.wq.weight")) t = to_hf_rows(t, cfg.n_heads, cfg.head_dim());
     if (ends_with(n, "attention.wk.weight")) t = to_hf_rows(t, cfg.kv_heads(), cfg.head_dim());
@@ -306,18 +271,9 @@ HfLlama load_hf_llama(const fs::path& dir) {
 
 void save_hf_llama(const fs::path& dir, const LlamaConfig& cfg, const NamedTensors& fsdpp,
                    const std::map<std::string, std::string>& extra_files) {
-  const auto hf = llama_tensors_to_hf(cfg, fsdpp);
-  state::AtomicDir adir(dir);
-  state::save_safetensors(adir.path() / "model.safetensors", hf, {{"format", "pt"}});
   std::map<std::string, std::string> files = extra_files;
   files["config.json"] = llama_config_to_hf(cfg);
-  for (const auto& [name, bytes] : files) {
-    std::ofstream f(adir.path() / name, std::ios::binary);
-    f << bytes;
-    f.close();
-    FSDPP_CHECK_AS(CheckpointError, f.good(), "[models] cannot write '{}'", (adir.path() / name).string());
-  }
-  adir.commit();
+  detail::write_hf_directory(dir, llama_tensors_to_hf(cfg, fsdpp), files);
 }
 
 void load_named_tensors(torch::nn::Module& model, const NamedTensors& tensors) {

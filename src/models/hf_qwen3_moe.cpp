@@ -4,25 +4,17 @@
 
 #include <ATen/ATen.h>
 
-#include <cmath>
-#include <fstream>
 #include <map>
-#include <optional>
 #include <set>
-#include <sstream>
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "fsdpp/common/error.h"
 #include "hf_directory.h"
-#include "fsdpp/state/atomic_dir.h"
-#include "fsdpp/state/safetensors.h"
 
 namespace fs = std::filesystem;
-using json = nlohmann::ordered_json;
-using fsdpp::models::detail::field;
-using fsdpp::models::detail::parse_json;
+using namespace fsdpp::models::detail;  // hf_directory.h: json, field, ...
 
 namespace fsdpp::models {
 namespace {
@@ -74,23 +66,11 @@ std::pair<std::string, std::string> split_expert_name(const std::string& name) {
   return {"model." + name.substr(0, at + 1), name.substr(at + 1)};
 }
 
-void check_shape(const std::string& what, const at::Tensor& t, const std::vector<int64_t>& want) {
-  FSDPP_CHECK_AS(ConfigError, t.sizes().vec() == want,
-                 "[models] '{}' has shape {} but the config gives {}", what, t.sizes().vec(), want);
-}
-
 }  // namespace
 
 Qwen3MoeConfig qwen3_moe_config_from_hf(const std::string& config_json, const std::string& source) {
   const json j = parse_json(config_json, source);
-  FSDPP_CHECK_AS(ConfigError, j.is_object(), "[models] '{}' is not a JSON object", source);
-  const std::string type = field<std::string>(j, "model_type", source, std::string("qwen3_moe"));
-  FSDPP_CHECK_AS(ConfigError, type == "qwen3_moe",
-                 "[models] '{}': model_type '{}' is not supported here; expected 'qwen3_moe'",
-                 source, type);
-  const std::string act = field<std::string>(j, "hidden_act", source, std::string("silu"));
-  FSDPP_CHECK_AS(ConfigError, act == "silu",
-                 "[models] '{}': hidden_act '{}' is not supported; expected 'silu'", source, act);
+  check_model_type(j, source, "qwen3_moe");
   FSDPP_CHECK_AS(ConfigError, !field<bool>(j, "attention_bias", source, false),
                  "[models] '{}': attention_bias=true is not supported (fsdpp's Qwen3Moe has no "
                  "biases)", source);
@@ -125,21 +105,7 @@ Qwen3MoeConfig qwen3_moe_config_from_hf(const std::string& config_json, const st
   c.rms_norm_eps = field<double>(j, "rms_norm_eps", source, 1e-6);
   c.tie_word_embeddings = field<bool>(j, "tie_word_embeddings", source, false);
   c.initializer_range = field<double>(j, "initializer_range", source, 0.02);
-  // transformers 4 writes rope_theta (and rope_scaling); 5 writes rope_parameters.
-  c.rope_theta = field<double>(j, "rope_theta", source, 10000.0);
-  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
-    const auto& rp = j["rope_parameters"];
-    c.rope_theta = field<double>(rp, "rope_theta", source + " rope_parameters", c.rope_theta);
-    const std::string rt = field<std::string>(rp, "rope_type", source + " rope_parameters",
-                                              std::string("default"));
-    FSDPP_CHECK_AS(ConfigError, rt == "default",
-                   "[models] '{}': rope_parameters.rope_type '{}' (RoPE scaling) is not "
-                   "supported; expected 'default'", source, rt);
-  }
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    FSDPP_THROW(ConfigError, "[models] '{}': rope_scaling {} is not supported; expected null",
-                source, j["rope_scaling"].dump());
-  }
+  c.rope_theta = read_rope_theta(j, source);
   c.validate();
   return c;
 }
@@ -166,13 +132,8 @@ std::string qwen3_moe_config_to_hf(const Qwen3MoeConfig& c, at::ScalarType dtype
   j["output_router_logits"] = false;
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["rms_norm_eps"] = c.rms_norm_eps;
-  j["rope_theta"] = c.rope_theta;                                                   // 4
-  j["rope_parameters"] = {{"rope_theta", c.rope_theta}, {"rope_type", "default"}};  // 5
-  j["rope_scaling"] = nullptr;
+  write_decoder_keys(j, c.rope_theta);
   j["tie_word_embeddings"] = c.tie_word_embeddings;
-  j["hidden_act"] = "silu";
-  j["attention_bias"] = false;
-  j["attention_dropout"] = 0.0;
   j["use_sliding_window"] = false;
   j["sliding_window"] = nullptr;
   j["initializer_range"] = c.initializer_range;
@@ -204,11 +165,6 @@ RowReader qwen3_moe_rows_from_hf(const Qwen3MoeConfig& cfg,
                    "[models] tensor '{}' is missing from the Hugging Face checkpoint", name);
     used.insert(name);
   };
-  auto check = [&](const std::string& what, const std::vector<int64_t>& got,
-                   const std::vector<int64_t>& want) {
-    FSDPP_CHECK_AS(ConfigError, got == want, "[models] '{}' has shape {} but the config gives {}",
-                   what, got, want);
-  };
   const int64_t E = cfg.num_experts, I = cfg.moe_intermediate_size;
   std::map<std::string, std::vector<int64_t>> shapes;
   std::map<std::string, ExpertSource> experts;
@@ -216,7 +172,7 @@ RowReader qwen3_moe_rows_from_hf(const Qwen3MoeConfig& cfg,
     shapes[name] = shape;
     if (!is_stacked_expert(name)) {
       take(hf_name(name));
-      check(hf_name(name), hf->shape(hf_name(name)), shape);
+      check_shape(hf_name(name), hf->shape(hf_name(name)), shape);
       continue;
     }
     const auto [prefix, proj] = split_expert_name(name);
@@ -227,12 +183,12 @@ RowReader qwen3_moe_rows_from_hf(const Qwen3MoeConfig& cfg,
       take(fused);
       auto fused_shape = shape;
       if (proj != "down_proj") fused_shape[1] = 2 * I;
-      check(fused, hf->shape(fused), fused_shape);
+      check_shape(fused, hf->shape(fused), fused_shape);
     } else {
       for (int64_t e = 0; e < E; ++e) {
         const std::string n = fmt::format("{}{}.{}.weight", prefix, e, proj);
         take(n);
-        check(n, hf->shape(n), {shape.begin() + 1, shape.end()});
+        check_shape(n, hf->shape(n), {shape.begin() + 1, shape.end()});
       }
     }
     experts[name] = src;
@@ -297,7 +253,7 @@ NamedTensors qwen3_moe_tensors_to_hf(const Qwen3MoeConfig& cfg, const NamedTenso
   for (const auto& [name, shape] : want) {
     auto it = got.find(name);
     FSDPP_CHECK_AS(ConfigError, it != got.end(), "[models] parameter '{}' is missing", name);
-    check_shape(name, it->second, shape);
+    check_shape(name, it->second.sizes().vec(), shape);
     if (is_stacked_expert(name)) {
       const auto [prefix, proj] = split_expert_name(name);
       for (int64_t e = 0; e < cfg.num_experts; ++e) {
@@ -321,14 +277,7 @@ HfQwen3Moe load_hf_qwen3_moe(const fs::path& dir) {
 void save_hf_qwen3_moe(const fs::path& dir, const Qwen3MoeConfig& cfg, const NamedTensors& fsdpp) {
   const auto hf = qwen3_moe_tensors_to_hf(cfg, fsdpp);
   const at::ScalarType dtype = hf.front().second.scalar_type();  // the embedding's
-  state::AtomicDir adir(dir);
-  state::save_safetensors(adir.path() / "model.safetensors", hf, {{"format", "pt"}});
-  std::ofstream f(adir.path() / "config.json");
-  f << qwen3_moe_config_to_hf(cfg, dtype);
-  f.close();
-  FSDPP_CHECK_AS(CheckpointError, f.good(), "[models] cannot write '{}'",
-                 (adir.path() / "config.json").string());
-  adir.commit();
+  detail::write_hf_directory(dir, hf, {{"config.json", qwen3_moe_config_to_hf(cfg, dtype)}});
 }
 
 }  // namespace fsdpp::models

@@ -8,10 +8,10 @@
 
 #include <cmath>
 #include <limits>
-#include <mutex>
 #include <unordered_set>
 
 #include "fsdpp/common/error.h"
+#include "decoder_parts.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "meta_modules.h"
 
@@ -44,36 +44,6 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
   auto out = at::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1).flatten(-2);  // (B,T,H,D)
   return out.to(x.scalar_type());
 }
-
-// (B,T,Hkv,D) -> (B,T,Hkv*n_rep,D): kv head j serves query heads j*n_rep .. (j+1)*n_rep-1.
-at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
-  if (n_rep == 1) return x;
-  const auto B = x.size(0), T = x.size(1), Hkv = x.size(2), D = x.size(3);
-  return x.unsqueeze(3).expand({B, T, Hkv, n_rep, D}).reshape({B, T, Hkv * n_rep, D});
-}
-
-// torch::nn::Linear and Embedding draw their default init from the global generator; the
-// model's weights come from its own generator, so put the global one back as it was found.
-// The generator's mutex guards against ranks-as-threads building models at the same time.
-class GlobalRngRestorer {
- public:
-  GlobalRngRestorer() {
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    state_ = gen.get_state();
-  }
-  ~GlobalRngRestorer() {
-    try {
-      auto gen = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(state_);
-    } catch (...) {  // destructors never throw; losing the restore only costs reproducibility
-    }
-  }
-
- private:
-  at::Tensor state_;
-};
 
 void check_positive(std::string_view field, int64_t value) {
   FSDPP_CHECK_AS(ConfigError, value > 0, "[models] LlamaConfig.{}={} is not positive; expected > 0",
@@ -169,8 +139,8 @@ at::Tensor AttentionImpl::forward(const at::Tensor& input) {
   auto v = wv(x).view({B, T, n_kv_heads, head_dim});
   q = apply_rope(q, rope_cos, rope_sin);
   k = apply_rope(k, rope_cos, rope_sin);
-  k = repeat_kv(k, n_heads / n_kv_heads);
-  v = repeat_kv(v, n_heads / n_kv_heads);
+  k = detail::repeat_kv(k, n_heads / n_kv_heads);
+  v = detail::repeat_kv(v, n_heads / n_kv_heads);
   // (B,H,T,D) for attention; is_causal masks position j > i.
   auto y = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                             v.transpose(1, 2), /*attn_mask=*/{},
@@ -231,7 +201,7 @@ at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, KVCache::Layer& ca
 
 LlamaImpl::LlamaImpl(const LlamaConfig& cfg, at::Device device) : cfg_(cfg) {
   cfg_.validate();
-  GlobalRngRestorer restore_global_rng;
+  detail::GlobalRngRestorer restore_global_rng;
   tok_embeddings = register_module("tok_embeddings", detail::make_embedding(cfg.vocab_size, cfg.dim, device));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg.n_layers; ++i) layers->push_back(TransformerBlock(cfg_, device));

@@ -4,60 +4,11 @@
 #include <fmt/format.h>
 
 #include "fsdpp/common/error.h"
-#include "fsdpp/tp/cross_entropy.h"
-#include "fsdpp/tp/embedding.h"
-#include "fsdpp/tp/linear.h"
+#include "tensor_parallel_hooks.h"
 
 namespace fsdpp::models {
 
 using namespace fsdpp::tp;  // the plan is written in tp's vocabulary
-namespace {
-
-// The communication of the plan (docs/tensor-parallel.md has the collectives per layer).
-class LlamaTensorParallelHooks : public models::LlamaParallelHooks {
- public:
-  LlamaTensorParallelHooks(GroupPtr group, bool sequence_parallel, int64_t vocab_offset)
-      : group_(std::move(group)), sp_(sequence_parallel), vocab_offset_(vocab_offset) {}
-
-  // Replicated (B,T,C): identity, all-reduce of the gradient; sequence shards: all-gather.
-  at::Tensor enter(const at::Tensor& x, const char* where) override {
-    return sp_ ? gather_from_sequence(x, group_, 1, where) : copy_to_region(x, group_, where);
-  }
-  at::Tensor exit(const at::Tensor& y, const char* where) override {
-    return sp_ ? scatter_to_sequence(y, group_, 1, where) : reduce_from_region(y, group_, where);
-  }
-  at::Tensor embed(const at::Tensor& tokens, const at::Tensor& table) override {
-    return vocab_parallel_embedding(tokens, table, vocab_offset_, group_, sp_, "tok_embeddings");
-  }
-  // On sequence shards a norm's weight gradient covers this rank's positions only: summed over
-  // the group in backward. Without sequence parallelism every rank sees every position.
-  at::Tensor norm_weight(const at::Tensor& weight) override {
-    return sp_ ? copy_to_region(weight, group_, "norm") : weight;
-  }
-  at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets) override {
-    return vocab_parallel_cross_entropy(logits, targets, vocab_offset_, group_);
-  }
-  int64_t sequence_multiple() const override { return sp_ ? group_->size() : 1; }
-  at::Tensor whole_logits(const at::Tensor& logits) override {
-    const int64_t dim = logits.dim() - 1;
-    int64_t local = logits.size(dim);
-    auto total = torch::tensor({local});
-    group_->all_reduce(total, dist::ReduceOp::SUM, {"whole_logits"});
-    Placement p;
-    p.sharded = true;
-    p.dim = dim;
-    p.full_size = total.item<int64_t>();
-    p.range = shard_range(p.full_size, group_->size(), group_->rank());
-    return full_tensor(logits.contiguous(), p, group_);
-  }
-
- private:
-  GroupPtr group_;
-  bool sp_;
-  int64_t vocab_offset_;
-};
-
-}  // namespace
 
 void check_tensor_parallel(const LlamaConfig& cfg, int n) {
   FSDPP_CHECK_AS(ConfigError, cfg.n_heads % n == 0,
@@ -105,7 +56,7 @@ TensorParallel parallelize_llama(models::LlamaImpl& model, const GroupPtr& group
   FSDPP_CHECK_AS(ConfigError, model.parallel == nullptr,
                  "[tp] parallelize_llama: the model is already tensor-parallel");
   auto tp = parallelize_module(model, group, llama_plan(cfg));
-  auto hooks = std::make_shared<LlamaTensorParallelHooks>(
+  auto hooks = std::make_shared<detail::TensorParallelHooks>(
       group, options.sequence_parallel, tp.placement("tok_embeddings.weight").range.offset);
   model.parallel = hooks;
   model.norm->parallel = hooks;

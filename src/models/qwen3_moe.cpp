@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <mutex>
 
 #include "fsdpp/common/error.h"
+#include "decoder_parts.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "meta_modules.h"
 
@@ -28,47 +28,20 @@ at::Tensor rotate_half(const at::Tensor& x) {
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
-// cos and sin (T, head_dim) as Qwen3MoeRotaryEmbedding computes them: inverse frequencies and
-// angles in float32 (not double, unlike fsdpp's Llama), so that they round as transformers'.
-std::pair<at::Tensor, at::Tensor> rope_tables(int64_t T, int64_t head_dim, double theta,
-                                              const at::Device& device) {
-  auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
-  auto exponent = at::arange(0, head_dim, 2, f32) / static_cast<double>(head_dim);
-  auto inv_freq = 1.0 / at::pow(theta, exponent);                  // (D/2)
-  auto freqs = at::arange(T, f32).unsqueeze(1) * inv_freq.unsqueeze(0);  // (T, D/2)
-  auto emb = at::cat({freqs, freqs}, -1);                          // (T, D)
-  return {emb.cos(), emb.sin()};
-}
-
-// (B,T,Hkv,D) -> (B,T,Hkv*n_rep,D): kv head j serves query heads j*n_rep .. (j+1)*n_rep-1.
-at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
-  if (n_rep == 1) return x;
-  const auto B = x.size(0), T = x.size(1), Hkv = x.size(2), D = x.size(3);
-  return x.unsqueeze(3).expand({B, T, Hkv, n_rep, D}).reshape({B, T, Hkv * n_rep, D});
-}
-
-// As llama.cpp's: module constructors draw from the global generator; put it back as found.
-class GlobalRngRestorer {
- public:
-  GlobalRngRestorer() {
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    state_ = gen.get_state();
-  }
-  ~GlobalRngRestorer() {
-    try {
-      auto gen = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(state_);
-    } catch (...) {  // destructors never throw; losing the restore only costs reproducibility
-    }
-  }
-
- private:
-  at::Tensor state_;
-};
-
 }  // namespace
+
+// cos and sin as Qwen3MoeRotaryEmbedding computes them: inverse frequencies and angles in float32
+// (not double, unlike fsdpp's Llama), so that they round as transformers', then cast to the
+// activations' dtype (as transformers does, once per forward).
+std::pair<at::Tensor, at::Tensor> qwen3_moe_rope(const Qwen3MoeConfig& cfg, int64_t T,
+                                                 const at::Tensor& like) {
+  auto f32 = at::TensorOptions().dtype(at::kFloat).device(like.device());
+  auto exponent = at::arange(0, cfg.head_dim, 2, f32) / static_cast<double>(cfg.head_dim);
+  auto inv_freq = 1.0 / at::pow(cfg.rope_theta, exponent);               // (D/2)
+  auto freqs = at::arange(T, f32).unsqueeze(1) * inv_freq.unsqueeze(0);  // (T, D/2)
+  auto emb = at::cat({freqs, freqs}, -1);                                // (T, D)
+  return {emb.cos().to(like.scalar_type()), emb.sin().to(like.scalar_type())};
+}
 
 // ---- config ----
 
@@ -157,17 +130,19 @@ std::array<at::Tensor, 3> rotated_qkv(Qwen3MoeAttentionImpl& a, const at::Tensor
 
 }  // namespace
 
-at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
+at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& input, const at::Tensor& cos,
                                           const at::Tensor& sin) {
+  const auto x = tensor_parallel ? tensor_parallel->enter(input, "self_attn") : input;
   const int64_t B = x.size(0), T = x.size(1);
   auto [q, k, v] = rotated_qkv(*this, x, cos, sin);
-  k = repeat_kv(k, n_heads / n_kv_heads);
-  v = repeat_kv(v, n_heads / n_kv_heads);
+  k = detail::repeat_kv(k, n_heads / n_kv_heads);
+  v = detail::repeat_kv(v, n_heads / n_kv_heads);
   // SDPA's default scale is head_dim^-0.5, transformers' `scaling`.
   auto y = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                             v.transpose(1, 2), /*attn_mask=*/{},
                                             /*dropout_p=*/0.0, /*is_causal=*/true);
-  return o_proj(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
+  auto out = o_proj(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
+  return tensor_parallel ? tensor_parallel->exit(out, "self_attn") : out;
 }
 
 at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
@@ -187,8 +162,10 @@ Qwen3MoeMLPImpl::Qwen3MoeMLPImpl(int64_t hidden, int64_t intermediate, at::Devic
   down_proj = register_module("down_proj", make_linear(intermediate, hidden, device));
 }
 
-at::Tensor Qwen3MoeMLPImpl::forward(const at::Tensor& x) {
-  return down_proj(at::silu(gate_proj(x)) * up_proj(x));
+at::Tensor Qwen3MoeMLPImpl::forward(const at::Tensor& input) {
+  const auto x = tensor_parallel ? tensor_parallel->enter(input, "mlp") : input;
+  auto out = down_proj(at::silu(gate_proj(x)) * up_proj(x));
+  return tensor_parallel ? tensor_parallel->exit(out, "mlp") : out;
 }
 
 // ---- experts ----
@@ -282,12 +259,17 @@ Qwen3MoeSparseMoeBlockImpl::Qwen3MoeSparseMoeBlockImpl(const Qwen3MoeConfig& cfg
 }
 
 Qwen3MoeLayerOutput Qwen3MoeSparseMoeBlockImpl::forward(const at::Tensor& x) {
+  if (parallel) return parallel->sparse_block(*this, x);
   const auto flat = x.reshape({-1, x.size(-1)});  // (N, D)
-  auto routing = route_top_k(gate(flat), top_k, norm_topk_prob);
+  auto routing = route(flat, gate->weight);
   // Through fsdpp::forward, so that the experts may be an FSDP unit of their own.
-  auto y = parallel ? parallel->experts(flat, routing.expert_ids, routing.weights, experts)
-                    : fsdpp::forward(experts, flat, routing.expert_ids, routing.weights);
+  auto y = fsdpp::forward(experts, flat, routing.expert_ids, routing.weights);
   return {y.view(x.sizes()), routing.logits};
+}
+
+Qwen3MoeRouting Qwen3MoeSparseMoeBlockImpl::route(const at::Tensor& x,
+                                                  const at::Tensor& gate_weight) const {
+  return route_top_k(at::linear(x, gate_weight), top_k, norm_topk_prob);
 }
 
 // ---- decoder layer ----
@@ -334,7 +316,7 @@ Qwen3MoeLayerOutput Qwen3MoeDecoderLayerImpl::forward(const at::Tensor& x, const
 
 Qwen3MoeImpl::Qwen3MoeImpl(const Qwen3MoeConfig& cfg, at::Device device) : cfg_(cfg) {
   cfg_.validate();
-  GlobalRngRestorer restore_global_rng;
+  detail::GlobalRngRestorer restore_global_rng;
   embed_tokens = register_module("embed_tokens",
                                  detail::make_embedding(cfg.vocab_size, cfg.hidden_size, device));
   layers = register_module("layers", torch::nn::ModuleList());
@@ -393,11 +375,10 @@ Qwen3MoeOutput Qwen3MoeImpl::forward(const at::Tensor& tokens, const at::Tensor&
                    "layer < num_hidden_layers={}",
                    layer, cfg_.num_hidden_layers);
   }
-  auto h = embed_tokens(tokens);  // (B,T,D)
-  // Made once per forward, as transformers does, and cast to the activations' dtype there too.
-  auto [cos, sin] = rope_tables(T, cfg_.head_dim, cfg_.rope_theta, h.device());
-  cos = cos.to(h.scalar_type());
-  sin = sin.to(h.scalar_type());
+  auto h = tensor_parallel ? tensor_parallel->embed(tokens, embed_tokens->weight)
+                           : embed_tokens(tokens);  // (B,T,D), or this rank's sequence chunk
+  // Made once per forward, as transformers does, in the activations' dtype.
+  auto [cos, sin] = qwen3_moe_rope(cfg_, T, h);
   Qwen3MoeOutput out;
   std::vector<at::Tensor> outputs(layers->size());
   for (size_t i = 0; i < layers->size(); ++i) {
@@ -409,15 +390,16 @@ Qwen3MoeOutput Qwen3MoeImpl::forward(const at::Tensor& tokens, const at::Tensor&
   }
   for (int64_t layer : hidden_layers) out.hidden_states.push_back(outputs[layer]);
   h = norm(h);
+  if (tensor_parallel) h = tensor_parallel->enter(h, "lm_head");
   out.logits = lm_head ? lm_head(h) : at::linear(h, embed_tokens->weight);
   if (output_router_logits) {
-    out.aux_loss = parallel ? parallel->load_balancing_loss(out.router_logits, cfg_.num_experts,
-                                                            cfg_.num_experts_per_tok)
-                            : load_balancing_loss(out.router_logits, cfg_.num_experts,
-                                                  cfg_.num_experts_per_tok);
+    auto stats = router_statistics(out.router_logits, cfg_.num_experts, cfg_.num_experts_per_tok);
+    if (parallel) stats = parallel->global_statistics(stats);
+    out.aux_loss = load_balancing_loss(stats, cfg_.num_experts);
   }
   if (targets.defined()) {
-    out.loss = token_cross_entropy(out.logits, targets);
+    out.loss = tensor_parallel ? tensor_parallel->loss(out.logits, targets)
+                               : token_cross_entropy(out.logits, targets);
     if (output_router_logits) {
       out.loss = out.loss + cfg_.router_aux_loss_coef * out.aux_loss.to(out.loss.scalar_type());
     }
@@ -429,6 +411,8 @@ at::Tensor Qwen3MoeImpl::forward(const at::Tensor& tokens, KVCache& cache) {
   FSDPP_CHECK(cache.layers.size() == layers->size(),
               "[models] a KV cache of {} layers for a Qwen3Moe of {}; expected KVCache(layers)",
               cache.layers.size(), layers->size());
+  FSDPP_CHECK(!tensor_parallel, "[models] Qwen3Moe with a KV cache under tensor parallelism is "
+                                "not supported; sample without the cache");
   const int64_t start = cache.length, T = tokens.size(1);
   FSDPP_CHECK_AS(ConfigError, T >= 1 && start + T <= cfg_.max_position_embeddings,
                  "[models] Qwen3Moe sequence length T={} is out of range; expected 1 <= T <= "
@@ -436,9 +420,9 @@ at::Tensor Qwen3MoeImpl::forward(const at::Tensor& tokens, KVCache& cache) {
   auto h = embed_tokens(tokens);
   // The tables of positions 0 .. start + T - 1, as one forward over the whole context makes
   // them (each position's angles are its own products), then the new positions' rows.
-  auto [cos, sin] = rope_tables(start + T, cfg_.head_dim, cfg_.rope_theta, h.device());
-  cos = cos.narrow(0, start, T).to(h.scalar_type());
-  sin = sin.narrow(0, start, T).to(h.scalar_type());
+  auto [cos, sin] = qwen3_moe_rope(cfg_, start + T, h);
+  cos = cos.narrow(0, start, T);
+  sin = sin.narrow(0, start, T);
   for (size_t i = 0; i < layers->size(); ++i) {
     h = fsdpp::forward(*layers->ptr<Qwen3MoeDecoderLayerImpl>(i), h, cos, sin, cache.layers[i])
             .hidden;
@@ -453,23 +437,32 @@ at::Tensor Qwen3MoeImpl::forward(const at::Tensor& tokens, KVCache& cache) {
 at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t num_experts,
                                int64_t top_k) {
   if (router_logits.empty()) return at::zeros({}, at::kFloat);  // no sparse layer: no loss
-  const auto device = router_logits.front().device();
+  return load_balancing_loss(router_statistics(router_logits, num_experts, top_k), num_experts);
+}
+
+at::Tensor router_statistics(const std::vector<at::Tensor>& router_logits, int64_t num_experts,
+                             int64_t top_k) {
+  const auto device = router_logits.empty() ? at::Device(at::kCPU) : router_logits.front().device();
   auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
-  auto tokens_per_expert = at::zeros({num_experts}, f32);
-  auto prob_per_expert = at::zeros({num_experts}, f32);
+  auto counts = at::zeros({num_experts}, f32);
+  auto prob_sums = at::zeros({num_experts}, f32);
   int64_t rows = 0;
   for (const auto& logits : router_logits) {
     // transformers takes the softmax in the logits' own dtype here (unlike the router's).
     auto probs = at::softmax(logits.to(device), -1);
     auto selected = std::get<1>(at::topk(probs, top_k, -1));
     // Counting needs no gradient; the probabilities carry it (Switch Transformer's f_e * P_e).
-    tokens_per_expert = tokens_per_expert +
-                        at::bincount(selected.reshape({-1}), {}, num_experts).to(at::kFloat);
-    prob_per_expert = prob_per_expert + probs.to(at::kFloat).sum(0);
+    counts = counts + at::bincount(selected.reshape({-1}), {}, num_experts).to(at::kFloat);
+    prob_sums = prob_sums + probs.to(at::kFloat).sum(0);
     rows += probs.size(0);
   }
-  tokens_per_expert = tokens_per_expert / static_cast<double>(rows);
-  prob_per_expert = prob_per_expert / static_cast<double>(rows);
+  return at::cat({counts, prob_sums, at::full({1}, static_cast<double>(rows), f32)});
+}
+
+at::Tensor load_balancing_loss(const at::Tensor& statistics, int64_t num_experts) {
+  const auto rows = statistics.narrow(0, 2 * num_experts, 1).detach().clamp_min(1);
+  auto tokens_per_expert = statistics.narrow(0, 0, num_experts).detach() / rows;
+  auto prob_per_expert = statistics.narrow(0, num_experts, num_experts) / rows;
   return (tokens_per_expert * prob_per_expert).sum() * static_cast<double>(num_experts);
 }
 

@@ -11,72 +11,11 @@
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/sharded_param.h"
-#include "fsdpp/moe/clip.h"
-#include "fsdpp/moe/dispatch.h"
+#include "fsdpp/fsdp/clip.h"
+#include "qwen3_moe_hooks.h"
 
 namespace fsdpp::models {
 namespace {
-
-// ep null: the experts run here (the model-level hook of plain data parallelism).
-class ExpertParallelHooks : public Qwen3MoeParallelHooks {
- public:
-  ExpertParallelHooks(moe::GroupPtr ep, moe::GroupPtr batch, int64_t num_experts,
-                      std::string name, std::shared_ptr<std::vector<int64_t>> load)
-      : ep_(std::move(ep)), batch_(std::move(batch)), num_experts_(num_experts),
-        name_(std::move(name)), load_(std::move(load)) {}
-
-  at::Tensor experts(const at::Tensor& x, const at::Tensor& expert_ids, const at::Tensor& weights,
-                     Qwen3MoeExperts& experts) override {
-    if (!ep_) return fsdpp::forward(experts, x, expert_ids, weights);
-    moe::ExpertDispatch d(x, expert_ids, num_experts_, ep_, name_);
-    // Through fsdpp::forward: the experts may be an FSDP unit over their own mesh.
-    auto y = fsdpp::forward(experts, d.tokens, d.tokens_per_expert);
-    return d.combine(y, weights);
-  }
-
-  // transformers' load_balancing_loss_func over the global batch: the counts of top-k choices
-  // (no gradient), the sums of router probabilities (with it) and the number of rows, summed
-  // over the batch group by one differentiable all-reduce; then E * sum_e f_e * P_e as in
-  // load_balancing_loss().
-  at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits,
-                                 int64_t num_experts, int64_t top_k) override {
-    if (router_logits.empty()) return at::zeros({}, at::kFloat);
-    const auto device = router_logits.front().device();
-    auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
-    auto counts = at::zeros({num_experts}, f32);
-    auto prob_sums = at::zeros({num_experts}, f32);
-    int64_t rows = 0;
-    for (const auto& logits : router_logits) {
-      auto probs = at::softmax(logits.to(device), -1);  // in the logits' dtype, as transformers
-      auto selected = std::get<1>(at::topk(probs, top_k, -1));
-      counts = counts + at::bincount(selected.reshape({-1}), {}, num_experts).to(at::kFloat);
-      prob_sums = prob_sums + probs.to(at::kFloat).sum(0);
-      rows += probs.size(0);
-    }
-    auto f64 = f32.dtype(at::kDouble);
-    auto local = at::cat({counts.to(at::kDouble), prob_sums.to(at::kDouble),
-                          at::full({1}, static_cast<double>(rows), f64)});
-    auto global = moe::sum_over_ranks(local, batch_, "load_balancing_loss");  // (2E+1)
-    const double total_rows = global[2 * num_experts].item<double>();
-    const auto global_counts = global.narrow(0, 0, num_experts).detach();
-    {
-      auto host = global_counts.to(at::kCPU);
-      load_->assign(num_experts, 0);
-      for (int64_t e = 0; e < num_experts; ++e) {
-        (*load_)[e] = static_cast<int64_t>(std::llround(host[e].item<double>()));
-      }
-    }
-    auto tokens_per_expert = global_counts.to(at::kFloat) / total_rows;
-    auto prob_per_expert = global.narrow(0, num_experts, num_experts).to(at::kFloat) / total_rows;
-    return (tokens_per_expert * prob_per_expert).sum() * static_cast<double>(num_experts);
-  }
-
- private:
-  moe::GroupPtr ep_, batch_;
-  int64_t num_experts_;
-  std::string name_;
-  std::shared_ptr<std::vector<int64_t>> load_;
-};
 
 std::vector<Qwen3MoeSparseMoeBlockImpl*> sparse_blocks(Qwen3MoeImpl& model) {
   std::vector<Qwen3MoeSparseMoeBlockImpl*> out;
@@ -103,6 +42,14 @@ std::vector<int64_t> Qwen3MoeExpertParallel::last_expert_load() const {
   return load_ ? *load_ : std::vector<int64_t>{};
 }
 
+OuterLayoutOf Qwen3MoeExpertParallel::outer_layout() const {
+  return [group = ep_, E = num_experts_](const at::Tensor&) {
+    OuterLayout layout;
+    if (group->size() > 1) layout.placements.push_back(balanced_placement("ep", group, 0, E));
+    return layout;
+  };
+}
+
 void check_expert_parallel(const Qwen3MoeConfig& cfg, int degree) {
   FSDPP_CHECK_AS(ConfigError, cfg.num_experts > 0 && cfg.num_experts % degree == 0,
                  "[models] Qwen3MoeConfig.num_experts={} is not divisible by the expert-parallel "
@@ -119,47 +66,46 @@ Qwen3MoeExpertParallel parallelize_qwen3_moe_experts(Qwen3MoeImpl& model,
   for (const auto& m : model.modules(/*include_self=*/true)) {
     sharded = sharded || fsdpp::detail::unit_of(*m) != nullptr;
   }
-  FSDPP_CHECK_AS(ConfigError, !model.parallel && !sharded,
-                 "[models] parallelize_qwen3_moe_experts: the model is already expert-parallel "
-                 "or sharded; parallelize the whole model once, before fully_shard");
+  auto layout = detail::moe_layout_of(model);
+  FSDPP_CHECK_AS(ConfigError, !layout.ep && !layout.split_experts && !sharded,
+                 "[models] parallelize_qwen3_moe_experts: the model is already expert-parallel, "
+                 "its experts split by tensor parallelism, or sharded; parallelize the whole "
+                 "model once, before fully_shard");
   Qwen3MoeExpertParallel ep;
   ep.ep_ = options.ep;
   ep.batch_ = options.batch ? options.batch : options.ep;
   ep.num_experts_ = cfg.num_experts;
-  ep.load_ = std::make_shared<std::vector<int64_t>>();
   const int64_t per_rank = ep.experts_per_rank(), first = ep.first_expert();
   at::NoGradGuard no_grad;
-  for (size_t i = 0; i < model.layers->size(); ++i) {
-    auto& block = *model.layers->ptr<Qwen3MoeDecoderLayerImpl>(i);
-    if (!block.moe) continue;
-    auto& experts = *block.moe->experts;
+  for (auto* block : sparse_blocks(model)) {
+    auto& experts = *block->experts;
     FSDPP_CHECK_AS(ConfigError, experts.gate_proj.size(0) == cfg.num_experts,
-                   "[models] parallelize_qwen3_moe_experts: layers.{}.mlp.experts holds {} "
+                   "[models] parallelize_qwen3_moe_experts: a sparse layer's experts hold {} "
                    "experts; expected the whole model's num_experts={}",
-                   i, experts.gate_proj.size(0), cfg.num_experts);
+                   experts.gate_proj.size(0), cfg.num_experts);
     for (at::Tensor* p : {&experts.gate_proj, &experts.up_proj, &experts.down_proj}) {
       // set_data keeps the registered parameter and the member one object.
       p->set_data(p->narrow(0, first, per_rank).clone());
     }
     experts.num_experts = per_rank;
-    block.moe->parallel = std::make_shared<ExpertParallelHooks>(
-        ep.ep_, ep.batch_, cfg.num_experts, fmt::format("layers.{}.mlp", i), ep.load_);
   }
-  model.parallel = std::make_shared<ExpertParallelHooks>(ep.ep_, ep.batch_, cfg.num_experts,
-                                                         "model", ep.load_);
+  // Added to what tensor parallelism installed (its tp group), if anything.
+  layout.ep = ep.ep_;
+  layout.batch = ep.batch_;
+  ep.load_ = detail::install_moe_hooks(model, layout);
   return ep;
 }
 
 std::shared_ptr<const std::vector<int64_t>> use_global_load_balancing_loss(
     Qwen3MoeImpl& model, const moe::GroupPtr& batch) {
   FSDPP_CHECK_AS(ConfigError, batch, "[models] use_global_load_balancing_loss: no batch group");
-  FSDPP_CHECK_AS(ConfigError, !model.parallel,
-                 "[models] use_global_load_balancing_loss: the model already has parallel hooks "
-                 "(parallelize_qwen3_moe_experts computes the loss over its batch group itself)");
-  auto load = std::make_shared<std::vector<int64_t>>();
-  model.parallel = std::make_shared<ExpertParallelHooks>(nullptr, batch, model.config().num_experts,
-                                                         "model", load);
-  return load;
+  auto layout = detail::moe_layout_of(model);
+  FSDPP_CHECK_AS(ConfigError, !layout.ep && !layout.batch,
+                 "[models] use_global_load_balancing_loss: the model already sums its "
+                 "load-balancing statistics over a batch group (parallelize_qwen3_moe_experts "
+                 "does it over its own)");
+  layout.batch = batch;
+  return detail::install_moe_hooks(model, layout);
 }
 
 ExpertLoadSummary summarize_expert_load(const std::vector<int64_t>& load) {
@@ -212,12 +158,12 @@ void sync_expert_parallel_gradients(Qwen3MoeImpl& model, const Qwen3MoeExpertPar
 
 double clip_grad_norm_(Qwen3MoeImpl& model, const Qwen3MoeExpertParallel& ep, double max_norm,
                        const moe::GroupPtr& fsdp_group, const moe::GroupPtr& expert_fsdp_group) {
-  moe::GradNormPart dense{{}, {fsdp_group}};
-  moe::GradNormPart experts{{}, {expert_fsdp_group, ep.ep_group()}};
+  GradNormPart dense{{}, {fsdp_group}};
+  GradNormPart experts{{}, {expert_fsdp_group, ep.ep_group()}};
   for (auto& item : model.named_parameters()) {
     (Qwen3MoeExpertParallel::is_expert(item.key()) ? experts : dense).params.push_back(item.value());
   }
-  return moe::clip_grad_norm_({dense, experts}, max_norm);
+  return fsdpp::clip_grad_norm_({dense, experts}, max_norm);
 }
 
 void fully_shard_qwen3_moe(Qwen3MoeImpl& model, const Qwen3MoeExpertParallel& ep,
@@ -234,11 +180,7 @@ void fully_shard_qwen3_moe(Qwen3MoeImpl& model, const Qwen3MoeExpertParallel& ep
                                        ? dense.gradient_divide_factor
                                        : static_cast<double>(ep.batch_group()->size());
   // The expert units hold this rank's E/ep experts: state dicts and gather_full see (E, ...).
-  experts.outer_layout = [group = ep.ep_group(), E = ep.num_experts()](const at::Tensor&) {
-    OuterLayout layout;
-    if (group->size() > 1) layout.placements.push_back(balanced_placement("ep", group, 0, E));
-    return layout;
-  };
+  experts.outer_layout = ep.outer_layout();
   for (auto* block : sparse_blocks(model)) fully_shard(*block->experts, experts);
   for (size_t i = 0; i < model.layers->size(); ++i) {
     fully_shard(*model.layers->ptr<Qwen3MoeDecoderLayerImpl>(i), dense);

@@ -7,6 +7,7 @@
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/pipeline/communication.h"
+#include "fsdpp/pipeline/schedule_traits.h"
 
 namespace fsdpp::pipeline {
 namespace {
@@ -96,15 +97,6 @@ int round_size(std::string_view name, int p, int m) {
                 name, p, m, rounds, p, p, lower, lower + p);
   }
   return m / rounds;
-}
-
-std::string normalized(std::string_view name) {
-  std::string out;
-  for (char c : name)
-    if (c != '-' && c != '_' && c != ' ')
-      out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
-  if (out.rfind("schedule", 0) == 0 && out.size() > 8) out = out.substr(8);
-  return out;
 }
 
 }  // namespace
@@ -220,22 +212,14 @@ PipelineSchedule zbv_zero_bubble(int p, int m) {
 }
 
 std::vector<std::string_view> schedule_names() {
-  return {"GPipe", "1F1B", "Interleaved1F1B", "ZBH1", "InterleavedZeroBubble", "ZBVZeroBubble"};
+  std::vector<std::string_view> out;
+  for (const auto& t : kScheduleTraits) out.push_back(t.name);
+  return out;
 }
 
 PipelineSchedule make_schedule(std::string_view name, int p, int m, int v) {
-  const std::string key = normalized(name);
-  if (key == "gpipe") return add_communication(gpipe(p, m));
-  if (key == "1f1b") return add_communication(schedule_1f1b(p, m));
-  if (key == "zbh1") return add_communication(zb_h1(p, m));
-  if (key == "zbvzerobubble" || key == "zbv") return add_communication(zbv_zero_bubble(p, m));
-  if (key == "interleaved1f1b") return add_communication(interleaved_1f1b(p, v > 0 ? v : 2, m));
-  if (key == "interleavedzerobubble")
-    return add_communication(interleaved_zero_bubble(p, v > 0 ? v : 2, m));
-  FSDPP_THROW(ConfigError,
-              "[pipeline] unknown schedule '{}'; expected GPipe, 1F1B, Interleaved1F1B, ZBH1, "
-              "InterleavedZeroBubble or ZBVZeroBubble",
-              name);
+  const ScheduleTraits& t = schedule_traits(name);
+  return add_communication(t.make(p, t.stages_per_rank_for(v), m));
 }
 
 }  // namespace fsdpp::pipeline

@@ -1,7 +1,6 @@
 #include "fsdpp/pipeline/simulate.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -10,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/pipeline/schedule_traits.h"
 #include "message_key.h"
 
 namespace fsdpp::pipeline {
@@ -23,12 +23,6 @@ double cost_of(ActionKind kind, const Costs& c) {
     case ActionKind::W: return c.backward_weight;
     default: return 0.0;
   }
-}
-
-std::string lowered(std::string_view s) {
-  std::string out;
-  for (char c : s) out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
-  return out;
 }
 
 }  // namespace
@@ -124,16 +118,13 @@ Simulation simulate(const PipelineSchedule& s, const Costs& costs) {
 double theoretical_bubble(const PipelineSchedule& s, const Costs& c) {
   const double p = s.num_ranks, m = s.num_microbatches;
   const double v = std::max(1, s.stages_per_rank(0));
-  const std::string name = lowered(s.name);
-  if (name == "gpipe" || name == "1f1b") return (p - 1) / (m + p - 1);
-  if (name == "interleaved1f1b") return (p - 1) / (v * m + p - 1);
-  if (name == "zbh1" || name == "interleavedzerobubble") {
-    const double work = c.forward + c.backward_input + c.backward_weight;
-    double bubble = (p - 1) * std::max(0.0, c.forward + c.backward_input - c.backward_weight);
-    if (name == "interleavedzerobubble") bubble /= v;
-    return bubble / (m * work + bubble);
-  }
-  return std::numeric_limits<double>::quiet_NaN();
+  const ScheduleTraits* t = find_schedule_traits(s.name);
+  // No closed form for the V (its warm-up depends on the costs) nor for a schedule from CSV.
+  if (!t || t->placement == StagePlacement::V) return std::numeric_limits<double>::quiet_NaN();
+  if (!t->split_backward) return (p - 1) / (v * m + p - 1);  // GPipe, 1F1B: v = 1
+  const double work = c.forward + c.backward_input + c.backward_weight;
+  const double bubble = (p - 1) * std::max(0.0, c.forward + c.backward_input - c.backward_weight) / v;
+  return bubble / (m * work + bubble);
 }
 
 std::string render_timeline(const Simulation& sim) {

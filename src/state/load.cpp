@@ -105,10 +105,16 @@ void load_state_dict(const fs::path& dir, const std::vector<torch::nn::Module*>&
                    what, shape_str(e.shape), shape_str(p.global_shape));
     const int64_t chunk_rows = rows_of(p).chunk_rows;
     if (local) {
-      FSDPP_CHECK_AS(CheckpointError, e.chunk_rows.value_or(0) == chunk_rows,
+      // This rank's own piece: ranks of a tensor-parallel group may hold chunks of different
+      // sizes (an uneven split), each its own in its own file.
+      int64_t saved = e.chunk_rows.value_or(0);
+      for (const auto& piece : e.pieces) {
+        if (piece.file == own_file) saved = piece.row_end - piece.row_begin;
+      }
+      FSDPP_CHECK_AS(CheckpointError, saved == chunk_rows,
                      "[state] '{}': LOCAL checkpoint shards '{}' in chunks of {} rows but this "
                      "model's shards have {}; the sharding changed (load a SHARDED or FULL "
-                     "checkpoint instead)", where, what, e.chunk_rows.value_or(0), chunk_rows);
+                     "checkpoint instead)", where, what, saved, chunk_rows);
     }
   };
   // Rows into a (chunk_rows, row_numel) view of `dst` (the padded shard); undefined: check only.

@@ -4,10 +4,9 @@
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 
-#include <cmath>
-#include <set>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/clip.h"
 #include "fsdpp/tp/linear.h"
 
 namespace fsdpp::tp {
@@ -170,34 +169,11 @@ void load_full_parameters(torch::nn::Module& root, const TensorParallel& tp,
 
 double clip_grad_norm_(torch::nn::Module& root, const TensorParallel& tp, double max_norm,
                        const GroupPtr& fsdp_group) {
-  torch::NoGradGuard no_grad;
-  // [sharded, replicated] sums of squares, in double so the order of summation matters less,
-  // on the gradients' device (NCCL reduces device tensors), read back once.
-  std::vector<at::Tensor> grads, parts[2];
-  std::set<const void*> seen;  // tied parameters count once
+  GradNormPart split{{}, {fsdp_group, tp.group()}}, whole{{}, {fsdp_group}};
   for (const auto& item : root.named_parameters()) {
-    const auto& g = item.value().grad();
-    if (!g.defined() || !seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
-    grads.push_back(g);
-    parts[tp.placement(item.key()).sharded ? 0 : 1].push_back(g.to(at::kDouble).pow(2).sum());
+    (tp.placement(item.key()).sharded ? split : whole).params.push_back(item.value());
   }
-  const auto device = grads.empty() ? at::Device(at::kCPU) : grads.front().device();
-  auto total_of = [&](const std::vector<at::Tensor>& p) {
-    return p.empty() ? at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device))
-                     : at::stack(p).sum();
-  };
-  auto sums = at::stack({total_of(parts[0]), total_of(parts[1])});  // (2)
-  if (fsdp_group && fsdp_group->size() > 1) {
-    fsdp_group->all_reduce(sums, dist::ReduceOp::SUM, {"tp.clip_grad_norm_"});
-  }
-  auto sharded = sums.narrow(0, 0, 1).clone();
-  tp.group()->all_reduce(sharded, dist::ReduceOp::SUM, {"tp.clip_grad_norm_"});
-  const double total = std::sqrt((sharded + sums.narrow(0, 1, 1)).item<double>());
-  const double coef = max_norm / (total + 1e-6);
-  if (coef < 1) {
-    for (auto& g : grads) g.mul_(coef);
-  }
-  return total;
+  return fsdpp::clip_grad_norm_({split, whole}, max_norm);
 }
 
 }  // namespace fsdpp::tp

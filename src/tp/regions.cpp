@@ -72,33 +72,43 @@ struct ReduceFromRegion : torch::autograd::Function<ReduceFromRegion> {
   }
 };
 
-struct GatherFromSequence : torch::autograd::Function<GatherFromSequence> {
+// This rank's equal chunk along `dim` (checked), a view.
+at::Tensor own_chunk(const at::Tensor& x, const GroupPtr& group, int64_t dim,
+                     const std::string& what) {
+  const int n = group->size();
+  FSDPP_CHECK_AS(ConfigError, x.size(dim) % n == 0,
+                 "[tp] {}: the sequence dimension (dim {}) has size {}, which the tensor-parallel "
+                 "degree {} does not divide; each rank takes an equal chunk",
+                 what, dim, x.size(dim), n);
+  const int64_t chunk = x.size(dim) / n;
+  return x.narrow(dim, group->rank() * chunk, chunk);
+}
+
+at::Tensor chunk_dim(const at::Tensor& x, const GroupPtr& group, int64_t dim,
+                     const std::string& what) {
+  return own_chunk(x, group, dim, what).contiguous();
+}
+
+// A region along `dim`: Forward in forward, Backward (its adjoint) on the gradient.
+template <auto Forward, auto Backward>
+struct DimRegion : torch::autograd::Function<DimRegion<Forward, Backward>> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const GroupPtr& group,
                             int64_t dim, const std::string& what) {
     save_group(ctx, group, what);
     ctx->saved_data["dim"] = dim;
-    return all_gather_dim(x, group, dim, what);
+    return Forward(x, group, dim, what);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto& g = load_group(ctx);
-    return {reduce_scatter_dim(grads[0], g.group, ctx->saved_data["dim"].toInt(), g.what),
-            at::Tensor(), at::Tensor(), at::Tensor()};
+    return {Backward(grads[0], g.group, ctx->saved_data["dim"].toInt(), g.what), at::Tensor(),
+            at::Tensor(), at::Tensor()};
   }
 };
 
-struct ScatterToSequence : torch::autograd::Function<ScatterToSequence> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const GroupPtr& group,
-                            int64_t dim, const std::string& what) {
-    save_group(ctx, group, what);
-    ctx->saved_data["dim"] = dim;
-    return reduce_scatter_dim(x, group, dim, what);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto& g = load_group(ctx);
-    return {all_gather_dim(grads[0], g.group, ctx->saved_data["dim"].toInt(), g.what),
-            at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
+using GatherFromSequence = DimRegion<all_gather_dim, reduce_scatter_dim>;
+using ScatterToSequence = DimRegion<reduce_scatter_dim, all_gather_dim>;
+using ChunkOfWhole = DimRegion<chunk_dim, all_gather_dim>;
+using WholeOfChunks = DimRegion<all_gather_dim, chunk_dim>;
 
 }  // namespace
 
@@ -125,6 +135,18 @@ at::Tensor scatter_to_sequence(const at::Tensor& x, const GroupPtr& group, int64
                  "degree {} does not divide; sequence parallelism needs equal chunks",
                  what, dim, x.size(dim), group->size());
   return ScatterToSequence::apply(x, group, dim, what);
+}
+
+at::Tensor chunk_of_whole(const at::Tensor& x, const GroupPtr& group, int64_t dim,
+                          const std::string& what) {
+  dim = wrap_dim(dim, x);
+  (void)own_chunk(x, group, dim, what);  // the error before autograd records anything
+  return ChunkOfWhole::apply(x, group, dim, what);
+}
+
+at::Tensor whole_of_chunks(const at::Tensor& x, const GroupPtr& group, int64_t dim,
+                           const std::string& what) {
+  return WholeOfChunks::apply(x, group, wrap_dim(dim, x), what);
 }
 
 ShardRange shard_range(int64_t size, int degree, int rank) {

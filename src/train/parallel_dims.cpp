@@ -5,27 +5,18 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <vector>
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/strategy_traits.h"
 #include "fsdpp/models/llama_stages.h"
+#include "fsdpp/pipeline/schedule_traits.h"
 #include "fsdpp/pipeline/schedules.h"
 #include "fsdpp/train/config.h"
 
 namespace fsdpp::train {
 
 namespace {
-
-std::string schedule_list() {
-  std::string out;
-  const auto names = pipeline::schedule_names();
-  for (size_t i = 0; i < names.size(); ++i) {
-    out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + std::string(names[i]);
-  }
-  return out;
-}
 
 // The pipeline's keys that need no world. What pipelining does not compose with yet is refused
 // by name (each keeps per-rank state or layouts the stages would have to agree on).
@@ -43,13 +34,10 @@ void validate_pipeline(const TrainConfig& cfg) {
                  "[config] parallelism.pipeline_parallel_layers_per_stage={}: expected >= 1, or 0 "
                  "(the units split evenly over the stages)",
                  p.pipeline_parallel_layers_per_stage);
-  try {
-    (void)pipeline::make_schedule(p.pipeline_parallel_schedule, 1, 1);
-  } catch (const ConfigError&) {
-    FSDPP_THROW(ConfigError, "[config] parallelism.pipeline_parallel_schedule='{}' is not a schedule; "
-                "expected {} (PyTorch's names; case and a 'Schedule' prefix are ignored)",
-                p.pipeline_parallel_schedule, schedule_list());
-  }
+  FSDPP_CHECK_AS(ConfigError, pipeline::find_schedule_traits(p.pipeline_parallel_schedule),
+                 "[config] parallelism.pipeline_parallel_schedule='{}' is not a schedule; "
+                 "expected {} (PyTorch's names; case and a 'Schedule' prefix are ignored)",
+                 p.pipeline_parallel_schedule, pipeline::schedule_list());
   const int64_t pp = p.pipeline_parallel_degree;
   if (pp == 1) return;
   const std::string with = fmt::format("with parallelism.pipeline_parallel_degree={}", pp);
@@ -237,23 +225,24 @@ PipelinePlan pipeline_plan(const TrainConfig& cfg, const ParallelDims& dims) {
   plan.microbatches = static_cast<int>(rows / mb);
   const int64_t units = cfg.model.n_layers + 2;  // models::llama_pipeline_units
   const std::string name = p.pipeline_parallel_schedule;
-  std::string key;
-  for (char c : name) key.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
-  const bool multi = key.find("interleaved") != std::string::npos || key.find("zbv") != std::string::npos;
-  int stages = multi ? 2 * dims.pp : dims.pp;
+  const auto& traits = pipeline::schedule_traits(name);
+  int stages = traits.stages_per_rank * dims.pp;
   if (p.pipeline_parallel_layers_per_stage > 0) {
     plan.units_per_stage =
         models::units_per_stage(units, static_cast<int>(p.pipeline_parallel_layers_per_stage));
     stages = static_cast<int>(plan.units_per_stage.size());
-    const bool fits = multi ? stages % dims.pp == 0 && stages >= 2 * dims.pp : stages == dims.pp;
+    const bool fits = traits.any_stages_per_rank ? stages % dims.pp == 0 && stages >= 2 * dims.pp
+                                                 : stages == traits.stages_per_rank * dims.pp;
     FSDPP_CHECK_AS(ConfigError, fits,
                    "[config] parallelism.pipeline_parallel_layers_per_stage={} makes {} stages of "
                    "the model's {} units (model.n_layers={} blocks, the embedding and the head) "
                    "but schedule {} on parallelism.pipeline_parallel_degree={} needs {}",
                    p.pipeline_parallel_layers_per_stage, stages, units, cfg.model.n_layers, name,
                    dims.pp,
-                   multi ? fmt::format("a multiple of {} (at least {})", dims.pp, 2 * dims.pp)
-                         : fmt::format("{} (one per rank)", dims.pp));
+                   traits.any_stages_per_rank
+                       ? fmt::format("a multiple of {} (at least {})", dims.pp, 2 * dims.pp)
+                       : fmt::format("{} ({} per rank)", traits.stages_per_rank * dims.pp,
+                                     traits.stages_per_rank));
   } else {
     FSDPP_CHECK_AS(ConfigError, units >= stages,
                    "[config] schedule {} on parallelism.pipeline_parallel_degree={} needs {} stages "

@@ -23,7 +23,8 @@ CASES = {
     "fsdp": ("fsdpp/dist/process_group.h", "fsdpp/state/state_dict.h"),
     "moe": ("fsdpp/fsdp/fully_shard.h", "fsdpp/models/qwen3_moe.h"),
     "state": ("fsdpp/fsdp/sharded_param.h", "fsdpp/models/llama.h"),
-    "models": ("fsdpp/state/safetensors.h", "fsdpp/train/config.h"),
+    "models": ("fsdpp/state/safetensors.h", "fsdpp/parallel/parallelize.h"),
+    "parallel": ("fsdpp/models/model_plan.h", "fsdpp/train/config.h"),
     "estimate": ("fsdpp/models/llama.h", "fsdpp/train/trainer.h"),
 }
 

@@ -22,15 +22,14 @@ namespace {
 class RecordingHooks final : public Qwen3MoeParallelHooks {
  public:
   explicit RecordingHooks(int64_t num_experts) : counts(at::zeros({num_experts}, at::kLong)) {}
-  at::Tensor experts(const at::Tensor& x, const at::Tensor& expert_ids, const at::Tensor& weights,
-                     Qwen3MoeExperts& experts) override {
-    counts += at::bincount(expert_ids.reshape({-1}), {}, counts.size(0));
-    return experts->forward(x, expert_ids, weights);
+  Qwen3MoeLayerOutput sparse_block(Qwen3MoeSparseMoeBlockImpl& block, const at::Tensor& x) override {
+    const auto flat = x.reshape({-1, x.size(-1)});
+    auto routing = block.route(flat, block.gate->weight);
+    counts += at::bincount(routing.expert_ids.reshape({-1}), {}, counts.size(0));
+    auto y = block.experts->forward(flat, routing.expert_ids, routing.weights);
+    return {y.view(x.sizes()), routing.logits};
   }
-  at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t num_experts,
-                                 int64_t top_k) override {
-    return fsdpp::models::load_balancing_loss(router_logits, num_experts, top_k);
-  }
+  at::Tensor global_statistics(const at::Tensor& local) override { return local; }
   at::Tensor counts;
 };
 

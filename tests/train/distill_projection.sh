@@ -22,7 +22,7 @@ set -euo pipefail
 run=$1 train=$2 ckpt=$3 python=$4 src=$5
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-cp "$src/docs/moe.md" "$dir/text.txt"  # a fixed text while docs/ may change
+cp "$src/tests/data/moe-text.txt" "$dir/text.txt"  # a fixed text (tests/data/README.md)
 config="$src/configs/default.yaml"
 common=(data.path="$dir/text.txt" data.seq_len=32 data.val_fraction=0.1 data.train_fraction=0.25
         model.n_heads=4 model.n_kv_heads=2 model.max_seq_len=32

@@ -12,7 +12,7 @@ set -euo pipefail
 run=$1 train=$2 python=$3 src=$4
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-cp "$src/docs/moe.md" "$dir/text.txt"  # a fixed text while docs/ may change
+cp "$src/tests/data/moe-text.txt" "$dir/text.txt"  # a fixed text (tests/data/README.md)
 "$run" --nproc-per-node 1 --timeout-s 240 "$train" "$src/configs/qwen3-moe-small.yaml" \
   data.path="$dir/text.txt" data.cache_dir="$dir/cache" data.seq_len=64 model.max_seq_len=64 \
   model.dim=32 model.n_layers=1 model.n_heads=2 model.n_kv_heads=1 model.head_dim=16 \

@@ -25,7 +25,7 @@ shift 4
 schedules=("$@")
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-cp "$src/docs/tensor-parallel.md" "$dir/text.txt"  # a fixed text while docs/ may change
+cp "$src/tests/data/tp-text.txt" "$dir/text.txt"  # a fixed text (tests/data/README.md)
 common=(data.path="$dir/text.txt" data.seq_len=16 data.val_fraction=0.1 model.dim=32
         model.n_layers=6 model.n_heads=4 model.n_kv_heads=2 model.max_seq_len=16 model.vocab_size=259
         training.logging_steps=1 training.eval_steps=3 training.eval_max_batches=2

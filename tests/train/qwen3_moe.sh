@@ -10,7 +10,7 @@ set -euo pipefail
 run=$1 train=$2 python=$3 src=$4
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-cp "$src/docs/moe.md" "$dir/text.txt"  # a fixed text while docs/ may change
+cp "$src/tests/data/moe-text.txt" "$dir/text.txt"  # a fixed text (tests/data/README.md)
 common=(data.path="$dir/text.txt" data.seq_len=32 data.val_fraction=0.1 model.dim=64
         model.n_layers=2 model.n_heads=4 model.n_kv_heads=2 model.head_dim=16 model.max_seq_len=32
         model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=48

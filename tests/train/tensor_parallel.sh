@@ -11,7 +11,7 @@ set -euo pipefail
 run=$1 train=$2 python=$3 src=$4
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-cp "$src/docs/tensor-parallel.md" "$dir/text.txt"  # a fixed text while docs/ may change
+cp "$src/tests/data/tp-text.txt" "$dir/text.txt"  # a fixed text (tests/data/README.md)
 common=(data.path="$dir/text.txt" data.seq_len=32 data.val_fraction=0.1 model.dim=64
         model.n_layers=2 model.n_heads=4 model.n_kv_heads=2 model.max_seq_len=32 model.vocab_size=259
         training.logging_steps=1 training.eval_steps=0 training.save_steps=3 training.max_steps=6

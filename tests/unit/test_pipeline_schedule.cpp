@@ -21,6 +21,7 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/pipeline/communication.h"
 #include "fsdpp/pipeline/csv.h"
+#include "fsdpp/pipeline/schedule_traits.h"
 #include "fsdpp/pipeline/schedules.h"
 #include "fsdpp/pipeline/simulate.h"
 #include "fsdpp/pipeline/stall_check.h"
@@ -104,7 +105,9 @@ TEST(PipelineSchedule, EverySizeVerifiesOrIsRefused) {
     for (int m = 1; m <= 13; ++m)
       for (int v = 1; v <= 3; ++v)
         for (auto name : pp::schedule_names()) {
-          if (v > 1 && !name.starts_with("Interleaved")) continue;
+          // A schedule of a fixed number of stages per rank takes that number only.
+          const auto& t = pp::schedule_traits(name);
+          if (!t.any_stages_per_rank && v != t.stages_per_rank) continue;
           try {
             auto s = pp::make_schedule(name, p, m, v);
             EXPECT_EQ(problem(s), "") << name << " p=" << p << " m=" << m << " v=" << v;
@@ -116,6 +119,55 @@ TEST(PipelineSchedule, EverySizeVerifiesOrIsRefused) {
         }
   EXPECT_GT(verified, 500);
   std::cout << verified << " schedules verified, " << refused << " refused\n";
+}
+
+// Each schedule is what its row of the traits table says, read off the action lists it makes:
+// stages per rank, where they sit (loop or V) and whether backward is split into I and W.
+TEST(PipelineSchedule, TraitsDescribeTheSchedules) {
+  EXPECT_EQ(pp::schedule_names().size(), std::size(pp::kScheduleTraits));
+  for (const auto& t : pp::kScheduleTraits) {
+    SCOPED_TRACE(std::string(t.name));
+    EXPECT_EQ(&pp::schedule_traits(t.name), &t);
+    EXPECT_EQ(&pp::schedule_traits("Schedule" + std::string(t.name)), &t);
+    for (int v : t.any_stages_per_rank ? std::vector<int>{2, 3} : std::vector<int>{t.stages_per_rank}) {
+      const int p = 3, m = 6;
+      auto s = pp::make_schedule(t.name, p, m, v);
+      EXPECT_EQ(s.num_stages, p * v);
+      for (int r = 0; r < p; ++r) EXPECT_EQ(s.stages_per_rank(r), v);
+      for (int st = 0; st < s.num_stages; ++st) {
+        const int loop = st % p, vee = st < p ? st : 2 * p - 1 - st;
+        EXPECT_EQ(s.rank_of(st), t.placement == pp::StagePlacement::V ? vee : loop) << st;
+      }
+      bool split = false, whole = false;
+      for (const auto& list : s.actions) {
+        for (const Action& a : list) {
+          split = split || a.kind == ActionKind::I || a.kind == ActionKind::W;
+          whole = whole || a.kind == ActionKind::B;
+        }
+      }
+      EXPECT_EQ(split, t.split_backward);
+      EXPECT_EQ(whole, !t.split_backward);
+    }
+    if (!t.any_stages_per_rank) {
+      try {
+        pp::make_schedule(t.name, 2, 2, t.stages_per_rank + 1);
+        ADD_FAILURE() << "another number of stages per rank was accepted";
+      } catch (const fsdpp::ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find(fmt::format("runs {} stage", t.stages_per_rank)),
+                  std::string::npos) << e.what();
+      }
+    }
+  }
+  EXPECT_EQ(&pp::schedule_traits("zbv"), &pp::schedule_traits("ZBVZeroBubble"));
+  EXPECT_EQ(pp::find_schedule_traits("csv"), nullptr);
+  try {
+    pp::schedule_traits("Pipedream");
+    ADD_FAILURE() << "an unknown schedule was accepted";
+  } catch (const fsdpp::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("GPipe, 1F1B, Interleaved1F1B, ZBH1, InterleavedZeroBubble "
+                                         "or ZBVZeroBubble"),
+              std::string::npos) << e.what();
+  }
 }
 
 TEST(PipelineSchedule, InterleavedPlacementAndRounds) {

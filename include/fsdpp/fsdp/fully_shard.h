@@ -54,8 +54,9 @@ const char* to_string(BackwardPrefetch p);
 BackwardPrefetch parse_backward_prefetch(const std::string& name);  // "backward_pre", ...
 
 struct FullyShardOptions {
-  // The ranks to shard over (required): world->mesh() for 1-D strategies, a 2-D mesh with dims
-  // "replicate" and "shard" for the HYBRID ones.
+  // The ranks to shard over (required): world->mesh() for 1-D strategies, a 2-D mesh for the
+  // HYBRID ones whose dim 0 replicates and dim 1 shards ("replicate" and "shard", or
+  // torchtitan's "dp_replicate" and "dp_shard").
   std::shared_ptr<dist::DeviceMesh> mesh;
   ShardingStrategy strategy = ShardingStrategy::FULL_SHARD;
   // Gradients are divided by this after the sum over ranks; 0 means the number of data-parallel
@@ -128,7 +129,9 @@ void reduce_gradients(torch::nn::Module& root);
 void reshard(torch::nn::Module& root);
 
 // Global gradient-norm clipping over every rank's shards; returns the total norm (the same
-// number single-process training would compute).
+// number single-process training would compute). Reads each parameter's placements
+// (sharded_param.h), so a model tensor or expert parallelism split before fully_shard is clipped
+// as one model too; norm_type 2 or inf. The general form, over parts, is in fsdpp/fsdp/clip.h.
 double clip_grad_norm_(torch::nn::Module& root, double max_norm, double norm_type = 2.0);
 
 class FSDPUnit;

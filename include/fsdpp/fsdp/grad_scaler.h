@@ -17,7 +17,11 @@
 #include <torch/optim/optimizer.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <vector>
+
+#include "fsdpp/dist/process_group.h"
 
 namespace fsdpp {
 
@@ -39,8 +43,15 @@ struct GradScalerState {
 
 class ShardedGradScaler {
  public:
-  // `root` is the module given to fully_shard last (the root unit).
+  // `root` is the module given to fully_shard last (the root unit); the verdict is agreed over
+  // its mesh.
   explicit ShardedGradScaler(torch::nn::Module& root, GradScalerOptions options = {});
+  // Several roots (the pipeline stages this rank holds), the verdict agreed over each group of
+  // `agree_over` in turn: groups whose ranks together cover every rank that holds part of the
+  // model (a mesh's dims; fsdpp::parallel passes every dim of its mesh, so pipeline, tensor and
+  // expert parallel ranks skip a step together). Empty: the first root's mesh.
+  ShardedGradScaler(std::vector<torch::nn::Module*> roots, GradScalerOptions options,
+                    std::vector<std::shared_ptr<dist::ProcessGroup>> agree_over = {});
 
   at::Tensor scale(const at::Tensor& loss) const;
   // Divides this rank's gradient shards by the scale and agrees with every rank whether any
@@ -61,9 +72,10 @@ class ShardedGradScaler {
   void load_state(const GradScalerState& s);
 
  private:
-  torch::nn::Module* root_;
+  std::vector<torch::nn::Module*> roots_;
   GradScalerOptions options_;
   double scale_;
+  std::vector<std::shared_ptr<dist::ProcessGroup>> agree_over_;
   int64_t growth_tracker_ = 0;
   int64_t skipped_ = 0;
   std::optional<bool> found_inf_;  // set by unscale_() until update()

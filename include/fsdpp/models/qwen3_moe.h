@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "fsdpp/models/kv_cache.h"
@@ -75,7 +76,11 @@ class Qwen3MoeAttentionImpl : public torch::nn::Module {
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
+  // The heads this module computes: all of them, or this rank's under tensor parallelism.
   int64_t n_heads, n_kv_heads, head_dim;
+  // Tensor parallelism (fsdpp/models/qwen3_moe_tp_plan.h): the Llama's hooks, the same
+  // communication; null runs whole.
+  std::shared_ptr<LlamaParallelHooks> tensor_parallel;
 };
 TORCH_MODULE(Qwen3MoeAttention);
 
@@ -86,6 +91,7 @@ class Qwen3MoeMLPImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);
 
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  std::shared_ptr<LlamaParallelHooks> tensor_parallel;  // as Qwen3MoeAttentionImpl's
 };
 TORCH_MODULE(Qwen3MoeMLP);
 
@@ -143,21 +149,23 @@ void fsdpp_visit_tensors(Qwen3MoeLayerOutput& o, F&& f) {
   if (o.router_logits.defined()) f(o.router_logits);
 }
 
-// Where expert parallelism communicates inside the model; fsdpp::models::
-// parallelize_qwen3_moe_experts (fsdpp/models/qwen3_moe_ep.h) installs one. Null, the default,
+class Qwen3MoeSparseMoeBlockImpl;
+
+// Where expert parallelism, and tensor parallelism inside a sparse block, communicate;
+// fsdpp::models::parallelize_qwen3_moe_experts (fsdpp/models/qwen3_moe_ep.h) and the tensor-
+// parallel plan (fsdpp/models/qwen3_moe_tp_plan.h) install one. Null, the default, routes and
 // runs every expert here. Abstract so that the model knows nothing of process groups.
 class Qwen3MoeParallelHooks {
  public:
   virtual ~Qwen3MoeParallelHooks() = default;
-  // A sparse block's expert output for its tokens x (N,D) routed to expert_ids (N,k) with
-  // weights (N,k): sum_j w[n,j] * expert_{ids[n,j]}(x[n]), (N,D). `experts` holds the local
-  // experts (run through its grouped forward).
-  virtual at::Tensor experts(const at::Tensor& x, const at::Tensor& expert_ids,
-                             const at::Tensor& weights, Qwen3MoeExperts& experts) = 0;
-  // The load-balancing loss of these router logits (one (N,E) per sparse layer), over the
-  // global batch.
-  virtual at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits,
-                                         int64_t num_experts, int64_t top_k) = 0;
+  // A sparse block's forward of x (B,T,D) as the layer holds it (this rank's sequence chunk
+  // under sequence parallelism) -> the block's output alike and the router logits of the tokens
+  // this rank routed.
+  virtual Qwen3MoeLayerOutput sparse_block(Qwen3MoeSparseMoeBlockImpl& block,
+                                           const at::Tensor& x) = 0;
+  // The load-balancing statistics (router_statistics) of the tokens this rank routed -> those of
+  // the global batch, with their gradient.
+  virtual at::Tensor global_statistics(const at::Tensor& local) = 0;
 };
 
 // A sparse MoE block: route, then the experts.
@@ -168,6 +176,8 @@ class Qwen3MoeSparseMoeBlockImpl : public torch::nn::Module {
   // out-parameter so that, when the block is an FSDP unit of its own, fsdpp::forward hooks the
   // router logits' backward too (the load-balancing loss reaches the router through them).
   Qwen3MoeLayerOutput forward(const at::Tensor& x);
+  // The routing of tokens x (N,D) by a router weight (the gate's, or what parallelism made of it).
+  Qwen3MoeRouting route(const at::Tensor& x, const at::Tensor& gate_weight) const;
 
   Qwen3MoeRouter gate{nullptr};
   Qwen3MoeExperts experts{nullptr};
@@ -244,8 +254,12 @@ class Qwen3MoeImpl : public torch::nn::Module {
   torch::nn::ModuleList layers{nullptr};  // of Qwen3MoeDecoderLayer
   RMSNorm norm{nullptr};
   torch::nn::Linear lm_head{nullptr};  // null when cfg.tie_word_embeddings
-  // The load-balancing loss over the global batch (expert parallelism); null: this batch's.
+  // The load-balancing loss over the global batch (data and expert parallelism); null: this
+  // batch's.
   std::shared_ptr<Qwen3MoeParallelHooks> parallel;
+  // Tensor parallelism: the vocabulary-parallel embedding, head and loss (logits are this rank's
+  // vocabulary columns); null runs whole.
+  std::shared_ptr<LlamaParallelHooks> tensor_parallel;
 
  private:
   Qwen3MoeConfig cfg_;
@@ -253,11 +267,24 @@ class Qwen3MoeImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Qwen3Moe);
 
+// The rotary tables cos, sin (T, head_dim) in rotate-half layout, in like's dtype and on its
+// device, as the model computes them once per forward (pipeline stages do too).
+std::pair<at::Tensor, at::Tensor> qwen3_moe_rope(const Qwen3MoeConfig& cfg, int64_t T,
+                                                 const at::Tensor& like);
+
 // transformers' load_balancing_loss_func without an attention mask (Switch Transformer eq. 4-6
 // over all sparse layers' tokens together): num_experts * sum_e f_e * P_e, with f_e the fraction
 // of top-k choices that went to e and P_e the mean router probability of e. Not yet multiplied by
 // router_aux_loss_coef. Computed in float32.
 at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t num_experts,
                                int64_t top_k);
+
+// The same in two steps, for statistics summed over ranks (data, expert and sequence
+// parallelism) or carried from pipeline stage to stage: the sums the loss is made of, (2E+1)
+// float32 [top-k choices per expert (no gradient), router probabilities summed per expert, rows],
+// which add up over layers and tokens; then the loss of such sums (0 without rows).
+at::Tensor router_statistics(const std::vector<at::Tensor>& router_logits, int64_t num_experts,
+                             int64_t top_k);
+at::Tensor load_balancing_loss(const at::Tensor& statistics, int64_t num_experts);
 
 }  // namespace fsdpp::models

@@ -65,6 +65,9 @@ class Qwen3MoeExpertParallel {
   // The top-k choices each expert received over the global batch and all sparse layers in the
   // last forward that computed the load-balancing loss (output_router_logits); empty before.
   std::vector<int64_t> last_expert_load() const;
+  // The experts' placement before FSDP (FullyShardOptions::outer_layout of their units): dim 0
+  // over the ep group, balanced, E/ep rows per rank; nothing for a group of one rank.
+  OuterLayoutOf outer_layout() const;
 
  private:
   friend Qwen3MoeExpertParallel parallelize_qwen3_moe_experts(Qwen3MoeImpl&,

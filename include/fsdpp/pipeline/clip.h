@@ -1,5 +1,6 @@
 #pragma once
-// Clipping the gradients of a pipelined model by their global norm.
+// Clipping the gradients of a pipelined model by their global norm: the parts of
+// fsdpp::clip_grad_norm_ (fsdpp/fsdp/clip.h), which fsdpp::parallel reads off its record.
 
 #include <ATen/core/Tensor.h>
 

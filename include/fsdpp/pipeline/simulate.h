@@ -62,7 +62,8 @@ Simulation simulate(const PipelineSchedule& schedule, const Costs& costs = {});
 //   ZBH1                   (p-1)(F+I-W) / (m(F+I+W) + (p-1)(F+I-W))   (a third of 1F1B's bubble
 //                          time when F = I = W)
 //   InterleavedZeroBubble  ZBH1's with the bubble time divided by v
-// NaN for a schedule of another name.
+// read from the schedule's traits (schedule_traits.h); NaN for the V and for a schedule no row
+// describes (read from CSV).
 double theoretical_bubble(const PipelineSchedule& schedule, const Costs& costs = {});
 
 // Ranks as rows, time as columns of the shortest compute cost; each cell shows the action running

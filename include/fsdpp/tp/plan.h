@@ -86,12 +86,12 @@ void load_full_parameters(torch::nn::Module& root, const TensorParallel& tp,
                           const std::map<std::string, at::Tensor>& full);
 
 // Clips the gradients of `root` to a global 2-norm of max_norm, as torch's clip_grad_norm_ over
-// the whole model: sharded parameters' squared norms are summed over the group (one all-reduce
-// of one double), replicated ones counted once. Returns the total norm before clipping.
-// Composed with FSDP, which shards each rank's TP-local parameters over `fsdp_group` (the
-// mesh's dp_shard group): every gradient is then a shard, so both sums are first summed over
-// that group (one more all-reduce, of two doubles). fsdpp::clip_grad_norm_ would sum over
-// dp_shard only and miss the TP shards: use this one for a TP x FSDP model.
+// the whole model, for a model tensor parallelism split without fully_shard: the parts of
+// fsdpp::clip_grad_norm_ (fsdpp/fsdp/clip.h) read off the plan, sharded parameters summed over
+// the group and replicated ones counted once. Returns the total norm before clipping. With
+// `fsdp_group` every gradient is also a shard over it; a model made FSDP units after the plan
+// (FullyShardOptions::outer_layout) is clipped by fsdpp::clip_grad_norm_(root) from its
+// placements alone.
 double clip_grad_norm_(torch::nn::Module& root, const TensorParallel& tp, double max_norm,
                        const GroupPtr& fsdp_group = nullptr);
 

@@ -1,0 +1,90 @@
+#pragma once
+// What a model tells fsdpp::parallel::parallelize (fsdpp/parallel/parallelize.h): its plan. The
+// composition (which parallelism first, over which mesh, FSDP's units and options, the record
+// that clipping and checkpoints read) is parallelize's, once for every model; a model supplies
+// only what only it knows: how to cut itself into pipeline stages, its tensor-parallel plan, its
+// experts, and the class of its blocks. A third model needs a plan, not a new path.
+//
+//   auto plan = models::plan_of(models::Qwen3Moe(cfg));
+//   auto p = parallel::parallelize(plan, world, dims, options);
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fsdpp/fsdp/sharded_param.h"
+#include "fsdpp/models/causal_lm.h"
+#include "fsdpp/models/llama.h"
+#include "fsdpp/models/qwen3_moe.h"
+#include "fsdpp/moe/all_to_all.h"
+#include "fsdpp/tp/plan.h"
+
+namespace fsdpp::models {
+
+// One pipeline stage: a module sharing the model's, its forward from one tensor to one tensor
+// (through fsdpp::forward, so that a fully_shard-ed stage gathers), and on the last stage the
+// loss of a microbatch's output.
+struct ModelStage {
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<at::Tensor(const at::Tensor&)> forward;
+  std::function<at::Tensor(const at::Tensor& output, const at::Tensor& targets)> loss;  // last
+};
+
+struct TensorParallelSpec {
+  tp::GroupPtr group;
+  bool sequence_parallel = false;
+  // Models with experts: split each expert over the group (true), or keep experts whole and let
+  // each rank route its own tokens (false; required with expert parallelism).
+  bool split_experts = true;
+};
+
+struct ExpertParallelSpec {
+  moe::GroupPtr ep;     // the ranks that split the experts (size 1: every expert here)
+  moe::GroupPtr batch;  // the data-parallel ranks whose batches make the global batch
+};
+
+class ModelPlan {
+ public:
+  virtual ~ModelPlan() = default;
+
+  virtual torch::nn::Module& module() = 0;  // the whole model
+  virtual std::string name() const = 0;     // "Llama", "Qwen3-MoE": for messages
+  // The model as fsdpp-train drives it (forward with its loss, sampling, config).
+  virtual CausalLM& causal_lm() = 0;
+
+  // Pipeline: how many units it cuts into (the embedding, every block, the head), and the cut
+  // itself, after tensor and expert parallelism were applied to the whole model.
+  virtual int64_t pipeline_units() const = 0;
+  virtual std::vector<ModelStage> split(const std::vector<int>& units_per_stage) = 0;
+
+  // The blocks' class names: what activation checkpointing marks and FSDP makes units.
+  virtual std::vector<std::string> block_classes() const = 0;
+
+  // Tensor parallelism on the whole model: the parameters it split (their placements along the
+  // group), the rest replicated over it. ConfigError when the model's shape does not divide.
+  virtual tp::TensorParallel apply_tensor_parallel(const TensorParallelSpec& spec) = 0;
+
+  // Models with experts (has_experts): the data-parallel batch their load-balancing statistics
+  // are summed over, and expert parallelism when spec.ep has more than one rank. Returns the
+  // experts' placement over ep (empty without expert parallelism). Called once, after tensor
+  // parallelism, on every model with experts.
+  virtual bool has_experts() const { return false; }
+  virtual OuterLayoutOf apply_experts(const ExpertParallelSpec& spec);
+  // The modules under `root` (the model or a stage of it) that hold the experts, for FSDP units
+  // of their own over the experts' mesh.
+  virtual std::vector<torch::nn::Module*> expert_modules(torch::nn::Module& root);
+  // The top-k choices per expert over the global batch in the last load-balancing loss.
+  virtual std::vector<int64_t> expert_load() const { return {}; }
+};
+
+// The plan of fsdpp's own models (models/llama_plan.cpp, models/qwen3_moe_plan.cpp).
+std::shared_ptr<ModelPlan> plan_of(Llama model);
+std::shared_ptr<ModelPlan> plan_of(Qwen3Moe model);
+// The plan of the model inside `lm` (ConfigError for an architecture without one).
+std::shared_ptr<ModelPlan> plan_of(std::shared_ptr<CausalLM> lm);
+
+}  // namespace fsdpp::models

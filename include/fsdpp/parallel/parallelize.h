@@ -1,0 +1,152 @@
+#pragma once
+// One parallelize: every parallelism applied to any model that supplies a plan
+// (fsdpp/models/model_plan.h), in one fixed order, over one mesh, for every combination
+// (docs/parallelize.md):
+//
+//   auto plan = models::plan_of(models::Qwen3Moe(cfg));       // built whole from cfg.seed
+//   parallel::ParallelizeOptions o;
+//   o.fsdp.strategy = ShardingStrategy::HYBRID_SHARD;
+//   o.sequence_parallel = true;
+//   o.schedule = "Interleaved1F1B";
+//   o.microbatches = 4;
+//   auto p = parallel::parallelize(plan, *world, {.pp = 2, .dp_replicate = 2, .tp = 2, .ep = 2}, o);
+//   torch::optim::AdamW opt(p->parameters(), ...);
+//   auto step = p->forward_backward(tokens, targets);   // this data-parallel rank's rows
+//   p->clip_grad_norm_(1.0);                             // the whole model's norm, once
+//   opt.step(); opt.zero_grad();
+//   state::save_state_dict(dir, p->roots(), &opt, world->group());   // loads into any layout
+//
+// The order, per torchtitan's parallelize and Megatron:
+//   1. the pipeline cut is decided (which units each stage holds, checked against the schedule's
+//      traits) before anything changes;
+//   2. tensor parallelism (+ sequence parallelism) on the model's plan;
+//   3. activation checkpointing of every checkpoint_every-th block;
+//   4. expert parallelism (experts over ep, the load-balancing statistics over the global batch);
+//   5. the cut is made: this rank keeps its stages (a stage shares the model's modules, so steps
+//      2-4 applied to the whole model are applied to every stage; a non-pipelined run is one
+//      stage, the whole model);
+//   6. FSDP / HSDP on every stage: each block a unit, the stage the root; experts that live
+//      apart from the dense weights (expert parallelism, or whole experts under tensor
+//      parallelism) units of their own over the sparse mesh's efsdp (and dp_replicate);
+//   7. the pipeline runtime over the stages.
+// Then every parameter's placements are recorded once (record()): the groups that split it and
+// those that hold copies of it. Clipping reads that record; so do checkpoints (through the same
+// placements, fsdpp/fsdp/sharded_param.h) and what reports bytes per mesh dim.
+//
+// What is refused, with the reason (ConfigError): ep > 1 for a model without experts; ep > 1
+// with split_experts (experts are either split over tp or placed over ep); dp_replicate > 1
+// without a HYBRID strategy; sequence parallelism without tp > 1; tied embeddings with pp > 1
+// (the table would be on the first and the last stage; untie it); degrees the model's shape or
+// the world does not divide (naming them).
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fsdpp/fsdp/fully_shard.h"
+#include "fsdpp/fsdp/grad_scaler.h"
+#include "fsdpp/models/model_plan.h"
+#include "fsdpp/parallel/parallel_dims.h"
+#include "fsdpp/parallel/pipeline_cut.h"
+#include "fsdpp/pipeline/runtime.h"
+
+namespace fsdpp::parallel {
+
+struct ParallelizeOptions {
+  // fully_shard's options for every stage: the strategy (HYBRID ones over dp_replicate x
+  // dp_shard), mixed precision, offload, prefetch, ... Its mesh and outer_layout are
+  // parallelize's to set.
+  FullyShardOptions fsdp;
+  bool sequence_parallel = false;
+  // Models with experts, under tensor parallelism: split each expert over tp (true), or keep
+  // them whole, each tp rank routing its own tokens (false). Default: split without expert
+  // parallelism, whole with it.
+  std::optional<bool> split_experts;
+  int checkpoint_every = 0;  // activation checkpointing of every k-th block; 0: none
+  // Microbatches per step: the pipeline's (pp > 1), or gradient accumulation (pp == 1); the
+  // rows forward_backward gets must divide by it.
+  int microbatches = 1;
+  // pp > 1: the schedule (pipeline/schedule_traits.h) and the cut.
+  std::string schedule = "1F1B";
+  int layers_per_stage = 0;  // 0: the units as even as can be over the schedule's stages
+  pipeline::RuntimeOptions runtime;
+};
+
+// What one parameter is, across the mesh: its sharded view (placements outermost first, the
+// groups of its copies) and those groups named by their mesh dims.
+struct ParamRecord {
+  ShardedParam view;
+  int stage = 0;  // the pipeline stage that holds it (0 without a pipeline)
+  // Mesh dims whose ranks hold disjoint pieces of it: "pp" first when pipelined, then its
+  // placements' ("tp", "ep", "dp_shard", "efsdp").
+  std::vector<std::string> split_over;
+  // Mesh dims whose ranks hold the same piece ("dp_replicate" under HSDP, "tp" for what tensor
+  // parallelism leaves whole, "dp_shard" under NO_SHARD).
+  std::vector<std::string> replicated_over;
+};
+
+struct StepLoss {
+  // The mean over the microbatches of this rank's rows of the model's training loss (MoE: with
+  // router_aux_loss_coef times the load-balancing loss); on every rank of the pp group.
+  double loss = 0;
+};
+
+class Parallelized {
+ public:
+  const ParallelDims& dims() const { return mesh_->dims(); }
+  ParallelMesh& mesh() { return *mesh_; }
+  models::ModelPlan& model() { return *model_; }
+
+  // The modules this rank holds, each the root of its FSDP units: the whole model, or this
+  // rank's pipeline stages in stage order. What checkpoints save and load
+  // (state::save_state_dict's parts) and what the optimizer steps (parameters()).
+  std::vector<torch::nn::Module*> roots() const;
+  std::vector<at::Tensor> parameters() const;
+  std::vector<int> stages() const { return stage_index_; }  // their numbers
+
+  // Every parameter of roots(), once.
+  const std::vector<ParamRecord>& record() const { return record_; }
+
+  bool pipelined() const { return runtime_ != nullptr; }
+  const PipelineCut& cut() const { return cut_; }
+  pipeline::PipelineRuntime& runtime();
+
+  // Forward and backward of this data-parallel rank's rows (inputs, targets (B,T) int64), in
+  // options.microbatches equal microbatches: gradient accumulation, or the pipeline's step.
+  // loss_scale multiplies the loss that backward starts from (a gradient scaler's).
+  StepLoss forward_backward(const at::Tensor& inputs, const at::Tensor& targets,
+                            double loss_scale = 1.0);
+
+  // The whole model's gradient norm from the record: each part summed over the groups that
+  // split it, then over pp; clips to max_norm; returns the norm before clipping.
+  double clip_grad_norm_(double max_norm, double norm_type = 2.0);
+  // A float16 loss scaler over roots(), its skip agreed over every dim of the mesh.
+  std::unique_ptr<ShardedGradScaler> grad_scaler(GradScalerOptions options = {}) const;
+
+ private:
+  friend std::unique_ptr<Parallelized> parallelize(std::shared_ptr<models::ModelPlan>, dist::World&,
+                                                   const ParallelDims&, const ParallelizeOptions&);
+  Parallelized() = default;
+  void make_record();
+
+  std::shared_ptr<models::ModelPlan> model_;
+  std::unique_ptr<ParallelMesh> mesh_;
+  ParallelizeOptions options_;
+  PipelineCut cut_;
+  std::vector<std::shared_ptr<torch::nn::Module>> roots_;
+  std::vector<int> stage_index_;
+  std::vector<models::ModelStage> stages_;  // this rank's, pipelined only
+  std::unique_ptr<pipeline::PipelineRuntime> runtime_;
+  std::shared_ptr<double> loss_scale_ = std::make_shared<double>(1.0);
+  std::vector<ParamRecord> record_;
+};
+
+// Collective over the world. `model` must be whole (built from its seed, or loaded) and not yet
+// parallel or sharded; it is changed in place (its parameters become this rank's pieces).
+std::unique_ptr<Parallelized> parallelize(std::shared_ptr<models::ModelPlan> model,
+                                          dist::World& world, const ParallelDims& dims,
+                                          const ParallelizeOptions& options = {});
+
+}  // namespace fsdpp::parallel

@@ -1,0 +1,32 @@
+#pragma once
+// Which units of a model each pipeline stage holds and the schedule that runs them, decided
+// from the schedule's own description (fsdpp/pipeline/schedule_traits.h) before anything is
+// cut: the first step of parallelize (docs/parallelize.md#pipeline).
+//
+//   auto cut = parallel::cut_pipeline(/*units=*/10, "ZBVZeroBubble", /*pp=*/2, /*microbatches=*/4);
+//   cut.units_per_stage;   // {3, 3, 2, 2}: two stages per rank in a V
+//   cut.schedule;          // with communication, verified by the runtime
+
+#include <string>
+#include <vector>
+
+#include "fsdpp/pipeline/schedule.h"
+
+namespace fsdpp::parallel {
+
+struct PipelineCut {
+  pipeline::PipelineSchedule schedule;
+  std::vector<int> units_per_stage;  // one count per stage, in stage order
+  // "ZBVZeroBubble, 4 stages of 3+3+2+2 units, 4 microbatches".
+  std::string describe() const;
+};
+
+// `units` (embedding, blocks, head) over the stages of `schedule` on `pp` ranks: as even as can
+// be over the schedule's stages, or layers_per_stage units each (torchtitan's
+// pipeline_parallel_layers_per_stage; the stage count must then fit the schedule: pp for one
+// stage per rank, 2pp for the V, a multiple of pp of at least 2pp for the looped schedules).
+// ConfigError naming the schedule, the counts and what fits.
+PipelineCut cut_pipeline(int64_t units, const std::string& schedule, int pp, int microbatches,
+                         int layers_per_stage = 0);
+
+}  // namespace fsdpp::parallel

@@ -1,0 +1,25 @@
+#pragma once
+// Private to src/models: a pipeline stage of any model as models::ModelStage (model_plan.h): the
+// module, its forward through fsdpp::forward, and on the stage that holds the head its loss.
+
+#include "fsdpp/fsdp/fully_shard.h"
+#include "fsdpp/models/model_plan.h"
+
+namespace fsdpp::models::detail {
+
+// `Stage`: a ModuleHolder of an Impl with forward(at::Tensor), has_head() and loss(logits,
+// targets) (LlamaStage, Qwen3MoeStage).
+template <typename Stage>
+ModelStage model_stage(Stage stage) {
+  ModelStage s;
+  s.module = stage.ptr();
+  s.forward = [stage](const at::Tensor& x) mutable { return fsdpp::forward(stage, x); };
+  if (stage->has_head()) {
+    s.loss = [stage](const at::Tensor& logits, const at::Tensor& targets) mutable {
+      return stage->loss(logits, targets);
+    };
+  }
+  return s;
+}
+
+}  // namespace fsdpp::models::detail

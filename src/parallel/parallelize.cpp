@@ -1,0 +1,219 @@
+// One parallelize for every model and every combination. See
+// include/fsdpp/parallel/parallelize.h and docs/parallelize.md.
+#include "fsdpp/parallel/parallelize.h"
+
+#include <fmt/format.h>
+
+#include <unordered_set>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/activation_checkpoint.h"
+#include "fsdpp/fsdp/clip.h"
+#include "fsdpp/fsdp/strategy_traits.h"
+#include "fsdpp/fsdp/wrap_policy.h"
+
+namespace fsdpp::parallel {
+namespace {
+
+void check(const models::ModelPlan& model, const ParallelDims& d, const ParallelizeOptions& o,
+           bool split_experts) {
+  const auto& traits = traits_of(o.fsdp.strategy);
+  FSDPP_CHECK_AS(ConfigError, d.dp_replicate == 1 || traits.hybrid,
+                 "[parallel] dp_replicate={} needs a HYBRID strategy (replicas of shard groups: "
+                 "hybrid_shard or hybrid_shard_zero2); got {}",
+                 d.dp_replicate, to_string(o.fsdp.strategy));
+  FSDPP_CHECK_AS(ConfigError, !o.sequence_parallel || d.tp > 1,
+                 "[parallel] sequence parallelism splits what tensor parallelism leaves whole; it "
+                 "needs tp > 1 (got tp={})",
+                 d.tp);
+  FSDPP_CHECK_AS(ConfigError, d.ep == 1 || model.has_experts(),
+                 "[parallel] ep={}: {} has no experts to place", d.ep, model.name());
+  FSDPP_CHECK_AS(ConfigError, d.ep == 1 || !split_experts,
+                 "[parallel] ep={} with split_experts: experts are either split over tp or placed "
+                 "over ep; leave split_experts unset or false",
+                 d.ep);
+  FSDPP_CHECK_AS(ConfigError, o.microbatches >= 1, "[parallel] microbatches={}: expected >= 1",
+                 o.microbatches);
+  FSDPP_CHECK_AS(ConfigError, o.checkpoint_every >= 0,
+                 "[parallel] checkpoint_every={}: expected 0 (none) or >= 1", o.checkpoint_every);
+}
+
+FullyShardOptions fsdp_options(const ParallelizeOptions& o, const std::shared_ptr<dist::DeviceMesh>& mesh,
+                               const std::string& replicate, const std::string& shard) {
+  FullyShardOptions f = o.fsdp;
+  f.mesh = traits_of(f.strategy).hybrid ? mesh->sub({replicate, shard}) : mesh->sub({shard});
+  return f;
+}
+
+}  // namespace
+
+std::unique_ptr<Parallelized> parallelize(std::shared_ptr<models::ModelPlan> model,
+                                          dist::World& world, const ParallelDims& requested,
+                                          const ParallelizeOptions& o) {
+  FSDPP_CHECK(model != nullptr, "[parallel] parallelize: no model");
+  const ParallelDims dims = requested.resolved(world.size());
+  const bool split_experts = o.split_experts.value_or(dims.ep == 1);
+  check(*model, dims, o, split_experts);
+  std::unique_ptr<Parallelized> p(new Parallelized());
+  p->model_ = model;
+  p->options_ = o;
+  // 1. The cut, decided first.
+  if (dims.pp > 1) {
+    p->cut_ = cut_pipeline(model->pipeline_units(), o.schedule, dims.pp, o.microbatches,
+                           o.layers_per_stage);
+  }
+  p->mesh_ = std::make_unique<ParallelMesh>(world, dims);
+  auto& mesh = *p->mesh_;
+  // Experts apart from the dense weights: over ep, or whole under tp with each rank routing its
+  // own tokens; their FSDP is over efsdp = dp_shard x tp / ep, which sums what every rank's
+  // tokens gave them.
+  const bool own_mesh = model->has_experts() && (dims.ep > 1 || (dims.tp > 1 && !split_experts));
+  if (own_mesh) mesh.build_sparse();
+  torch::nn::Module& whole = model->module();
+  // 2. Tensor (and sequence) parallelism.
+  OuterLayoutOf dense_layout;
+  if (dims.tp > 1) {
+    auto tp = model->apply_tensor_parallel({mesh.group("tp"), o.sequence_parallel, split_experts});
+    dense_layout = tp.outer_layout(whole, "tp");
+  }
+  // 3. Activation checkpointing.
+  if (o.checkpoint_every > 0) {
+    apply_activation_checkpointing(whole, model->block_classes(), o.checkpoint_every);
+  }
+  // 4. Experts: placed over ep, their statistics over the global batch.
+  OuterLayoutOf expert_layout;
+  if (model->has_experts()) {
+    expert_layout = model->apply_experts({own_mesh ? mesh.group("ep") : nullptr, mesh.group("dp")});
+  }
+  // 5. The cut made: this rank's stages, or the whole model as the one stage.
+  if (dims.pp > 1) {
+    auto all = model->split(p->cut_.units_per_stage);
+    const int me = mesh.group("pp")->rank();
+    for (int st : p->cut_.schedule.stages_of(me)) {
+      p->stages_.push_back(all[static_cast<size_t>(st)]);
+      p->roots_.push_back(all[static_cast<size_t>(st)].module);
+      p->stage_index_.push_back(st);
+    }
+  } else {
+    p->roots_.push_back(std::shared_ptr<torch::nn::Module>(std::shared_ptr<void>(), &whole));
+    p->stage_index_.push_back(0);
+  }
+  // 6. FSDP / HSDP on every stage.
+  FullyShardOptions dense = fsdp_options(o, mesh.dense(), "dp_replicate", "dp_shard");
+  dense.outer_layout = dense_layout;
+  FullyShardOptions experts;
+  if (own_mesh) {
+    experts = fsdp_options(o, mesh.sparse(), "dp_replicate", "efsdp");
+    experts.outer_layout = expert_layout;
+    // Summed over every rank's tokens (ep's all-to-all, then efsdp and the replicas): the
+    // average over the data-parallel ranks, as the dense weights get.
+    if (experts.gradient_divide_factor <= 0) experts.gradient_divide_factor = dims.dp();
+  }
+  const auto policy = transformer_layer_policy(model->block_classes());
+  for (auto& root : p->roots_) {
+    if (own_mesh) {
+      for (auto* m : model->expert_modules(*root)) fully_shard(*m, experts);
+    }
+    apply_fully_shard(*root, policy, dense);
+  }
+  // 7. The pipeline runtime.
+  if (dims.pp > 1) {
+    std::vector<pipeline::PipelineStage> mine;
+    for (size_t i = 0; i < p->stages_.size(); ++i) {
+      pipeline::PipelineStage s;
+      s.index = p->stage_index_[i];
+      s.module = p->stages_[i].module;
+      s.forward = p->stages_[i].forward;
+      if (auto loss = p->stages_[i].loss) {
+        // The loss that backward starts from, times a gradient scaler's scale.
+        s.loss = [loss, scale = p->loss_scale_](const at::Tensor& y, const at::Tensor& t) {
+          return *scale == 1.0 ? loss(y, t) : loss(y, t) * *scale;
+        };
+      }
+      mine.push_back(std::move(s));
+    }
+    auto ro = o.runtime;
+    if (!ro.store) ro.store = world.store();
+    p->runtime_ = std::make_unique<pipeline::PipelineRuntime>(p->cut_.schedule, std::move(mine),
+                                                              mesh.group("pp"), ro);
+  }
+  p->make_record();
+  return p;
+}
+
+std::vector<torch::nn::Module*> Parallelized::roots() const {
+  std::vector<torch::nn::Module*> out;
+  for (const auto& r : roots_) out.push_back(r.get());
+  return out;
+}
+
+std::vector<at::Tensor> Parallelized::parameters() const {
+  std::vector<at::Tensor> out;
+  std::unordered_set<const void*> seen;
+  for (const auto& r : roots_) {
+    for (const auto& t : r->parameters()) {
+      if (seen.insert(t.unsafeGetTensorImpl()).second) out.push_back(t);
+    }
+  }
+  return out;
+}
+
+pipeline::PipelineRuntime& Parallelized::runtime() {
+  FSDPP_CHECK(runtime_ != nullptr, "[parallel] runtime(): the model is not pipelined (pp=1)");
+  return *runtime_;
+}
+
+void Parallelized::make_record() {
+  record_.clear();
+  const bool pp = dims().pp > 1;
+  for (size_t i = 0; i < roots_.size(); ++i) {
+    for (auto& view : sharded_params(*roots_[i], "parallelize")) {
+      ParamRecord r;
+      r.stage = stage_index_[i];
+      if (pp) r.split_over.push_back("pp");
+      for (const auto& pl : view.placements) r.split_over.push_back(mesh_->dim_of(pl.group));
+      if (view.replicate_group) r.replicated_over.push_back(mesh_->dim_of(view.replicate_group));
+      for (const auto& g : view.outer_replicas) r.replicated_over.push_back(mesh_->dim_of(g));
+      r.view = std::move(view);
+      record_.push_back(std::move(r));
+    }
+  }
+}
+
+StepLoss Parallelized::forward_backward(const at::Tensor& inputs, const at::Tensor& targets,
+                                        double loss_scale) {
+  const int m = options_.microbatches;
+  FSDPP_CHECK_AS(ConfigError, inputs.dim() == 2 && inputs.size(0) % m == 0,
+                 "[parallel] forward_backward: {} rows do not divide into {} microbatches",
+                 inputs.dim() >= 1 ? inputs.size(0) : 0, m);
+  StepLoss out;
+  if (runtime_) {
+    *loss_scale_ = loss_scale;
+    const auto step = runtime_->step(inputs, targets);
+    *loss_scale_ = 1.0;
+    out.loss = step.loss / loss_scale;
+    return out;
+  }
+  auto& lm = model_->causal_lm();
+  const int64_t rows = inputs.size(0) / m;
+  for (int k = 0; k < m; ++k) {
+    auto r = lm.forward(inputs.narrow(0, k * rows, rows), targets.narrow(0, k * rows, rows));
+    (r.loss * (loss_scale / m)).backward();
+    out.loss += r.loss.item<double>() / m;
+  }
+  return out;
+}
+
+double Parallelized::clip_grad_norm_(double max_norm, double norm_type) {
+  std::vector<ShardedParam> views;
+  for (const auto& r : record_) views.push_back(r.view);
+  std::vector<GroupPtr> across;
+  if (dims().pp > 1) across.push_back(mesh_->group("pp"));
+  return fsdpp::clip_grad_norm_(grad_norm_parts(views), max_norm, norm_type, across);
+}
+
+std::unique_ptr<ShardedGradScaler> Parallelized::grad_scaler(GradScalerOptions options) const {
+  return std::make_unique<ShardedGradScaler>(roots(), options, mesh_->dense_groups());
+}
+
+}  // namespace fsdpp::parallel
