@@ -1,11 +1,12 @@
-// The BatchSources the trainer comes with (batch_source.h): token windows (token_batches.h) and
-// in-memory tensors (tensor_data).
+// The BatchSources the trainer comes with (batch_source.h): token windows (token_batches.h,
+// token_data) and in-memory tensors (tensor_data).
 #include <utility>
 
 #include <fmt/ranges.h>
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/data/tensor_sampler.h"
+#include "fsdpp/train/token_data.h"
 #include "token_batches.h"
 
 namespace fsdpp::train {
@@ -33,8 +34,9 @@ void TokenBatches::load_state(const data::SamplerState& state) {
 }
 
 Batch TokenWindows::next(int64_t batch_size) {
-  auto [inputs, targets] = sampler_.next_batch(batch_size);
-  return {std::move(inputs), std::move(targets), {}};
+  auto starts = sampler_.plan_batch(batch_size);
+  auto [inputs, targets] = sampler_.load_batch(starts);
+  return {std::move(inputs), std::move(targets), std::move(starts)};
 }
 
 namespace {
@@ -56,6 +58,18 @@ class TensorBatches : public train::BatchSource {
  private:
   data::TensorSampler sampler_;
 };
+
+SourceFactory token_source(data::TokenDataset tokens, int64_t seq_len, const char* which) {
+  FSDPP_CHECK_AS(ConfigError, seq_len >= 1 && tokens.size() > seq_len,
+                 "[train] token_data: the {} split has {} tokens, no window of seq_len+1={} "
+                 "tokens; expected seq_len >= 1 and more tokens",
+                 which, tokens.size(), seq_len + 1);
+  return [tokens = std::move(tokens), seq_len](const SourceOptions& o) {
+    const data::SamplerOptions so{.seq_len = seq_len, .rank = o.rank, .world_size = o.world_size,
+                                  .seed = o.seed, .shuffle = o.shuffle};
+    return std::unique_ptr<train::BatchSource>(std::make_unique<TokenWindows>(tokens, so));
+  };
+}
 
 SourceFactory tensor_source(at::Tensor inputs, at::Tensor targets, const char* which) {
   FSDPP_CHECK_AS(ConfigError, inputs.defined() && targets.defined() && inputs.dim() >= 1 &&
@@ -84,6 +98,17 @@ TrainData tensor_data(at::Tensor inputs, at::Tensor targets, at::Tensor eval_inp
   if (eval_inputs.defined() || eval_targets.defined()) {
     d.description += fmt::format(", {} evaluation examples", eval_inputs.defined() ? eval_inputs.size(0) : 0);
     d.eval = detail::tensor_source(std::move(eval_inputs), std::move(eval_targets), "evaluation");
+  }
+  return d;
+}
+
+TrainData token_data(data::TokenDataset train, int64_t seq_len, std::optional<data::TokenDataset> eval) {
+  TrainData d;
+  d.description = fmt::format("token windows of {} tokens: {} training tokens", seq_len, train.size());
+  d.train = detail::token_source(std::move(train), seq_len, "training");
+  if (eval) {
+    d.description += fmt::format(", {} evaluation tokens", eval->size());
+    d.eval = detail::token_source(std::move(*eval), seq_len, "evaluation");
   }
   return d;
 }

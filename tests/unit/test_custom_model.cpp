@@ -1,17 +1,25 @@
 // The trainer for any model (fsdpp/train/custom_model.h, batch_source.h): tensor_data's sources
-// split each global batch over the ranks and resume from their state; train() refuses what a
+// split each global batch over the ranks and resume from their state; token_data's give the
+// windows fsdpp-train's sampler gives; train() refuses what a
 // custom model cannot have, naming the key, before it touches the world. The training itself,
 // on real ranks, is tests/train/custom_model.sh.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <torch/torch.h>
 
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/data/sampler.h"
+#include "fsdpp/data/tokenizer.h"
+#include "fsdpp/state/atomic_dir.h"
 #include "fsdpp/train/custom_model.h"
+#include "fsdpp/train/token_data.h"
 
 using fsdpp::ConfigError;
 using fsdpp::train::SourceOptions;
@@ -59,6 +67,36 @@ TEST(TensorData, StateResumesAtTheNextExample) {
   auto b = data.train({.rank = 1, .world_size = 2, .seed = 5});
   b->load_state(saved);
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(torch::equal(a->next(3).inputs, b->next(3).inputs));
+}
+
+TEST(TokenData, TheWindowsOfFsdppTrainsSamplerOnEachRank) {
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("fsdpp_test_token_data_{}", ::getpid());
+  fsdpp::state::remove_tree(dir);
+  std::filesystem::create_directories(dir);
+  std::string text;
+  for (int i = 0; i < 3000; ++i) text += static_cast<char>('!' + (i * 7919 + i / 13) % 90);
+  std::ofstream(dir / "t.txt", std::ios::binary) << text;
+  {
+    fsdpp::data::ByteTokenizer tok;
+    const auto ds = fsdpp::data::TokenDataset::open(dir / "t.txt", tok);
+    auto [train, val] = ds.split(0.1);
+    auto data = fsdpp::train::token_data(train, 16, val);
+    ASSERT_TRUE(data.eval);
+    for (int r = 0; r < 2; ++r) {
+      auto mine = data.train({.rank = r, .world_size = 2, .seed = 9});
+      fsdpp::data::DistributedSampler ref(train, {.seq_len = 16, .rank = r, .world_size = 2, .seed = 9});
+      EXPECT_EQ(mine->per_rank(), ref.windows_per_rank());
+      for (int i = 0; i < 5; ++i) {
+        const auto b = mine->next(4);
+        const auto [x, y] = ref.next_batch(4);
+        EXPECT_TRUE(torch::equal(b.inputs, x) && torch::equal(b.targets, y)) << "rank " << r << " batch " << i;
+        EXPECT_EQ(b.starts.size(), 4u);
+      }
+      EXPECT_EQ(mine->state(), ref.state());
+    }
+    EXPECT_THROW(fsdpp::train::token_data(val, 1000), ConfigError);
+  }
+  fsdpp::state::remove_tree(dir);
 }
 
 TEST(TensorData, RefusesTensorsOfDifferentRowCounts) {
