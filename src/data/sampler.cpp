@@ -27,22 +27,70 @@ uint64_t uniform_below(uint64_t n, uint64_t& state) {
   }
 }
 
+// Window i covers tokens [i*T, i*T + T + 1), so it needs i*T + T + 1 <= n.
+int64_t windows_in(const TokenDataset& data, const SamplerOptions& options) {
+  FSDPP_CHECK_AS(ConfigError, options.seq_len >= 1,
+                 "[data] sampler seq_len={} is not positive; expected >= 1", options.seq_len);
+  return data.size() > 0 ? (data.size() - 1) / options.seq_len : 0;
+}
+
 }  // namespace
 
-DistributedSampler::DistributedSampler(TokenDataset data, SamplerOptions options)
-    : data_(std::move(data)), options_(options) {
-  FSDPP_CHECK_AS(ConfigError, options_.seq_len >= 1,
-                 "[data] sampler seq_len={} is not positive; expected >= 1", options_.seq_len);
-  FSDPP_CHECK_AS(ConfigError, options_.world_size >= 1,
-                 "[data] sampler world_size={} is not positive; expected >= 1",
-                 options_.world_size);
-  FSDPP_CHECK_AS(ConfigError, options_.rank >= 0 && options_.rank < options_.world_size,
+SamplerStream::SamplerStream(int64_t count, int rank, int world_size, uint64_t seed,
+                             bool shuffle, std::string items)
+    : count_(count), rank_(rank), world_size_(world_size), seed_(seed), shuffle_(shuffle),
+      items_(std::move(items)) {
+  FSDPP_CHECK_AS(ConfigError, world_size_ >= 1,
+                 "[data] sampler world_size={} is not positive; expected >= 1", world_size_);
+  FSDPP_CHECK_AS(ConfigError, rank_ >= 0 && rank_ < world_size_,
                  "[data] sampler rank={} is out of range; expected 0 <= rank < world_size={}",
-                 options_.rank, options_.world_size);
-  // Window i covers tokens [i*T, i*T + T + 1), so it needs i*T + T + 1 <= n.
-  num_windows_ = data_.size() > 0 ? (data_.size() - 1) / options_.seq_len : 0;
-  windows_per_rank_ = num_windows_ / options_.world_size;
-  FSDPP_CHECK_AS(ConfigError, windows_per_rank_ >= 1,
+                 rank_, world_size_);
+  per_rank_ = count_ / world_size_;
+}
+
+std::vector<int64_t> SamplerStream::order(int64_t epoch) const {
+  std::vector<int64_t> order(static_cast<size_t>(count_));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (shuffle_) {
+    uint64_t state = seed_ ^ (0xd1b54a32d192ed03ULL * static_cast<uint64_t>(epoch + 1));
+    for (size_t i = order.size(); i > 1; --i) {  // Fisher-Yates
+      std::swap(order[i - 1], order[uniform_below(i, state)]);
+    }
+  }
+  std::vector<int64_t> mine(static_cast<size_t>(per_rank_));
+  for (int64_t k = 0; k < per_rank_; ++k) mine[k] = order[k * world_size_ + rank_];
+  return mine;
+}
+
+int64_t SamplerStream::next() {
+  FSDPP_CHECK(per_rank_ >= 1, "[data] sampler has no {} for rank {}", items_, rank_);
+  if (state_.position == per_rank_) {
+    ++state_.epoch;
+    state_.position = 0;
+  }
+  if (state_.epoch != cached_epoch_) {
+    cached_order_ = order(state_.epoch);
+    cached_epoch_ = state_.epoch;
+  }
+  return cached_order_[state_.position++];
+}
+
+void SamplerStream::load_state(const SamplerState& state) {
+  FSDPP_CHECK_AS(ConfigError,
+                 state.epoch >= 0 && state.position >= 0 && state.position <= per_rank_,
+                 "[data] sampler state (epoch={}, position={}) is out of range; expected epoch "
+                 ">= 0 and 0 <= position <= {} {} per rank",
+                 state.epoch, state.position, per_rank_, items_);
+  state_ = state;
+}
+
+DistributedSampler::DistributedSampler(TokenDataset data, SamplerOptions options)
+    : data_(std::move(data)),
+      options_(options),
+      num_windows_(windows_in(data_, options_)),
+      stream_(num_windows_, options_.rank, options_.world_size, options_.seed, options_.shuffle,
+              "windows") {
+  FSDPP_CHECK_AS(ConfigError, stream_.per_rank() >= 1,
                  "[data] {} tokens make {} windows of seq_len+1={} tokens, fewer than "
                  "world_size={}; expected at least one window per rank (use more data or a "
                  "shorter seq_len)",
@@ -50,40 +98,16 @@ DistributedSampler::DistributedSampler(TokenDataset data, SamplerOptions options
 }
 
 std::vector<int64_t> DistributedSampler::window_starts(int64_t epoch) const {
-  std::vector<int64_t> order(static_cast<size_t>(num_windows_));
-  std::iota(order.begin(), order.end(), int64_t{0});
-  if (options_.shuffle) {
-    uint64_t state = options_.seed ^ (0xd1b54a32d192ed03ULL * static_cast<uint64_t>(epoch + 1));
-    for (size_t i = order.size(); i > 1; --i) {  // Fisher-Yates
-      std::swap(order[i - 1], order[uniform_below(i, state)]);
-    }
-  }
-  std::vector<int64_t> mine(static_cast<size_t>(windows_per_rank_));
-  for (int64_t k = 0; k < windows_per_rank_; ++k) {
-    mine[k] = order[k * options_.world_size + options_.rank] * options_.seq_len;
-  }
+  auto mine = stream_.order(epoch);
+  for (auto& w : mine) w *= options_.seq_len;
   return mine;
-}
-
-const std::vector<int64_t>& DistributedSampler::order_of(int64_t epoch) {
-  if (epoch != cached_epoch_) {
-    cached_order_ = window_starts(epoch);
-    cached_epoch_ = epoch;
-  }
-  return cached_order_;
 }
 
 std::vector<int64_t> DistributedSampler::plan_batch(int64_t batch_size) {
   FSDPP_CHECK_AS(ConfigError, batch_size >= 1,
                  "[data] batch_size={} is not positive; expected >= 1", batch_size);
   std::vector<int64_t> starts(static_cast<size_t>(batch_size));
-  for (auto& start : starts) {
-    if (state_.position == windows_per_rank_) {
-      ++state_.epoch;
-      state_.position = 0;
-    }
-    start = order_of(state_.epoch)[state_.position++];
-  }
+  for (auto& start : starts) start = stream_.next() * options_.seq_len;
   return starts;
 }
 
@@ -100,15 +124,6 @@ std::pair<at::Tensor, at::Tensor> DistributedSampler::load_batch(
 
 std::pair<at::Tensor, at::Tensor> DistributedSampler::next_batch(int64_t batch_size) {
   return load_batch(plan_batch(batch_size));
-}
-
-void DistributedSampler::load_state(const SamplerState& state) {
-  FSDPP_CHECK_AS(ConfigError,
-                 state.epoch >= 0 && state.position >= 0 && state.position <= windows_per_rank_,
-                 "[data] sampler state (epoch={}, position={}) is out of range; expected epoch "
-                 ">= 0 and 0 <= position <= {} windows per rank",
-                 state.epoch, state.position, windows_per_rank_);
-  state_ = state;
 }
 
 }  // namespace fsdpp::data

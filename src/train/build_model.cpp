@@ -11,6 +11,7 @@
 namespace fsdpp::train::detail {
 
 void build_model(TrainSession& s) {
+  if (s.custom) return build_custom_model(s);  // train()'s module (custom_model.cpp)
   const auto& cfg = s.cfg;
   const auto& t = cfg.training;
   auto& world = s.world;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "config_read.h"
 #include "config_schema.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/train/config.h"
@@ -246,11 +247,17 @@ const Schema& train_schema() {
 
 }  // namespace
 
+TrainConfig detail::read_config(const std::string& yaml, const std::vector<std::string>& overrides,
+                                const std::string& source_name) {
+  TrainConfig cfg;
+  schema::read_document(train_schema(), &cfg, yaml, overrides, source_name);
+  return cfg;
+}
+
 TrainConfig TrainConfig::from_yaml_string(const std::string& yaml,
                                           const std::vector<std::string>& overrides,
                                           const std::string& source_name) {
-  TrainConfig cfg;
-  schema::read_document(train_schema(), &cfg, yaml, overrides, source_name);
+  TrainConfig cfg = detail::read_config(yaml, overrides, source_name);
   cfg.validate();
   return cfg;
 }

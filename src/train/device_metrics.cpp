@@ -12,7 +12,8 @@ namespace fsdpp::train::detail {
 
 DeviceMetrics::DeviceMetrics(const TrainSession& s) : s_(s) {
   const c10::Device device = s.world.device();
-  if (!dist::has_device_memory(device)) return;
+  // MFU needs the model's FLOPs per token: fsdpp-train's models only (train()'s have no estimate).
+  if (!dist::has_device_memory(device) || s.custom) return;
   const auto ce = configured_estimate(s.cfg, s.vocab, s.world.size(), s.world.env().local_world_size);
   flops_per_token_ = training_flops_per_token(ce.model, s.cfg.data.seq_len);
   peak_flops_ = measure_matmul_flops(device);
@@ -32,7 +33,7 @@ void DeviceMetrics::add_to(nlohmann::json& line, double tokens_per_s) const {
   line["cuda_peak_allocated_mb"] = peaks[0].item<double>() / kMB;
   line["cuda_peak_reserved_mb"] = peaks[1].item<double>() / kMB;
   line["cuda_total_mb"] = static_cast<double>(m.total) / kMB;
-  line["mfu"] = mfu(flops_per_token_, tokens_per_s, s_.world.size(), peak_flops_);
+  if (flops_per_token_ > 0) line["mfu"] = mfu(flops_per_token_, tokens_per_s, s_.world.size(), peak_flops_);
 }
 
 }  // namespace fsdpp::train::detail

@@ -13,16 +13,15 @@ double evaluate(TrainSession& s, int64_t step, bool* stopped) {
   const auto& cfg = s.cfg;
   const auto& t = cfg.training;
   auto& world = s.world;
-  const auto& val_data = *s.val_data;
-  const auto& sopts = s.sopts;
-  if (val_data.size() <= cfg.data.seq_len) return std::nan("");
-  data::SamplerOptions vo = sopts;
-  vo.shuffle = false;
-  data::DistributedSampler val(val_data, vo);
-  if (val.windows_per_rank() < 1) return std::nan("");
+  if (!s.eval_batches) return std::nan("");
+  // In order, each data-parallel rank its share (the ranks of a tp group the same).
+  auto source = s.eval_batches({.rank = s.dims.dp_rank(world.rank()), .world_size = s.dims.dp(),
+                                .seed = t.seed, .shuffle = false});
+  train::BatchSource& val = *source;
+  if (val.per_rank() < 1) return std::nan("");
   torch::NoGradGuard no_grad;
-  const int64_t eb = std::min<int64_t>(t.per_device_eval_batch_size, val.windows_per_rank());
-  const int64_t batches = std::max<int64_t>(1, std::min<int64_t>(t.eval_max_batches, val.windows_per_rank() / eb));
+  const int64_t eb = std::min<int64_t>(t.per_device_eval_batch_size, val.per_rank());
+  const int64_t batches = std::max<int64_t>(1, std::min<int64_t>(t.eval_max_batches, val.per_rank() / eb));
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
     s.heartbeat->beat(fmt::format("evaluating after step {}: batch {} of {}", step, i + 1, batches));
@@ -30,7 +29,7 @@ double evaluate(TrainSession& s, int64_t step, bool* stopped) {
       *stopped = true;
       return std::nan("");
     }
-    auto [x, y] = val.next_batch(eb);
+    auto [x, y, starts] = val.next(eb);
     sum += s.pipeline ? pipeline_eval_loss(s, x, y)
                       : s.lm->forward(x.to(world.device()), y.to(world.device())).loss.item<double>();
   }

@@ -56,7 +56,7 @@ TrainResult finish(TrainSession& s) {
   }
 
   // Text from the trained model, the same on every rank (one generator seed).
-  if (t.sample_tokens > 0) {
+  if (t.sample_tokens > 0 && tokenizer) {  // a language model (train()'s models have no tokenizer)
     auto prompt_ids = tokenizer->encode(t.sample_prompt);
     if (prompt_ids.empty()) prompt_ids.push_back(0);
     auto prompt = torch::tensor(std::vector<int64_t>(prompt_ids.begin(), prompt_ids.end()), torch::kLong);
@@ -91,7 +91,7 @@ TrainResult finish(TrainSession& s) {
                     result.final_loss, result.final_val_loss));
   s.say(fmt::format("[train] metrics: {}  config: {}{}{}", (out_dir / "metrics.jsonl").string(),
                     (out_dir / "config.yaml").string(),
-                    t.sample_tokens > 0 ? "  sample: " + (out_dir / "sample.txt").string() : "",
+                    t.sample_tokens > 0 && tokenizer ? "  sample: " + (out_dir / "sample.txt").string() : "",
                     s.last_saved > 0
                         ? "  checkpoint: " + (out_dir / fmt::format("checkpoint-{}", s.last_saved)).string()
                         : ""));

@@ -75,14 +75,19 @@ void make_optimizer(TrainSession& s) {
   const int64_t accum = s.accum = t.gradient_accumulation_steps;
   int64_t& total_steps = s.total_steps = t.max_steps;
   if (total_steps <= 0) {
-    const int64_t per_epoch = std::max<int64_t>(1, s.sampler->windows_per_rank() / (B * accum));
+    const int64_t per_epoch = std::max<int64_t>(1, s.batches->per_rank() / (B * accum));
     total_steps = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(t.num_train_epochs * per_epoch)));
   }
   s.schedule = cfg.lr_schedule(total_steps);
   const int64_t dp = s.dims.dp();  // the ranks of a tp group train on the same tokens
-  const int64_t tokens_per_step = s.tokens_per_step = B * accum * cfg.data.seq_len * dp;
-  s.say(fmt::format("[train] {} steps of {} sequences x {} tokens ({} tokens per step), AdamW lr {} {} warmup {}",
-                    total_steps, B * accum * dp, cfg.data.seq_len, tokens_per_step,
+  // tokens_per_s counts examples for train()'s data, whose examples are not tokens.
+  const int64_t per_example = std::max<int64_t>(1, s.tokens_per_example);
+  const int64_t tokens_per_step = s.tokens_per_step = B * accum * per_example * dp;
+  const std::string batch = s.tokens_per_example > 0
+      ? fmt::format("{} sequences x {} tokens ({} tokens per step)", B * accum * dp,
+                    s.tokens_per_example, tokens_per_step)
+      : fmt::format("{} examples", B * accum * dp);
+  s.say(fmt::format("[train] {} steps of {}, AdamW lr {} {} warmup {}", total_steps, batch,
                     t.learning_rate, t.lr_scheduler_type, s.schedule.warmup_steps));
 }
 

@@ -19,6 +19,10 @@
 //   open_logs           traces, metrics.jsonl, TensorBoard, stop signal, heartbeat (open_logs.cpp)
 //   train_loop          train_step, evaluate, metrics, save_due/save_checkpoint (train_loop.cpp)
 //   finish              the final save, the stop or done message, the sample (finish.cpp)
+//
+// train()'s run (custom_model.h) takes the same phases with its own data and model: prepare_data
+// and build_model hand over to prepare_custom_data and build_custom_model (custom_model.cpp)
+// when the session has a CustomRun.
 
 #include <cstdint>
 #include <utility>
@@ -26,6 +30,9 @@
 #include "session.h"
 
 namespace fsdpp::train::detail {
+
+// Every phase in order, on a session made for fsdpp-train's model or for train()'s (trainer.cpp).
+TrainResult run_phases(TrainSession& s);
 
 void choose_start(TrainSession& s);
 void prepare_output_dir(TrainSession& s);
@@ -37,6 +44,10 @@ void restore(TrainSession& s);
 void open_logs(TrainSession& s);
 void train_loop(TrainSession& s);
 TrainResult finish(TrainSession& s);
+// train()'s data (its sources) and model (made, seeded, its loss behind the CausalLM that the
+// other phases use) (custom_model.cpp).
+void prepare_custom_data(TrainSession& s);
+void build_custom_model(TrainSession& s);
 
 // model.deferred_init (model_init.cpp): whether the model is made without storage, the device
 // build_model makes it on (meta, or the CPU to build it whole), the device its shards live on,

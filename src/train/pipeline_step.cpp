@@ -184,9 +184,9 @@ StepOutcome pipeline_train_step(TrainSession& s, int64_t step) {
   dist::TraceSpan data_span(trace.get(), "data");
   std::vector<at::Tensor> xs, ys;
   for (int64_t micro = 0; micro < s.accum; ++micro) {
-    auto [x, y] = s.loader->next();
-    xs.push_back(x);
-    ys.push_back(y);
+    auto batch = s.batches->next(s.B);
+    xs.push_back(batch.inputs);
+    ys.push_back(batch.targets);
   }
   // On the rank's device, as train_step's batches (pinned host memory copies asynchronously).
   const auto x = at::cat(xs).to(s.world.device(), /*non_blocking=*/true);

@@ -17,6 +17,7 @@
 #include "fsdpp/dist/agree.h"
 #include "phases.h"
 #include "teacher.h"
+#include "token_batches.h"
 
 namespace fs = std::filesystem;
 
@@ -107,9 +108,32 @@ void check_tokenizer_agrees(TrainSession& s, const data::Tokenizer& tok) {
   }
 }
 
+// The batch loader's options: training.dataloader_num_workers threads, pinned buffers when the
+// ranks use CUDA.
+data::BatchLoaderOptions loader_options(TrainSession& s) {
+  const auto& t = s.cfg.training;
+  const bool cuda = s.world.device().is_cuda();
+  if (t.dataloader_pin_memory && !cuda) {
+    s.say("[train] training.dataloader_pin_memory=true has no effect on CPU: pinned memory "
+          "speeds up copies to a GPU, and these ranks train on the CPU");
+  }
+  data::BatchLoaderOptions o;
+  o.batch_size = t.per_device_train_batch_size;
+  o.num_workers = static_cast<int>(t.dataloader_num_workers);
+  o.prefetch_factor = static_cast<int>(t.dataloader_prefetch_factor);
+  o.pin_memory = t.dataloader_pin_memory && cuda;
+  if (o.num_workers > 0) {
+    s.say(fmt::format("[train] data loader: {} making up to {} batches ahead{}",
+                      count_of(o.num_workers, "thread"), o.num_workers * o.prefetch_factor,
+                      o.pin_memory ? " in pinned memory" : ""));
+  }
+  return o;
+}
+
 }  // namespace
 
 void prepare_data(TrainSession& s) {
+  if (s.custom) return prepare_custom_data(s);  // train()'s sources (custom_model.cpp)
   const auto& cfg = s.cfg;
   const auto& t = cfg.training;
   auto& world = s.world;
@@ -174,7 +198,14 @@ void prepare_data(TrainSession& s) {
                    "data.val_fraction=0 to train without validation)",
                    cfg.data.val_fraction, val_data.size(), count_of(val_windows, "window"),
                    cfg.data.seq_len + 1, dp_ranks);
+    s.eval_batches = [&val_data, seq_len = cfg.data.seq_len](const SourceOptions& o) {
+      const data::SamplerOptions vo{.seq_len = seq_len, .rank = o.rank, .world_size = o.world_size,
+                                    .seed = o.seed, .shuffle = o.shuffle};
+      return std::unique_ptr<train::BatchSource>(std::make_unique<TokenWindows>(val_data, vo));
+    };
   }
+  s.batches = std::make_unique<TokenBatches>(sampler, loader_options(s));
+  s.tokens_per_example = cfg.data.seq_len;
 }
 
 }  // namespace fsdpp::train::detail

@@ -57,28 +57,6 @@ std::optional<std::string> resume_metrics(const fs::path& path, const TrainerSta
                      path.string(), ts.step, aside.string(), ts.step);
 }
 
-// The batch loader from the sampler's (resumed) position: training.dataloader_num_workers
-// threads, pinned buffers when the ranks use CUDA.
-void start_loader(TrainSession& s) {
-  const auto& t = s.cfg.training;
-  const bool cuda = s.world.device().is_cuda();
-  if (t.dataloader_pin_memory && !cuda) {
-    s.say("[train] training.dataloader_pin_memory=true has no effect on CPU: pinned memory "
-          "speeds up copies to a GPU, and these ranks train on the CPU");
-  }
-  data::BatchLoaderOptions o;
-  o.batch_size = s.B;
-  o.num_workers = static_cast<int>(t.dataloader_num_workers);
-  o.prefetch_factor = static_cast<int>(t.dataloader_prefetch_factor);
-  o.pin_memory = t.dataloader_pin_memory && cuda;
-  s.loader.emplace(*s.sampler, o);
-  if (o.num_workers > 0) {
-    s.say(fmt::format("[train] data loader: {} making up to {} batches ahead{}",
-                      count_of(o.num_workers, "thread"), o.num_workers * o.prefetch_factor,
-                      o.pin_memory ? " in pinned memory" : ""));
-  }
-}
-
 }  // namespace
 
 void restore(TrainSession& s) {
@@ -92,7 +70,7 @@ void restore(TrainSession& s) {
   auto& opt = *s.opt;
   auto& scaler = *s.scaler;
   auto& offload = s.offload;
-  auto& sampler = *s.sampler;
+  auto& batches = *s.batches;
   auto& schedule = s.schedule;
   const auto& tokenizer = s.tokenizer;
   const int64_t B = s.B;
@@ -103,7 +81,8 @@ void restore(TrainSession& s) {
   if (s.pipeline) checkpointer.set_parts(s.pipeline->roots());
   checkpointer.track_grad_scaler(&scaler);
   checkpointer.set_before_write(s.hooks.before_checkpoint_write);
-  checkpointer.add_files(data::tokenizer_files(*tokenizer));  // the tokenizer travels with the model
+  // The tokenizer travels with the model (a language model's: train()'s models have none).
+  if (tokenizer) checkpointer.add_files(data::tokenizer_files(*tokenizer));
   int64_t& first_step = s.first_step = 1;
   if (resumed) {
     checkpointer.restore(resume_dir, *resumed, model, opt, schedule);  // + generator states
@@ -121,8 +100,8 @@ void restore(TrainSession& s) {
     // was: each rank is at consumed / world_size in the epoch (exact when it divides).
     const int dp = s.dims.dp();  // the ranks of a tp group read the same windows
     data::SamplerState ss{resumed->epoch, resumed->windows_consumed / dp};
-    if (ss.position >= sampler.windows_per_rank()) ss = {ss.epoch + 1, 0};
-    sampler.load_state(ss);
+    if (ss.position >= batches.per_rank()) ss = {ss.epoch + 1, 0};
+    batches.load_state(ss);
     first_step = resumed->step + 1;
     s.say(fmt::format("[train] resumed from {} (step {}, saved on {}): epoch {}, {} consumed{}",
                       resume_dir.string(), resumed->step, count_of(resumed->world_size, "rank"),
@@ -136,9 +115,8 @@ void restore(TrainSession& s) {
     s.say(fmt::format("[train] no complete checkpoint in {} to resume from: starting at step 1",
                       out_dir.string()));
   }
-  start_loader(s);
   // For save_strategy epoch (save.cpp).
-  s.steps_per_epoch = std::max<int64_t>(1, sampler.windows_per_rank() / (B * accum));
+  s.steps_per_epoch = std::max<int64_t>(1, batches.per_rank() / (B * accum));
   s.last_saved = resumed ? resumed->step : 0;
 }
 

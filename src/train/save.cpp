@@ -23,7 +23,7 @@ void save_checkpoint(TrainSession& s, int64_t step) {
     auto* opt = s.cfg.training.save_only_model ? nullptr : s.opt.get();
     s.checkpointer->add_files({{kProjectionFile, projections->serialize(opt)}});
   }
-  s.checkpointer->save(step, model, *s.opt, s.loader->state(), s.schedule);
+  s.checkpointer->save(step, model, *s.opt, s.batches->state(), s.schedule);
   if (offload) offload->release();  // the save read every state page into the process
   s.last_saved = step;
 }

@@ -33,6 +33,8 @@
 #include "fsdpp/train/lr_schedule.h"
 #include "fsdpp/train/parallel_dims.h"
 #include "fsdpp/tp/plan.h"
+#include "fsdpp/train/batch_source.h"
+#include "fsdpp/train/custom_model.h"
 #include "fsdpp/train/trainer.h"
 #include "checkpointer.h"
 #include "heartbeat.h"
@@ -46,6 +48,12 @@
 #include "tensorboard.h"
 
 namespace fsdpp::train::detail {
+
+// train()'s model and data (custom_model.h), in place of model: and data:.
+struct CustomRun {
+  CustomModel model;
+  TrainData data;
+};
 
 struct TrainSession {
   TrainSession(TrainConfig& config, std::shared_ptr<dist::World> world, const TrainerHooks& hooks);
@@ -61,6 +69,9 @@ struct TrainSession {
   dist::World& world;
   const TrainerHooks& hooks;
   const bool lead;  // rank 0: the rank that writes output_dir and prints
+  // train()'s user model and data; null for fsdpp-train's language models, which the model:
+  // and data: sections describe.
+  const CustomRun* custom = nullptr;
 
   // ---- choose_start, prepare_output_dir
   std::filesystem::path out_dir;
@@ -79,6 +90,12 @@ struct TrainSession {
   std::optional<data::TokenDataset> val_data;
   data::SamplerOptions sopts;
   std::optional<data::DistributedSampler> sampler;
+  // The training batches (batch_source.h): the sampler's windows through a BatchLoader
+  // (training.dataloader_*), or train()'s source. Its state, not the sampler's, is what a
+  // checkpoint saves. Declared after the sampler: gone (its workers stopped) before it.
+  std::unique_ptr<train::BatchSource> batches;
+  SourceFactory eval_batches;  // a source over the validation data; empty: no validation
+  int64_t tokens_per_example = 0;  // data.seq_len for token windows; 0: examples, not tokens
 
   // ---- build_model, shard_model
   int64_t vocab = 0;
@@ -115,9 +132,6 @@ struct TrainSession {
 
   // ---- restore
   std::unique_ptr<Checkpointer> checkpointer;
-  // The training batches from the sampler at its resumed position (training.dataloader_*);
-  // its state, not the sampler's, is what a checkpoint saves. Stopped before the sampler goes.
-  std::optional<data::BatchLoader> loader;
   int64_t first_step = 1;
   int64_t steps_per_epoch = 1;
   int64_t last_saved = 0;

@@ -146,7 +146,7 @@ void shard_model(TrainSession& s) {
     const auto marked = apply_activation_checkpointing(
         model, fc.transformer_layer_cls_to_wrap, static_cast<int>(t.gradient_checkpointing_every));
     s.say(fmt::format("[train] activation checkpointing: {} of {} blocks", marked.size(),
-                      cfg.model.n_layers));
+                      s.lm->num_layers()));
   }
   size_t units = 0;
   if (dims.expert_parallel()) {
@@ -170,7 +170,13 @@ void shard_model(TrainSession& s) {
       auto load = models::use_global_load_balancing_loss(**moe, world.group());
       s.expert_load = [load] { return *load; };
     }
-    const auto made = apply_fully_shard(model, policy, fopts);
+    // train()'s module returns float32 from its root under mixed precision (FSDP2's
+    // MixedPrecisionPolicy(output_dtype=float32) on the root), for the user's loss and targets;
+    // fsdpp-train's models cast their logits themselves.
+    FullyShardOptions root = fopts;
+    if (s.custom && fopts.mp_policy.param_dtype) root.mp_policy.output_dtype = at::kFloat;
+    const auto made = s.custom ? apply_fully_shard(model, policy, fopts, root)
+                               : apply_fully_shard(model, policy, fopts);
     units = made.size();
     if (fc.keep_ends_gathered) keep_ends_gathered(model, made);
   }

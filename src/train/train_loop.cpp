@@ -51,7 +51,6 @@ void train_loop(TrainSession& s) {
   const auto& out_dir = s.out_dir;
   torch::nn::Module& model = s.lm->module();
   auto& scaler = *s.scaler;
-  const auto& val_data = *s.val_data;
   const auto& trace = s.trace;
   auto& metrics = s.metrics;
   auto& tensorboard = s.tensorboard;
@@ -96,7 +95,7 @@ void train_loop(TrainSession& s) {
     FSDPP_CHECK(std::isfinite(loss), "[train] the loss became {} at step {}", loss, step);
     result.final_loss = loss;
     result.steps = step;
-    const bool eval_now = val_data.size() > 0 &&
+    const bool eval_now = s.eval_batches &&
                           ((t.eval_steps > 0 && step % t.eval_steps == 0) || step == total_steps);
     if (eval_now && !stop_now) {
       dist::TraceSpan eval_span(trace.get(), "eval");

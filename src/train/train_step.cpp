@@ -92,7 +92,6 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   auto& opt = *s.opt;
   auto& scaler = *s.scaler;
   auto& offload = s.offload;
-  auto& loader = *s.loader;
   const auto& schedule = s.schedule;
   const auto& trace = s.trace;
   const int64_t accum = s.accum;
@@ -104,7 +103,7 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   const StepContext hook_context{step, world.rank(), s.restart_count, model};
   for (int64_t micro = 0; micro < accum; ++micro) {
     dist::TraceSpan data_span(trace.get(), "data");
-    auto batch = loader.next_batch();
+    auto batch = s.batches->next(s.B);
     // To the rank's device (asynchronously from pinned batches, training.dataloader_pin_memory).
     batch.inputs = batch.inputs.to(world.device(), /*non_blocking=*/true);
     batch.targets = batch.targets.to(world.device(), /*non_blocking=*/true);
@@ -114,7 +113,7 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
     // data or on sampled sequences (distiller.h).
     at::Tensor loss, aux_loss;
     if (s.distiller) {
-      auto r = s.distiller->loss(*s.lm, batch, step, micro);
+      auto r = s.distiller->loss(*s.lm, {batch.inputs, batch.targets, batch.starts}, step, micro);
       loss = r.loss;
       aux_loss = r.aux_loss;
     } else {

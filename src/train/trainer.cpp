@@ -17,10 +17,14 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<dist::World> world, Trainer
 
 Trainer::~Trainer() = default;
 
-// The phases in order (phases.h); each leaves its part of the run in the session, whose members
-// live until run() returns.
 TrainResult Trainer::run() {
   detail::TrainSession s(s_->cfg, s_->world, s_->hooks);
+  return detail::run_phases(s);
+}
+
+// The phases in order (phases.h); each leaves its part of the run in the session, whose members
+// live until run() returns.
+TrainResult detail::run_phases(TrainSession& s) {
   detail::choose_start(s);
   detail::prepare_output_dir(s);
   detail::prepare_data(s);

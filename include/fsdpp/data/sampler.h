@@ -16,6 +16,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -38,6 +39,35 @@ struct SamplerState {
   bool operator==(const SamplerState&) const = default;
 };
 
+// A sampler's stream of item indices 0 .. count-1 over its epochs, and where it is in it: both
+// samplers hand out next() and save state() (DistributedSampler's windows, TensorSampler's
+// examples, tensor_sampler.h). Each epoch is a permutation drawn from (seed, epoch) alone (none
+// without shuffle), its tail that does not divide by world_size dropped, then the positions
+// rank, rank + world_size, ...; next() continues into the next epoch at the end of one.
+class SamplerStream {
+ public:
+  // `items` names what is counted, for messages ("windows", "examples").
+  SamplerStream(int64_t count, int rank, int world_size, uint64_t seed, bool shuffle,
+                std::string items);
+  int64_t per_rank() const { return per_rank_; }  // items per epoch; may be 0
+  std::vector<int64_t> order(int64_t epoch) const;  // this rank's items in `epoch`, in order
+  int64_t next();
+  SamplerState state() const { return state_; }
+  // Throws ConfigError when the position is beyond an epoch.
+  void load_state(const SamplerState& state);
+
+ private:
+  int64_t count_;
+  int rank_, world_size_;
+  uint64_t seed_;
+  bool shuffle_;
+  std::string items_;
+  int64_t per_rank_;
+  SamplerState state_;
+  int64_t cached_epoch_ = -1;
+  std::vector<int64_t> cached_order_;  // order(cached_epoch_)
+};
+
 class DistributedSampler {
  public:
   // Throws ConfigError when the options are invalid or the dataset has fewer windows than
@@ -55,24 +85,20 @@ class DistributedSampler {
   std::pair<at::Tensor, at::Tensor> load_batch(const std::vector<int64_t>& starts) const;
 
   int64_t num_windows() const { return num_windows_; }          // in the whole dataset
-  int64_t windows_per_rank() const { return windows_per_rank_; }  // per epoch
+  int64_t windows_per_rank() const { return stream_.per_rank(); }  // per epoch
   // The token offsets of the windows this rank gets in `epoch`, in the order it gets them.
   std::vector<int64_t> window_starts(int64_t epoch) const;
 
-  SamplerState state() const { return state_; }
+  SamplerState state() const { return stream_.state(); }
   // Throws ConfigError when the position is beyond an epoch.
-  void load_state(const SamplerState& state);
+  void load_state(const SamplerState& state) { stream_.load_state(state); }
 
  private:
-  const std::vector<int64_t>& order_of(int64_t epoch);
 
   TokenDataset data_;
   SamplerOptions options_;
   int64_t num_windows_ = 0;
-  int64_t windows_per_rank_ = 0;
-  SamplerState state_;
-  int64_t cached_epoch_ = -1;
-  std::vector<int64_t> cached_order_;  // window_starts(cached_epoch_)
+  SamplerStream stream_;
 };
 
 }  // namespace fsdpp::data

@@ -1,0 +1,230 @@
+// train() (custom_model.h): a user's module, loss and data through the phases of fsdpp-train
+// (phases.h). What differs is where the data and the model come from (prepare_custom_data,
+// build_custom_model); the module and its loss sit behind the CausalLM that the other phases
+// shard, step, evaluate and checkpoint.
+#include <set>
+#include <string>
+#include <utility>
+
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/wrap_policy.h"
+#include "config_read.h"
+#include "phases.h"
+
+namespace fsdpp::train {
+namespace detail {
+namespace {
+
+// The modules of `module` whose class is one of `classes` (the blocks).
+int64_t count_blocks(torch::nn::Module& module, const std::vector<std::string>& classes) {
+  int64_t n = 0;
+  for (const auto& m : module.modules(/*include_self=*/false)) {
+    for (const auto& c : classes) {
+      if (module_class_is(*m, c)) {
+        ++n;
+        break;
+      }
+    }
+  }
+  return n;
+}
+
+// The user's module; forward is its loss. What only a language model has (features, samples,
+// a vocabulary) throws: the keys that would ask for it are refused before the run.
+class CustomLM : public models::CausalLM {
+ public:
+  CustomLM(const CustomModel& model, std::shared_ptr<torch::nn::Module> module,
+           std::vector<std::string> blocks)
+      : model_(model), module_(std::move(module)), blocks_(std::move(blocks)) {}
+  torch::nn::Module& module() override { return *module_; }
+  const char* architecture() const override { return "custom"; }
+  models::CausalLMOutput forward(const at::Tensor& inputs, const at::Tensor& targets) override {
+    models::CausalLMOutput out;
+    out.loss = model_.loss(*module_, Batch{inputs, targets, {}});
+    FSDPP_CHECK(out.loss.defined() && out.loss.numel() == 1 && out.loss.is_floating_point(),
+                "[train] the loss function of custom model '{}' returned {}; expected a "
+                "floating-point scalar (the batch's mean loss)",
+                model_.name, out.loss.defined() ? fmt::format("a tensor of shape {}", out.loss.sizes().vec())
+                                                : std::string("an undefined tensor"));
+    return out;
+  }
+  models::CausalLMOutput forward_features(const at::Tensor&, bool,
+                                          const std::vector<int64_t>&) override {
+    FSDPP_THROW(Error, "[train] custom model '{}' is not a language model: it has no features", model_.name);
+  }
+  at::Tensor generate(const at::Tensor&, const models::GenerateOptions&) override {
+    FSDPP_THROW(Error, "[train] custom model '{}' is not a language model: it does not generate", model_.name);
+  }
+  std::string describe() const override {
+    return fmt::format("custom model '{}' ({})", model_.name, module_class_name(*module_));
+  }
+  int64_t vocab_size() const override { return 0; }
+  const InitPlan& init_plan() const override {
+    FSDPP_THROW(Error, "[train] custom model '{}' has no initialisation plan (model.deferred_init)", model_.name);
+  }
+  int64_t hidden_size() const override { return 0; }
+  int64_t num_layers() const override { return count_blocks(*module_, blocks_); }
+  std::string config_json() const override {
+    nlohmann::json j;
+    j["architecture"] = "custom";
+    j["name"] = model_.name;
+    j["module"] = module_class_name(*module_);
+    j["num_parameters"] = models::num_parameters(*module_);
+    return j.dump(2);
+  }
+  // A checkpoint of another model (fsdpp-train's, or another custom one) is refused by name
+  // before its tensors are read.
+  void check_same_model(const std::string& saved, const std::string& source) const override {
+    std::string arch, name;
+    try {
+      const auto j = nlohmann::json::parse(saved);
+      arch = j.value("architecture", "llama");
+      name = j.value("name", "");
+    } catch (const nlohmann::json::exception&) {
+      return;  // the loader names what does not fit
+    }
+    FSDPP_CHECK_AS(ConfigError, arch == "custom" && name == model_.name,
+                   "[train] {} describes {}, not custom model '{}': resume a checkpoint of this "
+                   "model (CustomModel::name '{}')",
+                   source, arch == "custom" ? fmt::format("custom model '{}'", name)
+                                            : fmt::format("fsdpp-train's {} model", arch),
+                   model_.name, model_.name);
+  }
+
+ private:
+  const CustomModel& model_;
+  std::shared_ptr<torch::nn::Module> module_;
+  std::vector<std::string> blocks_;
+};
+
+// What a custom model cannot have: the key, its value and what is accepted.
+void refuse(bool set, const std::string& key, const std::string& value, const std::string& why) {
+  FSDPP_CHECK_AS(ConfigError, !set,
+                 "[config] {}={} is not available for a custom model (fsdpp::train::train): {}. "
+                 "A custom model trains data parallel: training.fsdp full_shard, shard_grad_op, "
+                 "zero1, no_shard, hybrid_shard or hybrid_shard_zero2, with "
+                 "parallelism.data_parallel_replicate_degree and data_parallel_shard_degree "
+                 "(docs/custom-models.md)",
+                 key, value, why);
+}
+
+// The keys a custom model cannot have, refused before the config's own checks (which speak of
+// fsdpp-train's models).
+void check_custom_keys(const TrainConfig& cfg) {
+  const auto& p = cfg.parallelism;
+  const std::string plans = "fsdpp's tensor, pipeline and expert parallel plans are its Llama's "
+                            "and Qwen3-MoE's layers, and a custom module's layers have none";
+  refuse(p.tensor_parallel_degree != 1, "parallelism.tensor_parallel_degree",
+         std::to_string(p.tensor_parallel_degree), plans);
+  refuse(p.enable_sequence_parallel, "parallelism.enable_sequence_parallel", "true", plans);
+  refuse(p.pipeline_parallel_degree != 1, "parallelism.pipeline_parallel_degree",
+         std::to_string(p.pipeline_parallel_degree), plans);
+  refuse(p.expert_parallel_degree != 1, "parallelism.expert_parallel_degree",
+         std::to_string(p.expert_parallel_degree), plans);
+  refuse(!cfg.model.init_from.empty(), "model.init_from", cfg.model.init_from,
+         "it loads fsdpp-train's language models; load your weights in CustomModel::make");
+  refuse(cfg.distillation.enabled(), "distillation.teacher",
+         cfg.distillation.teacher.empty() ? cfg.distillation.teacher_cache : cfg.distillation.teacher,
+         "distillation compares a language model's logits with a teacher's");
+}
+
+void check_custom_config(const TrainConfig& cfg, const CustomModel& model, const TrainData& data) {
+  FSDPP_CHECK_AS(ConfigError, model.make && model.loss,
+                 "[train] CustomModel '{}' needs both make (the module factory) and loss", model.name);
+  FSDPP_CHECK_AS(ConfigError, static_cast<bool>(data.train),
+                 "[train] TrainData has no training source (TrainData::train)");
+  check_custom_keys(cfg);
+}
+
+}  // namespace
+
+void prepare_custom_data(TrainSession& s) {
+  const auto& data = s.custom->data;
+  const auto& t = s.cfg.training;
+  const SourceOptions o{.rank = s.dims.dp_rank(s.world.rank()), .world_size = s.dims.dp(),
+                        .seed = t.seed, .shuffle = true};
+  s.batches = data.train(o);
+  FSDPP_CHECK_AS(ConfigError, s.batches && s.batches->per_rank() >= 1,
+                 "[train] the training source gives no examples to data-parallel rank {} of {}",
+                 o.rank, o.world_size);
+  if (data.eval) {
+    // Made once here, so that evaluation data that cannot serve every rank stops the run before
+    // its first step rather than at its first evaluation.
+    auto eval = data.eval({.rank = o.rank, .world_size = o.world_size, .seed = t.seed, .shuffle = false});
+    FSDPP_CHECK_AS(ConfigError, eval && eval->per_rank() >= 1,
+                   "[train] the evaluation source gives no examples to data-parallel rank {} of {}",
+                   o.rank, o.world_size);
+    s.eval_batches = data.eval;
+  }
+  s.say(fmt::format("[train] data: {}; {} examples per rank per epoch", data.description,
+                    s.batches->per_rank()));
+}
+
+void build_custom_model(TrainSession& s) {
+  const auto& model = s.custom->model;
+  const auto& t = s.cfg.training;
+  if (!t.skip_memory_check) s.say("[train] memory check: skipped (no estimate for a custom model)");
+  torch::manual_seed(t.seed);  // the same initial weights on every rank, and in every run
+  auto module = model.make();
+  FSDPP_CHECK_AS(ConfigError, module != nullptr, "[train] CustomModel '{}': make returned no module", model.name);
+  // The classes units and checkpointing are made of must be there: a name that matched nothing
+  // would leave one unit and nothing checkpointed without a word.
+  const auto& fc = t.fsdp_config;
+  if (fc.auto_wrap_policy == AutoWrapPolicy::TRANSFORMER_BASED_WRAP || t.gradient_checkpointing) {
+    for (const auto& name : fc.transformer_layer_cls_to_wrap) {
+      if (count_blocks(*module, {name}) > 0) continue;
+      std::string have;
+      for (const auto& c : module_classes(*module)) have += (have.empty() ? "" : ", ") + c;
+      FSDPP_THROW(ConfigError,
+                  "[train] training.fsdp_config.fsdp_transformer_layer_cls_to_wrap names '{}', "
+                  "which is no module class below custom model '{}' ({}); its classes are [{}]. "
+                  "Name the repeated blocks in CustomModel::blocks (or in that key), or set "
+                  "training.fsdp_config.fsdp_auto_wrap_policy=NO_WRAP and "
+                  "training.gradient_checkpointing=false",
+                  name, model.name, module_class_name(*module), have);
+    }
+  }
+  s.lm = std::make_unique<CustomLM>(model, std::move(module), fc.transformer_layer_cls_to_wrap);
+  s.say(fmt::format("[train] model: {}: {:.4f} M parameters", s.lm->describe(),
+                    models::num_parameters(s.lm->module()) / 1e6));
+}
+
+}  // namespace detail
+
+TrainConfig custom_config(const std::string& yaml, const std::vector<std::string>& overrides) {
+  // data.path set for the validation (which fsdpp-train's data need), then cleared.
+  std::vector<std::string> all{"data.path=unused"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  auto cfg = detail::read_config(yaml, all, "the custom model's config");
+  detail::check_custom_keys(cfg);
+  cfg.validate();
+  cfg.data.path.clear();
+  return cfg;
+}
+
+TrainResult train(TrainConfig config, std::shared_ptr<dist::World> world, CustomModel model,
+                  TrainData data, TrainerHooks hooks) {
+  detail::check_custom_config(config, model, data);  // before anything, the world included
+  FSDPP_CHECK(world != nullptr, "[train] train() needs a world (fsdpp::dist::init_from_env())");
+  auto& fc = config.training.fsdp_config;
+  if (!model.blocks.empty() &&
+      fc.transformer_layer_cls_to_wrap == TrainConfig{}.training.fsdp_config.transformer_layer_cls_to_wrap) {
+    fc.transformer_layer_cls_to_wrap = model.blocks;
+  }
+  // The model: and data: sections are not this run's: data.path may be empty, and the module is
+  // made whole (model.deferred_init draws fsdpp-train's models from their initialisation plan).
+  config.model.deferred_init = DeferredInit::OFF;
+  TrainConfig checked = config;
+  if (checked.data.path.empty()) checked.data.path = "-";
+  checked.validate();
+  const detail::CustomRun run{std::move(model), std::move(data)};
+  detail::TrainSession s(config, std::move(world), hooks);
+  s.custom = &run;
+  return detail::run_phases(s);
+}
+
+}  // namespace fsdpp::train
