@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -17,7 +18,8 @@ std::string hms(double seconds) {
 
 }  // namespace
 
-Progress::Progress(bool enabled, int64_t total_steps) : enabled_(enabled), total_(total_steps) {
+Progress::Progress(bool enabled, int64_t total_steps, std::string rate_unit)
+    : enabled_(enabled), total_(total_steps), rate_unit_(std::move(rate_unit)) {
   if (enabled_ && isatty(fileno(stdout))) {
     tty_ = stdout;
   } else if (enabled_) {
@@ -34,9 +36,9 @@ void Progress::draw(int64_t step, double loss, double lr, double elapsed_s) {
   constexpr int kWidth = 24;
   const int filled = static_cast<int>(kWidth * step / std::max<int64_t>(total_, 1));
   const double eta = elapsed_s / static_cast<double>(step) * static_cast<double>(total_ - step);
-  std::fputs(fmt::format("\r\033[K[{}{}] {}/{} loss {:.4f} lr {:.2e} {:.0f} tok/s ETA {}",
+  std::fputs(fmt::format("\r\033[K[{}{}] {}/{} loss {:.4f} lr {:.2e} {:.0f} {} ETA {}",
                          std::string(filled, '#'), std::string(kWidth - filled, '.'), step, total_,
-                         loss, lr, tokens_per_s_, hms(eta))
+                         loss, lr, tokens_per_s_, rate_unit_, hms(eta))
                  .c_str(),
              tty_);
   std::fflush(tty_);
@@ -48,10 +50,10 @@ void Progress::log(int64_t step, double loss, double val_loss, double lr, double
   tokens_per_s_ = tokens_per_s;
   const double eta = elapsed_s / static_cast<double>(step) * static_cast<double>(total_ - step);
   std::string line = fmt::format(
-      "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tok/s | {:.0f} ms/step | "
+      "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | grad_norm {:.3f} | {:.0f} {} | {:.0f} ms/step | "
       "rss {:.0f} MiB | eta {}",
       step, total_, loss, std::isfinite(val_loss) ? fmt::format(" | val_loss {:.4f}", val_loss) : "",
-      lr, grad_norm, tokens_per_s, step_ms, peak_rss_mb, hms(eta));
+      lr, grad_norm, tokens_per_s, rate_unit_, step_ms, peak_rss_mb, hms(eta));
   if (tty_) {
     std::fputs(("\r\033[K" + line + "\n").c_str(), tty_);
     draw(step, loss, lr, elapsed_s);

@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
 namespace fsdpp::train {
 
 class Progress {
  public:
-  Progress(bool enabled, int64_t total_steps);
+  // rate_unit: what the throughput counts per second ("tok/s"; "ex/s" for examples).
+  Progress(bool enabled, int64_t total_steps, std::string rate_unit = "tok/s");
   ~Progress();
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
@@ -28,6 +30,7 @@ class Progress {
   bool enabled_;
   int64_t total_;
   std::FILE* tty_ = nullptr;
+  std::string rate_unit_;
   double tokens_per_s_ = 0;
 };
 

@@ -23,7 +23,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A field of /proc/self/status in MB: VmHWM the peak resident set so far, VmRSS the current one.
+// A field of /proc/self/status in MiB: VmHWM the peak resident set so far, VmRSS the current one.
 double status_mb(const char* field) {
   std::ifstream in("/proc/self/status");
   std::string line;

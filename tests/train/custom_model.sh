@@ -28,6 +28,7 @@ rm -rf "$dir/res/checkpoint-12"
   training.per_device_train_batch_size=8 training.per_device_eval_batch_size=16 training.output_dir="$dir/res" \
   training.resume_from_checkpoint=latest 2>&1 | tee "$dir/res.log"
 grep -q "resumed from .*checkpoint-6" "$dir/res.log"
+grep -q "| [0-9]* ex/s |" "$dir/res.log" || { echo "the progress line does not count examples/s"; exit 1; }
 "$run" --nproc-per-node 2 --timeout-s 120 "$example" "${common[@]}" training.bf16=true \
   training.per_device_train_batch_size=8 training.per_device_eval_batch_size=16 training.output_dir="$dir/bf16"
 if "$run" --nproc-per-node 1 --timeout-s 60 "$example" parallelism.tensor_parallel_degree=2 \
