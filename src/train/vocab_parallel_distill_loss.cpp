@@ -12,9 +12,11 @@
 namespace fsdpp::train {
 namespace {
 
-// Where each rank's columns take part: all of them, or those whose teacher logit is among the
-// k largest of the whole vocabulary (each rank's k largest gathered, the k-th of those the bar).
+// Where each rank's columns take part: all of them (an undefined tensor: no mask to apply), or
+// those whose teacher logit is among the k largest of the whole vocabulary (each rank's k largest
+// gathered, the k-th of those the bar).
 at::Tensor kept_columns(const at::Tensor& t, int64_t top_k, const tp::GroupPtr& group) {
+  if (top_k == 0) return {};
   const int64_t v_local = t.size(-1);
   auto vocab = at::full({1}, v_local, at::kLong);
   group->all_reduce(vocab, dist::ReduceOp::SUM, {"distill.vocab_parallel.vocab"});
@@ -23,7 +25,7 @@ at::Tensor kept_columns(const at::Tensor& t, int64_t top_k, const tp::GroupPtr& 
                  "[distill] top_k={} is larger than the vocabulary ({} tokens); expected 0 (all) "
                  "or at most {}",
                  top_k, v, v);
-  if (top_k == 0 || top_k == v) return at::ones_like(t, t.options().dtype(at::kBool));
+  if (top_k == v) return {};
   const auto rows = t.reshape({-1, v_local});
   // This rank's k largest (fewer columns than k: padded with -inf, never among the k largest).
   auto mine = at::full({rows.size(0), top_k}, -std::numeric_limits<double>::infinity(), rows.options());
@@ -41,12 +43,13 @@ at::Tensor kept_columns(const at::Tensor& t, int64_t top_k, const tp::GroupPtr& 
 // log_softmax over the whole vocabulary of the columns in `keep`, from this rank's columns `x`:
 // x - log(sum exp x) with the sum's all-reduce differentiable in both directions (every rank's
 // terms depend on the one normaliser). Columns outside `keep` get finite values the caller
-// multiplies by 0.
+// multiplies by 0; an undefined `keep` is every column.
 at::Tensor log_softmax_over(const at::Tensor& x, const at::Tensor& keep, const tp::GroupPtr& group) {
   auto max = std::get<0>(x.detach().max(-1)).contiguous();  // the kept set holds the maximum
   group->all_reduce(max, dist::ReduceOp::MAX, {"distill.vocab_parallel.max"});
   const auto shifted = x - max.unsqueeze(-1);
-  const auto local_sum = (shifted.exp() * keep.to(x.scalar_type())).sum(-1);
+  const auto exp = keep.defined() ? shifted.exp() * keep.to(x.scalar_type()) : shifted.exp();
+  const auto local_sum = exp.sum(-1);
   const auto sum = tp::copy_to_region(tp::reduce_from_region(local_sum, group, "distill"), group,
                                       "distill");
   return shifted - sum.log().unsqueeze(-1);
@@ -65,11 +68,11 @@ at::Tensor vocab_parallel_distillation_divergence(const at::Tensor& student_loca
   const at::Tensor s = student_local.to(dtype) / T;
   const at::Tensor t = teacher_local.detach().to(dtype) / T;
   const auto keep = kept_columns(t, options.top_k, group);
-  const auto kept = keep.to(dtype);
+  const auto kept = keep.defined() ? keep.to(dtype) : at::Tensor();
   const auto log_s = log_softmax_over(s, keep, group);
   const auto log_t = log_softmax_over(t, keep, group).detach();
   return divergence_of_log_probs(log_s, log_t, options, [&](const at::Tensor& terms) {
-    return tp::reduce_from_region((terms * kept).sum(-1), group, "distill");
+    return tp::reduce_from_region((kept.defined() ? terms * kept : terms).sum(-1), group, "distill");
   });
 }
 
