@@ -11,6 +11,7 @@
 #include "fsdpp/data/printable_text.h"
 #include "fsdpp/train/run_plot.h"
 #include "phases.h"
+#include "sample_hold.h"
 
 namespace fsdpp::train::detail {
 
@@ -75,7 +76,12 @@ TrainResult finish(TrainSession& s) {
                                     t.sample_tokens));
       return made % 8 == 0 && stop_requested(s);
     };
-    auto ids = s.pipeline ? pipeline_generate(s, prompt, go) : s.lm->generate(prompt, go);
+    at::Tensor ids;
+    {
+      const SampleHold hold(s);
+      s.say(fmt::format("[train] sampling {} tokens: {}", t.sample_tokens, hold.how()));
+      ids = s.pipeline ? pipeline_generate(s, prompt, go) : s.lm->generate(prompt, go);
+    }
     // Cut short: only the callback above stops early, and every rank agreed on it.
     if (ids.size(-1) < static_cast<int64_t>(prompt_ids.size()) + t.sample_tokens) {
       result.stopped_by_signal = s.stop_signal->received() != 0 ? s.stop_signal->received() : SIGTERM;
