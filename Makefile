@@ -50,8 +50,10 @@ install:
 run: build
 	bash scripts/default_job.sh $(BUILD_DIR) $(ARGS)
 
+# -j: the single-process tests (the unit suites, the fuzzers, the build and docs audits) run
+# side by side on the cores; every multi-process test is RUN_SERIAL and runs alone.
 test: build
-	cd $(BUILD_DIR) && FSDPP_VENV=$(VENV) ctest --output-on-failure --timeout 600 -LE 'slow|gpu' $(CTEST_ARGS)
+	cd $(BUILD_DIR) && FSDPP_VENV=$(VENV) ctest --output-on-failure --timeout 600 -LE 'slow|gpu' -j $(JOBS) $(CTEST_ARGS)
 
 test-unit: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -L unit $(CTEST_ARGS)
