@@ -1,6 +1,7 @@
 #include "fsdpp/fsdp/wrap_policy.h"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 #include <unordered_set>
 
@@ -69,23 +70,28 @@ WrapPolicy size_based_policy(int64_t min_num_params, std::vector<std::string> ca
 namespace {
 
 // Post-order: children first, so that a parent sees what its children left unwrapped.
-// Returns the number of parameter elements under `module` not in a unit.
-int64_t wrap_below(const std::string& path, torch::nn::Module& module, const WrapPolicy& policy,
-                   const FullyShardOptions& options, std::vector<std::string>& made,
-                   std::unordered_set<const c10::TensorImpl*>& counted) {
-  int64_t unwrapped = 0;
+// Returns the parameters under `module` not in a unit (each once); `make_unit(path, module,
+// params)` is called for every module the policy chooses, with the parameters it takes.
+using MakeUnit = std::function<void(const std::string&, torch::nn::Module&, std::vector<at::Tensor>)>;
+
+std::vector<at::Tensor> wrap_below(const std::string& path, torch::nn::Module& module,
+                                   const WrapPolicy& policy, const MakeUnit& make_unit,
+                                   std::unordered_set<const c10::TensorImpl*>& counted) {
+  std::vector<at::Tensor> unwrapped;
   for (const auto& child : module.named_children()) {
     if (child.key() == FSDPUnit::kChildName) continue;
     const std::string child_path = path.empty() ? child.key() : path + "." + child.key();
-    unwrapped += wrap_below(child_path, *child.value(), policy, options, made, counted);
+    auto below = wrap_below(child_path, *child.value(), policy, make_unit, counted);
+    unwrapped.insert(unwrapped.end(), below.begin(), below.end());
   }
   for (const auto& p : module.named_parameters(/*recurse=*/false)) {
-    if (counted.insert(p.value().unsafeGetTensorImpl()).second) unwrapped += p.value().numel();
+    if (counted.insert(p.value().unsafeGetTensorImpl()).second) unwrapped.push_back(p.value());
   }
-  if (!path.empty() && !find_unit(module) && policy(path, module, unwrapped)) {
-    fully_shard(module, options);
-    made.push_back(path);
-    return 0;
+  int64_t numel = 0;
+  for (const auto& p : unwrapped) numel += p.numel();
+  if (!path.empty() && !find_unit(module) && policy(path, module, numel)) {
+    make_unit(path, module, std::move(unwrapped));
+    return {};
   }
   return unwrapped;
 }
@@ -102,10 +108,29 @@ std::vector<std::string> apply_fully_shard(torch::nn::Module& root, const WrapPo
                                            const FullyShardOptions& root_options) {
   std::vector<std::string> made;
   std::unordered_set<const c10::TensorImpl*> counted;
-  if (policy) wrap_below("", root, policy, options, made, counted);
+  if (policy) {
+    wrap_below("", root, policy,
+               [&](const std::string& path, torch::nn::Module& m, std::vector<at::Tensor>) {
+                 fully_shard(m, options);
+                 made.push_back(path);
+               },
+               counted);
+  }
   fully_shard(root, root_options);
   made.emplace_back();
   return made;
+}
+
+std::vector<PlannedUnit> plan_units(torch::nn::Module& root, const WrapPolicy& policy) {
+  std::vector<PlannedUnit> units;
+  std::unordered_set<const c10::TensorImpl*> counted;
+  auto rest = wrap_below("", root, policy ? policy : WrapPolicy([](auto&&...) { return false; }),
+                         [&](const std::string& path, torch::nn::Module&, std::vector<at::Tensor> params) {
+                           units.push_back({path, std::move(params)});
+                         },
+                         counted);
+  units.push_back({"", std::move(rest)});
+  return units;
 }
 
 void keep_ends_gathered(torch::nn::Module& root, const std::vector<std::string>& made) {

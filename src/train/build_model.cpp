@@ -2,10 +2,8 @@
 // model of model.architecture (on the meta device under model.deferred_init, else whole) and
 // model.init_from's weights where they load before sharding (a model built whole).
 #include "fsdpp/common/error.h"
-#include "fsdpp/dist/agree.h"
-#include "fsdpp/dist/device.h"
-#include "fsdpp/estimate/memory_estimate.h"
 #include "fsdpp/train/memory_check.h"
+#include "fits_check.h"
 #include "phases.h"
 
 namespace fsdpp::train::detail {
@@ -13,7 +11,6 @@ namespace fsdpp::train::detail {
 void build_model(TrainSession& s) {
   if (s.custom) return build_custom_model(s);  // train()'s module (custom_model.cpp)
   const auto& cfg = s.cfg;
-  const auto& t = cfg.training;
   auto& world = s.world;
   const auto& tokenizer = s.tokenizer;
   auto& init = s.init;
@@ -24,26 +21,9 @@ void build_model(TrainSession& s) {
   const bool llama = cfg.model.architecture == ModelArchitecture::LLAMA;
   // distillation.teacher's directory and vocabulary, named by the key before anything reads it.
   if (cfg.distillation.live_teacher()) check_teacher_source(cfg, vocab);
-  if (!t.skip_memory_check) {
-    // The host's memory is the device's on CPU; on a GPU the device's free memory.
-    const int local = world.env().local_world_size;
-    dist::agree_on_failure(*world.group(), "checking that the run fits in memory", [&] {
-      const auto ce = configured_estimate(cfg, vocab, world.size(), local);
-      if (!ce.skip.empty()) {
-        s.say("[train] memory check: skipped (" + ce.skip + ")");
-        return;
-      }
-      if (!world.device().is_cpu()) {
-        auto o = ce.options;
-        o.device_is_gpu = true;
-        const auto m = dist::device_memory(world.device());
-        check_device_memory_fits(estimate_memory(ce.model, o), m.free, m.total, world.device().str());
-        return;
-      }
-      check_memory_fits(estimate_memory(ce.model, ce.options),
-                        deferred_init(cfg) ? 0 : ce.model.num_params() * 4, local);
-    });
-  }
+  check_run_fits(
+      s, [&] { return configured_estimate(cfg, vocab, world.size(), world.env().local_world_size); },
+      /*builds_whole=*/!deferred_init(cfg));
   const at::Device device = model_build_device(cfg);
   if (llama) {
     s.llama = models::Llama(cfg.llama_config(vocab), device);

@@ -13,6 +13,7 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/wrap_policy.h"
 #include "config_read.h"
+#include "fits_check.h"
 #include "phases.h"
 
 namespace fsdpp::train {
@@ -132,6 +133,32 @@ void check_custom_keys(const TrainConfig& cfg) {
          "distillation compares a language model's logits with a teacher's");
 }
 
+// The estimate's model of `module`: the units FSDP will make of it under the config's wrap
+// policy (plan_units), each parameter as rows x the rest (FSDP shards rows). Activations are not
+// known without running it: the check covers the parameters, gradients, optimizer state and the
+// gathered units, and says so.
+ConfiguredEstimate custom_estimate(const TrainSession& s, torch::nn::Module& module) {
+  ConfiguredEstimate ce;
+  for (const auto& planned : plan_units(module, s.cfg.wrap_policy())) {
+    ModelDescription::Unit unit{.name = planned.path.empty() ? "(root)" : planned.path};
+    for (const auto& p : planned.params) {
+      const int64_t rows = p.dim() > 0 ? std::max<int64_t>(1, p.size(0)) : 1;
+      unit.params.push_back({.rows = rows, .row_numel = p.numel() / rows});
+    }
+    if (planned.path.empty()) {
+      ce.model.units.insert(ce.model.units.begin(), std::move(unit));  // the root first
+    } else {
+      ce.model.units.push_back(std::move(unit));
+    }
+  }
+  ce.options = s.cfg.estimate_options(s.world.size(), s.world.env().local_world_size);
+  ce.notes.push_back(fmt::format(
+      "{} units, {:.4f} M parameters; a custom model's activations are not estimated (the check "
+      "covers its parameters, gradients, optimizer state and gathered units)",
+      ce.model.units.size(), static_cast<double>(ce.model.num_params()) / 1e6));
+  return ce;
+}
+
 void check_custom_config(const TrainConfig& cfg, const CustomModel& model, const TrainData& data) {
   FSDPP_CHECK_AS(ConfigError, model.make && model.loss,
                  "[train] CustomModel '{}' needs both make (the module factory) and loss", model.name);
@@ -167,7 +194,6 @@ void prepare_custom_data(TrainSession& s) {
 void build_custom_model(TrainSession& s) {
   const auto& model = s.custom->model;
   const auto& t = s.cfg.training;
-  if (!t.skip_memory_check) s.say("[train] memory check: skipped (no estimate for a custom model)");
   torch::manual_seed(t.seed);  // the same initial weights on every rank, and in every run
   auto module = model.make();
   FSDPP_CHECK_AS(ConfigError, module != nullptr, "[train] CustomModel '{}': make returned no module", model.name);
@@ -188,6 +214,8 @@ void build_custom_model(TrainSession& s) {
                   name, model.name, module_class_name(*module), have);
     }
   }
+  // Built whole already (on every rank, as train() documents): what is left to check is the step.
+  check_run_fits(s, [&] { return custom_estimate(s, *module); }, /*builds_whole=*/false);
   s.lm = std::make_unique<CustomLM>(model, std::move(module), fc.transformer_layer_cls_to_wrap);
   s.say(fmt::format("[train] model: {}: {:.4f} M parameters", s.lm->describe(),
                     models::num_parameters(s.lm->module()) / 1e6));

@@ -1,5 +1,6 @@
 // finish (phases.h): the last step's save (unless save_strategy is no or a signal stopped the
 // run), the wait for an asynchronous save, then the closing lines and the sample text.
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <string>
@@ -93,8 +94,11 @@ TrainResult finish(TrainSession& s) {
     if (lead) write_file_atomically(out_dir / "sample.txt", result.sample + "\n", "train");
     s.say("[train] sample:\n" + data::printable_text(result.sample) + "\n");
   }
-  s.say(fmt::format("[train] done: {} steps, final loss {:.4f}, validation loss {:.4f}", result.steps,
-                    result.final_loss, result.final_val_loss));
+  // A run without evaluation data (train() given no TrainData::eval) has no validation loss.
+  s.say(fmt::format("[train] done: {} steps, final loss {:.4f}{}", result.steps, result.final_loss,
+                    std::isfinite(result.final_val_loss)
+                        ? fmt::format(", validation loss {:.4f}", result.final_val_loss)
+                        : std::string(", no validation data")));
   s.say(fmt::format("[train] metrics: {}  config: {}{}{}", (out_dir / "metrics.jsonl").string(),
                     (out_dir / "config.yaml").string(),
                     t.sample_tokens > 0 && tokenizer ? "  sample: " + (out_dir / "sample.txt").string() : "",

@@ -53,6 +53,15 @@ std::vector<std::string> apply_fully_shard(torch::nn::Module& root, const WrapPo
                                            const FullyShardOptions& options,
                                            const FullyShardOptions& root_options);
 
+// The units apply_fully_shard(root, policy, ...) would make, without making them: each unit's path
+// (the root last, as "") and the parameters it would hold (each parameter once, in the unit
+// nearest to it). What a memory estimate of a module of one's own starts from.
+struct PlannedUnit {
+  std::string path;
+  std::vector<at::Tensor> params;
+};
+std::vector<PlannedUnit> plan_units(torch::nn::Module& root, const WrapPolicy& policy);
+
 // After apply_fully_shard (`made`, its result): the root, whose backward comes first, and the
 // last unit made (post-order: the last block), whose backward comes next, keep their parameters
 // from forward to backward (set_reshard_after_forward(false)), since nothing computed before
