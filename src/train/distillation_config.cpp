@@ -63,11 +63,20 @@ void validate_distillation(const TrainConfig& cfg) {
         "holds the teacher on the data's windows only; the teacher itself must score the "
         "samples and give its hidden states. Give distillation.teacher too",
         sampling ? fmt::format("lmbda={} seq_kd={}", d.lmbda, d.seq_kd) : "layer_map");
-  // The student's logits are split over the vocabulary under TP; the loss needs them whole.
-  check(cfg.parallelism.tensor_parallel_degree == 1,
-        "[config] distillation.teacher with parallelism.tensor_parallel_degree={}: the KD loss "
-        "needs the student's whole vocabulary on each rank; expected 1",
-        cfg.parallelism.tensor_parallel_degree);
+  // Under TP the student's logits are split over the vocabulary and the loss is computed on
+  // each rank's columns (vocab_parallel_distill_loss.h): the teacher's columns come from its
+  // whole logits, which a cache's top-K are not; its hidden states are the student's sequence
+  // pieces under sequence parallelism.
+  const int64_t tp = cfg.parallelism.tensor_parallel_degree;
+  check(tp == 1 || d.teacher_cache.empty(),
+        "[config] distillation.teacher_cache with parallelism.tensor_parallel_degree={}: a "
+        "tensor-parallel student takes its vocabulary columns of the live teacher's logits; "
+        "drop the cache (distillation.teacher scores the batches) or use tensor_parallel_degree=1",
+        tp);
+  check(tp == 1 || d.layer_map.empty() || !cfg.parallelism.enable_sequence_parallel,
+        "[config] distillation.layer_map with parallelism.enable_sequence_parallel=true: each "
+        "rank holds a piece of the sequence of the student's hidden states; set "
+        "enable_sequence_parallel=false (tensor parallelism alone keeps them whole)");
   // The pipelined step computes the loss in the last stage, which has no teacher (yet).
   check(cfg.parallelism.pipeline_parallel_degree == 1,
         "[config] distillation.teacher with parallelism.pipeline_parallel_degree={}: the "

@@ -13,6 +13,7 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/train/chunked_distill_loss.h"
+#include "fsdpp/train/vocab_parallel_distill_loss.h"
 #include "fsdpp/train/layer_distill_loss.h"
 #include "elapsed.h"
 
@@ -67,6 +68,7 @@ Distiller::Distiller(const TrainConfig& cfg, dist::World& world, int64_t student
   layer_loss_ = d.layer_loss;
   chunk_ = d.loss_chunk_tokens;
   seq_len_ = cfg.data.seq_len;
+  vocab_ = student_vocab;
   if (d.live_teacher()) teacher_ = std::make_unique<Teacher>(cfg, world, student_vocab);
   if (!d.teacher_cache.empty()) {
     cache_ = TeacherCache::open(d.teacher_cache);
@@ -90,6 +92,11 @@ Distiller::Distiller(const TrainConfig& cfg, dist::World& world, int64_t student
     projections_.emplace(d.layer_projection, pairs, student.hidden_size(),
                          teacher_->lm().hidden_size(), cfg.training.seed, world.device());
   }
+}
+
+void Distiller::shard_vocabulary(tp::GroupPtr group) {
+  columns_ = tp::shard_range(vocab_, group->size(), group->rank());
+  tp_group_ = std::move(group);
 }
 
 std::string Distiller::describe() const {
@@ -132,8 +139,21 @@ Distiller::Result Distiller::loss(models::CausalLM& student, const data::BatchLo
     targets.logits = t.logits;
     teacher_hidden = std::move(t.hidden_states);
   }
-  auto parts = chunked_distillation_objective(out.logits, targets, pb.targets, pb.kd_mask,
-                                              options_, kd_ratio_, chunk_);
+  DistillObjective parts;
+  if (tp_group_) {
+    // This rank's columns of both: the teacher's logits are whole (it is not tensor parallel).
+    FSDPP_CHECK(out.logits.size(-1) == columns_.size && targets.logits.defined(),
+                "[train] a tensor-parallel student's logits have {} columns, its share of the "
+                "vocabulary {}; the teacher gave {}",
+                out.logits.size(-1), columns_.size,
+                targets.logits.defined() ? "whole logits" : "a cache's top-K");
+    parts = vocab_parallel_distillation_objective(
+        out.logits, targets.logits.narrow(-1, columns_.offset, columns_.size), pb.targets,
+        pb.kd_mask, options_, kd_ratio_, columns_.offset, tp_group_);
+  } else {
+    parts = chunked_distillation_objective(out.logits, targets, pb.targets, pb.kd_mask, options_,
+                                           kd_ratio_, chunk_);
+  }
   targets = {};
   at::Tensor loss = parts.loss;
   kd_sum_ += parts.kd.item<double>();

@@ -26,6 +26,7 @@
 #include "fsdpp/data/batch_loader.h"
 #include "fsdpp/dist/world.h"
 #include "fsdpp/models/causal_lm.h"
+#include "fsdpp/tp/regions.h"
 #include "fsdpp/train/config.h"
 #include "fsdpp/train/teacher_cache.h"
 #include "init_from.h"
@@ -58,6 +59,12 @@ class Distiller {
   Result loss(models::CausalLM& student, const data::BatchLoader::Batch& batch, int64_t step,
               int64_t micro);
 
+  // A tensor-parallel student: its logits are this rank's columns of the vocabulary
+  // (tp::shard_range over `group`), and the loss is vocab_parallel_distillation_objective over
+  // them and the same columns of the teacher's: no rank gathers the whole vocabulary. Without
+  // this call the student's logits are whole and the loss is chunked (chunked_distill_loss.h).
+  void shard_vocabulary(tp::GroupPtr group);
+
   void begin_step();
   // metrics.jsonl: kd_loss, ce_loss (and layer_loss) averaged over micro-batches and ranks,
   // sampled batches, generate_ms, the teacher's collectives (this rank's). Collective.
@@ -77,7 +84,9 @@ class Distiller {
   DistillLossOptions options_;
   double kd_ratio_ = 0, aux_coef_ = 0, layer_weight_ = 0;
   Choice<LayerLossType> layer_loss_ = LayerLossType::COSINE;
-  int64_t chunk_ = 0, seq_len_ = 0;
+  int64_t chunk_ = 0, seq_len_ = 0, vocab_ = 0;
+  tp::GroupPtr tp_group_;  // shard_vocabulary's; null: whole logits
+  tp::ShardRange columns_;
   std::vector<int64_t> student_layers_, teacher_layers_;
   std::optional<LayerProjections> projections_;
   // This step's sums.

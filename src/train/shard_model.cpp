@@ -205,6 +205,7 @@ void shard_model(TrainSession& s) {
   if (cfg.distillation.enabled()) {
     const auto& d = cfg.distillation;
     s.distiller = std::make_unique<Distiller>(cfg, world, s.vocab, *s.lm);
+    if (s.tp) s.distiller->shard_vocabulary(s.tp_mesh->group("tp"));  // vocab-parallel logits
     s.say(fmt::format("[train] distillation: {} ({}, FULL_SHARD, frozen); loss {}{}, "
                       "temperature {}, kd_ratio {}{}",
                       s.distiller->describe(), d.teacher_dtype, d.loss,

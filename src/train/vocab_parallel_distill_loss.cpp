@@ -8,6 +8,7 @@
 
 #include "divergence.h"
 #include "fsdpp/common/error.h"
+#include "fsdpp/tp/cross_entropy.h"
 
 namespace fsdpp::train {
 namespace {
@@ -85,6 +86,30 @@ at::Tensor vocab_parallel_distillation_loss(const at::Tensor& student_local,
   check_distill_labels(student_local, labels);
   const auto d = vocab_parallel_distillation_divergence(student_local, teacher_local, options, group);
   return masked_mean(d, labels != options.ignore_index);
+}
+
+DistillObjective vocab_parallel_distillation_objective(const at::Tensor& student_local,
+                                                       const at::Tensor& teacher_local,
+                                                       const at::Tensor& labels,
+                                                       const at::Tensor& kd_mask,
+                                                       const DistillLossOptions& options,
+                                                       double kd_ratio, int64_t vocab_offset,
+                                                       const tp::GroupPtr& group) {
+  check_distill_shapes(student_local, teacher_local);
+  check_distill_labels(student_local, labels);
+  FSDPP_CHECK_AS(ConfigError, !kd_mask.defined() || kd_mask.sizes() == labels.sizes(),
+                 "[distill] kd_mask has shape {}, the labels {}; expected the same",
+                 kd_mask.sizes(), labels.sizes());
+  const auto d = vocab_parallel_distillation_divergence(student_local, teacher_local, options, group);
+  DistillObjective out;
+  out.kd = masked_mean(d, kd_mask.defined() ? kd_mask : labels != options.ignore_index);
+  auto ce_labels = labels;
+  if (options.ignore_index != -100) {  // vocab_parallel_cross_entropy ignores -100
+    ce_labels = labels.masked_fill(labels == options.ignore_index, -100);
+  }
+  out.ce = tp::vocab_parallel_cross_entropy(student_local, ce_labels, vocab_offset, group);
+  out.loss = (1 - kd_ratio) * out.ce + kd_ratio * out.kd;
+  return out;
 }
 
 }  // namespace fsdpp::train

@@ -10,6 +10,8 @@
 #   step 1's kd_loss is 0 (within 1e-6) in float32 and small but not 0 with a bfloat16 teacher.
 #   kd0: kd_ratio 0 gives the losses of the run without distillation.
 #   hf: a Llama teacher from a Hugging Face directory (fsdpp-ckpt export-hf).
+#   tp2, tp2k: a Llama student with tensor parallelism 2 (the vocab-parallel KD loss, without and
+#   with top_k) equal to one process (tp1, tp1k) within 1e-5 per step.
 # The teacher is in no checkpoint of the student and in no optimizer (kd0's checkpoint holds the
 # same files as plain's). Bad values are [config] errors naming the key.
 set -euo pipefail
@@ -47,6 +49,18 @@ go 1 llama model.architecture=llama training.fsdp_config.fsdp_transformer_layer_
 go 2 hf model.n_layers=1 training.max_steps=2 training.per_device_train_batch_size=4 \
   distillation.teacher="$dir/llama_hf"
 grep -q "distillation: teacher Llama dim 64 x 2 layers" "$dir/hf.log"
+# A tensor-parallel Llama student (vocab-parallel KD loss on each rank's 128 of the 256 columns):
+# tp2 on 2 ranks equals tp1 on one, with the whole vocabulary's top 20 (tp2k: each rank's top 20
+# gathered) and without.
+tpstudent=(model.architecture=llama training.fsdp_config.fsdp_transformer_layer_cls_to_wrap=[TransformerBlock]
+           model.n_layers=1 training.max_steps=3 training.per_device_train_batch_size=8
+           distillation.teacher="$teacher" distillation.loss=generalized_jsd distillation.beta=0.3
+           distillation.temperature=2 distillation.kd_ratio=0.7)
+go 1 tp1 "${tpstudent[@]}"
+go 2 tp2 "${tpstudent[@]}" parallelism.tensor_parallel_degree=2
+go 1 tp1k "${tpstudent[@]}" distillation.top_k=20
+go 2 tp2k "${tpstudent[@]}" distillation.top_k=20 parallelism.tensor_parallel_degree=2
+grep -q "tensor parallel: " "$dir/tp2.log"
 # configs/distill-moe.yaml (the guide's training: section) as docs/distillation.md runs it: a
 # student compressed from the teacher (half its experts), with the torchrun spelling of the flag.
 "$ckpt" compress --num-experts 2 --calibration "$dir/text.txt" "$teacher" "$dir/student" \
@@ -97,6 +111,18 @@ for s in (1, 2):
     for k in ("loss", "grad_norm"):
         assert abs(kd0[s][k] - plain[s][k]) < 1e-6, (s, k, kd0[s][k], plain[s][k])
     assert abs(kd0[s]["ce_loss"] + 0.001 * kd0[s]["aux_loss"] - plain[s]["loss"]) < 1e-6, s
+worst = 0.0
+for one_name, tp_name in (("tp1", "tp2"), ("tp1k", "tp2k")):
+    one, tp = steps(one_name), steps(tp_name)
+    assert sorted(tp) == sorted(one) == [1, 2, 3], (tp_name, sorted(tp))
+    for s in one:
+        for k in ("loss", "kd_loss", "ce_loss", "grad_norm"):
+            diff = abs(tp[s][k] - one[s][k])
+            worst = max(worst, diff)
+            assert diff < 1e-5, (tp_name, s, k, tp[s][k], one[s][k])
+assert abs(steps("tp1k")[1]["kd_loss"] - steps("tp1")[1]["kd_loss"]) > 1e-6  # top_k mattered
+print(f"distill: a tensor-parallel Llama student (TP 2, vocab-parallel KD loss, with and without "
+      f"top_k 20) equals one process over 3 steps, worst difference {worst:.2e}")
 hf = steps("hf")
 assert hf[1]["kd_loss"] > 0 and hf[2]["teacher_reduce_scatter_bytes"] == 0, hf
 # No teacher tensor in the student's checkpoint, and the same files as without distillation.

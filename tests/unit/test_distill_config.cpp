@@ -106,8 +106,19 @@ TEST(DistillConfig, BadValuesNameTheKey) {
   EXPECT_NE(dtype.find("float32, bfloat16"), std::string::npos) << dtype;
   const auto unknown = bad("distillation.teachr=x");
   EXPECT_NE(unknown.find("teacher"), std::string::npos) << unknown;
-  EXPECT_NE(bad("parallelism.tensor_parallel_degree=2").find(
-                "distillation.teacher with parallelism.tensor_parallel_degree=2"),
+  // A tensor-parallel student distils from a live teacher (vocab-parallel loss), not from a
+  // cache's top-K, nor layer by layer with its sequence split.
+  EXPECT_NO_THROW(TrainConfig::from_yaml_string(kYaml, {"parallelism.tensor_parallel_degree=2"}));
+  EXPECT_NE(error_of([&] {
+              TrainConfig::from_yaml_string(
+                  kYaml, {"parallelism.tensor_parallel_degree=2", "distillation.teacher_cache=runs/c"});
+            }).find("distillation.teacher_cache with parallelism.tensor_parallel_degree=2"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              TrainConfig::from_yaml_string(
+                  kYaml, {"parallelism.tensor_parallel_degree=2", "parallelism.enable_sequence_parallel=true",
+                          "distillation.layer_map=[0:0]"});
+            }).find("distillation.layer_map with parallelism.enable_sequence_parallel=true"),
             std::string::npos);
   EXPECT_NE(bad("parallelism.pipeline_parallel_degree=2").find(
                 "distillation.teacher with parallelism.pipeline_parallel_degree=2"),
