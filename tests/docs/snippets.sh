@@ -15,7 +15,7 @@ if command -v ccache > /dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=c
 cmake --install "$build" --prefix "$dir/prefix" > /dev/null
 cmake -S "$src/tests/docs/snippets" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$dir/prefix" \
-  -DSNIPPET_DIR="$dir/snippets" "${launcher[@]}" > /dev/null
+  -DSNIPPET_DIR="$dir/snippets" -DFSDPP_SOURCE_DIR="$src" "${launcher[@]}" > /dev/null
 if ! cmake --build "$dir/build" -- -k 0 > "$dir/log" 2>&1; then
   # The compiler's errors, which name the page and line (#line), without the build's noise.
   grep -E "error|note: |^\s+[0-9]+ \||\^" "$dir/log" | head -150
