@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <torch/torch.h>
+
 #include <unordered_set>
 
 #include "fsdpp/common/error.h"
@@ -14,6 +16,31 @@
 
 namespace fsdpp::parallel {
 namespace {
+
+// Point-to-point tags of the forward-only pass, apart from the runtime's (which waits for all of
+// its messages by the end of each step).
+constexpr int kForwardTag = 1 << 24;
+
+// Sends `t` with its dtype and sizes first, so that the receiver needs to know neither.
+void send_tensor(dist::ProcessGroup& pp, const at::Tensor& t, int dst, int tag) {
+  auto c = t.contiguous();
+  std::vector<int64_t> head{static_cast<int64_t>(c.scalar_type()), c.dim()};
+  for (auto d : c.sizes()) head.push_back(d);
+  head.resize(8, 0);
+  pp.send(torch::tensor(head, torch::kLong).to(c.device()), dst, tag, {"pipeline forward"});
+  pp.send(c, dst, tag + 1, {"pipeline forward"});
+}
+
+at::Tensor recv_tensor(dist::ProcessGroup& pp, int src, int tag, at::Device device) {
+  auto head = at::empty({8}, at::TensorOptions(at::kLong).device(device));
+  pp.recv(head, src, tag, {"pipeline forward"});
+  auto h = head.cpu();
+  const auto* v = h.data_ptr<int64_t>();
+  std::vector<int64_t> sizes(v + 2, v + 2 + v[1]);
+  auto t = at::empty(sizes, at::TensorOptions(static_cast<at::ScalarType>(v[0])).device(device));
+  pp.recv(t, src, tag + 1, {"pipeline forward"});
+  return t;
+}
 
 void check(const models::ModelPlan& model, const ParallelDims& d, const ParallelizeOptions& o,
            bool split_experts) {
@@ -78,7 +105,9 @@ std::unique_ptr<Parallelized> parallelize(std::shared_ptr<models::ModelPlan> mod
   }
   // 3. Activation checkpointing.
   if (o.checkpoint_every > 0) {
-    apply_activation_checkpointing(whole, model->block_classes(), o.checkpoint_every);
+    p->num_checkpointed_ = apply_activation_checkpointing(
+        whole, o.checkpoint_classes.empty() ? model->block_classes() : o.checkpoint_classes,
+        o.checkpoint_every).size();
   }
   // 4. Experts: placed over ep, their statistics over the global batch.
   OuterLayoutOf expert_layout;
@@ -109,13 +138,19 @@ std::unique_ptr<Parallelized> parallelize(std::shared_ptr<models::ModelPlan> mod
     // average over the data-parallel ranks, as the dense weights get.
     if (experts.gradient_divide_factor <= 0) experts.gradient_divide_factor = dims.dp();
   }
-  const auto policy = transformer_layer_policy(model->block_classes());
+  const auto policy = o.wrap.value_or(transformer_layer_policy(model->block_classes()));
   for (auto& root : p->roots_) {
     if (own_mesh) {
-      for (auto* m : model->expert_modules(*root)) fully_shard(*m, experts);
+      for (auto* m : model->expert_modules(*root)) {
+        fully_shard(*m, experts);
+        ++p->num_units_;
+      }
     }
-    apply_fully_shard(*root, policy, dense);
+    const auto made = apply_fully_shard(*root, policy, dense);
+    p->num_units_ += made.size();
+    if (o.keep_ends_gathered && dims.pp == 1) keep_ends_gathered(*root, made);
   }
+  if (o.materialize) o.materialize(p->roots());
   // 7. The pipeline runtime.
   if (dims.pp > 1) {
     std::vector<pipeline::PipelineStage> mine;
@@ -214,6 +249,70 @@ double Parallelized::clip_grad_norm_(double max_norm, double norm_type) {
 
 std::unique_ptr<ShardedGradScaler> Parallelized::grad_scaler(GradScalerOptions options) const {
   return std::make_unique<ShardedGradScaler>(roots(), options, mesh_->dense_groups());
+}
+
+}  // namespace fsdpp::parallel
+
+namespace fsdpp::parallel {
+
+int Parallelized::last_stage_rank() const {
+  return runtime_ ? cut_.schedule.rank_of(cut_.schedule.num_stages - 1) : 0;
+}
+
+at::Tensor Parallelized::forward_stages(const at::Tensor& tokens) {
+  if (!runtime_) return model_->causal_lm().forward_features(tokens, false, {}).logits;
+  const auto& sched = cut_.schedule;
+  auto& pp = *mesh_->group("pp");
+  const int me = pp.rank();
+  at::Device device = tokens.device();
+  for (const auto& p : parameters()) device = p.device();
+  at::Tensor h;
+  for (int st = 0; st < sched.num_stages; ++st) {
+    if (sched.rank_of(st) != me) continue;
+    at::Tensor in = tokens.to(device);
+    if (st > 0) {
+      in = sched.rank_of(st - 1) == me ? h
+                                       : recv_tensor(pp, sched.rank_of(st - 1), kForwardTag + 2 * st, device);
+    }
+    for (size_t i = 0; i < stages_.size(); ++i) {
+      if (stage_index_[i] == st) h = stages_[i].forward(in);
+    }
+    if (st + 1 < sched.num_stages && sched.rank_of(st + 1) != me) {
+      send_tensor(pp, h, sched.rank_of(st + 1), kForwardTag + 2 * (st + 1));
+    }
+  }
+  return sched.rank_of(sched.num_stages - 1) == me ? h : at::Tensor();
+}
+
+double Parallelized::eval_loss(const at::Tensor& inputs, const at::Tensor& targets) {
+  at::NoGradGuard no_grad;
+  if (!runtime_) return model_->causal_lm().forward(inputs, targets).loss.item<double>();
+  const auto out = forward_stages(inputs);
+  at::Device device = inputs.device();
+  for (const auto& p : parameters()) device = p.device();
+  auto loss = torch::zeros({1}, torch::TensorOptions(torch::kDouble).device(device));
+  if (out.defined()) {
+    for (const auto& st : stages_) {
+      if (st.loss) loss.fill_(st.loss(out, targets.to(out.device())).item<double>());
+    }
+  }
+  mesh_->group("pp")->broadcast(loss, last_stage_rank(), {"pipeline eval"});
+  return loss.cpu().item<double>();
+}
+
+dist::CommCounters Parallelized::comm_counters() const {
+  dist::CommCounters sum;
+  for (const auto* m : {&mesh_->dense(), &mesh_->sparse()}) {
+    if (!*m) continue;
+    for (const auto& name : (*m)->dim_names()) {
+      const auto c = (*m)->counters(name);
+      for (int k = 0; k < dist::kNumCollectives; ++k) {
+        sum.bytes[static_cast<size_t>(k)] += c.bytes[static_cast<size_t>(k)];
+        sum.calls[static_cast<size_t>(k)] += c.calls[static_cast<size_t>(k)];
+      }
+    }
+  }
+  return sum;
 }
 
 }  // namespace fsdpp::parallel

@@ -26,8 +26,7 @@ void build_model(TrainSession& s) {
       /*builds_whole=*/!deferred_init(cfg));
   const at::Device device = model_build_device(cfg);
   if (llama) {
-    s.llama = models::Llama(cfg.llama_config(vocab), device);
-    s.lm = models::causal_lm(s.llama);
+    s.lm = models::causal_lm(models::Llama(cfg.llama_config(vocab), device));
   } else {
     s.lm = models::causal_lm(models::Qwen3Moe(cfg.qwen3_moe_config(vocab), device));
   }

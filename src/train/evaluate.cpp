@@ -30,8 +30,9 @@ double evaluate(TrainSession& s, int64_t step, bool* stopped) {
       return std::nan("");
     }
     auto [x, y, starts] = val.next(eb);
-    sum += s.pipeline ? pipeline_eval_loss(s, x, y)
-                      : s.lm->forward(x.to(world.device()), y.to(world.device())).loss.item<double>();
+    x = x.to(world.device());
+    y = y.to(world.device());
+    sum += s.parallel ? s.parallel->eval_loss(x, y) : s.lm->forward(x, y).loss.item<double>();
   }
   auto v = torch::tensor({sum / batches}, torch::kDouble);
   world.group()->all_reduce(v, dist::ReduceOp::AVG, {"eval"});

@@ -81,7 +81,7 @@ TrainResult finish(TrainSession& s) {
     {
       const SampleHold hold(s);
       s.say(fmt::format("[train] sampling {} tokens: {}", t.sample_tokens, hold.how()));
-      ids = s.pipeline ? pipeline_generate(s, prompt, go) : s.lm->generate(prompt, go);
+      ids = s.pipelined() ? pipeline_generate(s, prompt, go) : s.lm->generate(prompt, go);
     }
     // Cut short: only the callback above stops early, and every rank agreed on it.
     if (ids.size(-1) < static_cast<int64_t>(prompt_ids.size()) + t.sample_tokens) {

@@ -42,7 +42,7 @@ void make_optimizer(TrainSession& s) {
   auto& world = s.world;
   torch::nn::Module& model = s.lm->module();
   // Pipelined: this rank's stages only (the rest of the model it built is not trained here).
-  auto params = s.pipeline ? s.pipeline->runtime->parameters() : model.parameters();
+  auto params = s.parallel ? s.parallel->parameters() : model.parameters();
   const auto options = torch::optim::AdamWOptions(t.learning_rate)
                            .betas({t.adam_beta1, t.adam_beta2})
                            .eps(t.adam_epsilon)
@@ -60,8 +60,9 @@ void make_optimizer(TrainSession& s) {
   // fp16: the sharded dynamic loss scaler (disabled, it is a pass-through for other dtypes).
   GradScalerOptions scaler_options;
   scaler_options.enabled = t.fp16;
-  s.scaler = std::make_unique<ShardedGradScaler>(
-      s.pipeline ? *s.pipeline->stages.front() : model, scaler_options);  // pp: disabled (no fp16)
+  // Its skip agreed over every dim of the mesh, every stage's gradients unscaled.
+  s.scaler = s.parallel ? s.parallel->grad_scaler(scaler_options)
+                        : std::make_unique<ShardedGradScaler>(model, scaler_options);
   auto& offload = s.offload;
   if (!t.fsdp_config.offload_optimizer_state_dir.empty()) {
     DiskOffloadOptions oo;

@@ -142,7 +142,7 @@ void validate_parallelism(const TrainConfig& cfg) {
                  p.tensor_parallel_degree);
 }
 
-ParallelDims parallel_dims(const TrainConfig& cfg, int world_size) {
+ParallelDims parallel_dims(const TrainConfig& cfg, int world_size, int local_world_size) {
   const auto& p = cfg.parallelism;
   const auto traits = traits_of(cfg.training.fsdp);
   validate_parallelism(cfg);  // every degree <= kMaxDegree: the narrowing below is exact
@@ -193,22 +193,24 @@ ParallelDims parallel_dims(const TrainConfig& cfg, int world_size) {
                    "full_shard",
                    to_string(cfg.training.fsdp), d.tp);
   }
-  return d;
-}
-
-std::shared_ptr<dist::DeviceMesh> ParallelDims::build_mesh(dist::World& world) const {
-  FSDPP_CHECK(world.size() == world_size(), "[train] a mesh of {} ranks on a world of {}",
-              world_size(), world.size());
-  if (dp_replicate > 1) {
-    return world.init_device_mesh({dp_replicate, dp_shard, tp}, {"replicate", "shard", "tp"});
+  if (traits.hybrid && d.dp_replicate == 1 &&
+      (local_world_size > 0 || cfg.training.fsdp_config.hybrid_shard_group_size > 0)) {
+    // Shard inside a node (fast links), replicate across nodes: fsdpp-run lays ranks out node
+    // by node, so groups of LOCAL_WORLD_SIZE consecutive dp ranks are the nodes.
+    const int shard = cfg.hybrid_shard_group_size(local_world_size);
+    FSDPP_CHECK_AS(ConfigError, shard <= d.dp_shard && d.dp_shard % shard == 0,
+                   "[train] training.fsdp={} shards over groups of {} ranks ({}), which must "
+                   "divide the world size {}{}",
+                   to_string(cfg.training.fsdp), shard,
+                   cfg.training.fsdp_config.hybrid_shard_group_size > 0
+                       ? "training.fsdp_config.fsdp_hybrid_shard_group_size"
+                       : "LOCAL_WORLD_SIZE",
+                   world_size,
+                   d.pp > 1 ? fmt::format(" (its {} data-parallel ranks per stage)", d.dp_shard) : "");
+    d.dp_replicate = d.dp_shard / shard;
+    d.dp_shard = shard;
   }
-  return world.init_device_mesh({dp_shard, tp}, {"shard", "tp"});
-}
-
-std::shared_ptr<dist::DeviceMesh> ParallelDims::build_pipeline_mesh(dist::World& world) const {
-  FSDPP_CHECK(world.size() == world_size(), "[train] a mesh of {} ranks on a world of {}",
-              world_size(), world.size());
-  return world.init_device_mesh({pp, dp_shard, tp}, {"pp", "dp_shard", "tp"});
+  return d;
 }
 
 PipelinePlan pipeline_plan(const TrainConfig& cfg, const ParallelDims& dims) {
@@ -271,10 +273,6 @@ std::string PipelinePlan::describe() const {
   }
   return fmt::format("{}, {} stages of {} units, {} microbatches", schedule.name,
                      units_per_stage.size(), counts, microbatches);
-}
-
-std::shared_ptr<dist::DeviceMesh> ParallelDims::build_expert_mesh(dist::World& world) const {
-  return world.init_device_mesh({world.size() / ep, ep}, {"efsdp", "ep"});
 }
 
 std::string ParallelDims::describe() const {

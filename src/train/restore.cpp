@@ -78,7 +78,7 @@ void restore(TrainSession& s) {
   // Seeds the generators, and holds the background writer of training.async_save.
   s.checkpointer = std::make_unique<Checkpointer>(cfg, s.world_ptr, *s.lm);
   auto& checkpointer = *s.checkpointer;
-  if (s.pipeline) checkpointer.set_parts(s.pipeline->roots());
+  if (s.pipelined()) checkpointer.set_parts(s.parallel->roots());
   checkpointer.track_grad_scaler(&scaler);
   checkpointer.set_before_write(s.hooks.before_checkpoint_write);
   // The tokenizer travels with the model (a language model's: train()'s models have none).

@@ -40,8 +40,8 @@ int64_t gathered_bytes(torch::nn::Module& root, const FullyShardOptions& fopts) 
 }  // namespace
 
 SampleHold::SampleHold(TrainSession& s) : s_(s) {
-  if (s.pipeline || !s.lm || s.fopts.offload_policy.offload_params) {
-    how_ = s.pipeline ? "the pipeline's stages, each gathered per token" : "offloaded parameters, gathered per token";
+  if (s.pipelined() || !s.lm || s.fopts.offload_policy.offload_params) {
+    how_ = s.pipelined() ? "the pipeline's stages, each gathered per token" : "offloaded parameters, gathered per token";
     return;
   }
   const auto& traits = traits_of(s.fopts.strategy);

@@ -26,13 +26,12 @@
 #include "fsdpp/fsdp/grad_scaler.h"
 #include "fsdpp/models/causal_lm.h"
 #include "fsdpp/models/llama.h"
-#include "fsdpp/models/qwen3_moe_ep.h"
+#include "fsdpp/parallel/parallelize.h"
 #include "fsdpp/optim/disk_offload.h"
 #include "fsdpp/train/config.h"
 #include "fsdpp/train/hooks.h"
 #include "fsdpp/train/lr_schedule.h"
 #include "fsdpp/train/parallel_dims.h"
-#include "fsdpp/tp/plan.h"
 #include "fsdpp/train/batch_source.h"
 #include "fsdpp/train/custom_model.h"
 #include "fsdpp/train/trainer.h"
@@ -99,23 +98,17 @@ struct TrainSession {
 
   // ---- build_model, shard_model
   int64_t vocab = 0;
-  // The model of model.architecture; `llama` is the Llama inside it (null for other
-  // architectures), for what knows the Llama only: tensor parallelism and model.init_from.
+  // The model of model.architecture (or train()'s module behind the same interface).
   std::unique_ptr<models::CausalLM> lm;
-  models::Llama llama{nullptr};
   // qwen3_moe: the top-k choices per expert over the global batch in the last forward.
   std::function<std::vector<int64_t>()> expert_load;
-  // Expert parallelism: the ("efsdp", "ep") mesh and what parallelize_qwen3_moe_experts did.
-  std::shared_ptr<dist::DeviceMesh> ep_mesh;
-  std::optional<models::Qwen3MoeExpertParallel> ep;
-  FullyShardOptions fopts;
-  bool hybrid = false;  // hybrid_shard*: a 2-D mesh of replicas x shards
-  // Tensor parallelism: the (replicate,) shard, tp mesh and the Llama plan applied to `model`.
-  std::shared_ptr<dist::DeviceMesh> tp_mesh;
-  std::optional<tp::TensorParallel> tp;
-  // Pipeline parallelism: the (pp, dp_shard) mesh, this rank's stages, the runtime; null
-  // without (pipeline_step.h).
-  std::shared_ptr<PipelineParts> pipeline;
+  bool hybrid = false;  // hybrid_shard*: replicas x shards
+  // fsdpp-train's models: every parallelism applied by parallel::parallelize over one mesh
+  // (docs/parallelize.md): this rank's stages (the whole model without a pipeline), the mesh,
+  // the record clipping reads, the pipeline's runtime. Null for train()'s module.
+  std::unique_ptr<parallel::Parallelized> parallel;
+  bool pipelined() const { return parallel && parallel->pipelined(); }
+  FullyShardOptions fopts;  // fully_shard's options (train()'s module: and its mesh)
   // distillation: the teacher (live, sharded on its own, or an offline cache), on-policy
   // sampling and the loss (distiller.h); null otherwise.
   std::unique_ptr<Distiller> distiller;

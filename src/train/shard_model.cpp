@@ -16,8 +16,8 @@
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/fsdp/strategy_traits.h"
 #include "fsdpp/fsdp/wrap_policy.h"
-#include "fsdpp/models/llama_tp_plan.h"
-#include "fsdpp/models/qwen3_moe_ep.h"
+#include "fsdpp/models/model_plan.h"
+#include "fsdpp/parallel/parallelize.h"
 #include "phases.h"
 
 namespace fsdpp::train::detail {
@@ -81,6 +81,69 @@ void sync_module_states(TrainSession& s, torch::nn::Module& model) {
   }
 }
 
+namespace {
+
+// train()'s module: no plan to parallelize by, FSDP (or HSDP) alone over the world.
+void shard_custom_model(TrainSession& s, const std::shared_ptr<dist::DeviceMesh>& mesh) {
+  const auto& cfg = s.cfg;
+  torch::nn::Module& model = s.lm->module();
+  FullyShardOptions& fopts = s.fopts = cfg.fully_shard_options(mesh);
+  if (fopts.sync_module_states) {
+    sync_module_states(s, model);
+    fopts.sync_module_states = false;  // done, for the whole model
+  }
+  check_layer_classes(cfg, model);
+  const auto& fc = cfg.training.fsdp_config;
+  if (cfg.training.gradient_checkpointing) {
+    const auto marked = apply_activation_checkpointing(
+        model, fc.transformer_layer_cls_to_wrap, static_cast<int>(cfg.training.gradient_checkpointing_every));
+    s.say(fmt::format("[train] activation checkpointing: {} of {} blocks", marked.size(),
+                      s.lm->num_layers()));
+  }
+  // train()'s module returns float32 from its root under mixed precision (FSDP2's
+  // MixedPrecisionPolicy(output_dtype=float32) on the root), for the user's loss and targets.
+  FullyShardOptions root = fopts;
+  if (fopts.mp_policy.param_dtype) root.mp_policy.output_dtype = at::kFloat;
+  const auto made = apply_fully_shard(model, cfg.wrap_policy(), fopts, root);
+  if (fc.keep_ends_gathered) keep_ends_gathered(model, made);
+  materialize_model(s, {&model});
+  s.say(fmt::format("[train] mesh: {}; fsdp: {} over {}, {} ({}), {:.2f} M parameters held per "
+                    "rank",
+                    s.dims.describe(), to_string(cfg.training.fsdp),
+                    s.hybrid ? fmt::format("dp_replicate {} x dp_shard {}", s.dims.dp_replicate,
+                                           s.dims.dp_shard)
+                             : fmt::format("dp_shard {}", s.dims.dp_shard),
+                    count_of(static_cast<int64_t>(made.size()), "unit"), fc.auto_wrap_policy,
+                    models::num_parameters(model) / 1e6));
+}
+
+// The parallelize options of the config: FSDP's, the wrap policy and activation checkpointing's
+// classes, sequence parallelism, the pipeline's schedule and microbatches.
+parallel::ParallelizeOptions parallelize_options(TrainSession& s) {
+  const auto& cfg = s.cfg;
+  const auto& t = cfg.training;
+  const auto& p = cfg.parallelism;
+  parallel::ParallelizeOptions o;
+  o.fsdp = cfg.fully_shard_options(nullptr);
+  o.fsdp.sync_module_states = false;  // sync_module_states did it, on the whole model
+  o.wrap = cfg.wrap_policy();
+  o.keep_ends_gathered = t.fsdp_config.keep_ends_gathered;
+  o.sequence_parallel = s.dims.sequence_parallel;
+  if (t.gradient_checkpointing) {
+    o.checkpoint_every = static_cast<int>(t.gradient_checkpointing_every);
+    o.checkpoint_classes = t.fsdp_config.transformer_layer_cls_to_wrap;
+  }
+  if (s.dims.pipeline_parallel()) {
+    o.schedule = p.pipeline_parallel_schedule;
+    o.layers_per_stage = static_cast<int>(p.pipeline_parallel_layers_per_stage);
+    o.microbatches = pipeline_plan(cfg, s.dims).microbatches;
+    o.runtime.store = s.world.store();
+  }
+  return o;
+}
+
+}  // namespace
+
 void shard_model(TrainSession& s) {
   const auto& cfg = s.cfg;
   const auto& t = cfg.training;
@@ -100,112 +163,84 @@ void shard_model(TrainSession& s) {
   // Built on the CPU (the same weights as a CPU run), computed on the rank's device; a model on
   // the meta device (model.deferred_init) gets its storage there after sharding instead.
   if (!world.device().is_cpu() && !deferred_init(s.cfg)) model.to(world.device());
-  // Pipeline parallelism: stages fully_shard-ed over the dp ranks instead (pipeline_step.cpp).
-  if (s.dims.pipeline_parallel()) return shard_pipeline(s);
-  const bool hybrid = s.hybrid = traits_of(t.fsdp).hybrid;
+  s.hybrid = traits_of(t.fsdp).hybrid;
+  if (s.custom) {
+    return shard_custom_model(
+        s, s.hybrid ? world.init_device_mesh({s.dims.dp_replicate, s.dims.dp_shard},
+                                             {"replicate", "shard"})
+                    : world.mesh());
+  }
   const ParallelDims& dims = s.dims;
-  std::shared_ptr<dist::DeviceMesh> mesh = world.mesh();
-  if (dims.tensor_parallel()) {
-    // TP first, then FSDP over what each rank holds (torchtitan's order), over the dp dims.
-    s.tp_mesh = dims.build_mesh(world);
-    mesh = s.tp_mesh->sub(hybrid ? std::vector<std::string>{"replicate", "shard"}
-                                 : std::vector<std::string>{"shard"});
-  } else if (hybrid) {
-    // Shard inside a node (fast links), replicate across nodes: fsdp-run lays ranks out node by
-    // node, so the mesh's rows of LOCAL_WORLD_SIZE ranks are the nodes.
-    const int shard = dims.dp_replicate > 1 ? dims.dp_shard
-                                            : cfg.hybrid_shard_group_size(world.env().local_world_size);
-    FSDPP_CHECK_AS(ConfigError, shard <= world.size() && world.size() % shard == 0,
-                   "[train] training.fsdp={} shards over groups of {} ranks ({}), which must "
-                   "divide the world size {}",
-                   to_string(t.fsdp), shard,
-                   t.fsdp_config.hybrid_shard_group_size > 0
-                       ? "training.fsdp_config.fsdp_hybrid_shard_group_size"
-                       : "LOCAL_WORLD_SIZE",
-                   world.size());
-    mesh = world.init_device_mesh({world.size() / shard, shard}, {"replicate", "shard"});
-  }
-  FullyShardOptions& fopts = s.fopts = cfg.fully_shard_options(mesh);
-  if (fopts.sync_module_states) {
-    sync_module_states(s, model);
-    fopts.sync_module_states = false;  // done, for the whole model
-  }
-  const WrapPolicy policy = cfg.wrap_policy();
-  const auto& fc = t.fsdp_config;
+  // The loss lives inside the stages' microbatches: there is no loss of the step to hand over.
+  FSDPP_CHECK_AS(ConfigError, !dims.pipeline_parallel() || !s.hooks.after_loss,
+                 "[train] TrainerHooks::after_loss is not called under pipeline parallelism "
+                 "(parallelism.pipeline_parallel_degree={}): each microbatch's loss is computed "
+                 "inside the last stage; unset the hook or the pipeline",
+                 dims.pp);
   check_layer_classes(cfg, model);
-  if (dims.tensor_parallel()) {
-    // Each rank keeps its slice of the weights every rank built from the seed (or loaded from
-    // model.init_from), so the run starts where one process would.
-    s.tp = models::parallelize_llama(*s.llama, s.tp_mesh->group("tp"),
-                                     {.sequence_parallel = dims.sequence_parallel});
-    fopts.outer_layout = s.tp->outer_layout(model);
-    s.say(fmt::format("[train] tensor parallel: {} (the Llama plan, docs/tensor-parallel.md)",
-                      dims.describe()));
+  if (cfg.training.fsdp_config.sync_module_states) sync_module_states(s, model);
+  // Every parallelism in its order over one mesh (docs/parallelize.md): the model's plan, this
+  // rank's stages (the whole model without a pipeline), each FSDP-sharded.
+  auto options = parallelize_options(s);
+  options.materialize = [&s](const std::vector<torch::nn::Module*>& roots) {
+    materialize_model(s, roots);
+  };
+  try {
+    s.parallel = parallel::parallelize(
+        models::plan_of(std::shared_ptr<models::CausalLM>(std::shared_ptr<void>(), s.lm.get())),
+        world, dims.degrees(), options);
+  } catch (const ConfigError& e) {
+    FSDPP_THROW(ConfigError, "[config] parallelism: {} ({}): {}", dims.describe(),
+                to_string(t.fsdp), e.what());
   }
-  if (t.gradient_checkpointing) {
-    const auto marked = apply_activation_checkpointing(
-        model, fc.transformer_layer_cls_to_wrap, static_cast<int>(t.gradient_checkpointing_every));
-    s.say(fmt::format("[train] activation checkpointing: {} of {} blocks", marked.size(),
-                      s.lm->num_layers()));
-  }
-  size_t units = 0;
-  if (dims.expert_parallel()) {
-    // Experts split over ep, each layer's a unit over the ranks holding the same ones; the rest
-    // of the model FSDP over the world, as every rank takes its own batches
-    // (docs/moe.md#expert-parallelism). The load-balancing loss is over the global batch.
-    auto& moe = *models::as_qwen3_moe(*s.lm);
-    s.ep_mesh = dims.build_expert_mesh(world);
-    s.ep = models::parallelize_qwen3_moe_experts(
-        *moe, {.ep = s.ep_mesh->group("ep"), .batch = world.group()});
-    s.expert_load = [&ep = *s.ep] { return ep.last_expert_load(); };
-    models::fully_shard_qwen3_moe(*moe, *s.ep, fopts, s.ep_mesh->sub({"efsdp"}));
-    units = inspect_units(model).size();
-    s.say(fmt::format("[train] expert parallel: {} experts over ep {} x efsdp {} ({} per rank)",
-                      s.ep->num_experts(), dims.ep, world.size() / dims.ep,
-                      s.ep->experts_per_rank()));
-  } else {
-    if (auto* moe = models::as_qwen3_moe(*s.lm)) {
-      // The load-balancing loss over the global batch, as one process computes it whatever
-      // the layout (megablocks#85); its per-expert counts are the metrics' expert load.
-      auto load = models::use_global_load_balancing_loss(**moe, world.group());
-      s.expert_load = [load] { return *load; };
-    }
-    // train()'s module returns float32 from its root under mixed precision (FSDP2's
-    // MixedPrecisionPolicy(output_dtype=float32) on the root), for the user's loss and targets;
-    // fsdpp-train's models cast their logits themselves.
-    FullyShardOptions root = fopts;
-    if (s.custom && fopts.mp_policy.param_dtype) root.mp_policy.output_dtype = at::kFloat;
-    const auto made = s.custom ? apply_fully_shard(model, policy, fopts, root)
-                               : apply_fully_shard(model, policy, fopts);
-    units = made.size();
-    if (fc.keep_ends_gathered) keep_ends_gathered(model, made);
-  }
-  materialize_model(s, {&model});
+  auto& p = *s.parallel;
+  s.fopts = options.fsdp;  // what every unit was made with (the sample reads its dtype, offload)
+  const auto roots = p.roots();
   if (init) {
-    init->load_after_sharding(*s.lm, world.group());
+    init->load_after_sharding(roots, world.group());
     s.say(fmt::format("[train] weights from {} (model.init_from); optimizer, schedule and data "
                       "start afresh at step 1",
                       init->dir().string()));
   }
-  // The mesh as it is: a HYBRID strategy without a replicate degree takes its shard groups
-  // from fsdp_hybrid_shard_group_size (or the node), which the degrees do not say.
-  ParallelDims mesh_dims = dims;
-  if (hybrid && dims.dp_replicate == 1) {
-    mesh_dims.dp_replicate = static_cast<int>(fopts.mesh->size(0));
-    mesh_dims.dp_shard = static_cast<int>(fopts.mesh->size(1));
+  if (p.model().has_experts()) {
+    // The top-k choices per expert over the global batch: the metrics' expert load.
+    s.expert_load = [&p] { return p.model().expert_load(); };
   }
-  s.say(fmt::format("[train] mesh: {}; fsdp: {} over {}, {} ({}), {:.2f} M parameters held per "
-                    "rank",
-                    mesh_dims.describe(), to_string(t.fsdp),
-                    hybrid ? fmt::format("dp_replicate {} x dp_shard {}", mesh_dims.dp_replicate,
-                                         mesh_dims.dp_shard)
-                           : fmt::format("dp_shard {}", mesh_dims.dp_shard),
-                    count_of(static_cast<int64_t>(units), "unit"), fc.auto_wrap_policy,
-                    models::num_parameters(model) / 1e6));
+  if (dims.tensor_parallel()) {
+    s.say(fmt::format("[train] tensor parallel: {} (the {} plan, docs/tensor-parallel.md)",
+                      dims.describe(), p.model().name()));
+  }
+  if (t.gradient_checkpointing && !dims.pipeline_parallel()) {
+    s.say(fmt::format("[train] activation checkpointing: {} of {} blocks", p.num_checkpointed(),
+                      s.lm->num_layers()));
+  }
+  if (dims.expert_parallel()) {
+    const int64_t experts = cfg.model.num_experts;
+    s.say(fmt::format("[train] expert parallel: {} experts over ep {} x efsdp {} ({} per rank)",
+                      experts, dims.ep, p.dims().efsdp(), experts / dims.ep));
+  }
+  if (dims.pipeline_parallel()) {
+    int64_t held = 0;
+    for (const auto& t : p.parameters()) held += t.numel();
+    s.say(fmt::format("[train] pipeline parallel: {}; {}", dims.describe(), p.cut().describe()));
+    s.say(fmt::format("[train] fsdp: {} over dp_shard {} per stage, {} on rank 0, {:.2f} M "
+                      "parameters held by rank 0",
+                      to_string(t.fsdp), dims.dp_shard, count_of(static_cast<int64_t>(p.num_units()), "unit"),
+                      held / 1e6));
+  } else {
+    s.say(fmt::format("[train] mesh: {}; fsdp: {} over {}, {} ({}), {:.2f} M parameters held per "
+                      "rank",
+                      dims.describe(), to_string(t.fsdp),
+                      s.hybrid ? fmt::format("dp_replicate {} x dp_shard {}", dims.dp_replicate,
+                                             dims.dp_shard)
+                               : fmt::format("dp_shard {}", dims.dp_shard),
+                      count_of(static_cast<int64_t>(p.num_units()), "unit"),
+                      t.fsdp_config.auto_wrap_policy, models::num_parameters(model) / 1e6));
+  }
   if (cfg.distillation.enabled()) {
     const auto& d = cfg.distillation;
     s.distiller = std::make_unique<Distiller>(cfg, world, s.vocab, *s.lm);
-    if (s.tp) s.distiller->shard_vocabulary(s.tp_mesh->group("tp"));  // vocab-parallel logits
+    if (dims.tensor_parallel()) s.distiller->shard_vocabulary(p.mesh().group("tp"));  // vocab-parallel logits
     s.say(fmt::format("[train] distillation: {} ({}, FULL_SHARD, frozen); loss {}{}, "
                       "temperature {}, kd_ratio {}{}",
                       s.distiller->describe(), d.teacher_dtype, d.loss,
@@ -216,23 +251,20 @@ void shard_model(TrainSession& s) {
   }
 }
 
-// metrics.jsonl's comm_bytes_intra / comm_bytes_inter.
+// metrics.jsonl's comm_bytes_intra / comm_bytes_inter: the bytes over the shard groups (a
+// node under HYBRID_SHARD) and over the replicas (across nodes); a pipeline's all of it, intra.
 std::pair<uint64_t, uint64_t> comm_split(TrainSession& s) {
   const auto& t = s.cfg.training;
-  const bool hybrid = s.hybrid;
-  const auto& fopts = s.fopts;
   torch::nn::Module& model = s.lm->module();
-  std::pair<uint64_t, uint64_t> intra_inter{0, 0};
-  if (s.pipeline) return {pipeline_comm_counters(*s.pipeline).total_bytes(), 0};
-  if (hybrid) {
-    intra_inter = {fopts.mesh->counters("shard").total_bytes(),
-                   fopts.mesh->counters("replicate").total_bytes()};
-  } else if (!traits_of(t.fsdp).shards) {
-    intra_inter.second = comm_counters(model).total_bytes();
-  } else {
-    intra_inter.first = comm_counters(model).total_bytes();
+  if (s.parallel && s.parallel->pipelined()) return {s.parallel->comm_counters().total_bytes(), 0};
+  if (s.hybrid) {
+    const auto& mesh = s.parallel ? s.parallel->mesh().dense() : s.fopts.mesh;
+    const bool custom = !s.parallel;
+    return {mesh->counters(custom ? "shard" : "dp_shard").total_bytes(),
+            mesh->counters(custom ? "replicate" : "dp_replicate").total_bytes()};
   }
-  return intra_inter;
+  if (!traits_of(t.fsdp).shards) return {0, comm_counters(model).total_bytes()};
+  return {comm_counters(model).total_bytes(), 0};
 }
 
 }  // namespace fsdpp::train::detail

@@ -66,16 +66,19 @@ void train_loop(TrainSession& s) {
   const DeviceMetrics device_metrics(s);  // a GPU's memory and MFU; nothing on the CPU
   const auto start = Clock::now();
   double& val_loss = s.val_loss;
-  // Pipelined: the stages' collectives on dp_shard and their messages on pp (pipeline_step.h).
+  // Pipelined: every mesh dim's traffic (the stages' collectives and their messages on pp).
   auto comm_counters = [&](torch::nn::Module& m) {
-    return s.pipeline ? pipeline_comm_counters(*s.pipeline) : fsdpp::comm_counters(m);
+    return s.pipelined() ? s.parallel->comm_counters() : fsdpp::comm_counters(m);
   };
+  // Tensor parallelism's own traffic (metrics' comm_bytes_tp).
+  const auto tp_group = s.parallel && s.dims.tensor_parallel() ? s.parallel->mesh().group("tp")
+                                                               : nullptr;
   for (int64_t step = first_step; step <= total_steps; ++step) {
     const auto t0 = Clock::now();
     if (trace) trace->begin_step(step);
     const auto comm_before = comm_counters(model);
     const auto split_before = comm_split(s);
-    const uint64_t tp_before = s.tp_mesh ? s.tp_mesh->counters("tp").total_bytes() : 0;
+    const uint64_t tp_before = tp_group ? tp_group->counters().total_bytes() : 0;
     if (s.distiller) s.distiller->begin_step();
     const auto [lr, loss_sum, grad_norm, stepped, loss_scale, aux_loss_sum] = train_step(s, step);
     // The step's routing, before an evaluation routes other tokens.
@@ -144,7 +147,7 @@ void train_loop(TrainSession& s) {
         j["expert_load_cv"] = load.cv;
       }
       // Tensor parallelism's activations and loss, on the tp dim (docs/tensor-parallel.md).
-      if (s.tp_mesh) j["comm_bytes_tp"] = s.tp_mesh->counters("tp").total_bytes() - tp_before;
+      if (tp_group) j["comm_bytes_tp"] = tp_group->counters().total_bytes() - tp_before;
       if (s.distiller) s.distiller->log_step(j, world, accum);  // kd_loss, ce_loss, the teacher's collectives
       j["elapsed_s"] = elapsed;
       dist::agree_on_failure(*world.group(), "writing metrics.jsonl", [&] {

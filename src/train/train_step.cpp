@@ -6,7 +6,6 @@
 #include <torch/torch.h>
 
 #include "fsdpp/common/error.h"
-#include "fsdpp/fsdp/strategy_traits.h"
 #include "fsdpp/optim/nonfinite_grad.h"
 #include "phases.h"
 
@@ -38,23 +37,12 @@ namespace {
               grad ? grad->rank : 0, step - 1);
 }
 
-// The student's gradients clipped to max_norm by their global norm, which it returns. Under TP
-// the norm sums the tp slices too, and each gradient is a shard over the FSDP shard group when
-// the strategy shards them (tp::clip_grad_norm_ counts every parameter once). Under EP each
-// expert counts once: summed over ep and over the ranks FSDP shards it on.
+// The student's gradients clipped to max_norm by their global norm, which it returns: from the
+// record of parallelize (each parameter once, its parts summed over the mesh dims that split
+// it), or train()'s module's own placements.
 double clip_student(TrainSession& s, double max_norm) {
-  torch::nn::Module& model = s.lm->module();
-  const bool sharded = traits_of(s.cfg.training.fsdp).shards_grads;
-  if (s.tp) {
-    return tp::clip_grad_norm_(model, *s.tp, max_norm, sharded ? s.tp_mesh->group("shard") : nullptr);
-  }
-  if (s.ep) {
-    const auto& efsdp = s.ep_mesh->group("efsdp");
-    return models::clip_grad_norm_(*models::as_qwen3_moe(*s.lm)->get(), *s.ep, max_norm,
-                                   sharded ? s.world.group() : nullptr,
-                                   sharded && efsdp->size() > 1 ? efsdp : nullptr);
-  }
-  return clip_grad_norm_(model, max_norm);
+  if (s.parallel) return s.parallel->clip_grad_norm_(max_norm);
+  return clip_grad_norm_(s.lm->module(), max_norm);
 }
 
 // The student's gradients and `extra` (whole on every rank, already averaged: the distillation's
@@ -85,7 +73,7 @@ double clip_together(TrainSession& s, const std::vector<at::Tensor>& extra, doub
 }  // namespace
 
 StepOutcome train_step(TrainSession& s, int64_t step) {
-  if (s.pipeline) return pipeline_train_step(s, step);  // pipeline_step.cpp
+  if (s.pipelined()) return pipeline_train_step(s, step);  // pipeline_step.cpp
   const auto& t = s.cfg.training;
   auto& world = s.world;
   torch::nn::Module& model = s.lm->module();

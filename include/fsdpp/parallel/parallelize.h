@@ -47,6 +47,7 @@
 
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/grad_scaler.h"
+#include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/models/model_plan.h"
 #include "fsdpp/parallel/parallel_dims.h"
 #include "fsdpp/parallel/pipeline_cut.h"
@@ -65,6 +66,14 @@ struct ParallelizeOptions {
   // parallelism, whole with it.
   std::optional<bool> split_experts;
   int checkpoint_every = 0;  // activation checkpointing of every k-th block; 0: none
+  // The classes activation checkpointing marks; empty: the plan's block classes.
+  std::vector<std::string> checkpoint_classes;
+  // FSDP's units on every stage: each block of the plan's classes (unset), or this policy
+  // (fsdpp-train's fsdp_auto_wrap_policy: transformer classes, size based or none).
+  std::optional<WrapPolicy> wrap;
+  // A one-stage model: its root and last unit stay gathered between forward and backward
+  // (keep_ends_gathered of fsdp/wrap_policy.h).
+  bool keep_ends_gathered = false;
   // Microbatches per step: the pipeline's (pp > 1), or gradient accumulation (pp == 1); the
   // rows forward_backward gets must divide by it.
   int microbatches = 1;
@@ -72,6 +81,10 @@ struct ParallelizeOptions {
   std::string schedule = "1F1B";
   int layers_per_stage = 0;  // 0: the units as even as can be over the schedule's stages
   pipeline::RuntimeOptions runtime;
+  // Called with the roots once they are sharded, before the pipeline runtime is made: a model
+  // made on the meta device gets its storage and values here (deferred initialisation,
+  // fsdp/deferred_init.h), so that the runtime sees the device it computes on.
+  std::function<void(const std::vector<torch::nn::Module*>& roots)> materialize;
 };
 
 // What one parameter is, across the mesh: its sharded view (placements outermost first, the
@@ -125,6 +138,22 @@ class Parallelized {
   // A float16 loss scaler over roots(), its skip agreed over every dim of the mesh.
   std::unique_ptr<ShardedGradScaler> grad_scaler(GradScalerOptions options = {}) const;
 
+  // Forward only, for evaluation and sampling: this rank's stages in order, the activations
+  // passed along pp; the last stage's output (logits) on the ranks that hold it, undefined on
+  // the others (every rank without a pipeline). Collective over pp.
+  at::Tensor forward_stages(const at::Tensor& tokens);
+  // The rank of the pp group that holds the last stage (0 without a pipeline).
+  int last_stage_rank() const;
+  // The mean loss of (inputs, targets) without gradients, on every rank of the pp group (the
+  // model's training loss: MoE's includes its load-balancing term). Collective over pp.
+  double eval_loss(const at::Tensor& inputs, const at::Tensor& targets);
+  // The traffic of every dim of the mesh (both meshes), summed: the bytes the run moved.
+  dist::CommCounters comm_counters() const;
+  // FSDP units made on this rank's stages.
+  size_t num_units() const { return num_units_; }
+  // Blocks activation checkpointing marked (of the whole model).
+  size_t num_checkpointed() const { return num_checkpointed_; }
+
  private:
   friend std::unique_ptr<Parallelized> parallelize(std::shared_ptr<models::ModelPlan>, dist::World&,
                                                    const ParallelDims&, const ParallelizeOptions&);
@@ -141,6 +170,8 @@ class Parallelized {
   std::unique_ptr<pipeline::PipelineRuntime> runtime_;
   std::shared_ptr<double> loss_scale_ = std::make_shared<double>(1.0);
   std::vector<ParamRecord> record_;
+  size_t num_units_ = 0;
+  size_t num_checkpointed_ = 0;
 };
 
 // Collective over the world. `model` must be whole (built from its seed, or loaded) and not yet

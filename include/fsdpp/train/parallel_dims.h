@@ -4,7 +4,7 @@
 // that a tp group is consecutive ranks (inside a node, as Megatron places it).
 //
 //   auto dims = train::parallel_dims(cfg, world.size());   // checked: [config] errors
-//   auto mesh = dims.build_mesh(world);                     // ("replicate",) "shard", "tp"
+//   parallel::parallelize(plan, world, dims.degrees(), o);  // the mesh and the composition
 //   dims.dp_rank(world.rank());                             // which part of the batch
 //
 // Without TP and replicas it is plain FSDP over the world (fsdpp's 1-D mesh); HYBRID strategies
@@ -16,8 +16,7 @@
 
 #include <vector>
 
-#include "fsdpp/dist/device_mesh.h"
-#include "fsdpp/dist/world.h"
+#include "fsdpp/parallel/parallel_dims.h"
 #include "fsdpp/pipeline/schedule.h"
 
 namespace fsdpp::train {
@@ -45,19 +44,12 @@ struct ParallelDims {
   int dp_rank(int rank) const { return (rank / tp) % dp(); }
   bool tensor_parallel() const { return tp > 1; }
   bool pipeline_parallel() const { return pp > 1; }
-  // ("pp", "dp_shard", "tp") over the world, pp outermost and tp innermost (consecutive ranks,
-  // as build_mesh places it). Collective.
-  std::shared_ptr<dist::DeviceMesh> build_pipeline_mesh(dist::World& world) const;
-  // The mesh, for tensor parallelism only: dims ("replicate",) "shard", "tp" (the replicate
-  // dim only when dp_replicate > 1). FSDP shards over sub({"shard"}), or sub({"replicate",
-  // "shard"}) for the HYBRID strategies; the Llama plan runs over group("tp"). Collective.
-  std::shared_ptr<dist::DeviceMesh> build_mesh(dist::World& world) const;
+  // The degrees as parallel::parallelize takes them (its mesh is built there).
+  parallel::ParallelDims degrees() const { return {pp, dp_replicate, dp_shard, tp, ep}; }
   // Every dim as the run lays it out: "pp 1 x dp_replicate 1 x dp_shard 2 x tp 2 (sequence
   // parallel) x ep 1"; ep, carved out of the data-parallel ranks, "x ep 2 (within dp_shard)".
   std::string describe() const;
   bool expert_parallel() const { return ep > 1; }
-  // ("efsdp", "ep") over the world, ep innermost. Collective.
-  std::shared_ptr<dist::DeviceMesh> build_expert_mesh(dist::World& world) const;
 };
 
 // The most ranks a degree may name (more than any job has).
@@ -71,7 +63,10 @@ void validate_parallelism(const TrainConfig& cfg);
 
 // The degrees on `world_size` ranks; throws ConfigError naming the keys when their product is
 // not the world size or the strategy cannot hold them (replicas without a HYBRID strategy).
-ParallelDims parallel_dims(const TrainConfig& cfg, int world_size);
+// A HYBRID strategy without data_parallel_replicate_degree shards over groups of
+// fsdp_hybrid_shard_group_size ranks (or `local_world_size`, a node's, when it is 0 and
+// local_world_size > 0), the replicas the dp ranks left over.
+ParallelDims parallel_dims(const TrainConfig& cfg, int world_size, int local_world_size = 0);
 
 // What a pipelined run executes on `dims` (pp > 1): the schedule of
 // parallelism.pipeline_parallel_schedule with its microbatches (per_device_train_batch_size x
