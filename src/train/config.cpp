@@ -160,11 +160,6 @@ void TrainConfig::validate() const {
   validate_llama(to_llama(model, model.vocab_size > 0 ? model.vocab_size : 1, training.seed));
   if (model.architecture == ModelArchitecture::QWEN3_MOE) {
     validate_qwen3_moe(to_qwen3_moe(model, model.vocab_size > 0 ? model.vocab_size : 1, training.seed));
-    // What knows the Llama only so far.
-    check(parallelism.tensor_parallel_degree == 1,
-          "[config] model.architecture=qwen3_moe with parallelism.tensor_parallel_degree={}: the "
-          "tensor-parallel plan is the Llama's; expected 1",
-          parallelism.tensor_parallel_degree);
   }
 
   // data:

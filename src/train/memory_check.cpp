@@ -87,9 +87,15 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
     out.options.batch = step_batch;
     const auto& traits = traits_of(cfg.training.fsdp);
     if (p.tensor_parallel_degree > 1 || cfg.training.gradient_checkpointing || traits.hybrid ||
-        traits.keep_unsharded_between_steps || cfg.training.fsdp_config.offload_params)
-      out.skip = "pipeline parallelism with tensor parallelism, gradient checkpointing, offload, ZERO1 or "
-                 "HYBRID sharding is not modelled by fsdpp-estimate yet";
+        traits.keep_unsharded_between_steps || cfg.training.fsdp_config.offload_params || !llama)
+      out.skip = "pipeline parallelism with tensor parallelism, gradient checkpointing, offload, ZERO1, "
+                 "HYBRID sharding or experts is not modelled by fsdpp-estimate yet";
+  }
+  if ((p.expert_parallel_degree > 1 &&
+       (p.tensor_parallel_degree > 1 || traits_of(cfg.training.fsdp).hybrid)) ||
+      (p.tensor_parallel_degree > 1 && !llama)) {
+    out.skip = "experts with tensor parallelism, or expert parallelism with HYBRID sharding, are "
+               "not modelled by fsdpp-estimate yet";
   }
   // Distillation: the teacher's shape from its directory (weights unread), its dtype; gathered
   // and computed in float32 (the trainer runs on the CPU: teacher.h).

@@ -18,11 +18,10 @@ namespace fsdpp::train {
 
 namespace {
 
-// The pipeline's keys that need no world. What pipelining does not compose with yet is refused
-// by name (each keeps per-rank state or layouts the stages would have to agree on).
+// The pipeline's keys that need no world. What pipelining does not compose with is refused by
+// name, with the reason (docs/parallelize.md#what-fsdpp-train-refuses).
 void validate_pipeline(const TrainConfig& cfg) {
   const auto& p = cfg.parallelism;
-  const auto& t = cfg.training;
   FSDPP_CHECK_AS(ConfigError, p.pipeline_parallel_degree >= 1,
                  "[config] parallelism.pipeline_parallel_degree={}: expected >= 1",
                  p.pipeline_parallel_degree);
@@ -41,9 +40,6 @@ void validate_pipeline(const TrainConfig& cfg) {
   const int64_t pp = p.pipeline_parallel_degree;
   if (pp == 1) return;
   const std::string with = fmt::format("with parallelism.pipeline_parallel_degree={}", pp);
-  FSDPP_CHECK_AS(ConfigError, cfg.model.architecture == ModelArchitecture::LLAMA,
-                 "[config] model.architecture={} {}: only the Llama is cut into stages so far",
-                 cfg.model.architecture.name(), with);
   FSDPP_CHECK_AS(ConfigError, !cfg.model.tie_embeddings,
                  "[config] model.tie_embeddings=true {}: the tied table would live on the first and "
                  "the last stage; untie it",
@@ -52,34 +48,12 @@ void validate_pipeline(const TrainConfig& cfg) {
                  "[config] distillation.teacher {}: distilling into a pipelined student is not "
                  "built yet; drop one of them",
                  with);
-  FSDPP_CHECK_AS(ConfigError, p.expert_parallel_degree == 1,
-                 "[config] parallelism.expert_parallel_degree={} {}: not supported; use one of them",
-                 p.expert_parallel_degree, with);
-  FSDPP_CHECK_AS(ConfigError, p.data_parallel_replicate_degree == 1 && !traits_of(t.fsdp).hybrid,
-                 "[config] training.fsdp={} / parallelism.data_parallel_replicate_degree={} {}: the "
-                 "stages are sharded over a (pp, dp_shard) mesh; use full_shard, shard_grad_op, "
-                 "zero1 or no_shard",
-                 to_string(t.fsdp), p.data_parallel_replicate_degree, with);
-  FSDPP_CHECK_AS(ConfigError, !t.fp16,
-                 "[config] training.fp16=true {}: the loss scaler does not check the pp group; use "
-                 "training.bf16",
-                 with);
-  FSDPP_CHECK_AS(ConfigError,
-                 t.fsdp_config.offload_optimizer_state_dir.empty() && !t.fsdp_config.offload_params,
-                 "[config] training.fsdp_config offload (offload_params / offload_optimizer_state_dir) "
-                 "{} is not supported; drop the offload or the pipeline",
-                 with);
-  FSDPP_CHECK_AS(ConfigError, t.fsdp_config.state_dict_type != state::StateDictType::LOCAL,
-                 "[config] training.fsdp_config.fsdp_state_dict_type=LOCAL_STATE_DICT {}: use "
-                 "SHARDED_STATE_DICT or FULL_STATE_DICT (they load into any layout)",
-                 with);
 }
 
 }  // namespace
 
 void validate_parallelism(const TrainConfig& cfg) {
   const auto& p = cfg.parallelism;
-  const auto& t = cfg.training;
   // A degree is a number of ranks: one beyond any job is a typo, and is refused before it is
   // narrowed to an int anywhere (99999999999 was printed as 1215752191).
   for (const auto& [key, degree] :
@@ -115,31 +89,8 @@ void validate_parallelism(const TrainConfig& cfg) {
                    "[config] parallelism.expert_parallel_degree={} needs experts: "
                    "model.architecture=qwen3_moe (got {})",
                    p.expert_parallel_degree, cfg.model.architecture.name());
-    FSDPP_CHECK_AS(ConfigError, !traits_of(t.fsdp).hybrid && !t.fp16 &&
-                                    t.fsdp_config.offload_optimizer_state_dir.empty() &&
-                                    !t.fsdp_config.offload_params,
-                   "[config] parallelism.expert_parallel_degree={} with training.fsdp={}{}: "
-                   "expert parallelism runs with full_shard, shard_grad_op, zero1 or no_shard, in "
-                   "fp32 or bf16, without offload",
-                   p.expert_parallel_degree, to_string(t.fsdp),
-                   t.fp16 ? ", fp16" : (t.fsdp_config.offload_params ||
-                                        !t.fsdp_config.offload_optimizer_state_dir.empty()
-                                            ? ", offload"
-                                            : ""));
   }
   validate_pipeline(cfg);
-  if (p.tensor_parallel_degree == 1) return;
-  // Each of these keeps state per rank that would have to agree across the tp group (the
-  // scaler's inf check, the offloaded optimizer's files): not built for TP yet.
-  FSDPP_CHECK_AS(ConfigError, !t.fp16,
-                 "[config] training.fp16=true with parallelism.tensor_parallel_degree={}: the "
-                 "gradient scaler does not check the tp group yet; use training.bf16",
-                 p.tensor_parallel_degree);
-  FSDPP_CHECK_AS(ConfigError, t.fsdp_config.offload_optimizer_state_dir.empty() && !t.fsdp_config.offload_params,
-                 "[config] training.fsdp_config offload (offload_params / "
-                 "offload_optimizer_state_dir) with parallelism.tensor_parallel_degree={} is not "
-                 "supported; drop the offload or the tensor parallelism",
-                 p.tensor_parallel_degree);
 }
 
 ParallelDims parallel_dims(const TrainConfig& cfg, int world_size, int local_world_size) {

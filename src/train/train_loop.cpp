@@ -138,7 +138,9 @@ void train_loop(TrainSession& s) {
       const auto split_after = comm_split(s);
       j["comm_bytes_intra"] = split_after.first - split_before.first;
       j["comm_bytes_inter"] = split_after.second - split_before.second;
-      if (s.expert_load) {
+      // Pipelined, the load-balancing loss is inside the last stage's loss and each rank routes
+      // its stages' layers only: neither is reported (docs/parallelize.md#fsdpp-train).
+      if (s.expert_load && !s.pipelined()) {
         // The load-balancing loss is over the global batch already: the same on every rank.
         j["aux_loss"] = aux_loss_sum / accum;
         const auto load = models::summarize_expert_load(expert_load);

@@ -174,13 +174,10 @@ bad 2 "parallelism.pipeline_parallel_microbatch_size=3 does not divide the 8 seq
   parallelism.pipeline_parallel_microbatch_size=3
 bad 2 "distillation.teacher with parallelism.pipeline_parallel_degree=2" \
   parallelism.pipeline_parallel_degree=2 distillation.teacher="$dir/teacher"
-bad 2 "training.fp16=true with parallelism.pipeline_parallel_degree=2" \
-  parallelism.pipeline_parallel_degree=2 training.fp16=true
-bad 2 "with parallelism.pipeline_parallel_degree=2: only the Llama" \
-  parallelism.pipeline_parallel_degree=2 model.architecture=qwen3_moe
 bad 2 "parallelism.pipeline_parallel_layers_per_stage=2 makes 4 stages" \
   parallelism.pipeline_parallel_degree=2 parallelism.pipeline_parallel_layers_per_stage=2
 bad 2 "is 3 ranks but the world has 2" parallelism.pipeline_parallel_degree=3 \
   parallelism.data_parallel_shard_degree=1
-bad 2 "offload" parallelism.pipeline_parallel_degree=2 training.fsdp_config.fsdp_offload_params=true
+bad 2 "model.tie_embeddings=true with parallelism.pipeline_parallel_degree=2" \
+  parallelism.pipeline_parallel_degree=2 model.tie_embeddings=true
 echo "pipeline: bad combinations refused"

@@ -67,7 +67,6 @@ bad 2 "parallelism.expert_parallel_degree=2 needs experts: model.architecture=qw
   training.fsdp_config.fsdp_transformer_layer_cls_to_wrap=[TransformerBlock]
 bad 2 "is not divisible by the expert-parallel degree 3" parallelism.expert_parallel_degree=3
 bad 2 "num_experts=5" model.num_experts=5 parallelism.expert_parallel_degree=2
-bad 1 "model.architecture=qwen3_moe with parallelism.tensor_parallel_degree=2" parallelism.tensor_parallel_degree=2
 bad 1 "fsdp_transformer_layer_cls_to_wrap names 'TransformerBlock'" \
   training.fsdp_config.fsdp_transformer_layer_cls_to_wrap=[TransformerBlock]
 echo "qwen3_moe: bad combinations refused"

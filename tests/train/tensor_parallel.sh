@@ -86,8 +86,6 @@ bad 2 "is 4 ranks but the world has 2" parallelism.tensor_parallel_degree=2 para
 bad 1 "parallelism.enable_sequence_parallel=true needs parallelism.tensor_parallel_degree > 1" \
   parallelism.enable_sequence_parallel=true
 bad 2 "needs training.fsdp hybrid_shard or hybrid_shard_zero2" parallelism.data_parallel_replicate_degree=2
-bad 2 "training.fp16=true with parallelism.tensor_parallel_degree=2" \
-  parallelism.tensor_parallel_degree=2 training.fp16=true
 bad 2 "n_kv_heads=1 is smaller than the tensor-parallel degree 2" parallelism.tensor_parallel_degree=2 \
   model.n_kv_heads=1
 echo "tensor_parallel: bad combinations refused"
