@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fsdpp-train's layouts that parallel::parallelize composes (docs/parallelize.md#fsdpp-train)
 # against one process, for what the trainer used to refuse:
-#   parallelize.sh RUN TRAIN PYTHON SRC moe    (train.parallelize: a Qwen3-MoE of 2 layers and 4
+#   parallelize.sh RUN TRAIN PYTHON SRC moe    (train.parallelize_moe: a Qwen3-MoE of 2 layers and 4
 #     experts, 2 microbatches of 4 sequences per step, 6 AdamW steps with clipping: pp 2 (1F1B),
 #     pp 2 x EP 2 x FSDP 2, pp 2 x HSDP 2x1, EP 2 x HSDP 2x2 (hybrid_shard), TP 2 (experts split
 #     over tp): every step's loss and grad norm equal one's within 1e-5)
