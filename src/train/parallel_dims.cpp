@@ -148,9 +148,13 @@ ParallelDims parallel_dims(const TrainConfig& cfg, int world_size, int local_wor
       (local_world_size > 0 || cfg.training.fsdp_config.hybrid_shard_group_size > 0)) {
     // Shard inside a node (fast links), replicate across nodes: fsdpp-run lays ranks out node
     // by node, so groups of LOCAL_WORLD_SIZE consecutive dp ranks are the nodes.
-    const int shard = cfg.hybrid_shard_group_size(local_world_size);
+    // Under a pipeline (pp outermost) a node holds fewer of a stage's dp ranks than its own:
+    // at most dp_shard of them.
+    const bool given = cfg.training.fsdp_config.hybrid_shard_group_size > 0;
+    const int shard = given || d.pp == 1 ? cfg.hybrid_shard_group_size(local_world_size)
+                                         : std::min(local_world_size, d.dp_shard);
     FSDPP_CHECK_AS(ConfigError, shard <= d.dp_shard && d.dp_shard % shard == 0,
-                   "[train] training.fsdp={} shards over groups of {} ranks ({}), which must "
+                   "[config] training.fsdp={} shards over groups of {} ranks ({}), which must "
                    "divide the world size {}{}",
                    to_string(cfg.training.fsdp), shard,
                    cfg.training.fsdp_config.hybrid_shard_group_size > 0
