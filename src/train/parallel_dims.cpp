@@ -9,9 +9,8 @@
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/strategy_traits.h"
-#include "fsdpp/models/llama_stages.h"
+#include "fsdpp/parallel/pipeline_cut.h"
 #include "fsdpp/pipeline/schedule_traits.h"
-#include "fsdpp/pipeline/schedules.h"
 #include "fsdpp/train/config.h"
 
 namespace fsdpp::train {
@@ -168,10 +167,9 @@ ParallelDims parallel_dims(const TrainConfig& cfg, int world_size, int local_wor
   return d;
 }
 
-PipelinePlan pipeline_plan(const TrainConfig& cfg, const ParallelDims& dims) {
+int pipeline_microbatches(const TrainConfig& cfg, const ParallelDims& dims) {
   const auto& p = cfg.parallelism;
   const auto& t = cfg.training;
-  PipelinePlan plan;
   const int64_t rows = t.per_device_train_batch_size * t.gradient_accumulation_steps;
   const int64_t mb = p.pipeline_parallel_microbatch_size;
   FSDPP_CHECK_AS(ConfigError, rows % mb == 0,
@@ -179,55 +177,22 @@ PipelinePlan pipeline_plan(const TrainConfig& cfg, const ParallelDims& dims) {
                  "{} sequences of a step on each dp rank (training.per_device_train_batch_size={} "
                  "x gradient_accumulation_steps={}); the microbatches must be equal",
                  mb, rows, t.per_device_train_batch_size, t.gradient_accumulation_steps);
-  plan.microbatches = static_cast<int>(rows / mb);
-  const int64_t units = cfg.model.n_layers + 2;  // models::llama_pipeline_units
-  const std::string name = p.pipeline_parallel_schedule;
-  const auto& traits = pipeline::schedule_traits(name);
-  int stages = traits.stages_per_rank * dims.pp;
-  if (p.pipeline_parallel_layers_per_stage > 0) {
-    plan.units_per_stage =
-        models::units_per_stage(units, static_cast<int>(p.pipeline_parallel_layers_per_stage));
-    stages = static_cast<int>(plan.units_per_stage.size());
-    const bool fits = traits.any_stages_per_rank ? stages % dims.pp == 0 && stages >= 2 * dims.pp
-                                                 : stages == traits.stages_per_rank * dims.pp;
-    FSDPP_CHECK_AS(ConfigError, fits,
-                   "[config] parallelism.pipeline_parallel_layers_per_stage={} makes {} stages of "
-                   "the model's {} units (model.n_layers={} blocks, the embedding and the head) "
-                   "but schedule {} on parallelism.pipeline_parallel_degree={} needs {}",
-                   p.pipeline_parallel_layers_per_stage, stages, units, cfg.model.n_layers, name,
-                   dims.pp,
-                   traits.any_stages_per_rank
-                       ? fmt::format("a multiple of {} (at least {})", dims.pp, 2 * dims.pp)
-                       : fmt::format("{} ({} per rank)", traits.stages_per_rank * dims.pp,
-                                     traits.stages_per_rank));
-  } else {
-    FSDPP_CHECK_AS(ConfigError, units >= stages,
-                   "[config] schedule {} on parallelism.pipeline_parallel_degree={} needs {} stages "
-                   "but the model has {} units (model.n_layers={} blocks, the embedding and the "
-                   "head); raise model.n_layers",
-                   name, dims.pp, stages, units, cfg.model.n_layers);
-    plan.units_per_stage = models::even_units_per_stage(units, stages);
-  }
+  const int microbatches = static_cast<int>(rows / mb);
+  // The cut and the schedule as parallelize makes them, its errors under the keys that set them.
   try {
-    plan.schedule = pipeline::make_schedule(name, dims.pp, plan.microbatches, stages / dims.pp);
+    (void)parallel::cut_pipeline(cfg.model.n_layers + 2, p.pipeline_parallel_schedule, dims.pp,
+                                 microbatches, static_cast<int>(p.pipeline_parallel_layers_per_stage));
   } catch (const ConfigError& e) {
     FSDPP_THROW(ConfigError,
-                "[config] parallelism.pipeline_parallel_schedule={} with {} microbatches "
+                "[config] parallelism.pipeline_parallel_schedule={}, pipeline_parallel_degree={}, "
+                "pipeline_parallel_layers_per_stage={} with model.n_layers={} and {} microbatches "
                 "(per_device_train_batch_size={} x gradient_accumulation_steps={} / "
                 "pipeline_parallel_microbatch_size={}): {}",
-                name, plan.microbatches, t.per_device_train_batch_size,
+                p.pipeline_parallel_schedule, dims.pp, p.pipeline_parallel_layers_per_stage,
+                cfg.model.n_layers, microbatches, t.per_device_train_batch_size,
                 t.gradient_accumulation_steps, mb, e.what());
   }
-  return plan;
-}
-
-std::string PipelinePlan::describe() const {
-  std::string counts;
-  for (size_t i = 0; i < units_per_stage.size(); ++i) {
-    counts += (i ? "+" : "") + std::to_string(units_per_stage[i]);
-  }
-  return fmt::format("{}, {} stages of {} units, {} microbatches", schedule.name,
-                     units_per_stage.size(), counts, microbatches);
+  return microbatches;
 }
 
 std::string ParallelDims::describe() const {

@@ -136,7 +136,7 @@ parallel::ParallelizeOptions parallelize_options(TrainSession& s) {
   if (s.dims.pipeline_parallel()) {
     o.schedule = p.pipeline_parallel_schedule;
     o.layers_per_stage = static_cast<int>(p.pipeline_parallel_layers_per_stage);
-    o.microbatches = pipeline_plan(cfg, s.dims).microbatches;
+    o.microbatches = pipeline_microbatches(cfg, s.dims);
     o.runtime.store = s.world.store();
   }
   return o;

@@ -104,7 +104,7 @@ void choose_start(TrainSession& s) {
   // The layout on this world (and the pipeline's schedule): its errors before output_dir is
   // touched.
   s.dims = parallel_dims(cfg, s.world.size(), s.world.env().local_world_size);
-  if (s.dims.pipeline_parallel()) (void)pipeline_plan(cfg, s.dims);
+  if (s.dims.pipeline_parallel()) (void)pipeline_microbatches(cfg, s.dims);
 }
 
 void prepare_output_dir(TrainSession& s) {

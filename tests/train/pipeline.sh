@@ -174,7 +174,7 @@ bad 2 "parallelism.pipeline_parallel_microbatch_size=3 does not divide the 8 seq
   parallelism.pipeline_parallel_microbatch_size=3
 bad 2 "distillation.teacher with parallelism.pipeline_parallel_degree=2" \
   parallelism.pipeline_parallel_degree=2 distillation.teacher="$dir/teacher"
-bad 2 "parallelism.pipeline_parallel_layers_per_stage=2 makes 4 stages" \
+bad 2 "in stages of 2 make 4 stages, but schedule 1F1B on 2 pipeline ranks needs 2 (1 per rank)" \
   parallelism.pipeline_parallel_degree=2 parallelism.pipeline_parallel_layers_per_stage=2
 bad 2 "is 3 ranks but the world has 2" parallelism.pipeline_parallel_degree=3 \
   parallelism.data_parallel_shard_degree=1

@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "fsdpp/parallel/parallel_dims.h"
-#include "fsdpp/pipeline/schedule.h"
 
 namespace fsdpp::train {
 
@@ -68,17 +67,10 @@ void validate_parallelism(const TrainConfig& cfg);
 // local_world_size > 0), the replicas the dp ranks left over.
 ParallelDims parallel_dims(const TrainConfig& cfg, int world_size, int local_world_size = 0);
 
-// What a pipelined run executes on `dims` (pp > 1): the schedule of
-// parallelism.pipeline_parallel_schedule with its microbatches (per_device_train_batch_size x
-// gradient_accumulation_steps / pipeline_parallel_microbatch_size) and the Llama's units per
-// stage (pipeline_parallel_layers_per_stage, or even). ConfigError naming the keys when they
-// do not fit together.
-struct PipelinePlan {
-  pipeline::PipelineSchedule schedule;
-  std::vector<int> units_per_stage;
-  int microbatches = 1;
-  std::string describe() const;  // "1F1B, 4 stages of 2+1+1+2 units, 8 microbatches"
-};
-PipelinePlan pipeline_plan(const TrainConfig& cfg, const ParallelDims& dims);
+// A pipelined run's microbatches per step (pp > 1): per_device_train_batch_size x
+// gradient_accumulation_steps / pipeline_parallel_microbatch_size, checked with the schedule
+// and the cut parallel::cut_pipeline makes of them (ConfigError naming the keys when they do not
+// fit together).
+int pipeline_microbatches(const TrainConfig& cfg, const ParallelDims& dims);
 
 }  // namespace fsdpp::train
