@@ -2,7 +2,8 @@
 # fsdpp-train's distillation: section (docs/distillation.md#distilling-with-fsdpp-train): a
 # Qwen3-MoE teacher (2 layers, 4 experts) trained here for 8 steps, then a smaller Qwen3-MoE
 # student (1 layer, 2 experts) distilled from it:
-#   d1: 1 rank; d2: FULL_SHARD on 2 ranks; ep2: expert parallelism over 2 ranks. Every step's
+#   d1: 1 rank; d2: FULL_SHARD on 2 ranks; ep2: expert parallelism over 2 ranks; tpmoe: tensor
+#   parallelism 2 (the vocab-parallel KD loss). Every step's
 #   loss, kd_loss, ce_loss and grad norm equal d1's within 1e-5; the teacher all-gathers and never
 #   reduce-scatters (teacher_reduce_scatter_bytes 0 in every line of metrics.jsonl); r1: d2's
 #   checkpoint-2 resumed on 1 rank continues with d1's steps 3 and 4.
@@ -32,6 +33,8 @@ rm -rf "$dir/r1/checkpoint-4"
 go 1 r1 "${student[@]}" training.per_device_train_batch_size=8 \
   training.resume_from_checkpoint="$dir/r1/checkpoint-2"
 go 2 ep2 "${student[@]}" training.per_device_train_batch_size=4 parallelism.expert_parallel_degree=2
+# The Qwen3-MoE student with tensor parallelism 2 (vocab-parallel KD loss): d1's steps.
+go 2 tpmoe "${student[@]}" training.per_device_train_batch_size=8 parallelism.tensor_parallel_degree=2
 grep -q "distillation: teacher Qwen3-MoE hidden 64 x 2 layers" "$dir/d2.log"
 grep -qa "train/kd_loss" "$dir"/d1/runs/events.out.tfevents.*  # TensorBoard has them too
 grep -qa "train/ce_loss" "$dir"/d1/runs/events.out.tfevents.*
@@ -81,7 +84,7 @@ def steps(name):
 one = steps("d1")
 assert sorted(one) == [1, 2, 3, 4], sorted(one)
 worst = 0.0
-for name in ("d2", "ep2", "r1"):
+for name in ("d2", "ep2", "r1", "tpmoe"):
     got = steps(name)
     assert sorted(got) == [1, 2, 3, 4], (name, sorted(got))
     for s, j in got.items():
@@ -96,7 +99,7 @@ for s, j in one.items():
     mix = 0.3 * j["ce_loss"] + 0.7 * j["kd_loss"] + 0.001 * j["aux_loss"]
     assert abs(j["loss"] - mix) < 1e-5, (s, j["loss"], mix)
     assert j["teacher_all_gather_bytes"] == 0 and j["teacher_reduce_scatter_bytes"] == 0, j
-print(f"distill: FSDP 2, EP 2 and a 1-rank resume of FSDP 2's checkpoint-2 x 4 steps equal one process, worst difference {worst:.2e}; "
+print(f"distill: FSDP 2, EP 2, TP 2 and a 1-rank resume of FSDP 2's checkpoint-2 x 4 steps equal one process, worst difference {worst:.2e}; "
       f"kd_loss {one[1]['kd_loss']:.4f} -> {one[4]['kd_loss']:.4f}, ce_loss "
       f"{one[1]['ce_loss']:.4f} -> {one[4]['ce_loss']:.4f}; teacher all-gathers "
       f"{steps('d2')[1]['teacher_all_gather_bytes']} bytes a step per rank on 2 ranks, reduce-scatters 0")
