@@ -51,7 +51,7 @@ run: build
 	bash scripts/default_job.sh $(BUILD_DIR) $(ARGS)
 
 # -j: the single-process tests (the unit suites, the fuzzers, the build and docs audits) run
-# side by side on the cores; every multi-process test is RUN_SERIAL and runs alone.
+# side by side on the cores; a multi-process test runs alone (RUN_SERIAL, or PROCESSORS = its ranks).
 test: build
 	cd $(BUILD_DIR) && FSDPP_VENV=$(VENV) ctest --output-on-failure --timeout 600 -LE 'slow|gpu' -j $(JOBS) $(CTEST_ARGS)
 
