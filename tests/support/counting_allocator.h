@@ -9,25 +9,32 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 
 namespace fsdpp::test {
 
 inline thread_local int tl_rank = -1;
 
+// The counts live apart from the allocator, shared by every allocation it made: a tensor
+// allocated under a test's CountingScope may be freed after the scope is gone (a process group's
+// cached buffer, a tensor a background thread drops), and its release must then decrement counts
+// that still exist, never the destroyed scope's (which was stack memory that the next test reused:
+// the flake of DeferredInit.ErrorsNameWhatIsWrong).
 class CountingAllocator final : public c10::Allocator {
  public:
   static constexpr int kMaxRanks = 8;
-  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
+  explicit CountingAllocator(c10::Allocator* base) : base_(base), counts_(std::make_shared<Counts>()) {}
 
   c10::DataPtr allocate(size_t n) override {
     auto inner = base_->allocate(n);
-    auto* ctx = new Ctx{std::move(inner), static_cast<int64_t>(n), tl_rank, this};
+    auto* ctx = new Ctx{std::move(inner), static_cast<int64_t>(n), tl_rank, counts_};
     void* data = ctx->inner.get();
     const auto device = ctx->inner.device();
     if (ctx->rank >= 0) {
-      const int64_t now = live_[ctx->rank].fetch_add(ctx->n) + ctx->n;
-      int64_t p = peak_[ctx->rank].load();
-      while (now > p && !peak_[ctx->rank].compare_exchange_weak(p, now)) {
+      auto& c = *counts_;
+      const int64_t now = c.live[ctx->rank].fetch_add(ctx->n) + ctx->n;
+      int64_t p = c.peak[ctx->rank].load();
+      while (now > p && !c.peak[ctx->rank].compare_exchange_weak(p, now)) {
       }
     }
     return {data, ctx, &CountingAllocator::release, device};
@@ -35,25 +42,28 @@ class CountingAllocator final : public c10::Allocator {
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
-  void reset_peak(int rank) { peak_[rank].store(live_[rank].load()); }
-  int64_t peak(int rank) const { return peak_[rank].load(); }
-  int64_t live(int rank) const { return live_[rank].load(); }
+  void reset_peak(int rank) { counts_->peak[rank].store(counts_->live[rank].load()); }
+  int64_t peak(int rank) const { return counts_->peak[rank].load(); }
+  int64_t live(int rank) const { return counts_->live[rank].load(); }
 
  private:
+  struct Counts {
+    std::array<std::atomic<int64_t>, kMaxRanks> live{};
+    std::array<std::atomic<int64_t>, kMaxRanks> peak{};
+  };
   struct Ctx {
     c10::DataPtr inner;
     int64_t n;
     int rank;
-    CountingAllocator* owner;
+    std::shared_ptr<Counts> counts;  // outlives the allocator when the tensor does
   };
   static void release(void* p) {
     auto* ctx = static_cast<Ctx*>(p);
-    if (ctx->rank >= 0) ctx->owner->live_[ctx->rank].fetch_sub(ctx->n);
+    if (ctx->rank >= 0) ctx->counts->live[ctx->rank].fetch_sub(ctx->n);
     delete ctx;
   }
   c10::Allocator* base_;
-  std::array<std::atomic<int64_t>, kMaxRanks> live_{};
-  std::array<std::atomic<int64_t>, kMaxRanks> peak_{};
+  std::shared_ptr<Counts> counts_;
 };
 
 // Installs the counting allocator for the test's lifetime.
