@@ -99,7 +99,6 @@ ParallelDims parallel_dims(const TrainConfig& cfg, int world_size, int local_wor
   ParallelDims d;
   d.tp = static_cast<int>(p.tensor_parallel_degree);
   d.dp_replicate = static_cast<int>(p.data_parallel_replicate_degree);
-  d.sequence_parallel = p.enable_sequence_parallel;
   d.ep = static_cast<int>(p.expert_parallel_degree);
   FSDPP_CHECK_AS(ConfigError, world_size % d.ep == 0,
                  "[config] parallelism.expert_parallel_degree={} does not divide the world size {}",
@@ -195,10 +194,10 @@ int pipeline_microbatches(const TrainConfig& cfg, const ParallelDims& dims) {
   return microbatches;
 }
 
-std::string ParallelDims::describe() const {
-  return fmt::format("pp {} x dp_replicate {} x dp_shard {} x tp {}{} x ep {}{}", pp, dp_replicate,
-                     dp_shard, tp, sequence_parallel ? " (sequence parallel)" : "", ep,
-                     ep > 1 ? " (within dp_shard)" : "");
+std::string layout_line(const ParallelDims& d, bool sequence_parallel) {
+  return fmt::format("pp {} x dp_replicate {} x dp_shard {} x tp {}{} x ep {}{}", d.pp, d.dp_replicate,
+                     d.dp_shard, d.tp, sequence_parallel ? " (sequence parallel)" : "", d.ep,
+                     d.ep > 1 ? " (within dp_shard)" : "");
 }
 
 }  // namespace fsdpp::train

@@ -109,7 +109,7 @@ void shard_custom_model(TrainSession& s, const std::shared_ptr<dist::DeviceMesh>
   materialize_model(s, {&model});
   s.say(fmt::format("[train] mesh: {}; fsdp: {} over {}, {} ({}), {:.2f} M parameters held per "
                     "rank",
-                    s.dims.describe(), to_string(cfg.training.fsdp),
+                    layout_line(s.dims, cfg.parallelism.enable_sequence_parallel), to_string(cfg.training.fsdp),
                     s.hybrid ? fmt::format("dp_replicate {} x dp_shard {}", s.dims.dp_replicate,
                                            s.dims.dp_shard)
                              : fmt::format("dp_shard {}", s.dims.dp_shard),
@@ -128,7 +128,7 @@ parallel::ParallelizeOptions parallelize_options(TrainSession& s) {
   o.fsdp.sync_module_states = false;  // sync_module_states did it, on the whole model
   o.wrap = cfg.wrap_policy();
   o.keep_ends_gathered = t.fsdp_config.keep_ends_gathered;
-  o.sequence_parallel = s.dims.sequence_parallel;
+  o.sequence_parallel = s.cfg.parallelism.enable_sequence_parallel;
   if (t.gradient_checkpointing) {
     o.checkpoint_every = static_cast<int>(t.gradient_checkpointing_every);
     o.checkpoint_classes = t.fsdp_config.transformer_layer_cls_to_wrap;
@@ -171,6 +171,7 @@ void shard_model(TrainSession& s) {
                     : world.mesh());
   }
   const ParallelDims& dims = s.dims;
+  const std::string layout = layout_line(dims, cfg.parallelism.enable_sequence_parallel);
   // The loss lives inside the stages' microbatches: there is no loss of the step to hand over.
   FSDPP_CHECK_AS(ConfigError, !dims.pipeline_parallel() || !s.hooks.after_loss,
                  "[train] TrainerHooks::after_loss is not called under pipeline parallelism "
@@ -188,9 +189,9 @@ void shard_model(TrainSession& s) {
   try {
     s.parallel = parallel::parallelize(
         models::plan_of(std::shared_ptr<models::CausalLM>(std::shared_ptr<void>(), s.lm.get())),
-        world, dims.degrees(), options);
+        world, dims, options);
   } catch (const ConfigError& e) {
-    FSDPP_THROW(ConfigError, "[config] parallelism: {} ({}): {}", dims.describe(),
+    FSDPP_THROW(ConfigError, "[config] parallelism: {} ({}): {}", layout,
                 to_string(t.fsdp), e.what());
   }
   auto& p = *s.parallel;
@@ -208,7 +209,7 @@ void shard_model(TrainSession& s) {
   }
   if (dims.tensor_parallel()) {
     s.say(fmt::format("[train] tensor parallel: {} (the {} plan, docs/tensor-parallel.md)",
-                      dims.describe(), p.model().name()));
+                      layout, p.model().name()));
   }
   if (t.gradient_checkpointing && !dims.pipeline_parallel()) {
     s.say(fmt::format("[train] activation checkpointing: {} of {} blocks", p.num_checkpointed(),
@@ -222,7 +223,7 @@ void shard_model(TrainSession& s) {
   if (dims.pipeline_parallel()) {
     int64_t held = 0;
     for (const auto& t : p.parameters()) held += t.numel();
-    s.say(fmt::format("[train] pipeline parallel: {}; {}", dims.describe(), p.cut().describe()));
+    s.say(fmt::format("[train] pipeline parallel: {}; {}", layout, p.cut().describe()));
     s.say(fmt::format("[train] fsdp: {} over dp_shard {} per stage, {} on rank 0, {:.2f} M "
                       "parameters held by rank 0",
                       to_string(t.fsdp), dims.dp_shard, count_of(static_cast<int64_t>(p.num_units()), "unit"),
@@ -230,7 +231,7 @@ void shard_model(TrainSession& s) {
   } else {
     s.say(fmt::format("[train] mesh: {}; fsdp: {} over {}, {} ({}), {:.2f} M parameters held per "
                       "rank",
-                      dims.describe(), to_string(t.fsdp),
+                      layout, to_string(t.fsdp),
                       s.hybrid ? fmt::format("dp_replicate {} x dp_shard {}", dims.dp_replicate,
                                              dims.dp_shard)
                                : fmt::format("dp_shard {}", dims.dp_shard),

@@ -38,6 +38,13 @@ struct ParallelDims {
   int world_size() const { return pp * dp_replicate * dp_shard * tp; }
   int dp() const { return dp_replicate * dp_shard; }  // ranks that take different batches
   int efsdp() const { return dp_shard * tp / ep; }     // the experts' FSDP dim
+  // This rank's place among the dp() ranks (which rows of the global batch it takes): the
+  // dense mesh is (pp, dp_replicate, dp_shard, tp), so the ranks of a tp group and of a pp
+  // group share it.
+  int dp_rank(int rank) const { return (rank / tp) % dp(); }
+  bool pipeline_parallel() const { return pp > 1; }
+  bool tensor_parallel() const { return tp > 1; }
+  bool expert_parallel() const { return ep > 1; }
   // "pp 2 x dp_shard 2 x tp 2", the dims of more than one rank.
   std::string describe() const;
 };

@@ -4,17 +4,14 @@
 // that a tp group is consecutive ranks (inside a node, as Megatron places it).
 //
 //   auto dims = train::parallel_dims(cfg, world.size());   // checked: [config] errors
-//   parallel::parallelize(plan, world, dims.degrees(), o);  // the mesh and the composition
+//   parallel::parallelize(plan, world, dims, o);            // the mesh and the composition
 //   dims.dp_rank(world.rank());                             // which part of the batch
 //
 // Without TP and replicas it is plain FSDP over the world (fsdpp's 1-D mesh); HYBRID strategies
 // then keep their own group size (training.fsdp_config.fsdp_hybrid_shard_group_size).
 
 #include <cstdint>
-#include <memory>
 #include <string>
-
-#include <vector>
 
 #include "fsdpp/parallel/parallel_dims.h"
 
@@ -22,34 +19,14 @@ namespace fsdpp::train {
 
 struct TrainConfig;
 
-struct ParallelDims {
-  int dp_replicate = 1;
-  int dp_shard = 1;
-  int tp = 1;
-  bool sequence_parallel = false;
-  // Expert parallelism carves its groups out of the data-parallel ranks (torchtitan's separate
-  // expert mesh): each rank still takes its own batches; the experts of each sparse layer are
-  // split over `ep` consecutive ranks and FSDP-sharded over the world / ep ranks holding the
-  // same ones (build_expert_mesh).
-  int ep = 1;
-  // Pipeline parallelism: the outermost dim, pp groups of ranks that hold the stages of one
-  // model replica and take the same batches (docs/pipeline.md#fsdpp-train).
-  int pp = 1;
+// One ParallelDims for the trainer and parallelize: the degrees the keys name, resolved for the
+// world (dp_shard filled in, HYBRID's groups chosen).
+using ParallelDims = parallel::ParallelDims;
 
-  int world_size() const { return pp * dp_replicate * dp_shard * tp; }
-  int dp() const { return dp_replicate * dp_shard; }  // ranks that see different data
-  // This rank's place among the data-parallel ranks: the ranks of a tp group and of a pp group
-  // share it.
-  int dp_rank(int rank) const { return (rank / tp) % dp(); }
-  bool tensor_parallel() const { return tp > 1; }
-  bool pipeline_parallel() const { return pp > 1; }
-  // The degrees as parallel::parallelize takes them (its mesh is built there).
-  parallel::ParallelDims degrees() const { return {pp, dp_replicate, dp_shard, tp, ep}; }
-  // Every dim as the run lays it out: "pp 1 x dp_replicate 1 x dp_shard 2 x tp 2 (sequence
-  // parallel) x ep 1"; ep, carved out of the data-parallel ranks, "x ep 2 (within dp_shard)".
-  std::string describe() const;
-  bool expert_parallel() const { return ep > 1; }
-};
+// Every dim as the run lays it out, for the log: "pp 1 x dp_replicate 1 x dp_shard 2 x tp 2
+// (sequence parallel) x ep 1"; ep, carved out of the data-parallel ranks, "x ep 2 (within
+// dp_shard)".
+std::string layout_line(const ParallelDims& dims, bool sequence_parallel);
 
 // The most ranks a degree may name (more than any job has).
 inline constexpr int64_t kMaxDegree = 1 << 20;
