@@ -730,19 +730,19 @@ TEST(Config, ParallelismDegrees) {
   dims = parallel_dims(parse(base, {"training.fsdp=hybrid_shard", "parallelism.tensor_parallel_degree=2",
                                     "parallelism.data_parallel_replicate_degree=2"}),
                        8);
-  EXPECT_EQ(layout_line(dims, false), "pp 1 x dp_replicate 2 x dp_shard 2 x tp 2 x ep 1");
+  EXPECT_EQ(fsdpp::train::layout_line(dims, false), "pp 1 x dp_replicate 2 x dp_shard 2 x tp 2 x ep 1");
   // A HYBRID strategy without a replicate degree: shard groups of a node's ranks (the local
   // world size), or fsdp_hybrid_shard_group_size; under a pipeline, at most a stage's dp ranks.
   dims = parallel_dims(parse(base, {"training.fsdp=hybrid_shard"}), 8, 4);
-  EXPECT_EQ(layout_line(dims, false), "pp 1 x dp_replicate 2 x dp_shard 4 x tp 1 x ep 1");
+  EXPECT_EQ(fsdpp::train::layout_line(dims, false), "pp 1 x dp_replicate 2 x dp_shard 4 x tp 1 x ep 1");
   dims = parallel_dims(parse(base, {"training.fsdp=hybrid_shard",
                                     "training.fsdp_config.fsdp_hybrid_shard_group_size=2"}),
                        8, 4);
-  EXPECT_EQ(layout_line(dims, false), "pp 1 x dp_replicate 4 x dp_shard 2 x tp 1 x ep 1");
+  EXPECT_EQ(fsdpp::train::layout_line(dims, false), "pp 1 x dp_replicate 4 x dp_shard 2 x tp 1 x ep 1");
   dims = parallel_dims(parse(base, {"training.fsdp=hybrid_shard", "parallelism.pipeline_parallel_degree=2"}), 4, 4);
-  EXPECT_EQ(layout_line(dims, false), "pp 2 x dp_replicate 1 x dp_shard 2 x tp 1 x ep 1");
+  EXPECT_EQ(fsdpp::train::layout_line(dims, false), "pp 2 x dp_replicate 1 x dp_shard 2 x tp 1 x ep 1");
   dims = parallel_dims(parse(base, {"training.fsdp=hybrid_shard", "parallelism.pipeline_parallel_degree=2"}), 8, 2);
-  EXPECT_EQ(layout_line(dims, false), "pp 2 x dp_replicate 2 x dp_shard 2 x tp 1 x ep 1");
+  EXPECT_EQ(fsdpp::train::layout_line(dims, false), "pp 2 x dp_replicate 2 x dp_shard 2 x tp 1 x ep 1");
   expect_message(error_of([&] { parallel_dims(parse(base, {"training.fsdp=hybrid_shard"}), 6, 4); }),
                  {"shards over groups of 4 ranks (LOCAL_WORLD_SIZE), which must divide the world size 6"});
   EXPECT_EQ(parse(base, {"parallelism.tensor_parallel_degree=2", "parallelism.enable_sequence_parallel=true"})
