@@ -49,6 +49,7 @@ class LlamaLM final : public CausalLM {
                        c.n_heads, c.kv_heads(), c.vocab_size);
   }
   int64_t vocab_size() const override { return model_->config().vocab_size; }
+  LlamaParallelHooks* tensor_parallel() override { return model_->parallel.get(); }
   const InitPlan& init_plan() const override { return model_->init_plan(); }
   int64_t hidden_size() const override { return model_->config().dim; }
   int64_t num_layers() const override { return model_->config().n_layers; }
@@ -102,6 +103,7 @@ class Qwen3MoeLM final : public CausalLM {
                        c.head_dim, c.vocab_size);
   }
   int64_t vocab_size() const override { return model_->config().vocab_size; }
+  LlamaParallelHooks* tensor_parallel() override { return model_->tensor_parallel.get(); }
   const InitPlan& init_plan() const override { return model_->init_plan(); }
   int64_t hidden_size() const override { return model_->config().hidden_size; }
   int64_t num_layers() const override { return model_->config().num_hidden_layers; }

@@ -11,17 +11,6 @@
 #include "phases.h"
 
 namespace fsdpp::train::detail {
-namespace {
-
-// The tensor-parallel hooks of the model (null without tensor parallelism): each rank's logits
-// are its vocabulary columns, and sequence parallelism needs lengths its degree divides.
-models::LlamaParallelHooks* tensor_parallel_hooks(models::CausalLM& lm) {
-  if (auto* l = models::as_llama(lm)) return (*l)->parallel.get();
-  if (auto* q = models::as_qwen3_moe(lm)) return (*q)->tensor_parallel.get();
-  return nullptr;
-}
-
-}  // namespace
 
 StepOutcome pipeline_train_step(TrainSession& s, int64_t step) {
   const auto& t = s.cfg.training;
@@ -80,7 +69,7 @@ at::Tensor pipeline_generate(TrainSession& s, const at::Tensor& prompt,
   at::Device device = prompt.device();
   for (const auto& t : p.parameters()) device = t.device();
   auto pp = p.mesh().group("pp");
-  auto* parallel = tensor_parallel_hooks(*s.lm);
+  auto* parallel = s.lm->tensor_parallel();  // tp: each rank has its columns
   auto last_logits = [&](const at::Tensor& tokens) {
     // Sequence parallelism needs a length its degree divides (as models::generate pads).
     at::Tensor context = tokens;

@@ -44,6 +44,10 @@ class CausalLM {
   virtual at::Tensor generate(const at::Tensor& prompt, const GenerateOptions& options) = 0;
   virtual std::string describe() const = 0;  // one line for the log
   virtual int64_t vocab_size() const = 0;
+  // Tensor parallelism's hooks, null without it: each rank's logits are then its vocabulary
+  // columns (whole_logits gathers them) and sequence parallelism needs lengths its degree
+  // divides (sequence_multiple).
+  virtual LlamaParallelHooks* tensor_parallel() { return nullptr; }
   // How its weights are drawn from its seed (fsdpp/fsdp/deferred_init.h): for a model made on
   // the meta device and sharded, init_exact or init_per_shard give it its values.
   virtual const InitPlan& init_plan() const = 0;
