@@ -8,15 +8,24 @@
 namespace fsdpp::models::detail {
 
 // `Stage`: a ModuleHolder of an Impl with forward(at::Tensor), has_head() and loss(logits,
-// targets) (LlamaStage, Qwen3MoeStage).
+// targets) (LlamaStage, Qwen3MoeStage); one with terms of its own besides the token loss
+// (Qwen3MoeStage) has loss(logits, targets, token_loss) and last_aux_loss().
 template <typename Stage>
 ModelStage model_stage(Stage stage) {
   ModelStage s;
   s.module = stage.ptr();
   s.forward = [stage](const at::Tensor& x) mutable { return fsdpp::forward(stage, x); };
   if (stage->has_head()) {
-    s.loss = [stage](const at::Tensor& logits, const at::Tensor& targets) mutable {
-      return stage->loss(logits, targets);
+    s.loss = [stage](const at::Tensor& logits, const at::Tensor& targets,
+                     const TokenLoss& token_loss) mutable {
+      StageLoss out;
+      if constexpr (requires { stage->last_aux_loss(); }) {  // a model with its own terms
+        out.loss = stage->loss(logits, targets, token_loss);
+        out.aux_loss = stage->last_aux_loss();
+      } else {
+        out.loss = token_loss ? token_loss(logits, targets) : stage->loss(logits, targets);
+      }
+      return out;
     };
   }
   return s;

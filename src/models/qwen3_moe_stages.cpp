@@ -115,12 +115,18 @@ at::Tensor Qwen3MoeStageImpl::forward(const at::Tensor& x) {
 }
 
 at::Tensor Qwen3MoeStageImpl::loss(const at::Tensor& logits, const at::Tensor& targets) {
+  return loss(logits, targets, TokenLoss{});
+}
+
+at::Tensor Qwen3MoeStageImpl::loss(const at::Tensor& logits, const at::Tensor& targets,
+                                   const TokenLoss& token_loss) {
   FSDPP_CHECK(has_head() && statistics_.defined(),
               "[models] loss on a Qwen3-MoE stage without the head, or before its forward "
               "(units [{}, {}))",
               first_unit_, first_unit_ + num_units_);
-  auto ce = tensor_parallel_ ? tensor_parallel_->loss(logits, targets)
-                             : token_cross_entropy(logits, targets);
+  auto ce = token_loss            ? token_loss(logits, targets)
+            : tensor_parallel_ ? tensor_parallel_->loss(logits, targets)
+                               : token_cross_entropy(logits, targets);
   auto stats = parallel_ ? parallel_->global_statistics(statistics_) : statistics_;
   statistics_ = at::Tensor();
   aux_ = load_balancing_loss(stats, cfg_.num_experts);

@@ -160,10 +160,8 @@ std::unique_ptr<Parallelized> parallelize(std::shared_ptr<models::ModelPlan> mod
       s.module = p->stages_[i].module;
       s.forward = p->stages_[i].forward;
       if (auto loss = p->stages_[i].loss) {
-        // The loss that backward starts from, times a gradient scaler's scale.
-        s.loss = [loss, scale = p->loss_scale_](const at::Tensor& y, const at::Tensor& t) {
-          return *scale == 1.0 ? loss(y, t) : loss(y, t) * *scale;
-        };
+        // The model's own loss; forward_backward gives each step's (scaled, its objective).
+        s.loss = [loss](const at::Tensor& y, const at::Tensor& t) { return loss(y, t, {}).loss; };
       }
       mine.push_back(std::move(s));
     }
@@ -216,27 +214,78 @@ void Parallelized::make_record() {
 }
 
 StepLoss Parallelized::forward_backward(const at::Tensor& inputs, const at::Tensor& targets,
-                                        double loss_scale) {
+                                        double loss_scale, const MicrobatchObjective& objective) {
   const int m = options_.microbatches;
   FSDPP_CHECK_AS(ConfigError, inputs.dim() == 2 && inputs.size(0) % m == 0,
                  "[parallel] forward_backward: {} rows do not divide into {} microbatches",
                  inputs.dim() >= 1 ? inputs.size(0) : 0, m);
   StepLoss out;
   if (runtime_) {
-    *loss_scale_ = loss_scale;
-    const auto step = runtime_->step(inputs, targets);
-    *loss_scale_ = 1.0;
+    // The last stage's loss of microbatch k: the model's, with the objective's token loss, times
+    // the gradient scaler's scale; its load-balancing loss kept for the step's mean.
+    std::vector<double> aux(static_cast<size_t>(m), 0.0);
+    const auto* last = last_stage();
+    auto loss_of = [&](const at::Tensor& y, const at::Tensor& t, int k) {
+      models::TokenLoss token;
+      if (objective) {
+        token = [&objective, k](const at::Tensor& l, const at::Tensor& tt) { return objective(l, tt, k); };
+      }
+      auto r = last->loss(y, t, token);
+      if (r.aux_loss.defined()) aux[static_cast<size_t>(k)] = r.aux_loss.item<double>();
+      return loss_scale == 1.0 ? r.loss : r.loss * loss_scale;
+    };
+    const auto step = runtime_->step(inputs, targets, last ? pipeline::MicrobatchLoss(loss_of)
+                                                           : pipeline::MicrobatchLoss());
     out.loss = step.loss / loss_scale;
+    if (model_->has_experts()) {
+      double sum = 0;
+      for (double a : aux) sum += a;
+      auto mean = at::full({1}, sum / m, at::TensorOptions(at::kDouble));
+      from_last_stage(mean, "pipeline aux loss");
+      out.aux_loss = mean.item<double>();
+    }
     return out;
   }
+  FSDPP_CHECK_AS(ConfigError, !objective,
+                 "[parallel] forward_backward: an objective in place of the cross entropy needs a "
+                 "pipelined model (pp > 1); without a pipeline the caller has the logits: "
+                 "causal_lm().forward_features and the objective on them");
   auto& lm = model_->causal_lm();
   const int64_t rows = inputs.size(0) / m;
   for (int k = 0; k < m; ++k) {
     auto r = lm.forward(inputs.narrow(0, k * rows, rows), targets.narrow(0, k * rows, rows));
     (r.loss * (loss_scale / m)).backward();
     out.loss += r.loss.item<double>() / m;
+    if (r.aux_loss.defined()) out.aux_loss += r.aux_loss.item<double>() / m;
   }
   return out;
+}
+
+const models::ModelStage* Parallelized::last_stage() const {
+  for (const auto& st : stages_) {
+    if (st.loss) return &st;
+  }
+  return nullptr;
+}
+
+void Parallelized::from_last_stage(at::Tensor& value, const char* what) {
+  at::Device device = at::kCPU;
+  for (const auto& p : parameters()) device = p.device();
+  auto v = value.to(device);
+  mesh_->group("pp")->broadcast(v, last_stage_rank(), {what});
+  value = v.cpu();
+}
+
+std::vector<int64_t> Parallelized::expert_load() {
+  auto load = model_->expert_load();
+  if (!runtime_ || !model_->has_experts()) return load;
+  // The last stage's count of experts (every rank knows the model's), then its load.
+  auto n = at::full({1}, static_cast<int64_t>(load.size()), at::TensorOptions(at::kLong));
+  from_last_stage(n, "pipeline expert load");
+  load.resize(static_cast<size_t>(n.item<int64_t>()), 0);
+  auto t = at::tensor(load, at::TensorOptions(at::kLong));
+  from_last_stage(t, "pipeline expert load");
+  return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
 }
 
 double Parallelized::clip_grad_norm_(double max_norm, double norm_type) {
@@ -293,7 +342,7 @@ double Parallelized::eval_loss(const at::Tensor& inputs, const at::Tensor& targe
   auto loss = torch::zeros({1}, torch::TensorOptions(torch::kDouble).device(device));
   if (out.defined()) {
     for (const auto& st : stages_) {
-      if (st.loss) loss.fill_(st.loss(out, targets.to(out.device())).item<double>());
+      if (st.loss) loss.fill_(st.loss(out, targets.to(out.device()), {}).loss.item<double>());
     }
   }
   mesh_->group("pp")->broadcast(loss, last_stage_rank(), {"pipeline eval"});

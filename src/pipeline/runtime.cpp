@@ -70,6 +70,7 @@ struct PipelineRuntime::State {
   std::vector<std::pair<dist::Work, at::Tensor>> sends;
   std::map<size_t, std::pair<dist::Work, at::Tensor>> posted;  // recvs by action index
   std::vector<double> losses;
+  MicrobatchLoss loss;  // the step's, in place of the last stage's own (empty: its own)
   Clock::time_point t0;
   Clock::time_point last_abort_check;
   Slot& at(int stage, int mb) { return slots[static_cast<size_t>(stage * m + mb)]; }
@@ -174,12 +175,14 @@ int meta_tag(const PipelineSchedule& s, int stage) {
 
 }  // namespace
 
-StepOutput PipelineRuntime::step(const at::Tensor& inputs, const at::Tensor& targets) {
+StepOutput PipelineRuntime::step(const at::Tensor& inputs, const at::Tensor& targets,
+                                 const MicrobatchLoss& loss_of) {
   const int rank = pp_->rank();
   const int m = schedule_.num_microbatches;
   const int last = schedule_.num_stages - 1;
   State st;
   st.m = m;
+  st.loss = loss_of;
   st.slots.resize(static_cast<size_t>(schedule_.num_stages * m));
   auto split = [&](const at::Tensor& t, const char* what) {
     FSDPP_CHECK_AS(ConfigError, t.defined() && t.dim() >= 1 && t.size(0) % m == 0 && t.size(0) >= m,
@@ -361,7 +364,8 @@ void PipelineRuntime::run_action(size_t index, const Action& a, State& st) {
       slot.input = x;
       at::Tensor y = stage.forward(x);
       if (s == last) {
-        y = stage.loss(y, st.targets.at(static_cast<size_t>(mb)));
+        const auto& t = st.targets.at(static_cast<size_t>(mb));
+        y = st.loss ? st.loss(y, t, mb) : stage.loss(y, t);
         FSDPP_CHECK(y.numel() == 1, "[pipeline] the loss function returned {} elements; expected "
                     "one (the microbatch's mean loss)", y.numel());
         st.losses[static_cast<size_t>(mb)] = y.item<double>();

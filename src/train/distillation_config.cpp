@@ -77,11 +77,23 @@ void validate_distillation(const TrainConfig& cfg) {
         "[config] distillation.layer_map with parallelism.enable_sequence_parallel=true: each "
         "rank holds a piece of the sequence of the student's hidden states; set "
         "enable_sequence_parallel=false (tensor parallelism alone keeps them whole)");
-  // The pipelined step computes the loss in the last stage, which has no teacher (yet).
-  check(cfg.parallelism.pipeline_parallel_degree == 1,
-        "[config] distillation.teacher with parallelism.pipeline_parallel_degree={}: the "
-        "pipelined step has no teacher; expected 1",
-        cfg.parallelism.pipeline_parallel_degree);
+  // A pipelined student's last stage takes the teacher's logits of the step's data rows, computed
+  // before the pipeline runs. Samples would be the student's generation through every stage
+  // before its step (or the teacher's, then its logits on them: not built), and the student's
+  // hidden states of layer_map live on the stages that hold those layers, not with the loss.
+  const int64_t pp = cfg.parallelism.pipeline_parallel_degree;
+  check(pp == 1 || !sampling,
+        "[config] distillation.lmbda={} seq_kd={} with parallelism.pipeline_parallel_degree={}: "
+        "a pipelined student distils on the data's windows only (on-policy samples would be "
+        "generated through every pipeline stage before each step: not built); set lmbda=0 and "
+        "seq_kd=false, or pipeline_parallel_degree=1",
+        d.lmbda, d.seq_kd, pp);
+  check(pp == 1 || d.layer_map.empty(),
+        "[config] distillation.layer_map with parallelism.pipeline_parallel_degree={}: the "
+        "student's hidden states of the mapped layers live on the stages that hold those layers, "
+        "not on the last stage where the loss is computed; drop layer_map or set "
+        "pipeline_parallel_degree=1",
+        pp);
 }
 
 std::vector<std::pair<int64_t, int64_t>> parse_layer_map(const std::vector<std::string>& map) {

@@ -139,25 +139,8 @@ Distiller::Result Distiller::loss(models::CausalLM& student, const data::BatchLo
     targets.logits = t.logits;
     teacher_hidden = std::move(t.hidden_states);
   }
-  DistillObjective parts;
-  if (tp_group_) {
-    // This rank's columns of both: the teacher's logits are whole (it is not tensor parallel).
-    FSDPP_CHECK(out.logits.size(-1) == columns_.size && targets.logits.defined(),
-                "[train] a tensor-parallel student's logits have {} columns, its share of the "
-                "vocabulary {}; the teacher gave {}",
-                out.logits.size(-1), columns_.size,
-                targets.logits.defined() ? "whole logits" : "a cache's top-K");
-    parts = vocab_parallel_distillation_objective(
-        out.logits, targets.logits.narrow(-1, columns_.offset, columns_.size), pb.targets,
-        pb.kd_mask, options_, kd_ratio_, columns_.offset, tp_group_);
-  } else {
-    parts = chunked_distillation_objective(out.logits, targets, pb.targets, pb.kd_mask, options_,
-                                           kd_ratio_, chunk_);
-  }
+  at::Tensor loss = objective(out.logits, targets, pb);
   targets = {};
-  at::Tensor loss = parts.loss;
-  kd_sum_ += parts.kd.item<double>();
-  ce_sum_ += parts.ce.item<double>();
   if (!student_layers_.empty()) {
     const auto layer = layer_distillation_loss(out.hidden_states, teacher_hidden, pb.kd_mask,
                                                layer_loss_, projections_->weights());
@@ -168,19 +151,73 @@ Distiller::Result Distiller::loss(models::CausalLM& student, const data::BatchLo
   return {loss, out.aux_loss};
 }
 
+at::Tensor Distiller::objective(const at::Tensor& logits, const TeacherTargets& teacher,
+                               const PolicyBatch& batch) {
+  DistillObjective parts;
+  if (tp_group_) {
+    // This rank's columns of both: the teacher's logits are whole (it is not tensor parallel).
+    FSDPP_CHECK(logits.size(-1) == columns_.size && teacher.logits.defined(),
+                "[train] a tensor-parallel student's logits have {} columns, its share of the "
+                "vocabulary {}; the teacher gave {}",
+                logits.size(-1), columns_.size,
+                teacher.logits.defined() ? "whole logits" : "a cache's top-K");
+    parts = vocab_parallel_distillation_objective(
+        logits, teacher.logits.narrow(-1, columns_.offset, columns_.size), batch.targets,
+        batch.kd_mask, options_, kd_ratio_, columns_.offset, tp_group_);
+  } else {
+    parts = chunked_distillation_objective(logits, teacher, batch.targets, batch.kd_mask, options_,
+                                           kd_ratio_, chunk_);
+  }
+  kd_sum_ += parts.kd.item<double>();
+  ce_sum_ += parts.ce.item<double>();
+  ++objectives_;
+  return parts.loss;
+}
+
+parallel::MicrobatchObjective Distiller::pipeline_objective(const data::BatchLoader::Batch& rows,
+                                                            int microbatches, bool last_stage) {
+  FSDPP_CHECK(!policy_.active() && student_layers_.empty(),
+              "[train] a pipelined student distils on the data's windows from the teacher's "
+              "logits alone (distillation.lmbda, seq_kd and layer_map are refused with "
+              "pipeline_parallel_degree > 1)");
+  TeacherTargets all;
+  if (cache_) {
+    if (last_stage) all = cached_teacher(rows);
+  } else {
+    all.logits = teacher_->forward(rows.inputs).logits;  // collective: on every rank
+  }
+  if (!last_stage) return {};
+  // Microbatch k's rows of the teacher, as the pipeline splits the batch (dim 0, equal parts).
+  const int64_t per = rows.inputs.size(0) / microbatches;
+  auto teacher = std::make_shared<std::vector<TeacherTargets>>();
+  for (int k = 0; k < microbatches; ++k) {
+    auto rows_of = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, k * per, per) : t; };
+    teacher->push_back({rows_of(all.logits), rows_of(all.values), rows_of(all.ids)});
+  }
+  return [this, teacher](const at::Tensor& logits, const at::Tensor& targets, int k) {
+    auto& mine = teacher->at(static_cast<size_t>(k));
+    auto loss = objective(logits, mine, policy_.data(at::Tensor(), targets));
+    mine = {};  // used once: its memory back before the next microbatch's
+    return loss;
+  };
+}
+
 void Distiller::begin_step() {
+  objectives_ = 0;
   kd_sum_ = ce_sum_ = layer_sum_ = generate_ms_ = 0;
   student_sampled_ = teacher_sampled_ = 0;
   if (teacher_) teacher_->begin_step();
 }
 
-void Distiller::log_step(nlohmann::json& line, dist::World& world, int64_t accum) {
-  const double n = static_cast<double>(accum);
-  auto sums = torch::tensor({kd_sum_ / n, ce_sum_ / n, layer_sum_ / n}, torch::kDouble);
-  world.group()->all_reduce(sums, dist::ReduceOp::AVG, {"metrics"});
-  line["kd_loss"] = sums[0].item<double>();
-  line["ce_loss"] = sums[1].item<double>();
-  if (!student_layers_.empty()) line["layer_loss"] = sums[2].item<double>();
+void Distiller::log_step(nlohmann::json& line, dist::World& world) {
+  // Summed with their counts: under a pipeline only the last stage's ranks have any.
+  auto sums = torch::tensor({kd_sum_, ce_sum_, layer_sum_, static_cast<double>(objectives_)},
+                            torch::kDouble);
+  world.group()->all_reduce(sums, dist::ReduceOp::SUM, {"metrics"});
+  const double n = std::max(1.0, sums[3].item<double>());
+  line["kd_loss"] = sums[0].item<double>() / n;
+  line["ce_loss"] = sums[1].item<double>() / n;
+  if (!student_layers_.empty()) line["layer_loss"] = sums[2].item<double>() / n;
   if (policy_.active()) {
     // The same on every rank (the sources are agreed); the time is this rank's.
     line["student_sampled_batches"] = student_sampled_;

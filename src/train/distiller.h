@@ -10,7 +10,7 @@
 //   distiller.begin_step();
 //   auto r = distiller.loss(*lm, loader.next_batch(), step, micro);  // collective
 //   r.loss.backward();
-//   distiller.log_step(line, world, accum);
+//   distiller.log_step(line, world);
 
 #include <ATen/core/Tensor.h>
 
@@ -26,6 +26,7 @@
 #include "fsdpp/data/batch_loader.h"
 #include "fsdpp/dist/world.h"
 #include "fsdpp/models/causal_lm.h"
+#include "fsdpp/parallel/parallelize.h"
 #include "fsdpp/tp/regions.h"
 #include "fsdpp/train/config.h"
 #include "fsdpp/train/teacher_cache.h"
@@ -59,6 +60,17 @@ class Distiller {
   Result loss(models::CausalLM& student, const data::BatchLoader::Batch& batch, int64_t step,
               int64_t micro);
 
+  // A pipelined student (parallel::Parallelized::forward_backward): the step's `rows` (its
+  // accumulation micro-batches' windows together, data batches), which the pipeline splits into
+  // `microbatches`. The teacher's side of every row is computed here, before the pipeline runs:
+  // the live teacher's forward is collective over the world (its units are sharded over it),
+  // so every rank runs it; the cache is read only where `last_stage` (this rank holds the
+  // pipeline's last stage). Microbatch k's objective is the distillation objective of the last
+  // stage's logits against the teacher's rows of k, as loss() computes it for a micro-batch;
+  // its kd and ce are this step's (log_step). Collective.
+  parallel::MicrobatchObjective pipeline_objective(const data::BatchLoader::Batch& rows,
+                                                   int microbatches, bool last_stage);
+
   // A tensor-parallel student: its logits are this rank's columns of the vocabulary
   // (tp::shard_range over `group`), and the loss is vocab_parallel_distillation_objective over
   // them and the same columns of the teacher's: no rank gathers the whole vocabulary. Without
@@ -66,9 +78,10 @@ class Distiller {
   void shard_vocabulary(tp::GroupPtr group);
 
   void begin_step();
-  // metrics.jsonl: kd_loss, ce_loss (and layer_loss) averaged over micro-batches and ranks,
-  // sampled batches, generate_ms, the teacher's collectives (this rank's). Collective.
-  void log_step(nlohmann::json& line, dist::World& world, int64_t accum);
+  // metrics.jsonl: kd_loss, ce_loss (and layer_loss) averaged over the micro-batches every rank
+  // computed them for (pipelined: the last stage's ranks), sampled batches, generate_ms, the
+  // teacher's collectives (this rank's). Collective.
+  void log_step(nlohmann::json& line, dist::World& world);
   std::string describe() const;
   Teacher* live_teacher() { return teacher_.get(); }  // null with an offline cache alone
   // The intermediate layers' learned projections (layer_projection.h); null without
@@ -77,6 +90,10 @@ class Distiller {
 
  private:
   TeacherTargets cached_teacher(const data::BatchLoader::Batch& batch) const;
+  // The distillation objective of the student's logits (this rank's columns under tp) against
+  // the teacher's, the step's kd and ce sums counted.
+  at::Tensor objective(const at::Tensor& logits, const TeacherTargets& teacher,
+                       const PolicyBatch& batch);
 
   std::unique_ptr<Teacher> teacher_;    // live; null with a cache alone
   std::optional<TeacherCache> cache_;
@@ -91,6 +108,7 @@ class Distiller {
   std::optional<LayerProjections> projections_;
   // This step's sums.
   double kd_sum_ = 0, ce_sum_ = 0, layer_sum_ = 0, generate_ms_ = 0;
+  int64_t objectives_ = 0;  // micro-batches in the sums
   int64_t student_sampled_ = 0, teacher_sampled_ = 0;
 };
 

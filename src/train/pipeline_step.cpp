@@ -25,17 +25,27 @@ StepOutcome pipeline_train_step(TrainSession& s, int64_t step) {
   // The step's batch: its accumulation micro-batches, which the pipeline splits into its own.
   dist::TraceSpan data_span(trace.get(), "data");
   std::vector<at::Tensor> xs, ys;
+  data::BatchLoader::Batch rows;
   for (int64_t micro = 0; micro < s.accum; ++micro) {
     auto batch = s.batches->next(s.B);
     xs.push_back(batch.inputs);
     ys.push_back(batch.targets);
+    rows.starts.insert(rows.starts.end(), batch.starts.begin(), batch.starts.end());
   }
   // On the rank's device, as train_step's batches (pinned host memory copies asynchronously).
-  const auto x = at::cat(xs).to(s.world.device(), /*non_blocking=*/true);
-  const auto y = at::cat(ys).to(s.world.device(), /*non_blocking=*/true);
+  rows.inputs = at::cat(xs).to(s.world.device(), /*non_blocking=*/true);
+  rows.targets = at::cat(ys).to(s.world.device(), /*non_blocking=*/true);
   data_span.end();
+  // Distilling: the teacher's side of the step's rows, for the last stage's objective.
+  parallel::MicrobatchObjective objective;
+  if (s.distiller) {
+    dist::TraceSpan teacher_span(trace.get(), "teacher");
+    const bool last = p.mesh().group("pp")->rank() == p.last_stage_rank();
+    objective = s.distiller->pipeline_objective(rows, p.runtime().schedule().num_microbatches, last);
+  }
   dist::TraceSpan pipeline_span(trace.get(), "pipeline");
-  const auto out = p.forward_backward(x, y, scaler.is_enabled() ? scaler.get_scale() : 1.0);
+  const auto out = p.forward_backward(rows.inputs, rows.targets,
+                                      scaler.is_enabled() ? scaler.get_scale() : 1.0, objective);
   pipeline_span.end();
   dist::TraceSpan clip_span(trace.get(), "clip_grad_norm");
   const StepContext hook_context{step, s.world.rank(), s.restart_count, s.lm->module()};
@@ -59,7 +69,9 @@ StepOutcome pipeline_train_step(TrainSession& s, int64_t step) {
   scaler.update();
   opt.zero_grad();
   optimizer_span.end();
-  return {lr, out.loss * static_cast<double>(s.accum), grad_norm, stepped, loss_scale, 0.0};
+  // Sums over the accumulation micro-batches, as train_step's: the means times their count.
+  const double accum = static_cast<double>(s.accum);
+  return {lr, out.loss * accum, grad_norm, stepped, loss_scale, out.aux_loss * accum};
 }
 
 at::Tensor pipeline_generate(TrainSession& s, const at::Tensor& prompt,

@@ -16,9 +16,10 @@ namespace fsdpp::train::detail {
 struct TrainSession;
 struct StepOutcome;
 
-// train_step's branch: the step's batches, the Parallelized's forward_backward, its clipping and
-// loss scaler, AdamW. loss_sum is the step's loss times gradient_accumulation_steps (what
-// train_step sums).
+// train_step's branch: the step's batches, the Parallelized's forward_backward (distilling: with
+// the distiller's objective for the last stage, Distiller::pipeline_objective), its clipping and
+// loss scaler, AdamW. loss_sum and aux_loss_sum are the step's means times
+// gradient_accumulation_steps (what train_step sums).
 StepOutcome pipeline_train_step(TrainSession& s, int64_t step);
 // models::sample_tokens through the stages: the same tokens on every rank.
 at::Tensor pipeline_generate(TrainSession& s, const at::Tensor& prompt,

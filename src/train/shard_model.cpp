@@ -205,7 +205,7 @@ void shard_model(TrainSession& s) {
   }
   if (p.model().has_experts()) {
     // The top-k choices per expert over the global batch: the metrics' expert load.
-    s.expert_load = [&p] { return p.model().expert_load(); };
+    s.expert_load = [&p] { return p.expert_load(); };  // collective over pp when pipelined
   }
   if (dims.tensor_parallel()) {
     s.say(fmt::format("[train] tensor parallel: {} (the {} plan, docs/tensor-parallel.md)",

@@ -138,10 +138,9 @@ void train_loop(TrainSession& s) {
       const auto split_after = comm_split(s);
       j["comm_bytes_intra"] = split_after.first - split_before.first;
       j["comm_bytes_inter"] = split_after.second - split_before.second;
-      // Pipelined, the load-balancing loss is inside the last stage's loss and each rank routes
-      // its stages' layers only: neither is reported (docs/parallelize.md#fsdpp-train).
-      if (s.expert_load && !s.pipelined()) {
-        // The load-balancing loss is over the global batch already: the same on every rank.
+      if (s.expert_load) {
+        // The load-balancing loss is over the global batch already: the same on every rank
+        // (pipelined: the last stage's, on every rank of the pp group).
         j["aux_loss"] = aux_loss_sum / accum;
         const auto load = models::summarize_expert_load(expert_load);
         j["expert_load_min"] = load.min;
@@ -150,7 +149,7 @@ void train_loop(TrainSession& s) {
       }
       // Tensor parallelism's activations and loss, on the tp dim (docs/tensor-parallel.md).
       if (tp_group) j["comm_bytes_tp"] = tp_group->counters().total_bytes() - tp_before;
-      if (s.distiller) s.distiller->log_step(j, world, accum);  // kd_loss, ce_loss, the teacher's collectives
+      if (s.distiller) s.distiller->log_step(j, world);  // kd_loss, ce_loss, the teacher's collectives
       j["elapsed_s"] = elapsed;
       dist::agree_on_failure(*world.group(), "writing metrics.jsonl", [&] {
         if (lead) metrics->append(j.dump());

@@ -87,6 +87,7 @@ inline torch::optim::AdamW adamw(std::vector<at::Tensor> params) {
 
 struct Reference {
   std::vector<double> losses, norms;
+  std::vector<double> aux;  // the mean load-balancing loss of each step (0 for the Llama)
   std::map<std::string, at::Tensor> params;
 };
 
@@ -100,13 +101,15 @@ inline const Reference& reference(Arch a) {
   auto opt = adamw(params);
   Reference ref;
   for (int s = 0; s < kSteps; ++s) {
-    double loss = 0;
+    double loss = 0, aux = 0;
     for (int m = 0; m < kMicro; ++m) {
       auto t = micro_tokens(s, m);
       auto out = lm.forward(t.narrow(1, 0, kSeq), t.narrow(1, 1, kSeq));
       (out.loss / kMicro).backward();
       loss += out.loss.item<double>() / kMicro;
+      if (out.aux_loss.defined()) aux += out.aux_loss.item<double>() / kMicro;
     }
+    ref.aux.push_back(aux);
     ref.norms.push_back(torch::nn::utils::clip_grad_norm_(params, kMaxNorm));
     ref.losses.push_back(loss);
     opt.step();
@@ -170,6 +173,7 @@ inline std::pair<at::Tensor, at::Tensor> my_rows(parallel::Parallelized& p, int 
 
 struct Worst {
   double loss = 0, norm = 0, param = 0;
+  double aux = 0;  // StepLoss::aux_loss against the reference's (every rank of pp has it)
   std::string where;
 };
 
@@ -189,6 +193,8 @@ inline Worst train(Arch a, Placed& placed) {
     p.mesh().group("dp")->all_reduce(loss, dist::ReduceOp::SUM, {"test loss"});
     const double mean = loss.item<double>() / p.dims().dp();
     w.loss = std::max(w.loss, std::abs(mean - ref.losses[static_cast<size_t>(s)]));
+    // Over the global microbatch already (the same on every data-parallel rank).
+    w.aux = std::max(w.aux, std::abs(step.aux_loss - ref.aux[static_cast<size_t>(s)]));
     const double want = ref.norms[static_cast<size_t>(s)];
     w.norm = std::max(w.norm, std::abs(norm - want) / want);
   }

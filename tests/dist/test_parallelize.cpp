@@ -46,11 +46,13 @@ void run_cells(Arch a, const std::vector<Layout>& layouts, const std::string& ta
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::cout << fmt::format("[matrix] {:9} | {:44} | loss {:.1e} | grad norm {:.1e} | params "
-                               "{:.1e} | {:.1f} s\n",
-                               name_of(a), l.name, worst.loss, worst.norm, worst.param, secs);
+                               "{:.1e} | aux {:.1e} | {:.1f} s\n",
+                               name_of(a), l.name, worst.loss, worst.norm, worst.param, worst.aux,
+                               secs);
     }
     EXPECT_LE(worst.loss, kTol) << name_of(a) << " " << l.name << ": loss";
     EXPECT_LE(worst.norm, kTol) << name_of(a) << " " << l.name << ": gradient norm (relative)";
+    EXPECT_LE(worst.aux, kTol) << name_of(a) << " " << l.name << ": load-balancing loss";
     if (w.rank() == 0) {
       EXPECT_LE(worst.param, kTol) << name_of(a) << " " << l.name << ": parameter " << worst.where;
     }
@@ -156,6 +158,53 @@ TEST(ParallelizeMatrix2, BothModels) {
   run_cells(Arch::kQwen3Moe,
             {L("EP 2", {.ep = 2}), whole_experts(L("TP 2", {.tp = 2})), L("PP 2", {.pp = 2})},
             "qwen3_2");
+}
+
+// forward_backward's objective on a pipeline (what distillation gives the last stage): microbatch
+// k's token loss is (k + 1) times its cross entropy, and the Qwen3-MoE still adds its
+// load-balancing loss; one step's loss, aux loss and gradient norm equal one process computing
+// the same from forward_features, and without the objective the model's own loss comes back.
+TEST(ParallelizeMatrix2, PipelineObjective) {
+  auto& w = test::world();
+  ASSERT_EQ(w.size(), 2) << "this test needs 2 ranks";
+  const parallel::MicrobatchObjective weighted = [](const at::Tensor& logits,
+                                                    const at::Tensor& targets, int k) {
+    return (k + 1) * models::token_cross_entropy(logits, targets);
+  };
+  for (Arch a : {Arch::kLlama, Arch::kQwen3Moe}) {
+    const double coef = a == Arch::kQwen3Moe ? qwen3_config().router_aux_loss_coef : 0.0;
+    // One process.
+    auto plan = fresh(a);
+    double want_loss = 0, want_aux = 0;
+    for (int m = 0; m < kMicro; ++m) {
+      auto t = micro_tokens(0, m);
+      auto out = plan->causal_lm().forward_features(t.narrow(1, 0, kSeq), true, {});
+      auto loss = weighted(out.logits, t.narrow(1, 1, kSeq), m);
+      if (out.aux_loss.defined()) {
+        loss = loss + coef * out.aux_loss;
+        want_aux += out.aux_loss.item<double>() / kMicro;
+      }
+      (loss / kMicro).backward();
+      want_loss += loss.item<double>() / kMicro;
+    }
+    const double want_norm = torch::nn::utils::clip_grad_norm_(plan->module().parameters(), INFINITY);
+    // PP 2.
+    auto placed = place(a, L("PP 2", {.pp = 2}));
+    auto& p = *placed.p;
+    auto [x, y] = my_rows(p, 0);
+    const auto step = p.forward_backward(x, y, 1.0, weighted);
+    const double norm = p.clip_grad_norm_(INFINITY);
+    EXPECT_NEAR(step.loss, want_loss, kTol) << name_of(a);
+    EXPECT_NEAR(step.aux_loss, want_aux, kTol) << name_of(a);
+    EXPECT_NEAR(norm / want_norm, 1.0, kTol) << name_of(a);
+    placed.opt->zero_grad();
+    EXPECT_NEAR(p.forward_backward(x, y).loss, reference(a).losses[0], kTol) << name_of(a);
+    if (a == Arch::kQwen3Moe) EXPECT_GT(want_aux, 0.0);
+  }
+  // Without a pipeline the caller has the logits: the objective is refused.
+  auto placed = place(Arch::kLlama, L("FSDP 2", {}));
+  auto [x, y] = my_rows(*placed.p, 0);
+  EXPECT_THROW(placed.p->forward_backward(x, y, 1.0, weighted), ConfigError);
 }
 
 TEST(ParallelizeMatrix8, BothModels) {

@@ -12,7 +12,8 @@
 #   kd0: kd_ratio 0 gives the losses of the run without distillation.
 #   hf: a Llama teacher from a Hugging Face directory (fsdpp-ckpt export-hf).
 #   tp2, tp2k: a Llama student with tensor parallelism 2 (the vocab-parallel KD loss, without and
-#   with top_k) equal to one process (tp1, tp1k) within 1e-5 per step.
+#   with top_k) equal to one process (tp1, tp1k) within 1e-5 per step; pp2, pp2k, pp2fsdp2,
+#   pp2tp2k: the same student pipelined (PP 2 alone, x FSDP 2, x TP 2) likewise.
 # The teacher is in no checkpoint of the student and in no optimizer (kd0's checkpoint holds the
 # same files as plain's). Bad values are [config] errors naming the key.
 set -euo pipefail
@@ -64,6 +65,15 @@ go 2 tp2 "${tpstudent[@]}" parallelism.tensor_parallel_degree=2
 go 1 tp1k "${tpstudent[@]}" distillation.top_k=20
 go 2 tp2k "${tpstudent[@]}" distillation.top_k=20 parallelism.tensor_parallel_degree=2
 grep -q "tensor parallel: " "$dir/tp2.log"
+# The same student pipelined (the teacher's logits computed before the pipeline, each microbatch's
+# rows of them in the last stage's objective): PP 2 in 4 microbatches (with and without top_k),
+# PP 2 x FSDP 2, and PP 2 x TP 2 (the vocab-parallel objective in the last stage) equal tp1/tp1k.
+pp2=(parallelism.pipeline_parallel_degree=2 parallelism.pipeline_parallel_microbatch_size=2)
+go 2 pp2 "${tpstudent[@]}" "${pp2[@]}"
+go 2 pp2k "${tpstudent[@]}" "${pp2[@]}" distillation.top_k=20
+go 4 pp2fsdp2 "${tpstudent[@]}" "${pp2[@]}" training.per_device_train_batch_size=4
+go 4 pp2tp2k "${tpstudent[@]}" "${pp2[@]}" distillation.top_k=20 parallelism.tensor_parallel_degree=2
+grep -q "pipeline parallel: pp 2 x dp_replicate 1 x dp_shard 1 x tp 2" "$dir/pp2tp2k.log"
 # configs/distill-moe.yaml (the guide's training: section) as docs/distillation.md runs it: a
 # student compressed from the teacher (half its experts), with the torchrun spelling of the flag.
 "$ckpt" compress --num-experts 2 --calibration "$dir/text.txt" "$teacher" "$dir/student" \
@@ -115,7 +125,8 @@ for s in (1, 2):
         assert abs(kd0[s][k] - plain[s][k]) < 1e-6, (s, k, kd0[s][k], plain[s][k])
     assert abs(kd0[s]["ce_loss"] + 0.001 * kd0[s]["aux_loss"] - plain[s]["loss"]) < 1e-6, s
 worst = 0.0
-for one_name, tp_name in (("tp1", "tp2"), ("tp1k", "tp2k")):
+for one_name, tp_name in (("tp1", "tp2"), ("tp1k", "tp2k"), ("tp1", "pp2"), ("tp1k", "pp2k"),
+                          ("tp1", "pp2fsdp2"), ("tp1k", "pp2tp2k")):
     one, tp = steps(one_name), steps(tp_name)
     assert sorted(tp) == sorted(one) == [1, 2, 3], (tp_name, sorted(tp))
     for s in one:
@@ -124,8 +135,8 @@ for one_name, tp_name in (("tp1", "tp2"), ("tp1k", "tp2k")):
             worst = max(worst, diff)
             assert diff < 1e-5, (tp_name, s, k, tp[s][k], one[s][k])
 assert abs(steps("tp1k")[1]["kd_loss"] - steps("tp1")[1]["kd_loss"]) > 1e-6  # top_k mattered
-print(f"distill: a tensor-parallel Llama student (TP 2, vocab-parallel KD loss, with and without "
-      f"top_k 20) equals one process over 3 steps, worst difference {worst:.2e}")
+print(f"distill: a tensor-parallel and a pipelined Llama student (TP 2, PP 2, PP 2 x FSDP 2, PP 2 x "
+      f"TP 2; with and without top_k 20) equal one process over 3 steps, worst difference {worst:.2e}")
 hf = steps("hf")
 assert hf[1]["kd_loss"] > 0 and hf[2]["teacher_reduce_scatter_bytes"] == 0, hf
 # No teacher tensor in the student's checkpoint, and the same files as without distillation.

@@ -6,6 +6,7 @@
 #     and grad norm of the online teacher with top_k 16 (within 1e-5) at every step: the sparse
 #     KL equals the online top-k KL, and the cache written on 2 ranks reads on 1 and on 3; the
 #     bf16 cache is within 1e-2 of them; the cache refuses another seq_len or text.
+#   offpp2: the float32 cache read by a pipelined student (PP 2) equals off32 within 1e-5.
 #   on-policy: lmbda 1 (every batch the student's samples) on 1 rank and on 2 ranks: the same
 #     losses (the samples depend on the windows only), and generate_ms > 0; seq_kd on 1 rank runs.
 #   layers: a student compressed to 1 of the teacher's 2 layers, layer_map [auto] from its
@@ -42,6 +43,11 @@ go 3 online3 "${student[@]}" training.per_device_train_batch_size=8 distillation
 go 3 off3 "${student[@]}" training.per_device_train_batch_size=8 distillation.teacher_cache="$dir/cache32" \
   distillation.teacher=
 grep -q "offline teacher $dir/cache32 (top 16 of 256 tokens" "$dir/off3.log"
+# A pipelined student reads the cache for the last stage: PP 2 (the Qwen3-MoE's 8 sequences in
+# one microbatch, as off32's load-balancing loss takes them) equals off32.
+go 2 offpp2 "${student[@]}" training.per_device_train_batch_size=8 distillation.teacher_cache="$dir/cache32" \
+  parallelism.pipeline_parallel_degree=2 parallelism.pipeline_parallel_microbatch_size=8 \
+  parallelism.pipeline_parallel_schedule=GPipe
 # On-policy: every batch the student's samples; 1 rank x 8 and 2 ranks x 4 windows.
 onp=(distillation.lmbda=1 distillation.max_new_tokens=12 distillation.generation_temperature=1.0)
 go 1 onp1 "${student[@]}" "${onp[@]}" training.per_device_train_batch_size=8
@@ -77,10 +83,12 @@ keys = ("loss", "kd_loss", "ce_loss", "grad_norm")
 w32 = same("off32", "online", keys, 1e-5)
 w3 = same("off3", "online3", keys, 1e-5)
 w16 = same("off16", "online", keys, 1e-2)
+wpp = same("offpp2", "off32", keys + ("aux_loss",), 1e-5)
 off = steps("off3")
 assert all(j["teacher_all_gather_bytes"] == 0 for j in off.values()), off  # no teacher ran
 print(f"distill_modes: the float32 cache written on 2 ranks, read on 1 and 3, equals the online "
-      f"top-16 teacher within {max(w32, w3):.1e} (bf16 cache: {w16:.1e})")
+      f"top-16 teacher within {max(w32, w3):.1e} (bf16 cache: {w16:.1e}); read by a pipelined "
+      f"student (PP 2): {wpp:.1e}")
 w = same("onp1", "onp2", keys, 1e-5)
 o1 = steps("onp1")
 assert all(j["student_sampled_batches"] == 1 and j["generate_ms"] > 0 for j in o1.values()), o1
@@ -112,4 +120,10 @@ bad 1 "is not in distillation.teacher_cache" model.n_layers=1 model.num_experts=
   data.train_fraction=0.5 distillation.teacher_cache="$dir/cache32" training.max_steps=2
 bad 1 "distillation.layer_map=[auto] takes the layers fsdpp-ckpt compress kept" \
   distillation.teacher="$teacher" "distillation.layer_map=[auto]"
+# What a pipelined student does not do: layers of other stages, samples through the stages.
+bad 2 "distillation.layer_map with parallelism.pipeline_parallel_degree=2: the student's hidden" \
+  distillation.teacher="$teacher" "distillation.layer_map=[0:0]" parallelism.pipeline_parallel_degree=2
+bad 2 "distillation.lmbda=0 seq_kd=true with parallelism.pipeline_parallel_degree=2" \
+  distillation.teacher="$teacher" distillation.seq_kd=true distillation.max_new_tokens=8 \
+  parallelism.pipeline_parallel_degree=2
 echo "distill_modes: bad values refused"

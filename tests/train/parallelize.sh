@@ -4,7 +4,8 @@
 #   parallelize.sh RUN TRAIN PYTHON SRC moe    (train.parallelize_moe: a Qwen3-MoE of 2 layers and 4
 #     experts, 2 microbatches of 4 sequences per step, 6 AdamW steps with clipping: pp 2 (1F1B),
 #     pp 2 x EP 2 x FSDP 2, pp 2 x HSDP 2x1, EP 2 x HSDP 2x2 (hybrid_shard), TP 2 (experts split
-#     over tp): every step's loss and grad norm equal one's within 1e-5)
+#     over tp): every step's loss, grad norm and aux_loss equal one's within 1e-5, the expert
+#     load figures equal)
 #   parallelize.sh RUN TRAIN PYTHON SRC offload (train.parallelize_offload, slow: the same model
 #     with offload (parameters, AdamW state on disk) on pp 2 x EP 2 and TP 2, and a LOCAL
 #     checkpoint of pp 2 x FSDP 2 resumed in its layout: the same bound)
@@ -93,7 +94,11 @@ for name in names:
     assert sorted(got) == sorted(one) == list(range(1, 7)), (name, sorted(got))
     worst = {}
     for s, j in got.items():
-        for k in ("loss", "grad_norm", "loss_scale"):
+        # aux_loss and expert_load_*: the Qwen3-MoE's, pipelined too (the last stage's).
+        for k in ("expert_load_min", "expert_load_max"):
+            if k in one[s]:
+                assert j.get(k) == one[s][k], (name, s, k, j.get(k), one[s][k])
+        for k in ("loss", "grad_norm", "loss_scale", "aux_loss"):
             if k not in one[s] or one[s][k] is None:
                 continue
             diff = abs(j[k] - one[s][k]) / (1 if k == "loss" else max(1.0, abs(one[s][k])))

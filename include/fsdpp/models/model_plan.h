@@ -20,18 +20,29 @@
 #include "fsdpp/models/causal_lm.h"
 #include "fsdpp/models/llama.h"
 #include "fsdpp/models/qwen3_moe.h"
+#include "fsdpp/models/token_loss.h"
 #include "fsdpp/moe/all_to_all.h"
 #include "fsdpp/tp/plan.h"
 
 namespace fsdpp::models {
 
+// A microbatch's training loss on the last stage: what backward starts from, and the model's
+// load-balancing loss in it (MoE, unscaled; undefined for dense models).
+struct StageLoss {
+  at::Tensor loss;
+  at::Tensor aux_loss;
+};
+
 // One pipeline stage: a module sharing the model's, its forward from one tensor to one tensor
 // (through fsdpp::forward, so that a fully_shard-ed stage gathers), and on the last stage the
-// loss of a microbatch's output.
+// training loss of a microbatch's output: `token_loss` (empty: the cross entropy) plus the
+// model's own terms, as the whole model's forward(tokens, targets) adds them.
 struct ModelStage {
   std::shared_ptr<torch::nn::Module> module;
   std::function<at::Tensor(const at::Tensor&)> forward;
-  std::function<at::Tensor(const at::Tensor& output, const at::Tensor& targets)> loss;  // last
+  std::function<StageLoss(const at::Tensor& output, const at::Tensor& targets,
+                          const TokenLoss& token_loss)>
+      loss;  // last stage only
 };
 
 struct TensorParallelSpec {

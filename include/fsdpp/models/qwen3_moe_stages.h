@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "fsdpp/models/qwen3_moe.h"
+#include "fsdpp/models/token_loss.h"
 
 namespace fsdpp::models {
 
@@ -41,6 +42,9 @@ class Qwen3MoeStageImpl : public torch::nn::Module {
   // The last stage: the mean cross entropy of its logits plus router_aux_loss_coef times the
   // load-balancing loss of the forward just run (it must be the last forward of this stage).
   at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets);
+  // The same with `token_loss` of (logits, targets) in place of the cross entropy (empty: the
+  // cross entropy).
+  at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets, const TokenLoss& token_loss);
   // The load-balancing loss of the last forward (unscaled), on the last stage.
   const at::Tensor& last_aux_loss() const { return aux_; }
 

@@ -104,7 +104,17 @@ struct StepLoss {
   // The mean over the microbatches of this rank's rows of the model's training loss (MoE: with
   // router_aux_loss_coef times the load-balancing loss); on every rank of the pp group.
   double loss = 0;
+  // The mean over the microbatches of the load-balancing loss (MoE, unscaled; 0 for dense
+  // models), on every rank of the pp group.
+  double aux_loss = 0;
 };
+
+// The token loss of microbatch `microbatch` of a step (0 .. microbatches - 1) in place of the
+// model's cross entropy: of its logits (this rank's vocabulary columns under tp) and targets.
+// The model's own terms (MoE's load-balancing loss) are still added. E.g. the distillation
+// objective against the teacher's rows of that microbatch.
+using MicrobatchObjective = std::function<at::Tensor(const at::Tensor& logits,
+                                                     const at::Tensor& targets, int microbatch)>;
 
 class Parallelized {
  public:
@@ -128,9 +138,11 @@ class Parallelized {
 
   // Forward and backward of this data-parallel rank's rows (inputs, targets (B,T) int64), in
   // options.microbatches equal microbatches: gradient accumulation, or the pipeline's step.
-  // loss_scale multiplies the loss that backward starts from (a gradient scaler's).
+  // loss_scale multiplies the loss that backward starts from (a gradient scaler's). `objective`
+  // (pipelined models only; ConfigError without a pipeline, where the caller has the logits):
+  // each microbatch's token loss on the last stage instead of the cross entropy.
   StepLoss forward_backward(const at::Tensor& inputs, const at::Tensor& targets,
-                            double loss_scale = 1.0);
+                            double loss_scale = 1.0, const MicrobatchObjective& objective = {});
 
   // The whole model's gradient norm from the record: each part summed over the groups that
   // split it, then over pp; clips to max_norm; returns the norm before clipping.
@@ -144,6 +156,10 @@ class Parallelized {
   at::Tensor forward_stages(const at::Tensor& tokens);
   // The rank of the pp group that holds the last stage (0 without a pipeline).
   int last_stage_rank() const;
+  // models::ModelPlan::expert_load of the last loss computed: pipelined, the last stage's (the
+  // whole model's routing, carried through the stages), on every rank of the pp group.
+  // Collective over pp when pipelined; empty for a model without experts.
+  std::vector<int64_t> expert_load();
   // The mean loss of (inputs, targets) without gradients, on every rank of the pp group (the
   // model's training loss: MoE's includes its load-balancing term). Collective over pp.
   double eval_loss(const at::Tensor& inputs, const at::Tensor& targets);
@@ -159,6 +175,10 @@ class Parallelized {
                                                    const ParallelDims&, const ParallelizeOptions&);
   Parallelized() = default;
   void make_record();
+  // The last stage's model loss, when this rank holds it (else null).
+  const models::ModelStage* last_stage() const;
+  // `value` from the rank of the pp group that holds the last stage to every rank of it.
+  void from_last_stage(at::Tensor& value, const char* what);
 
   std::shared_ptr<models::ModelPlan> model_;
   std::unique_ptr<ParallelMesh> mesh_;
@@ -168,7 +188,6 @@ class Parallelized {
   std::vector<int> stage_index_;
   std::vector<models::ModelStage> stages_;  // this rank's, pipelined only
   std::unique_ptr<pipeline::PipelineRuntime> runtime_;
-  std::shared_ptr<double> loss_scale_ = std::make_shared<double>(1.0);
   std::vector<ParamRecord> record_;
   size_t num_units_ = 0;
   size_t num_checkpointed_ = 0;

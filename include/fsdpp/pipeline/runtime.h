@@ -89,6 +89,12 @@ struct RuntimeOptions {
   std::function<int64_t()> memory_probe;
 };
 
+// A step's loss on the last stage in place of that stage's own: of one microbatch's output, its
+// targets and its index (0 .. num_microbatches - 1), e.g. a distillation objective against the
+// teacher's slice of the batch for that microbatch. It may call the stage's own loss.
+using MicrobatchLoss =
+    std::function<at::Tensor(const at::Tensor& output, const at::Tensor& targets, int microbatch)>;
+
 struct StepOutput {
   double loss = 0;                        // mean over the batch, on every rank of the pp group
   std::vector<double> microbatch_losses;  // on the rank holding the last stage (else empty)
@@ -106,8 +112,10 @@ class PipelineRuntime {
 
   // One forward and backward of the global batch. `inputs` is read on the rank holding stage
   // 0 and `targets` on the rank holding the last stage (others may pass undefined tensors);
-  // dim 0 must divide into num_microbatches. Collective over the pp group.
-  StepOutput step(const at::Tensor& inputs, const at::Tensor& targets);
+  // dim 0 must divide into num_microbatches. `loss`, when given, is this step's loss of each
+  // microbatch on the last stage instead of the stage's own. Collective over the pp group.
+  StepOutput step(const at::Tensor& inputs, const at::Tensor& targets,
+                  const MicrobatchLoss& loss = {});
 
   const PipelineSchedule& schedule() const { return schedule_; }
   const std::vector<PipelineStage>& stages() const { return stages_; }
