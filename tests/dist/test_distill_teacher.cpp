@@ -97,7 +97,7 @@ void check_teacher(const std::string& dtype) {
   loss.backward();
   opt.step();
   nlohmann::json line;
-  distiller.log_step(line, world, 1);
+  distiller.log_step(line, world);
 
   for (const auto& p : teacher.module().parameters()) EXPECT_FALSE(p.grad().defined());
   size_t state = 0;

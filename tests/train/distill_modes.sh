@@ -48,6 +48,7 @@ grep -q "offline teacher $dir/cache32 (top 16 of 256 tokens" "$dir/off3.log"
 go 2 offpp2 "${student[@]}" training.per_device_train_batch_size=8 distillation.teacher_cache="$dir/cache32" \
   parallelism.pipeline_parallel_degree=2 parallelism.pipeline_parallel_microbatch_size=8 \
   parallelism.pipeline_parallel_schedule=GPipe
+grep -q "pipeline parallel: pp 2 x dp_replicate 1 x dp_shard 1 x tp 1 x ep 1; GPipe" "$dir/offpp2.log"
 # On-policy: every batch the student's samples; 1 rank x 8 and 2 ranks x 4 windows.
 onp=(distillation.lmbda=1 distillation.max_new_tokens=12 distillation.generation_temperature=1.0)
 go 1 onp1 "${student[@]}" "${onp[@]}" training.per_device_train_batch_size=8
