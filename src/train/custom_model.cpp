@@ -171,9 +171,7 @@ void check_custom_config(const TrainConfig& cfg, const CustomModel& model, const
 
 void prepare_custom_data(TrainSession& s) {
   const auto& data = s.custom->data;
-  const auto& t = s.cfg.training;
-  const SourceOptions o{.rank = s.dims.dp_rank(s.world.rank()), .world_size = s.dims.dp(),
-                        .seed = t.seed, .shuffle = true};
+  const SourceOptions o = s.share(/*shuffle=*/true);
   s.batches = data.train(o);
   FSDPP_CHECK_AS(ConfigError, s.batches && s.batches->per_rank() >= 1,
                  "[train] the training source gives no examples to data-parallel rank {} of {}",
@@ -181,7 +179,7 @@ void prepare_custom_data(TrainSession& s) {
   if (data.eval) {
     // Made once here, so that evaluation data that cannot serve every rank stops the run before
     // its first step rather than at its first evaluation.
-    auto eval = data.eval({.rank = o.rank, .world_size = o.world_size, .seed = t.seed, .shuffle = false});
+    auto eval = data.eval(s.share(/*shuffle=*/false));
     FSDPP_CHECK_AS(ConfigError, eval && eval->per_rank() >= 1,
                    "[train] the evaluation source gives no examples to data-parallel rank {} of {}",
                    o.rank, o.world_size);

@@ -18,6 +18,7 @@
 
 #include "fsdpp/data/batch_loader.h"
 #include "fsdpp/data/sampler.h"
+#include "fsdpp/data/share.h"
 #include "fsdpp/data/token_dataset.h"
 #include "fsdpp/data/tokenizer.h"
 #include "fsdpp/dist/trace.h"
@@ -83,6 +84,12 @@ struct TrainSession {
 
   // ---- prepare_data
   ParallelDims dims;  // the parallelism: section on this world; the sampler splits over dp
+  // This rank's share of the data: its data-parallel rank (the ranks of a tp group the same),
+  // training.seed; shuffled for training, in order for evaluation.
+  data::ShareOptions share(bool shuffle) const {
+    return {.rank = dims.dp_rank(world.rank()), .world_size = dims.dp(),
+            .seed = cfg.training.seed, .shuffle = shuffle};
+  }
   std::filesystem::path corpus;
   std::unique_ptr<data::Tokenizer> tokenizer;
   std::optional<data::TokenDataset> train_data;

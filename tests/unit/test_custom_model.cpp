@@ -84,7 +84,7 @@ TEST(TokenData, TheWindowsOfFsdppTrainsSamplerOnEachRank) {
     ASSERT_TRUE(data.eval);
     for (int r = 0; r < 2; ++r) {
       auto mine = data.train({.rank = r, .world_size = 2, .seed = 9});
-      fsdpp::data::DistributedSampler ref(train, {.seq_len = 16, .rank = r, .world_size = 2, .seed = 9});
+      fsdpp::data::DistributedSampler ref(train, {.seq_len = 16, .share = {.rank = r, .world_size = 2, .seed = 9}});
       EXPECT_EQ(mine->per_rank(), ref.windows_per_rank());
       for (int i = 0; i < 5; ++i) {
         const auto b = mine->next(4);
