@@ -135,7 +135,6 @@ data::BatchLoaderOptions loader_options(TrainSession& s) {
 void prepare_data(TrainSession& s) {
   if (s.custom) return prepare_custom_data(s);  // train()'s sources (custom_model.cpp)
   const auto& cfg = s.cfg;
-  const auto& t = cfg.training;
   auto& world = s.world;
   const bool lead = s.lead;
   const auto& cache_dir = s.cache_dir;
