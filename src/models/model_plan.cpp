@@ -13,6 +13,12 @@ OuterLayoutOf ModelPlan::apply_experts(const ExpertParallelSpec&) {
 
 std::vector<torch::nn::Module*> ModelPlan::expert_modules(torch::nn::Module&) { return {}; }
 
+at::Tensor ModelPlan::loss(const at::Tensor& inputs, const at::Tensor& targets) {
+  auto* lm = causal_lm();
+  FSDPP_CHECK(lm != nullptr, "[models] {} is not a language model and its plan gives no loss", name());
+  return lm->forward(inputs, targets).loss;
+}
+
 std::shared_ptr<ModelPlan> plan_of(std::shared_ptr<CausalLM> lm) {
   FSDPP_CHECK(lm != nullptr, "[models] plan_of: no model");
   if (auto* l = as_llama(*lm)) return plan_of(*l);

@@ -107,15 +107,18 @@ struct TrainSession {
   int64_t vocab = 0;
   // The model of model.architecture (or train()'s module behind the same interface).
   std::unique_ptr<models::CausalLM> lm;
+  // train()'s module's plan (its own, or one that allows data parallelism alone); null for
+  // fsdpp-train's models, whose plan is models::plan_of(lm).
+  std::shared_ptr<models::ModelPlan> plan;
   // qwen3_moe: the top-k choices per expert over the global batch in the last forward.
   std::function<std::vector<int64_t>()> expert_load;
   bool hybrid = false;  // hybrid_shard*: replicas x shards
-  // fsdpp-train's models: every parallelism applied by parallel::parallelize over one mesh
-  // (docs/parallelize.md): this rank's stages (the whole model without a pipeline), the mesh,
-  // the record clipping reads, the pipeline's runtime. Null for train()'s module.
+  // Every parallelism applied by parallel::parallelize over one mesh (docs/parallelize.md), to
+  // fsdpp-train's models and train()'s alike: this rank's stages (the whole model without a
+  // pipeline), the mesh, the record clipping reads, the pipeline's runtime.
   std::unique_ptr<parallel::Parallelized> parallel;
   bool pipelined() const { return parallel && parallel->pipelined(); }
-  FullyShardOptions fopts;  // fully_shard's options (train()'s module: and its mesh)
+  FullyShardOptions fopts;  // fully_shard's options
   // distillation: the teacher (live, sharded on its own, or an offline cache), on-policy
   // sampling and the loss (distiller.h); null otherwise.
   std::unique_ptr<Distiller> distiller;
