@@ -58,15 +58,7 @@ int main(int argc, char** argv) try {
     auto& net = static_cast<RegressorImpl&>(m);
     return torch::mse_loss(fsdpp::forward(net, batch.inputs), batch.targets);
   };
-  auto [x, y] = make_data(2048, 1);
-  auto [x_val, y_val] = make_data(256, 2);
-  auto result = fsdpp::train::train(cfg, world, model, fsdpp::train::tensor_data(x, y, x_val, y_val));
-  if (world->rank() == 0) {
-    std::printf("done: %lld steps, final loss %.6f, validation loss %.6f, output in %s\n",
-                static_cast<long long>(result.steps), result.final_loss, result.final_val_loss,
-                result.output_dir.c_str());
-  }
-  return result.stopped_by_signal ? 128 + result.stopped_by_signal : 0;
+  return train_on_regression(cfg, world, model);  // regression.h
 } catch (const std::exception& e) {
   std::fprintf(stderr, "%s\n", e.what());
   return 1;
