@@ -12,8 +12,8 @@
 #include <torch/torch.h>
 
 #include <cstdio>
-#include <string>
-#include <vector>
+
+#include "regression.h"
 
 // One residual block: the unit FSDP shards and activation checkpointing recomputes.
 struct ResidualBlockImpl : torch::nn::Module {
@@ -46,34 +46,9 @@ struct RegressorImpl : torch::nn::Module {
   torch::nn::ModuleList blocks{nullptr};
 };
 
-// The data: y = sin(x A) B + noise, one function (A and B from seed 0), examples x drawn from
-// `seed`: the same on every rank.
-std::pair<torch::Tensor, torch::Tensor> make_data(int64_t n, uint64_t seed) {
-  auto fn = at::make_generator<at::CPUGeneratorImpl>(0);
-  auto a = torch::randn({16, 32}, fn) / 4;
-  auto b = torch::randn({32, 4}, fn) / 4;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  auto x = torch::randn({n, 16}, gen);
-  auto y = torch::sin(x.matmul(a)).matmul(b) + 0.01 * torch::randn({n, 4}, gen);
-  return {x, y};
-}
-
 int main(int argc, char** argv) try {
   auto world = fsdpp::dist::init_from_env();  // RANK, WORLD_SIZE, ... from fsdpp-run
-  const std::vector<std::string> overrides(argv + 1, argv + argc);
-  auto cfg = fsdpp::train::custom_config(R"(
-training:
-  output_dir: out/mlp
-  fsdp: full_shard
-  max_steps: 60
-  per_device_train_batch_size: 16
-  learning_rate: 0.003
-  warmup_steps: 5
-  lr_scheduler_type: cosine
-  logging_steps: 10
-  eval_steps: 20
-  save_steps: 20
-)", overrides);
+  auto cfg = example_config("out/mlp", "", argc, argv);  // regression.h
 
   fsdpp::train::CustomModel model;
   model.name = "mlp-regressor";
@@ -83,15 +58,7 @@ training:
     auto& net = static_cast<RegressorImpl&>(m);
     return torch::mse_loss(fsdpp::forward(net, batch.inputs), batch.targets);
   };
-  auto [x, y] = make_data(2048, 1);
-  auto [x_val, y_val] = make_data(256, 2);
-  auto result = fsdpp::train::train(cfg, world, model, fsdpp::train::tensor_data(x, y, x_val, y_val));
-  if (world->rank() == 0) {
-    std::printf("done: %lld steps, final loss %.6f, validation loss %.6f, output in %s\n",
-                static_cast<long long>(result.steps), result.final_loss, result.final_val_loss,
-                result.output_dir.c_str());
-  }
-  return result.stopped_by_signal ? 128 + result.stopped_by_signal : 0;
+  return train_on_regression(cfg, world, model);  // regression.h
 } catch (const std::exception& e) {
   std::fprintf(stderr, "%s\n", e.what());
   return 1;

@@ -36,34 +36,32 @@ int64_t windows_in(const TokenDataset& data, const SamplerOptions& options) {
 
 }  // namespace
 
-SamplerStream::SamplerStream(int64_t count, int rank, int world_size, uint64_t seed,
-                             bool shuffle, std::string items)
-    : count_(count), rank_(rank), world_size_(world_size), seed_(seed), shuffle_(shuffle),
-      items_(std::move(items)) {
-  FSDPP_CHECK_AS(ConfigError, world_size_ >= 1,
-                 "[data] sampler world_size={} is not positive; expected >= 1", world_size_);
-  FSDPP_CHECK_AS(ConfigError, rank_ >= 0 && rank_ < world_size_,
+SamplerStream::SamplerStream(int64_t count, const ShareOptions& share, std::string items)
+    : count_(count), share_(share), items_(std::move(items)) {
+  FSDPP_CHECK_AS(ConfigError, share_.world_size >= 1,
+                 "[data] sampler world_size={} is not positive; expected >= 1", share_.world_size);
+  FSDPP_CHECK_AS(ConfigError, share_.rank >= 0 && share_.rank < share_.world_size,
                  "[data] sampler rank={} is out of range; expected 0 <= rank < world_size={}",
-                 rank_, world_size_);
-  per_rank_ = count_ / world_size_;
+                 share_.rank, share_.world_size);
+  per_rank_ = count_ / share_.world_size;
 }
 
 std::vector<int64_t> SamplerStream::order(int64_t epoch) const {
   std::vector<int64_t> order(static_cast<size_t>(count_));
   std::iota(order.begin(), order.end(), int64_t{0});
-  if (shuffle_) {
-    uint64_t state = seed_ ^ (0xd1b54a32d192ed03ULL * static_cast<uint64_t>(epoch + 1));
+  if (share_.shuffle) {
+    uint64_t state = share_.seed ^ (0xd1b54a32d192ed03ULL * static_cast<uint64_t>(epoch + 1));
     for (size_t i = order.size(); i > 1; --i) {  // Fisher-Yates
       std::swap(order[i - 1], order[uniform_below(i, state)]);
     }
   }
   std::vector<int64_t> mine(static_cast<size_t>(per_rank_));
-  for (int64_t k = 0; k < per_rank_; ++k) mine[k] = order[k * world_size_ + rank_];
+  for (int64_t k = 0; k < per_rank_; ++k) mine[k] = order[k * share_.world_size + share_.rank];
   return mine;
 }
 
 int64_t SamplerStream::next() {
-  FSDPP_CHECK(per_rank_ >= 1, "[data] sampler has no {} for rank {}", items_, rank_);
+  FSDPP_CHECK(per_rank_ >= 1, "[data] sampler has no {} for rank {}", items_, share_.rank);
   if (state_.position == per_rank_) {
     ++state_.epoch;
     state_.position = 0;
@@ -88,13 +86,12 @@ DistributedSampler::DistributedSampler(TokenDataset data, SamplerOptions options
     : data_(std::move(data)),
       options_(options),
       num_windows_(windows_in(data_, options_)),
-      stream_(num_windows_, options_.rank, options_.world_size, options_.seed, options_.shuffle,
-              "windows") {
+      stream_(num_windows_, options_.share, "windows") {
   FSDPP_CHECK_AS(ConfigError, stream_.per_rank() >= 1,
                  "[data] {} tokens make {} windows of seq_len+1={} tokens, fewer than "
                  "world_size={}; expected at least one window per rank (use more data or a "
                  "shorter seq_len)",
-                 data_.size(), num_windows_, options_.seq_len + 1, options_.world_size);
+                 data_.size(), num_windows_, options_.seq_len + 1, options_.share.world_size);
 }
 
 std::vector<int64_t> DistributedSampler::window_starts(int64_t epoch) const {

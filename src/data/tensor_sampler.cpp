@@ -29,14 +29,12 @@ std::vector<at::Tensor> checked(std::vector<at::Tensor> tensors) {
 
 }  // namespace
 
-TensorSampler::TensorSampler(std::vector<at::Tensor> tensors, TensorSamplerOptions options)
-    : tensors_(checked(std::move(tensors))),
-      stream_(tensors_[0].size(0), options.rank, options.world_size, options.seed,
-              options.shuffle, "examples") {
+TensorSampler::TensorSampler(std::vector<at::Tensor> tensors, const ShareOptions& share)
+    : tensors_(checked(std::move(tensors))), stream_(tensors_[0].size(0), share, "examples") {
   FSDPP_CHECK_AS(ConfigError, stream_.per_rank() >= 1,
                  "[data] the tensor dataset has {} examples, fewer than world_size={}; expected "
                  "at least one example per rank",
-                 num_examples(), options.world_size);
+                 num_examples(), share.world_size);
 }
 
 std::vector<at::Tensor> TensorSampler::next_batch(int64_t batch_size) {

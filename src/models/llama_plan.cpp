@@ -14,7 +14,7 @@ class LlamaPlan final : public ModelPlan {
 
   torch::nn::Module& module() override { return *model_; }
   std::string name() const override { return "Llama"; }
-  CausalLM& causal_lm() override { return *lm_; }
+  CausalLM* causal_lm() override { return lm_.get(); }
   int64_t pipeline_units() const override { return llama_pipeline_units(model_->config()); }
 
   std::vector<ModelStage> split(const std::vector<int>& units_per_stage) override {

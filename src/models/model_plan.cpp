@@ -13,6 +13,13 @@ OuterLayoutOf ModelPlan::apply_experts(const ExpertParallelSpec&) {
 
 std::vector<torch::nn::Module*> ModelPlan::expert_modules(torch::nn::Module&) { return {}; }
 
+StageLoss ModelPlan::loss(const at::Tensor& inputs, const at::Tensor& targets) {
+  auto* lm = causal_lm();
+  FSDPP_CHECK(lm != nullptr, "[models] {} is not a language model and its plan gives no loss", name());
+  auto out = lm->forward(inputs, targets);
+  return {out.loss, out.aux_loss};
+}
+
 std::shared_ptr<ModelPlan> plan_of(std::shared_ptr<CausalLM> lm) {
   FSDPP_CHECK(lm != nullptr, "[models] plan_of: no model");
   if (auto* l = as_llama(*lm)) return plan_of(*l);

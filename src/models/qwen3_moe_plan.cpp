@@ -17,7 +17,7 @@ class Qwen3MoePlan final : public ModelPlan {
 
   torch::nn::Module& module() override { return *model_; }
   std::string name() const override { return "Qwen3-MoE"; }
-  CausalLM& causal_lm() override { return *lm_; }
+  CausalLM* causal_lm() override { return lm_.get(); }
   int64_t pipeline_units() const override { return qwen3_moe_pipeline_units(model_->config()); }
 
   std::vector<ModelStage> split(const std::vector<int>& units_per_stage) override {

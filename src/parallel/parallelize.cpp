@@ -146,7 +146,9 @@ std::unique_ptr<Parallelized> parallelize(std::shared_ptr<models::ModelPlan> mod
         ++p->num_units_;
       }
     }
-    const auto made = apply_fully_shard(*root, policy, dense);
+    FullyShardOptions root_options = dense;
+    if (o.root_output_dtype) root_options.mp_policy.output_dtype = *o.root_output_dtype;
+    const auto made = apply_fully_shard(*root, policy, dense, root_options);
     p->num_units_ += made.size();
     if (o.keep_ends_gathered && dims.pp == 1) keep_ends_gathered(*root, made);
   }
@@ -216,7 +218,7 @@ void Parallelized::make_record() {
 StepLoss Parallelized::forward_backward(const at::Tensor& inputs, const at::Tensor& targets,
                                         double loss_scale, const MicrobatchObjective& objective) {
   const int m = options_.microbatches;
-  FSDPP_CHECK_AS(ConfigError, inputs.dim() == 2 && inputs.size(0) % m == 0,
+  FSDPP_CHECK_AS(ConfigError, inputs.dim() >= 1 && inputs.size(0) % m == 0,
                  "[parallel] forward_backward: {} rows do not divide into {} microbatches",
                  inputs.dim() >= 1 ? inputs.size(0) : 0, m);
   StepLoss out;
@@ -249,11 +251,10 @@ StepLoss Parallelized::forward_backward(const at::Tensor& inputs, const at::Tens
   FSDPP_CHECK_AS(ConfigError, !objective,
                  "[parallel] forward_backward: an objective in place of the cross entropy needs a "
                  "pipelined model (pp > 1); without a pipeline the caller has the logits: "
-                 "causal_lm().forward_features and the objective on them");
-  auto& lm = model_->causal_lm();
+                 "causal_lm()->forward_features and the objective on them");
   const int64_t rows = inputs.size(0) / m;
   for (int k = 0; k < m; ++k) {
-    auto r = lm.forward(inputs.narrow(0, k * rows, rows), targets.narrow(0, k * rows, rows));
+    auto r = model_->loss(inputs.narrow(0, k * rows, rows), targets.narrow(0, k * rows, rows));
     (r.loss * (loss_scale / m)).backward();
     out.loss += r.loss.item<double>() / m;
     if (r.aux_loss.defined()) out.aux_loss += r.aux_loss.item<double>() / m;
@@ -309,7 +310,12 @@ int Parallelized::last_stage_rank() const {
 }
 
 at::Tensor Parallelized::forward_stages(const at::Tensor& tokens) {
-  if (!runtime_) return model_->causal_lm().forward_features(tokens, false, {}).logits;
+  if (!runtime_) {
+    auto* lm = model_->causal_lm();
+    FSDPP_CHECK(lm != nullptr, "[parallel] forward_stages: {} is not a language model (no logits)",
+                model_->name());
+    return lm->forward_features(tokens, false, {}).logits;
+  }
   const auto& sched = cut_.schedule;
   auto& pp = *mesh_->group("pp");
   const int me = pp.rank();
@@ -335,7 +341,7 @@ at::Tensor Parallelized::forward_stages(const at::Tensor& tokens) {
 
 double Parallelized::eval_loss(const at::Tensor& inputs, const at::Tensor& targets) {
   at::NoGradGuard no_grad;
-  if (!runtime_) return model_->causal_lm().forward(inputs, targets).loss.item<double>();
+  if (!runtime_) return model_->loss(inputs, targets).loss.item<double>();
   const auto out = forward_stages(inputs);
   at::Device device = inputs.device();
   for (const auto& p : parameters()) device = p.device();

@@ -45,8 +45,7 @@ namespace {
 class TensorBatches : public train::BatchSource {
  public:
   TensorBatches(const at::Tensor& inputs, const at::Tensor& targets, const SourceOptions& o)
-      : sampler_({inputs, targets},
-                 {.rank = o.rank, .world_size = o.world_size, .seed = o.seed, .shuffle = o.shuffle}) {}
+      : sampler_({inputs, targets}, o) {}
   Batch next(int64_t batch_size) override {
     auto b = sampler_.next_batch(batch_size);
     return {std::move(b[0]), std::move(b[1]), {}};
@@ -65,8 +64,7 @@ SourceFactory token_source(data::TokenDataset tokens, int64_t seq_len, const cha
                  "tokens; expected seq_len >= 1 and more tokens",
                  which, tokens.size(), seq_len + 1);
   return [tokens = std::move(tokens), seq_len](const SourceOptions& o) {
-    const data::SamplerOptions so{.seq_len = seq_len, .rank = o.rank, .world_size = o.world_size,
-                                  .seed = o.seed, .shuffle = o.shuffle};
+    const data::SamplerOptions so{.seq_len = seq_len, .share = o};
     return std::unique_ptr<train::BatchSource>(std::make_unique<TokenWindows>(tokens, so));
   };
 }

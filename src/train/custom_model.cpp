@@ -34,18 +34,51 @@ int64_t count_blocks(torch::nn::Module& module, const std::vector<std::string>& 
   return n;
 }
 
-// The user's module; forward is its loss. What only a language model has (features, samples,
-// a vocabulary) throws: the keys that would ask for it are refused before the run.
+// A custom module without a plan of its own: its loss is the user's, its blocks the wrapped
+// classes; it has no pipeline cut and no tensor-parallel plan (train() refuses those degrees
+// before the run, parallelize would refuse them here).
+class DataParallelPlan final : public models::ModelPlan {
+ public:
+  DataParallelPlan(const CustomModel& model, std::shared_ptr<torch::nn::Module> module,
+                   std::vector<std::string> blocks)
+      : model_(model), module_(std::move(module)), blocks_(std::move(blocks)) {}
+  torch::nn::Module& module() override { return *module_; }
+  std::string name() const override { return fmt::format("custom model '{}'", model_.name); }
+  models::StageLoss loss(const at::Tensor& inputs, const at::Tensor& targets) override {
+    return {model_.loss(*module_, Batch{inputs, targets, {}}), {}};
+  }
+  int64_t pipeline_units() const override { FSDPP_THROW(ConfigError, "{}", no_plan()); }
+  std::vector<models::ModelStage> split(const std::vector<int>&) override {
+    FSDPP_THROW(ConfigError, "{}", no_plan());
+  }
+  std::vector<std::string> block_classes() const override { return blocks_; }
+  tp::TensorParallel apply_tensor_parallel(const models::TensorParallelSpec&) override {
+    FSDPP_THROW(ConfigError, "{}", no_plan());
+  }
+
+ private:
+  std::string no_plan() const {
+    return fmt::format("[train] custom model '{}' has no plan of its layers (CustomModel::plan)",
+                       model_.name);
+  }
+  const CustomModel& model_;
+  std::shared_ptr<torch::nn::Module> module_;
+  std::vector<std::string> blocks_;
+};
+
+// The user's module behind the interface the phases drive; forward is its plan's loss. What
+// only a language model has (features, samples, a vocabulary) throws: the keys that would ask
+// for it are refused before the run.
 class CustomLM : public models::CausalLM {
  public:
   CustomLM(const CustomModel& model, std::shared_ptr<torch::nn::Module> module,
-           std::vector<std::string> blocks)
-      : model_(model), module_(std::move(module)), blocks_(std::move(blocks)) {}
+           std::shared_ptr<models::ModelPlan> plan, std::vector<std::string> blocks)
+      : model_(model), module_(std::move(module)), plan_(std::move(plan)), blocks_(std::move(blocks)) {}
   torch::nn::Module& module() override { return *module_; }
   const char* architecture() const override { return "custom"; }
   models::CausalLMOutput forward(const at::Tensor& inputs, const at::Tensor& targets) override {
     models::CausalLMOutput out;
-    out.loss = model_.loss(*module_, Batch{inputs, targets, {}});
+    out.loss = plan_->loss(inputs, targets).loss;
     FSDPP_CHECK(out.loss.defined() && out.loss.numel() == 1 && out.loss.is_floating_point(),
                 "[train] the loss function of custom model '{}' returned {}; expected a "
                 "floating-point scalar (the batch's mean loss)",
@@ -99,6 +132,7 @@ class CustomLM : public models::CausalLM {
  private:
   const CustomModel& model_;
   std::shared_ptr<torch::nn::Module> module_;
+  std::shared_ptr<models::ModelPlan> plan_;
   std::vector<std::string> blocks_;
 };
 
@@ -106,26 +140,35 @@ class CustomLM : public models::CausalLM {
 void refuse(bool set, const std::string& key, const std::string& value, const std::string& why) {
   FSDPP_CHECK_AS(ConfigError, !set,
                  "[config] {}={} is not available for a custom model (fsdpp::train::train): {}. "
-                 "A custom model trains data parallel: training.fsdp full_shard, shard_grad_op, "
+                 "A custom model trains data parallel (training.fsdp full_shard, shard_grad_op, "
                  "zero1, no_shard, hybrid_shard or hybrid_shard_zero2, with "
-                 "parallelism.data_parallel_replicate_degree and data_parallel_shard_degree "
-                 "(docs/custom-models.md)",
+                 "parallelism.data_parallel_replicate_degree and data_parallel_shard_degree), "
+                 "and with a plan of its layers (CustomModel::plan, parallel::sequential_plan) "
+                 "tensor and pipeline parallel (docs/custom-models.md#parallelism)",
                  key, value, why);
 }
 
-// The keys a custom model cannot have, refused before the config's own checks (which speak of
-// fsdpp-train's models).
-void check_custom_keys(const TrainConfig& cfg) {
+// The degrees a custom model's plan decides: without one, tensor and pipeline parallelism have
+// no layers to split or cut.
+void check_parallel_keys(const TrainConfig& cfg, bool has_plan) {
   const auto& p = cfg.parallelism;
-  const std::string plans = "fsdpp's tensor, pipeline and expert parallel plans are its Llama's "
-                            "and Qwen3-MoE's layers, and a custom module's layers have none";
-  refuse(p.tensor_parallel_degree != 1, "parallelism.tensor_parallel_degree",
+  const std::string plans = "it splits or cuts the model's layers by a plan of them, and the custom "
+                            "model has none: give CustomModel::plan (parallel::sequential_plan "
+                            "for a torch::nn::Sequential)";
+  refuse(!has_plan && p.tensor_parallel_degree != 1, "parallelism.tensor_parallel_degree",
          std::to_string(p.tensor_parallel_degree), plans);
-  refuse(p.enable_sequence_parallel, "parallelism.enable_sequence_parallel", "true", plans);
-  refuse(p.pipeline_parallel_degree != 1, "parallelism.pipeline_parallel_degree",
+  refuse(!has_plan && p.enable_sequence_parallel, "parallelism.enable_sequence_parallel", "true", plans);
+  refuse(!has_plan && p.pipeline_parallel_degree != 1, "parallelism.pipeline_parallel_degree",
          std::to_string(p.pipeline_parallel_degree), plans);
-  refuse(p.expert_parallel_degree != 1, "parallelism.expert_parallel_degree",
-         std::to_string(p.expert_parallel_degree), plans);
+}
+
+// The keys about fsdpp-train's language models, refused before the config's own checks (which
+// speak of fsdpp-train's models); expert parallelism needs experts, which no custom plan places.
+void check_custom_keys(const TrainConfig& cfg) {
+  refuse(cfg.parallelism.expert_parallel_degree != 1, "parallelism.expert_parallel_degree",
+         std::to_string(cfg.parallelism.expert_parallel_degree),
+         "expert parallelism places a mixture of experts' experts (fsdpp-train's Qwen3-MoE), "
+         "which a custom model's plan does not have");
   refuse(!cfg.model.init_from.empty(), "model.init_from", cfg.model.init_from,
          "it loads fsdpp-train's language models; load your weights in CustomModel::make");
   refuse(cfg.distillation.enabled(), "distillation.teacher",
@@ -160,20 +203,23 @@ ConfiguredEstimate custom_estimate(const TrainSession& s, torch::nn::Module& mod
 }
 
 void check_custom_config(const TrainConfig& cfg, const CustomModel& model, const TrainData& data) {
-  FSDPP_CHECK_AS(ConfigError, model.make && model.loss,
-                 "[train] CustomModel '{}' needs both make (the module factory) and loss", model.name);
+  FSDPP_CHECK_AS(ConfigError, model.make && (model.loss || model.plan),
+                 "[train] CustomModel '{}' needs make (the module factory) and loss (or a plan, "
+                 "whose loss it is)", model.name);
+  FSDPP_CHECK_AS(ConfigError, !(model.loss && model.plan),
+                 "[train] CustomModel '{}' has both loss and plan: the plan's loss is the model's "
+                 "(ModelPlan::loss, a pipeline's last stage); unset CustomModel::loss", model.name);
   FSDPP_CHECK_AS(ConfigError, static_cast<bool>(data.train),
                  "[train] TrainData has no training source (TrainData::train)");
   check_custom_keys(cfg);
+  check_parallel_keys(cfg, static_cast<bool>(model.plan));
 }
 
 }  // namespace
 
 void prepare_custom_data(TrainSession& s) {
   const auto& data = s.custom->data;
-  const auto& t = s.cfg.training;
-  const SourceOptions o{.rank = s.dims.dp_rank(s.world.rank()), .world_size = s.dims.dp(),
-                        .seed = t.seed, .shuffle = true};
+  const SourceOptions o = s.share(/*shuffle=*/true);
   s.batches = data.train(o);
   FSDPP_CHECK_AS(ConfigError, s.batches && s.batches->per_rank() >= 1,
                  "[train] the training source gives no examples to data-parallel rank {} of {}",
@@ -181,7 +227,7 @@ void prepare_custom_data(TrainSession& s) {
   if (data.eval) {
     // Made once here, so that evaluation data that cannot serve every rank stops the run before
     // its first step rather than at its first evaluation.
-    auto eval = data.eval({.rank = o.rank, .world_size = o.world_size, .seed = t.seed, .shuffle = false});
+    auto eval = data.eval(s.share(/*shuffle=*/false));
     FSDPP_CHECK_AS(ConfigError, eval && eval->per_rank() >= 1,
                    "[train] the evaluation source gives no examples to data-parallel rank {} of {}",
                    o.rank, o.world_size);
@@ -216,7 +262,17 @@ void build_custom_model(TrainSession& s) {
   }
   // Built whole already (on every rank, as train() documents): what is left to check is the step.
   check_run_fits(s, [&] { return custom_estimate(s, *module); }, /*builds_whole=*/false);
-  s.lm = std::make_unique<CustomLM>(model, std::move(module), fc.transformer_layer_cls_to_wrap);
+  if (model.plan) {
+    s.plan = model.plan(module);
+    FSDPP_CHECK_AS(ConfigError, s.plan && &s.plan->module() == module.get(),
+                   "[train] CustomModel '{}': plan returned {}; expected the plan of the module "
+                   "it was given", model.name, s.plan ? "the plan of another module" : "no plan");
+    // The cut and the schedule on this model's units, under the keys that set them.
+    if (s.dims.pipeline_parallel()) (void)pipeline_microbatches(s.cfg, s.dims, s.plan->pipeline_units());
+  } else {
+    s.plan = std::make_shared<DataParallelPlan>(model, module, fc.transformer_layer_cls_to_wrap);
+  }
+  s.lm = std::make_unique<CustomLM>(model, std::move(module), s.plan, fc.transformer_layer_cls_to_wrap);
   s.say(fmt::format("[train] model: {}: {:.4f} M parameters", s.lm->describe(),
                     models::num_parameters(s.lm->module()) / 1e6));
 }
@@ -228,10 +284,26 @@ TrainConfig custom_config(const std::string& yaml, const std::vector<std::string
   std::vector<std::string> all{"data.path=unused"};
   all.insert(all.end(), overrides.begin(), overrides.end());
   auto cfg = detail::read_config(yaml, all, "the custom model's config");
-  detail::check_custom_keys(cfg);
+  detail::check_custom_keys(cfg);  // the parallelism: degrees are checked with the model, by train()
   cfg.validate();
   cfg.data.path.clear();
   return cfg;
+}
+
+CustomModel sequential_model(std::function<torch::nn::Sequential()> make,
+                             parallel::SequentialPlanOptions options) {
+  CustomModel model;
+  model.name = options.name;
+  model.blocks = options.blocks;
+  model.make = [make = std::move(make)] { return std::shared_ptr<torch::nn::Module>(make().ptr()); };
+  model.plan = [options = std::move(options)](std::shared_ptr<torch::nn::Module> module) {
+    auto seq = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(module);
+    FSDPP_CHECK_AS(ConfigError, seq != nullptr,
+                   "[train] sequential_model '{}': make returned a {}, not a torch::nn::Sequential",
+                   options.name, module ? module_class_name(*module) : std::string("null module"));
+    return parallel::sequential_plan(torch::nn::Sequential(seq), options);
+  };
+  return model;
 }
 
 TrainResult train(TrainConfig config, std::shared_ptr<dist::World> world, CustomModel model,

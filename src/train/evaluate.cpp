@@ -15,8 +15,7 @@ double evaluate(TrainSession& s, int64_t step, bool* stopped) {
   auto& world = s.world;
   if (!s.eval_batches) return std::nan("");
   // In order, each data-parallel rank its share (the ranks of a tp group the same).
-  auto source = s.eval_batches({.rank = s.dims.dp_rank(world.rank()), .world_size = s.dims.dp(),
-                                .seed = t.seed, .shuffle = false});
+  auto source = s.eval_batches(s.share(/*shuffle=*/false));
   train::BatchSource& val = *source;
   if (val.per_rank() < 1) return std::nan("");
   torch::NoGradGuard no_grad;

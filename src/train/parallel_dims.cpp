@@ -163,7 +163,7 @@ ParallelDims parallel_dims(const TrainConfig& cfg, int world_size, int local_wor
   return d;
 }
 
-int pipeline_microbatches(const TrainConfig& cfg, const ParallelDims& dims) {
+int pipeline_microbatches(const TrainConfig& cfg, const ParallelDims& dims, int64_t units) {
   const auto& p = cfg.parallelism;
   const auto& t = cfg.training;
   const int64_t rows = t.per_device_train_batch_size * t.gradient_accumulation_steps;
@@ -176,16 +176,18 @@ int pipeline_microbatches(const TrainConfig& cfg, const ParallelDims& dims) {
   const int microbatches = static_cast<int>(rows / mb);
   // The cut and the schedule as parallelize makes them, its errors under the keys that set them.
   try {
-    (void)parallel::cut_pipeline(cfg.model.n_layers + 2, p.pipeline_parallel_schedule, dims.pp,
-                                 microbatches, static_cast<int>(p.pipeline_parallel_layers_per_stage));
+    (void)parallel::cut_pipeline(units > 0 ? units : cfg.model.n_layers + 2, p.pipeline_parallel_schedule,
+                                 dims.pp, microbatches, static_cast<int>(p.pipeline_parallel_layers_per_stage));
   } catch (const ConfigError& e) {
     FSDPP_THROW(ConfigError,
                 "[config] parallelism.pipeline_parallel_schedule={}, pipeline_parallel_degree={}, "
-                "pipeline_parallel_layers_per_stage={} with model.n_layers={} and {} microbatches "
+                "pipeline_parallel_layers_per_stage={} with {} and {} microbatches "
                 "(per_device_train_batch_size={} x gradient_accumulation_steps={} / "
                 "pipeline_parallel_microbatch_size={}): {}",
                 p.pipeline_parallel_schedule, dims.pp, p.pipeline_parallel_layers_per_stage,
-                cfg.model.n_layers, microbatches, t.per_device_train_batch_size,
+                units > 0 ? fmt::format("the model's {} units", units)
+                          : fmt::format("model.n_layers={}", cfg.model.n_layers),
+                microbatches, t.per_device_train_batch_size,
                 t.gradient_accumulation_steps, mb, e.what());
   }
   return microbatches;

@@ -135,7 +135,6 @@ data::BatchLoaderOptions loader_options(TrainSession& s) {
 void prepare_data(TrainSession& s) {
   if (s.custom) return prepare_custom_data(s);  // train()'s sources (custom_model.cpp)
   const auto& cfg = s.cfg;
-  const auto& t = cfg.training;
   auto& world = s.world;
   const bool lead = s.lead;
   const auto& cache_dir = s.cache_dir;
@@ -179,9 +178,7 @@ void prepare_data(TrainSession& s) {
   const std::string dp_ranks = count_of(dims.dp(), dims.tensor_parallel() ? "data-parallel rank" : "rank");
   data::SamplerOptions& sopts = s.sopts;
   sopts.seq_len = cfg.data.seq_len;
-  sopts.rank = dims.dp_rank(world.rank());
-  sopts.world_size = dims.dp();
-  sopts.seed = t.seed;
+  sopts.share = s.share(/*shuffle=*/true);
   data::DistributedSampler& sampler = s.sampler.emplace(train_data, sopts);
   FSDPP_CHECK_AS(ConfigError, sampler.windows_per_rank() >= 1,
                  "[train] the training split has {} tokens: too few for seq_len={} on {}",
@@ -199,8 +196,7 @@ void prepare_data(TrainSession& s) {
                    cfg.data.val_fraction, val_data.size(), count_of(val_windows, "window"),
                    cfg.data.seq_len + 1, dp_ranks);
     s.eval_batches = [&val_data, seq_len = cfg.data.seq_len](const SourceOptions& o) {
-      const data::SamplerOptions vo{.seq_len = seq_len, .rank = o.rank, .world_size = o.world_size,
-                                    .seed = o.seed, .shuffle = o.shuffle};
+      const data::SamplerOptions vo{.seq_len = seq_len, .share = o};
       return std::unique_ptr<train::BatchSource>(std::make_unique<TokenWindows>(val_data, vo));
     };
   }

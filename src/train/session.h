@@ -18,6 +18,7 @@
 
 #include "fsdpp/data/batch_loader.h"
 #include "fsdpp/data/sampler.h"
+#include "fsdpp/data/share.h"
 #include "fsdpp/data/token_dataset.h"
 #include "fsdpp/data/tokenizer.h"
 #include "fsdpp/dist/trace.h"
@@ -83,6 +84,12 @@ struct TrainSession {
 
   // ---- prepare_data
   ParallelDims dims;  // the parallelism: section on this world; the sampler splits over dp
+  // This rank's share of the data: its data-parallel rank (the ranks of a tp group the same),
+  // training.seed; shuffled for training, in order for evaluation.
+  data::ShareOptions share(bool shuffle) const {
+    return {.rank = dims.dp_rank(world.rank()), .world_size = dims.dp(),
+            .seed = cfg.training.seed, .shuffle = shuffle};
+  }
   std::filesystem::path corpus;
   std::unique_ptr<data::Tokenizer> tokenizer;
   std::optional<data::TokenDataset> train_data;
@@ -100,15 +107,18 @@ struct TrainSession {
   int64_t vocab = 0;
   // The model of model.architecture (or train()'s module behind the same interface).
   std::unique_ptr<models::CausalLM> lm;
+  // train()'s module's plan (its own, or one that allows data parallelism alone); null for
+  // fsdpp-train's models, whose plan is models::plan_of(lm).
+  std::shared_ptr<models::ModelPlan> plan;
   // qwen3_moe: the top-k choices per expert over the global batch in the last forward.
   std::function<std::vector<int64_t>()> expert_load;
   bool hybrid = false;  // hybrid_shard*: replicas x shards
-  // fsdpp-train's models: every parallelism applied by parallel::parallelize over one mesh
-  // (docs/parallelize.md): this rank's stages (the whole model without a pipeline), the mesh,
-  // the record clipping reads, the pipeline's runtime. Null for train()'s module.
+  // Every parallelism applied by parallel::parallelize over one mesh (docs/parallelize.md), to
+  // fsdpp-train's models and train()'s alike: this rank's stages (the whole model without a
+  // pipeline), the mesh, the record clipping reads, the pipeline's runtime.
   std::unique_ptr<parallel::Parallelized> parallel;
   bool pipelined() const { return parallel && parallel->pipelined(); }
-  FullyShardOptions fopts;  // fully_shard's options (train()'s module: and its mesh)
+  FullyShardOptions fopts;  // fully_shard's options
   // distillation: the teacher (live, sharded on its own, or an offline cache), on-policy
   // sampling and the loss (distiller.h); null otherwise.
   std::unique_ptr<Distiller> distiller;

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "fsdpp/common/error.h"
-#include "fsdpp/fsdp/activation_checkpoint.h"
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/fsdp/strategy_traits.h"
 #include "fsdpp/fsdp/wrap_policy.h"
@@ -83,40 +82,6 @@ void sync_module_states(TrainSession& s, torch::nn::Module& model) {
 
 namespace {
 
-// train()'s module: no plan to parallelize by, FSDP (or HSDP) alone over the world.
-void shard_custom_model(TrainSession& s, const std::shared_ptr<dist::DeviceMesh>& mesh) {
-  const auto& cfg = s.cfg;
-  torch::nn::Module& model = s.lm->module();
-  FullyShardOptions& fopts = s.fopts = cfg.fully_shard_options(mesh);
-  if (fopts.sync_module_states) {
-    sync_module_states(s, model);
-    fopts.sync_module_states = false;  // done, for the whole model
-  }
-  check_layer_classes(cfg, model);
-  const auto& fc = cfg.training.fsdp_config;
-  if (cfg.training.gradient_checkpointing) {
-    const auto marked = apply_activation_checkpointing(
-        model, fc.transformer_layer_cls_to_wrap, static_cast<int>(cfg.training.gradient_checkpointing_every));
-    s.say(fmt::format("[train] activation checkpointing: {} of {} blocks", marked.size(),
-                      s.lm->num_layers()));
-  }
-  // train()'s module returns float32 from its root under mixed precision (FSDP2's
-  // MixedPrecisionPolicy(output_dtype=float32) on the root), for the user's loss and targets.
-  FullyShardOptions root = fopts;
-  if (fopts.mp_policy.param_dtype) root.mp_policy.output_dtype = at::kFloat;
-  const auto made = apply_fully_shard(model, cfg.wrap_policy(), fopts, root);
-  if (fc.keep_ends_gathered) keep_ends_gathered(model, made);
-  materialize_model(s, {&model});
-  s.say(fmt::format("[train] mesh: {}; fsdp: {} over {}, {} ({}), {:.2f} M parameters held per "
-                    "rank",
-                    layout_line(s.dims, cfg.parallelism.enable_sequence_parallel), to_string(cfg.training.fsdp),
-                    s.hybrid ? fmt::format("dp_replicate {} x dp_shard {}", s.dims.dp_replicate,
-                                           s.dims.dp_shard)
-                             : fmt::format("dp_shard {}", s.dims.dp_shard),
-                    count_of(static_cast<int64_t>(made.size()), "unit"), fc.auto_wrap_policy,
-                    models::num_parameters(model) / 1e6));
-}
-
 // The parallelize options of the config: FSDP's, the wrap policy and activation checkpointing's
 // classes, sequence parallelism, the pipeline's schedule and microbatches.
 parallel::ParallelizeOptions parallelize_options(TrainSession& s) {
@@ -129,6 +94,9 @@ parallel::ParallelizeOptions parallelize_options(TrainSession& s) {
   o.wrap = cfg.wrap_policy();
   o.keep_ends_gathered = t.fsdp_config.keep_ends_gathered;
   o.sequence_parallel = s.cfg.parallelism.enable_sequence_parallel;
+  // train()'s module returns float32 from its root under mixed precision (FSDP2's
+  // MixedPrecisionPolicy(output_dtype=float32) on the root), for the user's loss and targets.
+  if (s.custom && o.fsdp.mp_policy.param_dtype) o.root_output_dtype = at::kFloat;
   if (t.gradient_checkpointing) {
     o.checkpoint_every = static_cast<int>(t.gradient_checkpointing_every);
     o.checkpoint_classes = t.fsdp_config.transformer_layer_cls_to_wrap;
@@ -136,7 +104,7 @@ parallel::ParallelizeOptions parallelize_options(TrainSession& s) {
   if (s.dims.pipeline_parallel()) {
     o.schedule = p.pipeline_parallel_schedule;
     o.layers_per_stage = static_cast<int>(p.pipeline_parallel_layers_per_stage);
-    o.microbatches = pipeline_microbatches(cfg, s.dims);
+    o.microbatches = pipeline_microbatches(cfg, s.dims, s.custom ? s.plan->pipeline_units() : 0);
     o.runtime.store = s.world.store();
   }
   return o;
@@ -164,12 +132,6 @@ void shard_model(TrainSession& s) {
   // the meta device (model.deferred_init) gets its storage there after sharding instead.
   if (!world.device().is_cpu() && !deferred_init(s.cfg)) model.to(world.device());
   s.hybrid = traits_of(t.fsdp).hybrid;
-  if (s.custom) {
-    return shard_custom_model(
-        s, s.hybrid ? world.init_device_mesh({s.dims.dp_replicate, s.dims.dp_shard},
-                                             {"replicate", "shard"})
-                    : world.mesh());
-  }
   const ParallelDims& dims = s.dims;
   const std::string layout = layout_line(dims, cfg.parallelism.enable_sequence_parallel);
   // The loss lives inside the stages' microbatches: there is no loss of the step to hand over.
@@ -178,7 +140,7 @@ void shard_model(TrainSession& s) {
                  "(parallelism.pipeline_parallel_degree={}): each microbatch's loss is computed "
                  "inside the last stage; unset the hook or the pipeline",
                  dims.pp);
-  check_layer_classes(cfg, model);
+  if (!s.custom) check_layer_classes(cfg, model);  // train()'s: build_custom_model checked them
   if (cfg.training.fsdp_config.sync_module_states) sync_module_states(s, model);
   // Every parallelism in its order over one mesh (docs/parallelize.md): the model's plan, this
   // rank's stages (the whole model without a pipeline), each FSDP-sharded.
@@ -187,9 +149,10 @@ void shard_model(TrainSession& s) {
     materialize_model(s, roots);
   };
   try {
-    s.parallel = parallel::parallelize(
-        models::plan_of(std::shared_ptr<models::CausalLM>(std::shared_ptr<void>(), s.lm.get())),
-        world, dims, options);
+    // train()'s module brings its plan (custom_model.cpp); fsdpp-train's models have theirs.
+    auto plan = s.plan ? s.plan
+                       : models::plan_of(std::shared_ptr<models::CausalLM>(std::shared_ptr<void>(), s.lm.get()));
+    s.parallel = parallel::parallelize(plan, world, dims, options);
   } catch (const ConfigError& e) {
     FSDPP_THROW(ConfigError, "[config] parallelism: {} ({}): {}", layout,
                 to_string(t.fsdp), e.what());
@@ -259,10 +222,8 @@ std::pair<uint64_t, uint64_t> comm_split(TrainSession& s) {
   torch::nn::Module& model = s.lm->module();
   if (s.parallel && s.parallel->pipelined()) return {s.parallel->comm_counters().total_bytes(), 0};
   if (s.hybrid) {
-    const auto& mesh = s.parallel ? s.parallel->mesh().dense() : s.fopts.mesh;
-    const bool custom = !s.parallel;
-    return {mesh->counters(custom ? "shard" : "dp_shard").total_bytes(),
-            mesh->counters(custom ? "replicate" : "dp_replicate").total_bytes()};
+    const auto& mesh = s.parallel->mesh().dense();
+    return {mesh->counters("dp_shard").total_bytes(), mesh->counters("dp_replicate").total_bytes()};
   }
   if (!traits_of(t.fsdp).shards) return {0, comm_counters(model).total_bytes()};
   return {comm_counters(model).total_bytes(), 0};

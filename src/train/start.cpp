@@ -104,7 +104,8 @@ void choose_start(TrainSession& s) {
   // The layout on this world (and the pipeline's schedule): its errors before output_dir is
   // touched.
   s.dims = parallel_dims(cfg, s.world.size(), s.world.env().local_world_size);
-  if (s.dims.pipeline_parallel()) (void)pipeline_microbatches(cfg, s.dims);
+  // (train()'s module: once it is made and its plan counts its units, build_custom_model.)
+  if (s.dims.pipeline_parallel() && !s.custom) (void)pipeline_microbatches(cfg, s.dims);
 }
 
 void prepare_output_dir(TrainSession& s) {

@@ -96,7 +96,7 @@ inline const Reference& reference(Arch a) {
   static std::map<Arch, Reference> cache;
   if (auto it = cache.find(a); it != cache.end()) return it->second;
   auto plan = fresh(a);
-  auto& lm = plan->causal_lm();
+  auto& lm = *plan->causal_lm();
   auto params = plan->module().parameters();
   auto opt = adamw(params);
   Reference ref;

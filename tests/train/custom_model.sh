@@ -36,7 +36,7 @@ if "$run" --nproc-per-node 1 --timeout-s 60 "$example" parallelism.tensor_parall
   echo "tensor_parallel_degree=2 was not refused"; exit 1
 fi
 grep -q "parallelism.tensor_parallel_degree=2 is not available for a custom model" "$dir/tp.log"
-grep -q "A custom model trains data parallel: training.fsdp full_shard" "$dir/tp.log"
+grep -q "A custom model trains data parallel (training.fsdp full_shard" "$dir/tp.log"
 "$python" - "$dir" <<'PY'
 import json, sys
 import torch

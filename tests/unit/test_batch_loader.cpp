@@ -53,7 +53,7 @@ class BatchLoaderTest : public ::testing::Test {
   std::optional<TokenDataset> data_;
 };
 
-const SamplerOptions kOpts{.seq_len = 16, .rank = 1, .world_size = 2, .seed = 5};
+const SamplerOptions kOpts{.seq_len = 16, .share = {.rank = 1, .world_size = 2, .seed = 5}};
 
 }  // namespace
 
@@ -106,7 +106,7 @@ TEST_F(BatchLoaderTest, ResumingFromItsStateContinuesTheStream) {
 }
 
 TEST_F(BatchLoaderTest, AWorkersErrorArrivesInItsPlaceAndTheLoaderStops) {
-  DistributedSampler sampler(*data_, {.seq_len = 16, .rank = 0, .world_size = 1, .shuffle = false});
+  DistributedSampler sampler(*data_, {.seq_len = 16, .share = {.rank = 0, .world_size = 1, .shuffle = false}});
   // Batches of 10 windows in file order: batch k reads tokens [160k, 160k + 161). The token
   // file (2 bytes a token) cut to its first 1000 tokens leaves batches 0-5 whole and fails
   // batch 6 (tokens 960-1120).

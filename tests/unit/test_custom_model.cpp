@@ -84,7 +84,7 @@ TEST(TokenData, TheWindowsOfFsdppTrainsSamplerOnEachRank) {
     ASSERT_TRUE(data.eval);
     for (int r = 0; r < 2; ++r) {
       auto mine = data.train({.rank = r, .world_size = 2, .seed = 9});
-      fsdpp::data::DistributedSampler ref(train, {.seq_len = 16, .rank = r, .world_size = 2, .seed = 9});
+      fsdpp::data::DistributedSampler ref(train, {.seq_len = 16, .share = {.rank = r, .world_size = 2, .seed = 9}});
       EXPECT_EQ(mine->per_rank(), ref.windows_per_rank());
       for (int i = 0; i < 5; ++i) {
         const auto b = mine->next(4);
@@ -114,9 +114,8 @@ TEST(CustomModel, RefusesWhatOnlyFsdppTrainsModelsHave) {
   fsdpp::train::CustomModel model;
   model.make = [] { return std::make_shared<torch::nn::LinearImpl>(2, 1); };
   model.loss = [](torch::nn::Module&, const fsdpp::train::Batch& b) { return b.targets.sum(); };
-  for (const std::string key : {"parallelism.tensor_parallel_degree=2", "parallelism.pipeline_parallel_degree=2",
-                                "parallelism.expert_parallel_degree=2", "parallelism.enable_sequence_parallel=true",
-                                "model.init_from=/some/dir", "distillation.teacher=/some/dir"}) {
+  for (const std::string key : {"parallelism.expert_parallel_degree=2", "model.init_from=/some/dir",
+                                "distillation.teacher=/some/dir"}) {
     try {
       fsdpp::train::custom_config("training: {max_steps: 1}", {key});
       FAIL() << key << " not refused";
@@ -126,14 +125,94 @@ TEST(CustomModel, RefusesWhatOnlyFsdppTrainsModelsHave) {
       EXPECT_NE(what.find("training.fsdp full_shard, shard_grad_op"), std::string::npos) << what;
     }
   }
-  // A config made otherwise: train() refuses it before it touches the world (none here).
-  auto cfg = fsdpp::train::custom_config("training: {max_steps: 1}");
-  cfg.parallelism.pipeline_parallel_degree = 2;
-  try {
-    fsdpp::train::train(cfg, nullptr, model, numbered(8));
-    FAIL() << "pipeline_parallel_degree=2 not refused by train()";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("parallelism.pipeline_parallel_degree=2 is not available"),
-              std::string::npos) << e.what();
+  // Tensor and pipeline parallelism need a plan of the model's layers: train() refuses them for
+  // a model without one before it touches the world (none here).
+  for (const std::string key : {"parallelism.tensor_parallel_degree=2", "parallelism.pipeline_parallel_degree=2"}) {
+    auto cfg = fsdpp::train::custom_config("training: {max_steps: 1}", {key});
+    try {
+      fsdpp::train::train(cfg, nullptr, model, numbered(8));
+      FAIL() << key << " not refused by train()";
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(key + " is not available for a custom model"), std::string::npos) << what;
+      EXPECT_NE(what.find("give CustomModel::plan (parallel::sequential_plan"), std::string::npos) << what;
+    }
   }
+  // A plan's loss is the model's: a loss beside it would be ignored, and is refused.
+  auto both = model;
+  both.plan = [](std::shared_ptr<torch::nn::Module>) -> std::shared_ptr<fsdpp::models::ModelPlan> { return nullptr; };
+  try {
+    fsdpp::train::train(fsdpp::train::custom_config("training: {max_steps: 1}"), nullptr, both, numbered(8));
+    FAIL() << "loss and plan together not refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("has both loss and plan"), std::string::npos) << e.what();
+  }
+}
+
+// parallel::sequential_plan: the chain's loss on one process is the Sequential's own forward;
+// tensor-parallel plans that could not equal it are refused before anything is split.
+// A Sequential inside a Sequential (LibTorch stores only modules with a forward of fixed types).
+struct StackImpl : torch::nn::SequentialImpl {
+  using SequentialImpl::SequentialImpl;
+  at::Tensor forward(at::Tensor x) { return SequentialImpl::forward(std::move(x)); }
+};
+TORCH_MODULE(Stack);
+
+torch::nn::Sequential chain() {
+  return torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::ReLU(), torch::nn::Linear(8, 8),
+                               Stack(torch::nn::Linear(8, 16), torch::nn::GELU(), torch::nn::Linear(16, 8)),
+                               torch::nn::LayerNorm(torch::nn::LayerNormOptions({8})),
+                               torch::nn::Linear(8, 2));
+}
+
+fsdpp::parallel::SequentialPlanOptions mse(fsdpp::tp::ParallelPlan tp = {}) {
+  return {.name = "chain",
+          .loss = [](const at::Tensor& y, const at::Tensor& t) { return torch::mse_loss(y, t); },
+          .tensor_parallel = std::move(tp)};
+}
+
+TEST(SequentialPlan, ItsLossIsTheSequentialsForwardAndItsUnitsAreItsChildren) {
+  torch::manual_seed(0);
+  auto net = chain();
+  auto plan = fsdpp::parallel::sequential_plan(net, mse());
+  auto x = torch::randn({5, 4}), t = torch::randn({5, 2});
+  EXPECT_TRUE(torch::equal(plan->loss(x, t), torch::mse_loss(net->forward(x), t)));
+  EXPECT_EQ(plan->pipeline_units(), 6);
+  EXPECT_EQ(plan->causal_lm(), nullptr);
+  // A stage holds its units under the model's names: checkpoints of any cut are the whole's.
+  auto stages = plan->split({2, 4});
+  ASSERT_EQ(stages.size(), 2u);
+  EXPECT_FALSE(stages[0].loss);
+  ASSERT_TRUE(stages[1].loss);
+  std::vector<std::string> names;
+  for (const auto& p : stages[1].module->named_parameters()) names.push_back(p.key());
+  EXPECT_EQ(names.front(), "2.weight");
+  EXPECT_EQ(names.back(), "5.bias");
+  const auto y = stages[1].forward(stages[0].forward(x));
+  EXPECT_TRUE(torch::equal(stages[1].loss(y, t), plan->loss(x, t)));
+}
+
+TEST(SequentialPlan, RefusesTensorParallelPlansThatCannotEqualOneProcess) {
+  using fsdpp::tp::ParallelStyle;
+  auto refused = [](fsdpp::tp::ParallelPlan tp, const std::string& expected) {
+    try {
+      fsdpp::parallel::sequential_plan(chain(), mse(std::move(tp)));
+      ADD_FAILURE() << expected << ": not refused";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  };
+  refused({{"1", ParallelStyle::COLWISE}}, "names '1' (COLWISE), which is not a Linear unit of the chain; "
+                                            "its Linear units are [0, 2, 3.0, 3.2, 5]");
+  refused({{"5", ParallelStyle::COLWISE}}, "COLWISE '5' is not followed by a ROWWISE unit");
+  refused({{"2", ParallelStyle::ROWWISE}}, "ROWWISE '2' has no COLWISE unit before it");
+  refused({{"0", ParallelStyle::COLWISE}, {"3.0", ParallelStyle::COLWISE}, {"3.2", ParallelStyle::ROWWISE}},
+          "unit '2' (Linear) has parameters but takes the output of COLWISE '0'");
+  refused({{"3.2", ParallelStyle::COLWISE}, {"5", ParallelStyle::ROWWISE}},
+          "unit '4' (LayerNorm) has parameters but takes the output of COLWISE '3.2'");
+  // Sound: within a nested unit, and across the chain's top level.
+  EXPECT_NO_THROW(fsdpp::parallel::sequential_plan(
+      chain(), mse({{"3.0", ParallelStyle::COLWISE}, {"3.2", ParallelStyle::ROWWISE}})));
+  EXPECT_NO_THROW(fsdpp::parallel::sequential_plan(
+      chain(), mse({{"0", ParallelStyle::COLWISE}, {"2", ParallelStyle::ROWWISE}})));
 }

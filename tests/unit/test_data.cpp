@@ -255,7 +255,7 @@ TEST_F(DataTest, EachWindowGoesToExactlyOneRankPerEpoch) {
       for (int64_t epoch : {0, 1}) {
         std::multiset<int64_t> seen;
         for (int rank = 0; rank < world; ++rank) {
-          DistributedSampler s(data, {.seq_len = T, .rank = rank, .world_size = world, .seed = 5});
+          DistributedSampler s(data, {.seq_len = T, .share = {.rank = rank, .world_size = world, .seed = 5}});
           EXPECT_EQ(s.num_windows(), n_windows);
           EXPECT_EQ(s.windows_per_rank(), n_windows / world);
           for (int64_t start : s.window_starts(epoch)) seen.insert(start);
@@ -277,7 +277,7 @@ TEST_F(DataTest, EachWindowGoesToExactlyOneRankPerEpoch) {
 TEST_F(DataTest, BatchesAreShiftedWindowsAndDeterministic) {
   const int64_t T = 8;
   auto data = counting_dataset(dir_, 20, T);
-  SamplerOptions opts{.seq_len = T, .rank = 1, .world_size = 2, .seed = 3};
+  SamplerOptions opts{.seq_len = T, .share = {.rank = 1, .world_size = 2, .seed = 3}};
   DistributedSampler a(data, opts), b(data, opts);
   auto [x, y] = a.next_batch(4);
   EXPECT_EQ(x.sizes(), (std::vector<int64_t>{4, T}));
@@ -292,9 +292,9 @@ TEST_F(DataTest, BatchesAreShiftedWindowsAndDeterministic) {
   EXPECT_TRUE(torch::equal(x, bx));
   // Epochs and seeds reorder; shuffle=false keeps file order.
   EXPECT_NE(a.window_starts(0), a.window_starts(1));
-  opts.seed = 4;
+  opts.share.seed = 4;
   EXPECT_NE(DistributedSampler(data, opts).window_starts(0), starts);
-  opts.shuffle = false;
+  opts.share.shuffle = false;
   EXPECT_EQ(DistributedSampler(data, opts).window_starts(0),
             (std::vector<int64_t>{8, 24, 40, 56, 72, 88, 104, 120, 136, 152}));
 
@@ -307,7 +307,7 @@ TEST_F(DataTest, BatchesAreShiftedWindowsAndDeterministic) {
 
 TEST_F(DataTest, ResumeFromStateGivesTheSameNextBatch) {
   auto data = counting_dataset(dir_, 30, 4);
-  SamplerOptions opts{.seq_len = 4, .rank = 0, .world_size = 3, .seed = 11};
+  SamplerOptions opts{.seq_len = 4, .share = {.rank = 0, .world_size = 3, .seed = 11}};
   DistributedSampler run(data, opts);
   for (int i = 0; i < 5; ++i) run.next_batch(3);  // 15 windows: into the second epoch
   const auto saved = run.state();
@@ -324,12 +324,12 @@ TEST_F(DataTest, ResumeFromStateGivesTheSameNextBatch) {
 
 TEST_F(DataTest, SamplerRejectsTooLittleData) {
   auto data = counting_dataset(dir_, 3, 8);
-  auto e = error_of([&] { DistributedSampler(data, {.seq_len = 8, .world_size = 4}); });
+  auto e = error_of([&] { DistributedSampler(data, {.seq_len = 8, .share = {.world_size = 4}}); });
   EXPECT_NE(e.find("[data] 25 tokens make 3 windows of seq_len+1=9 tokens, fewer than "
                    "world_size=4"),
             std::string::npos)
       << e;
-  e = error_of([&] { DistributedSampler(data, {.seq_len = 8, .rank = 2, .world_size = 2}); });
+  e = error_of([&] { DistributedSampler(data, {.seq_len = 8, .share = {.rank = 2, .world_size = 2}}); });
   EXPECT_NE(e.find("rank=2 is out of range"), std::string::npos) << e;
   EXPECT_THROW(DistributedSampler(data, {.seq_len = 0}), ConfigError);
 }

@@ -2,7 +2,7 @@
 // Batches of next-token windows, split across data-parallel ranks like PyTorch's
 // DistributedSampler.
 //
-//   fsdpp::data::DistributedSampler sampler(train, {.seq_len = 256, .rank = r, .world_size = n});
+//   fsdpp::data::DistributedSampler sampler(train, {.seq_len = 256, .share = {.rank = r, .world_size = n}});
 //   auto [inputs, targets] = sampler.next_batch(8);   // (8,256) int64 each; targets = inputs + 1
 //
 // The dataset is cut into non-overlapping windows of seq_len + 1 tokens at stride seq_len
@@ -20,16 +20,14 @@
 #include <utility>
 #include <vector>
 
+#include "fsdpp/data/share.h"
 #include "fsdpp/data/token_dataset.h"
 
 namespace fsdpp::data {
 
 struct SamplerOptions {
   int64_t seq_len = 256;
-  int rank = 0;
-  int world_size = 1;
-  uint64_t seed = 0;
-  bool shuffle = true;  // false: windows in file order (still split across ranks)
+  ShareOptions share;  // this rank's windows (share.h); without shuffle, in file order
 };
 
 // Where a sampler is in its stream: saved with a checkpoint, loaded to resume.
@@ -47,8 +45,7 @@ struct SamplerState {
 class SamplerStream {
  public:
   // `items` names what is counted, for messages ("windows", "examples").
-  SamplerStream(int64_t count, int rank, int world_size, uint64_t seed, bool shuffle,
-                std::string items);
+  SamplerStream(int64_t count, const ShareOptions& share, std::string items);
   int64_t per_rank() const { return per_rank_; }  // items per epoch; may be 0
   std::vector<int64_t> order(int64_t epoch) const;  // this rank's items in `epoch`, in order
   int64_t next();
@@ -58,9 +55,7 @@ class SamplerStream {
 
  private:
   int64_t count_;
-  int rank_, world_size_;
-  uint64_t seed_;
-  bool shuffle_;
+  ShareOptions share_;
   std::string items_;
   int64_t per_rank_;
   SamplerState state_;

@@ -6,7 +6,7 @@
 //   fsdpp::data::TensorSampler sampler({x, y}, {.rank = r, .world_size = n, .seed = 42});
 //   std::vector<at::Tensor> batch = sampler.next_batch(16);   // {x[idx], y[idx]}: 16 rows each
 //
-// Every tensor holds one example per row of its first dimension (all the same count). Each
+// `share` is this rank's share (share.h). Every tensor holds one example per row of its first dimension (all the same count). Each
 // epoch orders the examples as the token sampler orders its windows (SamplerStream, sampler.h):
 // a permutation drawn from (seed, epoch) alone, the tail that does not divide by world_size
 // dropped, every world_size-th example from rank. A batch that runs past the end of an epoch continues into the
@@ -18,21 +18,15 @@
 #include <vector>
 
 #include "fsdpp/data/sampler.h"
+#include "fsdpp/data/share.h"
 
 namespace fsdpp::data {
-
-struct TensorSamplerOptions {
-  int rank = 0;
-  int world_size = 1;
-  uint64_t seed = 0;
-  bool shuffle = true;
-};
 
 class TensorSampler {
  public:
   // Throws ConfigError when there is no tensor, a tensor has no rows or a different number of
   // rows than the first, or there are fewer examples than world_size.
-  TensorSampler(std::vector<at::Tensor> tensors, TensorSamplerOptions options);
+  TensorSampler(std::vector<at::Tensor> tensors, const ShareOptions& share);
 
   // Each tensor's rows of the next batch_size examples, in the tensors' order.
   std::vector<at::Tensor> next_batch(int64_t batch_size);

@@ -64,8 +64,13 @@ class ModelPlan {
 
   virtual torch::nn::Module& module() = 0;  // the whole model
   virtual std::string name() const = 0;     // "Llama", "Qwen3-MoE": for messages
-  // The model as fsdpp-train drives it (forward with its loss, sampling, config).
-  virtual CausalLM& causal_lm() = 0;
+  // A language model as fsdpp-train drives it (forward with its loss, sampling, config); null for
+  // a model that is not one (sequential_plan.h, train()'s custom models), which has its loss.
+  virtual CausalLM* causal_lm() { return nullptr; }
+  // The whole (not pipelined) model's training loss of a batch: a scalar, the mean over its rows,
+  // through fsdpp::forward, and the load-balancing loss in it (models with experts). Default:
+  // the language model's (MoE: with its load-balancing term).
+  virtual StageLoss loss(const at::Tensor& inputs, const at::Tensor& targets);
 
   // Pipeline: how many units it cuts into (the embedding, every block, the head), and the cut
   // itself, after tensor and expert parallelism were applied to the whole model.

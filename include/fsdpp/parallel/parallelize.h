@@ -74,6 +74,9 @@ struct ParallelizeOptions {
   // A one-stage model: its root and last unit stay gathered between forward and backward
   // (keep_ends_gathered of fsdp/wrap_policy.h).
   bool keep_ends_gathered = false;
+  // The dtype each stage's root unit hands back under mixed precision (FSDP2's output_dtype on
+  // the root): train()'s float32, for a loss the user computes on the root's output.
+  std::optional<at::ScalarType> root_output_dtype;
   // Microbatches per step: the pipeline's (pp > 1), or gradient accumulation (pp == 1); the
   // rows forward_backward gets must divide by it.
   int microbatches = 1;
@@ -136,7 +139,8 @@ class Parallelized {
   const PipelineCut& cut() const { return cut_; }
   pipeline::PipelineRuntime& runtime();
 
-  // Forward and backward of this data-parallel rank's rows (inputs, targets (B,T) int64), in
+  // Forward and backward of this data-parallel rank's rows (inputs, targets: one example per row
+  // of dim 0; a language model's (B,T) int64; the plan's loss() without a pipeline), in
   // options.microbatches equal microbatches: gradient accumulation, or the pipeline's step.
   // loss_scale multiplies the loss that backward starts from (a gradient scaler's). `objective`
   // (pipelined models only; ConfigError without a pipeline, where the caller has the logits):

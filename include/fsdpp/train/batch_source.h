@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "fsdpp/data/sampler.h"
+#include "fsdpp/data/share.h"
 
 namespace fsdpp::train {
 
@@ -47,13 +48,10 @@ class BatchSource {
   virtual int64_t per_rank() const = 0;
 };
 
-// What the trainer makes a source for: this rank's share of the data.
-struct SourceOptions {
-  int rank = 0;         // data-parallel rank
-  int world_size = 1;   // data-parallel ranks
-  uint64_t seed = 0;    // training.seed: each epoch's order
-  bool shuffle = true;  // false for evaluation: in order
-};
+// What the trainer makes a source for: this rank's share of the data (data/share.h): its
+// data-parallel rank of world_size, training.seed for each epoch's order, shuffle false for
+// evaluation (in order).
+using SourceOptions = data::ShareOptions;
 using SourceFactory = std::function<std::unique_ptr<BatchSource>(const SourceOptions&)>;
 
 // A run's data: the training source and, optionally, the evaluation one (evaluated every

@@ -16,10 +16,22 @@
 //   };
 //   auto result = fsdpp::train::train(cfg, world, model, fsdpp::train::tensor_data(x, y));
 //
-// Data parallelism only: tensor, pipeline and expert parallelism (the parallelism: degrees)
-// need a plan for the model's layers, which fsdpp has for its Llama and Qwen3-MoE only; train()
-// refuses them with a ConfigError naming the key, as it refuses the keys that are about
-// fsdpp-train's language models (model.init_from, distillation.*).
+// Tensor and pipeline parallelism (parallelism.tensor_parallel_degree, pipeline_parallel_degree)
+// need a plan of the model's layers (models::ModelPlan), as fsdpp-train's Llama and Qwen3-MoE
+// have: CustomModel::plan. A chain of units (a torch::nn::Sequential) has one ready,
+// parallel::sequential_plan: the pipeline cut by ranges of its units, Linear units split COLWISE
+// / ROWWISE. The module and its plan go through the same parallel::parallelize as fsdpp-train's
+// models (docs/parallelize.md):
+//
+//   auto model = fsdpp::train::sequential_model(
+//       [] { return torch::nn::Sequential(torch::nn::Linear(16, 64), torch::nn::GELU(), ...); },
+//       {.name = "mlp", .loss = [](const at::Tensor& y, const at::Tensor& t) { return torch::mse_loss(y, t); },
+//        .tensor_parallel = {{"2", fsdpp::tp::ParallelStyle::COLWISE}, {"4", fsdpp::tp::ParallelStyle::ROWWISE}}});
+//
+// Without a plan a custom model trains data parallel only, and train() refuses those degrees
+// with a ConfigError naming the key; expert parallelism needs experts, which a custom plan does
+// not place; the keys about fsdpp-train's language models (model.init_from, distillation.*) are
+// refused too.
 
 #include <torch/nn/module.h>
 
@@ -29,6 +41,8 @@
 #include <vector>
 
 #include "fsdpp/dist/world.h"
+#include "fsdpp/models/model_plan.h"
+#include "fsdpp/parallel/sequential_plan.h"
 #include "fsdpp/train/batch_source.h"
 #include "fsdpp/train/config.h"
 #include "fsdpp/train/hooks.h"
@@ -52,7 +66,17 @@ struct CustomModel {
   // (fsdpp-train's TransformerBlock). Empty: give fsdp_auto_wrap_policy (NO_WRAP: the root unit
   // alone; SIZE_BASED_WRAP) or name the classes in the config.
   std::vector<std::string> blocks;
+  // Optional: the plan of the module's layers, for tensor and pipeline parallelism. Called once
+  // with the module make() returned, before anything is sharded. With a plan, the loss is the
+  // plan's (ModelPlan::loss, and on a pipeline's last stage its stage loss): leave `loss` unset.
+  std::function<std::shared_ptr<models::ModelPlan>(std::shared_ptr<torch::nn::Module> module)> plan;
 };
+
+// A chain of units: `make` builds the torch::nn::Sequential (on every rank, as
+// CustomModel::make), and the plan is parallel::sequential_plan's with `options` (name, loss of
+// the chain's output, tensor-parallel styles, block classes).
+CustomModel sequential_model(std::function<torch::nn::Sequential()> make,
+                             parallel::SequentialPlanOptions options);
 
 // fsdpp-train's config (TrainConfig::from_yaml_string: YAML text, then "key=value" overrides in
 // order, validated) for train(), which reads no data.path: none is needed.

@@ -47,7 +47,8 @@ ParallelDims parallel_dims(const TrainConfig& cfg, int world_size, int local_wor
 // A pipelined run's microbatches per step (pp > 1): per_device_train_batch_size x
 // gradient_accumulation_steps / pipeline_parallel_microbatch_size, checked with the schedule
 // and the cut parallel::cut_pipeline makes of them (ConfigError naming the keys when they do not
-// fit together).
-int pipeline_microbatches(const TrainConfig& cfg, const ParallelDims& dims);
+// fit together). `units`: the model's pipeline units (ModelPlan::pipeline_units); 0: the config's
+// model's (model.n_layers + 2: the embedding, the blocks, the head).
+int pipeline_microbatches(const TrainConfig& cfg, const ParallelDims& dims, int64_t units = 0);
 
 }  // namespace fsdpp::train
