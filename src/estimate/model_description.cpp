@@ -15,6 +15,25 @@ std::string lower(std::string s) {
   return s;
 }
 
+// Qwen3MoeDecoderLayer units in registration order: self_attn (q, k, v, o, q_norm, k_norm), mlp
+// (experts' gate, up, down stacked (E, I, C), (E, I, C), (E, C, I), then the router (E, C); or
+// the dense gate, up, down of width F), input_layernorm, post_attention_layernorm; q, kv, F and
+// I are this rank's sizes.
+void add_qwen3_layers(ModelDescription& m, const DecoderShape& s, int64_t q, int64_t kv, int64_t F, int64_t I) {
+  const auto& e = *s.moe;
+  const int64_t C = s.dim, E = e.num_experts, hd = s.head_dim();
+  for (int64_t i = 0; i < s.n_layers; ++i) {
+    ModelDescription::Unit u{"layers." + std::to_string(i), {{q, C}, {kv, C}, {kv, C}, {C, q}, {hd, 1}, {hd, 1}}};
+    if (e.sparse[static_cast<size_t>(i)]) {
+      u.params.insert(u.params.end(), {{E, I * C}, {E, I * C}, {E, C * I}, {E, C}});
+    } else {
+      u.params.insert(u.params.end(), {{F, C}, {F, C}, {C, F}});
+    }
+    u.params.insert(u.params.end(), {{C, 1}, {C, 1}});
+    m.units.push_back(std::move(u));
+  }
+}
+
 }  // namespace
 
 int64_t dtype_bytes(EstimateDType t) { return t == EstimateDType::FP32 ? 4 : 2; }
@@ -155,22 +174,7 @@ ModelDescription describe_decoder(const DecoderShape& s) {
   if (!s.tie_embeddings) root.params.push_back({s.vocab_size, C});
   m.units.push_back(root);
   if (s.moe) {
-    // Qwen3MoeDecoderLayer in registration order: self_attn (q, k, v, o, q_norm, k_norm), mlp
-    // (experts' gate, up, down stacked (E, I, C), (E, I, C), (E, C, I), then the router (E, C);
-    // or the dense gate, up, down), input_layernorm, post_attention_layernorm.
-    const auto& e = *s.moe;
-    const int64_t E = e.num_experts, I = e.moe_intermediate, hd = s.head_dim();
-    for (int64_t i = 0; i < s.n_layers; ++i) {
-      ModelDescription::Unit u{"layers." + std::to_string(i),
-                               {{q, C}, {kv, C}, {kv, C}, {C, q}, {hd, 1}, {hd, 1}}};
-      if (e.sparse[static_cast<size_t>(i)]) {
-        u.params.insert(u.params.end(), {{E, I * C}, {E, I * C}, {E, C * I}, {E, C}});
-      } else {
-        u.params.insert(u.params.end(), {{s.ffn_hidden, C}, {s.ffn_hidden, C}, {C, s.ffn_hidden}});
-      }
-      u.params.insert(u.params.end(), {{C, 1}, {C, 1}});
-      m.units.push_back(std::move(u));
-    }
+    add_qwen3_layers(m, s, q, kv, s.ffn_hidden, s.moe->moe_intermediate);
     return m;
   }
   for (int64_t i = 0; i < s.n_layers; ++i) {
@@ -240,20 +244,8 @@ ModelDescription tensor_parallel_slice(const ModelDescription& model, int degree
     // Qwen3-MoE's plan: attention as the Llama's, q_norm and k_norm whole; dense MLPs column /
     // row-wise; the experts split along their width (gate and up (E, I / t, C), down (E, C, I / t)),
     // or whole; the router whole. Units as describe_decoder orders them.
-    const auto& e = *s.moe;
-    const int64_t E = e.num_experts, I = split_experts ? largest_share(e.moe_intermediate) : e.moe_intermediate;
-    const int64_t hd = s.head_dim();
-    for (int64_t i = 0; i < s.n_layers; ++i) {
-      ModelDescription::Unit u{"layers." + std::to_string(i),
-                               {{q, C}, {kv, C}, {kv, C}, {C, q}, {hd, 1}, {hd, 1}}};
-      if (e.sparse[static_cast<size_t>(i)]) {
-        u.params.insert(u.params.end(), {{E, I * C}, {E, I * C}, {E, C * I}, {E, C}});
-      } else {
-        u.params.insert(u.params.end(), {{F, C}, {F, C}, {C, F}});
-      }
-      u.params.insert(u.params.end(), {{C, 1}, {C, 1}});
-      m.units.push_back(std::move(u));
-    }
+    const int64_t I = s.moe->moe_intermediate;
+    add_qwen3_layers(m, s, q, kv, F, split_experts ? largest_share(I) : I);
     return m;
   }
   for (int64_t i = 0; i < s.n_layers; ++i) {
