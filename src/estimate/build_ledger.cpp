@@ -7,7 +7,7 @@
 namespace fsdpp::estimate_detail {
 
 void build_model_ledger(Ledger& l, const ModelDescription& whole, const ModelDescription& pre_ep,
-                        const ModelDescription& model, const std::vector<int64_t>& flat_shards, int tp, int ep) {
+                        const ModelDescription& model, const std::vector<int64_t>& flat_shards, int tp) {
   // ---- building the model: every rank builds it whole (each parameter allocated, then redrawn
   // from the seed through a temporary of its size); under TP the plan then replaces each
   // parameter by this rank's slice; then fully_shard, unit by unit from the innermost, copies the
@@ -41,21 +41,28 @@ void build_model_ledger(Ledger& l, const ModelDescription& whole, const ModelDes
       l.at("building the model");
     }
     // Expert parallelism: each sparse layer's stacked experts resized to this rank's E / ep
-    // (parallelize_qwen3_moe_experts), then the experts a unit of their own.
+    // (parallelize_qwen3_moe_experts), then the experts a unit of their own (also whole experts
+    // under tp, which parallelize shards over the sparse mesh).
     std::vector<std::vector<Id>> ids;  // over model's units
     ids.push_back(full[0]);
     for (size_t i = 1; i < pre_ep.units.size(); ++i) {
-      const bool split = ep > 1 && model.shape && model.shape->moe && model.shape->moe->sparse[i - 1];
+      const size_t next = ids.size() + 1;  // the experts' unit in `model`, if any
+      const bool split = next < model.units.size() && model.units[next].experts;
       if (!split) {
         ids.push_back(full[i]);
         continue;
       }
       l.at("expert-parallel slicing");
       std::vector<Id> layer, experts;
+      const auto& mine = model.units[next].params;
       for (size_t k = 0; k < full[i].size(); ++k) {
         if (k >= 6 && k < 9) {
-          const Id slice = l.alloc(kParams, pre_ep.units[i].params[k].numel() / ep * f32);
-          l.free(full[i][k]);
+          const int64_t numel = mine[k - 6].numel();
+          Id slice = full[i][k];
+          if (numel != pre_ep.units[i].params[k].numel()) {
+            slice = l.alloc(kParams, numel * f32);
+            l.free(full[i][k]);
+          }
           experts.push_back(slice);
         } else {
           layer.push_back(full[i][k]);

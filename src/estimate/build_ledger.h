@@ -14,7 +14,7 @@ namespace fsdpp::estimate_detail {
 // stacked experts resized to E / ep (`model`'s expert units); then, unit by unit from the
 // innermost, the flat shard of `flat_shards[unit]` elements kept and the unit's tensors freed.
 void build_model_ledger(Ledger& l, const ModelDescription& whole, const ModelDescription& pre_ep,
-                        const ModelDescription& model, const std::vector<int64_t>& flat_shards, int tp, int ep);
+                        const ModelDescription& model, const std::vector<int64_t>& flat_shards, int tp);
 // Deferred initialisation instead: nothing allocated until the flat shards (zeros), then one chunk
 // of at most `chunk_bytes` (fp32 rows of the largest parameter) drawn or read at a time, with this
 // rank's columns of it copied out under TP.

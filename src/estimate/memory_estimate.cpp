@@ -14,6 +14,7 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/strategy_traits.h"
 #include "fsdpp/optim/optimizer_state.h"
+#include "fsdpp/parallel/parallel_dims.h"
 
 namespace fsdpp {
 namespace {
@@ -71,13 +72,11 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
   const int ep = o.expert_parallel;
   FSDPP_CHECK_AS(ConfigError, ep >= 1 && o.world_size % ep == 0,
                  "[estimate] expert-parallel degree {} does not divide the world size {}", ep, o.world_size);
-  FSDPP_CHECK_AS(ConfigError, ep == 1 || tp == 1,
-                 "[estimate] expert parallelism with tensor parallelism is not modelled (the tensor-parallel "
-                 "plan is the Llama's)");
-  // What this rank holds before FSDP: its slices under the Llama plan (the whole model at tp 1)
-  // and its experts (all at ep 1); FSDP shards them over the data-parallel ranks.
-  const ModelDescription pre_ep = tensor_parallel_slice(whole, tp);
-  const ModelDescription model = expert_parallel_slice(pre_ep, ep);
+  // What this rank holds before FSDP, as parallelize lays it out: its tp slices (the whole model
+  // at tp 1), and the experts apart (sliced over ep) where they live on the sparse mesh.
+  const bool split_experts = o.split_experts.value_or(ep == 1);
+  const ModelDescription pre_ep = tensor_parallel_slice(whole, tp, split_experts);
+  const ModelDescription model = rank_slice(whole, tp, ep, split_experts);
   const int dp_world = o.world_size / tp;
   FSDPP_CHECK_AS(ConfigError, o.batch >= 1 && o.seq_len >= 1,
                  "[estimate] batch={} and seq_len={} must be positive", o.batch, o.seq_len);
@@ -94,13 +93,14 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
                    "[estimate] {} over {} data-parallel ranks: shard groups of {} ranks do not divide them",
                    to_string(s), dp_world, shard_world);
   }
-  FSDPP_CHECK_AS(ConfigError, ep == 1 || !traits.hybrid,
-                 "[estimate] expert parallelism with {} is not modelled", to_string(s));
-  // Each unit's shard group: the experts' under expert parallelism are the ranks holding the same
-  // experts (efsdp = world / ep), every other unit's the data-parallel ranks.
+  // The mesh parallelize builds (parallel::ParallelDims): the dense units shard over dp_shard
+  // (replicated over dp_replicate), the experts' over efsdp = dp_shard x tp / ep.
+  parallel::ParallelDims dims{.pp = 1, .dp_replicate = traits.hybrid ? dp_world / shard_world : 1,
+                              .dp_shard = traits.hybrid ? shard_world : dp_world, .tp = tp, .ep = ep};
+  dims = dims.resolved(o.world_size);
   std::vector<int> usw(model.units.size(), shard_world);
   for (size_t i = 0; i < model.units.size(); ++i)
-    if (model.units[i].experts) usw[i] = traits.shards ? std::max(1, shard_world / ep) : 1;
+    if (model.units[i].experts) usw[i] = traits.shards ? dims.efsdp() : 1;
   FSDPP_CHECK_AS(ConfigError, !o.teacher || tp == 1,
                  "[estimate] a distillation teacher with tensor parallelism is not modelled");
   // The teacher: FULL_SHARD over the data-parallel ranks whatever the student's strategy.
@@ -158,6 +158,11 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
                                      : psi * (f32 + f32 + optim_per_elem) / usw[i];
   }
   e.model_states = static_cast<int64_t>(model_states);
+  for (size_t i = 0; i < model.units.size(); ++i) {
+    e.held.parameters += us[i].shard * f32;
+    e.held.gradients += gathers(i) ? us[i].shard * f32 : us[i].numel * rb;
+    e.held.optimizer_state += us[i].shard * optim_per_elem;
+  }
 
   // On the CPU every tensor comes from glibc's malloc (see HeapModel).
   std::optional<HeapModel> heap;
@@ -176,7 +181,7 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
     if (o.deferred_init) {
       deferred_init_ledger(l, whole, flat_shards, tp, o.init_chunk_bytes);
     } else {
-      build_model_ledger(l, whole, pre_ep, model, flat_shards, tp, ep);
+      build_model_ledger(l, whole, pre_ep, model, flat_shards, tp);
     }
   }
 
@@ -280,19 +285,7 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
 
   const bool have_shape = model.shape.has_value();
   const bool qwen3 = have_shape && model.shape->qk_norm;
-  MoeDims md{};
-  if (qwen3) {
-    const auto& sh = *model.shape;
-    md.hd = sh.head_dim();
-    md.Hkv = sh.n_kv_heads;
-    if (sh.moe) {
-      md.E = sh.moe->num_experts;
-      md.k = sh.moe->top_k;
-      md.I = sh.moe->moe_intermediate;
-      md.router_logits = sh.moe->router_logits;
-    }
-    md.ep = ep;
-  }
+  const MoeDims md = qwen3 ? moe_dims(*model.shape, tp, ep, split_experts, o.sequence_parallel) : MoeDims{};
   auto is_sparse = [&](size_t block) {
     return model.shape && model.shape->moe && model.shape->moe->sparse[block];
   };
@@ -586,15 +579,20 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
                                   "forward under no-grad after the student's, its logits and probabilities in fp32",
                                   o.teacher->model.num_params() / 1e6, to_string(o.teacher->dtype), dp_world));
   if (tp > 1)
-    e.notes.push_back(fmt::format("tensor parallel {}{}: the Llama plan's slices (the largest rank's), FSDP over {} "
+    e.notes.push_back(fmt::format("tensor parallel {}{}: the {} plan's slices (the largest rank's), FSDP over {} "
                                   "data-parallel ranks", tp, o.sequence_parallel ? " with sequence parallelism" : "",
-                                  dp_world));
+                                  have_shape ? model.shape->architecture() : "model's", dp_world));
+  const bool experts_apart = e.expert_shard_world != shard_world || ep > 1 || (tp > 1 && !split_experts);
   if (have_shape && model.shape->moe)
-    e.notes.push_back(fmt::format("Qwen3-MoE: routing taken as balanced (each of the {} experts gets N k / E of the "
-                                  "top-{} rows){}", md.E, md.k,
-                                  ep > 1 ? fmt::format("; experts split over ep {}, FSDP over {} ranks for them", ep,
-                                                       e.expert_shard_world)
-                                         : ""));
+    e.notes.push_back(fmt::format(
+        "Qwen3-MoE: routing taken as balanced (each of the {} experts gets N k / E of the top-{} rows){}{}", md.E,
+        md.k, tp > 1 ? (split_experts ? "; experts split over tp" : "; experts whole, each tp rank routing its chunk")
+                     : "",
+        experts_apart ? fmt::format("; experts {} over ep {}, FSDP over efsdp = {} ranks for them{}",
+                                    ep > 1 ? "split" : "whole", ep, e.expert_shard_world,
+                                    traits.hybrid ? fmt::format(", replicated over {} replicas", dims.dp_replicate)
+                                                  : "")
+                      : ""));
   if (tp > 1 && !have_shape) e.notes.push_back("tensor parallel on a parameter count: every parameter divided by the degree");
   if (o.optimizer_state_on_disk)
     e.notes.push_back("optimizer state in memory-mapped files: one parameter's state in memory at a time, during "

@@ -15,6 +15,25 @@ std::string lower(std::string s) {
   return s;
 }
 
+// Qwen3MoeDecoderLayer units in registration order: self_attn (q, k, v, o, q_norm, k_norm), mlp
+// (experts' gate, up, down stacked (E, I, C), (E, I, C), (E, C, I), then the router (E, C); or
+// the dense gate, up, down of width F), input_layernorm, post_attention_layernorm; q, kv, F and
+// I are this rank's sizes.
+void add_qwen3_layers(ModelDescription& m, const DecoderShape& s, int64_t q, int64_t kv, int64_t F, int64_t I) {
+  const auto& e = *s.moe;
+  const int64_t C = s.dim, E = e.num_experts, hd = s.head_dim();
+  for (int64_t i = 0; i < s.n_layers; ++i) {
+    ModelDescription::Unit u{"layers." + std::to_string(i), {{q, C}, {kv, C}, {kv, C}, {C, q}, {hd, 1}, {hd, 1}}};
+    if (e.sparse[static_cast<size_t>(i)]) {
+      u.params.insert(u.params.end(), {{E, I * C}, {E, I * C}, {E, C * I}, {E, C}});
+    } else {
+      u.params.insert(u.params.end(), {{F, C}, {F, C}, {C, F}});
+    }
+    u.params.insert(u.params.end(), {{C, 1}, {C, 1}});
+    m.units.push_back(std::move(u));
+  }
+}
+
 }  // namespace
 
 int64_t dtype_bytes(EstimateDType t) { return t == EstimateDType::FP32 ? 4 : 2; }
@@ -85,9 +104,9 @@ ParameterCounts count_parameters(const ModelDescription& m) {
   return c;
 }
 
-ModelDescription expert_parallel_slice(const ModelDescription& model, int degree) {
+ModelDescription expert_parallel_slice(const ModelDescription& model, int degree, bool apart) {
   FSDPP_CHECK_AS(ConfigError, degree >= 1, "[estimate] expert-parallel degree {} is not positive", degree);
-  if (degree == 1) return model;
+  if (degree == 1 && !apart) return model;
   FSDPP_CHECK_AS(ConfigError, model.shape && model.shape->moe,
                  "[estimate] expert parallelism {} needs a model with experts (model.architecture: qwen3_moe, "
                  "or --num-experts)", degree);
@@ -119,6 +138,17 @@ ModelDescription expert_parallel_slice(const ModelDescription& model, int degree
   return m;
 }
 
+ModelDescription rank_slice(const ModelDescription& model, int tp, int ep, bool split_experts) {
+  const bool has_experts = model.shape && model.shape->moe;
+  FSDPP_CHECK_AS(ConfigError, ep == 1 || !split_experts,
+                 "[estimate] expert parallelism {} with experts split over tensor parallelism: experts are either "
+                 "split over tp or placed over ep (parallel::ParallelizeOptions::split_experts)", ep);
+  const ModelDescription local = tensor_parallel_slice(model, tp, split_experts);
+  // parallelize's own_mesh: experts over ep, or whole under tp, live on the sparse mesh.
+  const bool apart = has_experts && (ep > 1 || (tp > 1 && !split_experts));
+  return apart ? expert_parallel_slice(local, ep, /*apart=*/true) : expert_parallel_slice(local, ep);
+}
+
 int64_t ModelDescription::Unit::numel() const {
   int64_t n = 0;
   for (const auto& p : params) n += p.numel();
@@ -144,22 +174,7 @@ ModelDescription describe_decoder(const DecoderShape& s) {
   if (!s.tie_embeddings) root.params.push_back({s.vocab_size, C});
   m.units.push_back(root);
   if (s.moe) {
-    // Qwen3MoeDecoderLayer in registration order: self_attn (q, k, v, o, q_norm, k_norm), mlp
-    // (experts' gate, up, down stacked (E, I, C), (E, I, C), (E, C, I), then the router (E, C);
-    // or the dense gate, up, down), input_layernorm, post_attention_layernorm.
-    const auto& e = *s.moe;
-    const int64_t E = e.num_experts, I = e.moe_intermediate, hd = s.head_dim();
-    for (int64_t i = 0; i < s.n_layers; ++i) {
-      ModelDescription::Unit u{"layers." + std::to_string(i),
-                               {{q, C}, {kv, C}, {kv, C}, {C, q}, {hd, 1}, {hd, 1}}};
-      if (e.sparse[static_cast<size_t>(i)]) {
-        u.params.insert(u.params.end(), {{E, I * C}, {E, I * C}, {E, C * I}, {E, C}});
-      } else {
-        u.params.insert(u.params.end(), {{s.ffn_hidden, C}, {s.ffn_hidden, C}, {C, s.ffn_hidden}});
-      }
-      u.params.insert(u.params.end(), {{C, 1}, {C, 1}});
-      m.units.push_back(std::move(u));
-    }
+    add_qwen3_layers(m, s, q, kv, s.ffn_hidden, s.moe->moe_intermediate);
     return m;
   }
   for (int64_t i = 0; i < s.n_layers; ++i) {
@@ -181,7 +196,7 @@ ModelDescription describe_parameter_count(int64_t num_params, int64_t n_units) {
   return m;
 }
 
-ModelDescription tensor_parallel_slice(const ModelDescription& model, int degree) {
+ModelDescription tensor_parallel_slice(const ModelDescription& model, int degree, bool split_experts) {
   FSDPP_CHECK_AS(ConfigError, degree >= 1, "[estimate] tensor-parallel degree {} is not positive", degree);
   if (degree == 1) return model;
   const int64_t t = degree;
@@ -196,32 +211,43 @@ ModelDescription tensor_parallel_slice(const ModelDescription& model, int degree
     }
     return m;
   }
-  // The Llama plan's own checks (models::parallelize_llama), in its words: fsdpp-train's memory
-  // check meets them before the plan does.
+  // The plans' own checks (models::parallelize_llama, models::parallelize_qwen3_moe), in their
+  // words: fsdpp-train's memory check meets them before the plan does.
   const auto& s = *model.shape;
-  FSDPP_CHECK_AS(ConfigError, !s.moe && !s.qk_norm,
-                 "[estimate] tensor parallelism is the Llama plan's; a {} model has none", s.architecture());
+  const char* arch = s.moe ? "Qwen3Moe" : "Llama";
   FSDPP_CHECK_AS(ConfigError, s.n_heads % t == 0,
-                 "[estimate] Llama: n_heads={} is not divisible by the tensor-parallel degree {}; each rank "
+                 "[estimate] {}: n_heads={} is not divisible by the tensor-parallel degree {}; each rank "
                  "computes whole attention heads",
-                 s.n_heads, t);
+                 arch, s.n_heads, t);
   FSDPP_CHECK_AS(ConfigError, s.n_kv_heads >= t,
-                 "[estimate] Llama: n_kv_heads={} is smaller than the tensor-parallel degree {}; grouped-query "
+                 "[estimate] {}: n_kv_heads={} is smaller than the tensor-parallel degree {}; grouped-query "
                  "attention needs at least one kv head per rank (replicated kv heads are not supported)",
-                 s.n_kv_heads, t);
+                 arch, s.n_kv_heads, t);
   FSDPP_CHECK_AS(ConfigError, s.n_kv_heads % t == 0,
-                 "[estimate] Llama: n_kv_heads={} is not divisible by the tensor-parallel degree {}; each rank "
+                 "[estimate] {}: n_kv_heads={} is not divisible by the tensor-parallel degree {}; each rank "
                  "computes whole kv heads",
-                 s.n_kv_heads, t);
+                 arch, s.n_kv_heads, t);
   FSDPP_CHECK_AS(ConfigError, s.vocab_size >= t && s.ffn_hidden >= t,
-                 "[estimate] Llama: vocab_size={} and the FFN hidden size {} must be at least the tensor-parallel "
+                 "[estimate] {}: vocab_size={} and the FFN hidden size {} must be at least the tensor-parallel "
                  "degree {}",
-                 s.vocab_size, s.ffn_hidden, t);
+                 arch, s.vocab_size, s.ffn_hidden, t);
+  FSDPP_CHECK_AS(ConfigError, !s.moe || !split_experts || s.moe->moe_intermediate >= t,
+                 "[estimate] Qwen3Moe: moe_intermediate_size={} is smaller than the tensor-parallel degree {}; "
+                 "keep the experts whole (split_experts=false)",
+                 s.moe ? s.moe->moe_intermediate : 0, t);
   const int64_t C = s.dim, q = s.n_heads * s.head_dim() / t, kv = s.n_kv_heads * s.head_dim() / t;
   const int64_t V = largest_share(s.vocab_size), F = largest_share(s.ffn_hidden);
   ModelDescription::Unit root{"(root)", {{V, C}, {C, 1}}};
   if (!s.tie_embeddings) root.params.push_back({V, C});
   m.units.push_back(root);
+  if (s.moe) {
+    // Qwen3-MoE's plan: attention as the Llama's, q_norm and k_norm whole; dense MLPs column /
+    // row-wise; the experts split along their width (gate and up (E, I / t, C), down (E, C, I / t)),
+    // or whole; the router whole. Units as describe_decoder orders them.
+    const int64_t I = s.moe->moe_intermediate;
+    add_qwen3_layers(m, s, q, kv, F, split_experts ? largest_share(I) : I);
+    return m;
+  }
   for (int64_t i = 0; i < s.n_layers; ++i) {
     // Column-parallel weights keep their (out / t, in) rows; row-parallel ones (wo, w2) all C
     // rows of in / t elements, which FSDP then shards along dim 0.

@@ -4,10 +4,13 @@
 #include <map>
 
 #include "decoder_activations.h"
+#include "qwen3_activations.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/strategy_traits.h"
 #include "fsdpp/models/llama_stages.h"
 #include "fsdpp/optim/optimizer_state.h"
+#include "fsdpp/parallel/parallel_dims.h"
+#include "fsdpp/parallel/pipeline_cut.h"
 #include "fsdpp/pipeline/schedules.h"
 
 namespace fsdpp::estimate_detail {
@@ -21,6 +24,10 @@ struct StagePlan {
   int first = 0, count = 0;
   bool embedding = false, head = false;
   int64_t numel = 0, shard = 0, buffers = 0, largest_param = 0, largest_unit_shard = 0;
+  int64_t largest_gather = 0;  // elements of the largest unit's all-gather output (its shard world x shard)
+  int64_t sparse_layers = 0;   // Qwen3-MoE: the stage's layers whose MLP is the experts
+  int64_t gathered = 0;        // elements of the units FSDP gathers (sharded over more than one rank)
+  int64_t grad_shards = 0;     // bytes of its gradients after the reduce (fp32 shards, or reduce_dtype replicas)
   int64_t saved = 0;      // a microbatch's tensors from its F to its B (input and output included)
   int64_t fwd_extra = 0;  // above `saved` at the forward's own peak, over what was live before it
   int64_t bwd_extra = 0;  // above `saved` during its backward (received gradient included)
@@ -31,25 +38,57 @@ struct StagePlan {
 // or the embedding's output; the blocks' saved tensors; the head's logits and log_softmax) and the
 // backward (the gradient received, or the loss's; each block's; weight gradients as temporaries,
 // since the stage's unsharded gradients are counted once for the step).
-void measure(StagePlan& s, const DecoderShape& sh, const Dims& d) {
+void measure(StagePlan& s, const DecoderShape& sh, const Dims& d, const MoeDims& md) {
   Ledger l({true, true, true, true, true, true, true}, nullptr);
   std::vector<Id> keep;
+  const bool qwen3 = sh.qk_norm;
   if (s.embedding) keep.push_back(l.alloc(kActs, 8 * d.BT));  // tokens
   if (s.head) keep.push_back(l.alloc(kActs, 8 * d.BT));       // targets
-  Id x = l.alloc(kActs, d.e * d.BT * d.C);                     // received, or the embedding's output
+  Id x = -1;
+  if (s.embedding && d.tp > 1) {  // vocab-parallel: this rank's rows, masked, then summed over tp
+    Id rows = l.alloc(kActs, d.e * d.BT * d.C);
+    x = l.alloc(kActs, d.e * d.BT * d.C);
+    l.free(rows);
+    x = tp_exit(l, d, x);
+  } else {
+    x = l.alloc(kActs, d.e * d.S * d.C);  // received, or the embedding's output
+  }
   std::vector<BlockSaved> saved;
+  std::vector<Id> router_logits;  // until the stage's statistics are made from them
   const int blocks_first = std::max(s.first, 1), blocks_end = std::min<int>(s.first + s.count, sh.n_layers + 1);
+  auto sparse = [&](int u) { return sh.moe && sh.moe->sparse[static_cast<size_t>(u - 1)]; };
+  Id rope = qwen3 && blocks_end > blocks_first ? l.alloc(kActs, 2 * d.T * md.hd * 4) : -1;  // made per forward
   for (int u = blocks_first; u < blocks_end; ++u) {
-    saved.push_back(block_forward(l, d, x));
+    if (qwen3) {
+      saved.push_back(qwen3_attention_forward(l, d, md, x));
+      qwen3_mlp_forward(l, d, md, sparse(u), saved.back(), router_logits, {});
+    } else {
+      saved.push_back(block_forward(l, d, x));
+    }
     x = saved.back().out;
   }
+  // The load-balancing statistics of the stage's sparse layers (their softmax saved), carried on.
+  if (md.router_logits && s.sparse_layers > 0) {
+    for (Id id : load_balancing_forward(l, d, md, s.sparse_layers)) keep.push_back(id);
+  }
+  for (Id id : router_logits) l.free(id);
   std::vector<Id> head;
   Id logits = -1, lsm = -1;
   if (s.head) {
     norm_forward(l, d, head);
+    const Id gathered = enter_linears(l, d, head, 1);
     logits = l.alloc(kActs, d.e * d.BT * d.V);
-    lsm = l.alloc(kActs, 4 * d.BT * d.V);
+    l.free(gathered);
+    if (d.tp > 1) {  // tp::vocab_parallel_cross_entropy's shifted logits and their exp
+      Id shifted = l.alloc(kActs, 4 * d.BT * d.V), ex = l.alloc(kActs, 4 * d.BT * d.V);
+      lsm = l.alloc(kActs, 4 * d.BT * d.V);
+      l.free(shifted);
+      l.free(ex);
+    } else {
+      lsm = l.alloc(kActs, 4 * d.BT * d.V);
+    }
   }
+  l.free(rope);
   s.saved = l.live();
   s.fwd_extra = l.peak() - s.saved;
   l.reset_peak();
@@ -68,16 +107,24 @@ void measure(StagePlan& s, const DecoderShape& sh, const Dims& d) {
     grad(d.V * d.C);
     l.free(g2);
     l.free(head.back());
+    gnf = tp_enter_backward(l, d, gnf);
     g = norm_backward(l, d, gnf);
     grad(d.C);
     for (Id id : head) l.free(id);
     l.free(x);
     drop_grads();
   } else {
-    g = l.alloc(kActs, d.e * d.BT * d.C);  // the gradient received from the next stage
+    g = l.alloc(kActs, d.e * d.S * d.C);  // the gradient received from the next stage
   }
-  for (auto it = saved.rbegin(); it != saved.rend(); ++it) {
-    g = block_backward(l, d, *it, g, grad);
+  for (size_t i = saved.size(); i-- > 0;) {
+    const int u = blocks_first + static_cast<int>(i);
+    if (qwen3) {
+      Id gh = qwen3_mlp_backward(l, d, md, sparse(u), saved[i], g, grad, grad, {});
+      drop_grads();
+      g = qwen3_attention_backward(l, d, md, saved[i], gh, grad);
+    } else {
+      g = block_backward(l, d, saved[i], g, grad);
+    }
     drop_grads();
   }
   if (s.embedding) l.touch(kGradWork, d.V * d.C * d.e);  // the dense embedding gradient
@@ -95,44 +142,59 @@ void measure(StagePlan& s, const DecoderShape& sh, const Dims& d) {
 
 MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOptions& o) {
   const auto& pp = o.pipeline;
-  FSDPP_CHECK_AS(ConfigError, model.shape && !model.shape->moe && !model.shape->qk_norm,
-                 "[estimate] pipeline parallelism: the Llama's stages are modelled (a model given by its shape); "
-                 "{} is not", model.shape ? model.shape->architecture() : "a parameter count");
+  FSDPP_CHECK_AS(ConfigError, model.shape.has_value(),
+                 "[estimate] pipeline parallelism: the stages of a model given by its shape (a Llama or a "
+                 "Qwen3-MoE) are modelled; a parameter count is not");
   const auto& sh = *model.shape;
   FSDPP_CHECK_AS(ConfigError, !sh.tie_embeddings,
                  "[estimate] pipeline parallelism with tied embeddings: the table would live on the first and "
                  "the last stage (split_llama refuses it)");
-  FSDPP_CHECK_AS(ConfigError, o.tensor_parallel == 1 && o.expert_parallel == 1 && !o.teacher,
-                 "[estimate] pipeline parallelism with tensor or expert parallelism or a distillation teacher is "
-                 "not modelled");
+  FSDPP_CHECK_AS(ConfigError, !o.teacher,
+                 "[estimate] pipeline parallelism with a distillation teacher is not modelled");
   FSDPP_CHECK_AS(ConfigError, !o.activation_checkpointing && !o.cpu_offload,
                  "[estimate] pipeline parallelism with activation checkpointing or CPU offload is not modelled");
-  const int degree = pp.degree, m = pp.microbatches;
+  const int degree = pp.degree, m = pp.microbatches, tp = o.tensor_parallel, ep = o.expert_parallel;
   FSDPP_CHECK_AS(ConfigError, degree >= 1 && o.world_size % degree == 0,
                  "[estimate] pipeline-parallel degree {} does not divide the world size {}", degree, o.world_size);
   FSDPP_CHECK_AS(ConfigError, m >= 1 && o.batch % m == 0,
                  "[estimate] pipeline: batch={} is not divisible into {} microbatches", o.batch, m);
   const StrategyTraits& traits = traits_of(o.strategy);
-  FSDPP_CHECK_AS(ConfigError, !traits.hybrid && !traits.keep_unsharded_between_steps,
-                 "[estimate] pipeline parallelism with {} is not modelled (FULL_SHARD, SHARD_GRAD_OP or NO_SHARD "
-                 "over each stage's data-parallel ranks)", to_string(o.strategy));
-  const int dp = o.world_size / degree;
-  const int sw = traits.shards ? dp : 1;
-  const bool gather = sw > 1;
+  FSDPP_CHECK_AS(ConfigError, !traits.keep_unsharded_between_steps,
+                 "[estimate] pipeline parallelism with {} is not modelled (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or "
+                 "the HYBRID strategies over each stage's data-parallel ranks)", to_string(o.strategy));
+  // The mesh parallelize builds: pp outermost, then (dp_replicate x) dp_shard x tp; the experts'
+  // FSDP over efsdp = dp_shard x tp / ep (replicated over dp_replicate).
+  parallel::ParallelDims dims{.pp = degree, .tp = tp, .ep = ep};
+  if (traits.hybrid) {
+    const int dp_ranks = o.world_size / (degree * tp);
+    // A node's ranks at most, and at most a stage's data-parallel ranks (as fsdpp-train's
+    // parallel_dims takes them under a pipeline).
+    dims.dp_shard = std::min(o.shard_group_size > 0 ? o.shard_group_size : 8, dp_ranks);
+    FSDPP_CHECK_AS(ConfigError, dp_ranks % dims.dp_shard == 0,
+                   "[estimate] {} over {} data-parallel ranks per stage: shard groups of {} ranks do not divide them",
+                   to_string(o.strategy), dp_ranks, dims.dp_shard);
+    dims.dp_replicate = dp_ranks / dims.dp_shard;
+  }
+  dims = dims.resolved(o.world_size);
+  const int dp = dims.dp_shard;
+  const int sw = traits.shards ? dp : 1, esw = traits.shards ? dims.efsdp() : 1;
+  // This rank's slices and expert units, as parallelize cuts them after tp and ep.
+  const bool split_experts = o.split_experts.value_or(ep == 1);
+  const ModelDescription local = rank_slice(model, tp, ep, split_experts);
 
-  // Stages: by layers_per_stage (torchtitan's key), or as even as can be over the schedule's.
+  // Stages: the cut parallelize makes (parallel::cut_pipeline: by layers_per_stage, torchtitan's
+  // key, or as even as can be over the schedule's stages); --stages-per-rank picks another number
+  // of stages for the looped schedules.
   const int64_t L = sh.n_layers, n_units = L + 2;
   std::vector<int> counts;
   pipeline::PipelineSchedule sched;
-  if (pp.layers_per_stage > 0) {
-    counts = models::units_per_stage(n_units, pp.layers_per_stage);
-    FSDPP_CHECK_AS(ConfigError, static_cast<int>(counts.size()) % degree == 0,
-                   "[estimate] pipeline: {} units in stages of {} make {} stages, not a multiple of the degree {}",
-                   n_units, pp.layers_per_stage, counts.size(), degree);
-    sched = pipeline::make_schedule(pp.schedule, degree, m, static_cast<int>(counts.size()) / degree);
-  } else {
+  if (pp.stages_per_rank > 0 && pp.layers_per_stage == 0) {
     sched = pipeline::make_schedule(pp.schedule, degree, m, pp.stages_per_rank);
     counts = models::even_units_per_stage(n_units, sched.num_stages);
+  } else {
+    auto cut = parallel::cut_pipeline(n_units, pp.schedule, degree, m, pp.layers_per_stage);
+    counts = cut.units_per_stage;
+    sched = cut.schedule;
   }
   FSDPP_CHECK_AS(ConfigError, static_cast<int>(counts.size()) == sched.num_stages,
                  "[estimate] pipeline: {} stages of units, but schedule {} runs {} stages on {} ranks",
@@ -140,10 +202,16 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
 
   const int64_t pb = dtype_bytes(o.param_dtype), rb = dtype_bytes(o.reduce_dtype), f32 = 4;
   const int64_t mb = o.batch / m, BT = mb * o.seq_len;
-  Dims d{BT, mb, o.seq_len, sh.dim, sh.n_heads * sh.head_dim(), sh.n_kv_heads * sh.head_dim(), sh.ffn_hidden,
-         sh.vocab_size, sh.n_heads, sh.n_heads / sh.n_kv_heads, pb, o.param_dtype != EstimateDType::FP32, BT};
-  d.fused_norm = o.device_is_gpu;
+  auto share = [tp](int64_t size) { return (size + tp - 1) / tp; };  // the largest rank's
+  Dims d{BT, mb, o.seq_len, sh.dim, sh.n_heads * sh.head_dim() / tp, sh.n_kv_heads * sh.head_dim() / tp,
+         share(sh.ffn_hidden), share(sh.vocab_size), sh.n_heads / tp, sh.n_heads / sh.n_kv_heads, pb,
+         o.param_dtype != EstimateDType::FP32, o.sequence_parallel ? BT / tp : BT, tp, o.sequence_parallel,
+         o.device_is_gpu};
+  const MoeDims md = moe_dims(sh, tp, ep, split_experts, o.sequence_parallel);
   const int64_t rope_rows = sh.max_seq_len > 0 ? sh.max_seq_len : o.seq_len;
+  // The rank's units by name: a block's layer and, apart, its experts.
+  std::map<std::string, const ModelDescription::Unit*> by_name;
+  for (const auto& u : local.units) by_name[u.name] = &u;
   std::vector<StagePlan> plan(counts.size());
   int first = 0;
   for (size_t s = 0; s < counts.size(); ++s) {
@@ -153,31 +221,43 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
     first += counts[s];
     st.embedding = st.first == 0;
     st.head = st.first + st.count == n_units;
-    std::vector<std::vector<ModelDescription::Param>> units;  // the stage's FSDP units
+    // The stage's FSDP units with the ranks each is sharded over.
+    std::vector<std::pair<std::vector<ModelDescription::Param>, int>> units;
     std::vector<ModelDescription::Param> root;
+    const auto& root_params = local.units[0].params;  // embedding, final norm, output
     for (int u = st.first; u < st.first + st.count; ++u) {
       if (u == 0) {
-        root.push_back({sh.vocab_size, sh.dim});
+        root.push_back(root_params[0]);
       } else if (u == n_units - 1) {
-        root.push_back({sh.dim, 1});
-        root.push_back({sh.vocab_size, sh.dim});
+        root.push_back(root_params[1]);
+        root.push_back(root_params[2]);
       } else {
-        units.push_back(model.units[static_cast<size_t>(u)].params);
-        st.buffers += 2 * rope_rows * (sh.head_dim() / 2) * f32;
+        const std::string name = "layers." + std::to_string(u - 1);
+        units.push_back({by_name.at(name)->params, sw});
+        if (auto it = by_name.find(name + ".mlp.experts"); it != by_name.end()) units.push_back({it->second->params, esw});
+        if (sh.moe && sh.moe->sparse[static_cast<size_t>(u - 1)]) ++st.sparse_layers;
+        if (!sh.qk_norm) st.buffers += 2 * rope_rows * (sh.head_dim() / 2) * f32;
       }
     }
-    if (!root.empty()) units.push_back(root);
-    for (const auto& u : units) {
+    if (!root.empty()) units.push_back({root, sw});
+    for (const auto& [params, w] : units) {
       int64_t shard = 0;
-      for (const auto& p : u) {
+      for (const auto& p : params) {
         st.numel += p.numel();
-        shard += gather ? ceil_div(p.rows, sw) * p.row_numel : p.numel();
-        st.largest_param = std::max(st.largest_param, p.numel());
+        shard += w > 1 ? ceil_div(p.rows, w) * p.row_numel : p.numel();
+        st.largest_param = std::max(st.largest_param, w > 1 ? ceil_div(p.rows, w) * p.row_numel : p.numel());
       }
       st.shard += shard;
       st.largest_unit_shard = std::max(st.largest_unit_shard, shard);
+      if (w > 1) {
+        st.largest_gather = std::max(st.largest_gather, w * shard);
+        for (const auto& p : params) st.gathered += p.numel();
+        st.grad_shards += shard * f32;
+      } else {
+        for (const auto& p : params) st.grad_shards += p.numel() * rb;
+      }
     }
-    measure(st, sh, d);
+    measure(st, sh, d, md);
   }
 
   const auto optimizer = [&] {
@@ -202,19 +282,22 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
   std::vector<int64_t> rank_totals(static_cast<size_t>(degree), 0);
   for (int r = 0; r < degree; ++r) {
     const auto mine = sched.stages_of(r);
-    int64_t shards = 0, buffers = 0, numel = 0, largest_shard_unit = 0, largest_shard_param = 0;
+    int64_t shards = 0, buffers = 0, numel = 0, largest_gather = 0, largest_shard_param = 0, gathered_numel = 0,
+            grad_shards = 0;
     for (int s : mine) {
       const auto& st = plan[static_cast<size_t>(s)];
       shards += st.shard;
       buffers += st.buffers;
       numel += st.numel;
-      largest_shard_unit = std::max(largest_shard_unit, st.largest_unit_shard);
-      largest_shard_param = std::max(largest_shard_param, gather ? ceil_div(st.largest_param, sw) : st.largest_param);
+      gathered_numel += st.gathered;
+      grad_shards += st.grad_shards;
+      largest_gather = std::max(largest_gather, st.largest_gather);
+      largest_shard_param = std::max(largest_shard_param, st.largest_param);
     }
     // Persistent: fp32 shards (or replicas), buffers, the optimizer's state (steady state).
     const int64_t params = shards * f32 + buffers;
     const int64_t optim_state = o.optimizer_state_on_disk ? 0 : static_cast<int64_t>(optimizer) * shards * f32;
-    const int64_t gathered = gather ? numel * pb : (pb != f32 ? numel * pb : 0);
+    const int64_t gathered = gathered_numel * pb + (pb != f32 ? (numel - gathered_numel) * pb : 0);
     struct Peak {
       int64_t total = -1, grads = 0, unsharded = 0, acts = 0, optim = 0;
       std::string where;
@@ -227,9 +310,9 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
     // init temporary beside it), then keeps its stages' shards.
     const int64_t build_total = whole * f32 + largest * f32;
     // The step: UNSHARD of every stage at its first action (the all-gather buffer beside it).
-    consider(0, gathered + (gather ? sw * largest_shard_unit * pb : 0), 0, 0, "unshard at the step's start");
+    consider(0, gathered + largest_gather * pb, 0, 0, "unshard at the step's start");
     // Posted recvs: every activation and gradient this rank will receive, from the step's start.
-    const int64_t msg = d.e * BT * d.C;
+    const int64_t msg = d.e * d.S * d.C;
     int64_t pending = 0;
     std::map<std::pair<int, int>, int> fwd_pending, bwd_pending;
     for (const auto& a : sched.actions[static_cast<size_t>(r)]) {
@@ -296,9 +379,8 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
     }
     // REDUCE_GRAD: each unit's reduce-scatter input beside its gradients, then the shards; the
     // optimizer step with AdamW's two temporaries of the largest shard.
-    const int64_t grad_shards = gather ? shards * f32 : numel * rb;
     consider(grads, gathered, 0, 0, "reduce-scatter of the gradients");
-    consider(gather ? grad_shards + sw * largest_shard_unit * rb : grad_shards, 0, 0, 0, "reduce-scatter of the gradients");
+    consider(grad_shards + largest_gather * rb, 0, 0, 0, "reduce-scatter of the gradients");
     const int64_t mapped = o.optimizer_state_on_disk ? static_cast<int64_t>(optimizer) * largest_shard_param * f32 : 0;
     consider(grad_shards, 0, 0, mapped + (adam ? 2 * largest_shard_param * f32 : 0), "optimizer step");
     MemoryEstimate e;
@@ -316,8 +398,10 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
     }
     e.runtime = o.runtime_baseline_bytes;
     e.total = e.tensors + e.runtime;
-    e.shard_world = e.expert_shard_world = sw;
+    e.shard_world = sw;
+    e.expert_shard_world = esw;
     e.model_states = shards * f32 * 2 + optim_state;
+    e.held = {shards * f32, grad_shards, optim_state};
     e.pipeline_stage = mine.front();
     rank_totals[static_cast<size_t>(r)] = e.total;
     for (int s : mine) {
@@ -343,6 +427,12 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
       "stage; parameters gathered and gradients unsharded for the whole step; the estimate is pp rank {}'s",
       degree, m, mb, sched.name, sched.num_stages / degree, sw, best.pipeline_stage >= 0
           ? sched.rank_of(best.pipeline_stage) : 0));
+  if (tp > 1 || local.units.size() > model.units.size())
+    best.notes.push_back(fmt::format(
+        "pipeline stages of the rank's slices: tp {}{}{}", tp, tp > 1 ? (split_experts && !(ep > 1) ? ", experts split over tp" : ", experts whole") : "",
+        local.units.size() > model.units.size()
+            ? fmt::format(", experts units of their own over ep {}, FSDP over efsdp = {} rank(s)", ep, esw)
+            : ""));
   best.notes.push_back("pipeline: the C library's heap is not modelled (allocator 0; set MALLOC_MMAP_THRESHOLD_)");
   return best;
 }

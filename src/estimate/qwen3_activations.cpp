@@ -40,6 +40,23 @@ std::vector<int64_t> split_rows(int64_t rows, int64_t n) {
   return out;
 }
 
+// The experts' sum (`out`, expert_rows x C) back to the residual stream: under tp summed over
+// the group (split experts: all-reduce, or reduce-scatter under SP) or gathered from every rank's
+// chunk (whole experts without SP); then h + it.
+void finish_sparse(Ledger& l, const Dims& d, const MoeDims& m, BlockSaved& s, Id out, Id chunk, Id whole_in) {
+  if (m.tp > 1 && m.split) {
+    out = tp_exit(l, d, out);
+  } else if (m.tp > 1 && !m.sp) {
+    Id gathered = l.alloc(kActs, d.e * d.BT * d.C);
+    l.free(out);
+    out = gathered;
+  }
+  l.free(chunk);
+  l.free(whole_in);
+  s.out = l.alloc(kActs, d.e * d.S * d.C);  // h + experts
+  l.free(out);
+}
+
 // SwiGLU of `rows` rows through one expert: gate and up outputs, silu, their product (saved,
 // each rows x I), and the down projection's output (rows x C), returned.
 Id expert_forward(Ledger& l, const Dims& d, const MoeDims& m, int64_t rows, std::vector<Id>& saved) {
@@ -83,10 +100,28 @@ Id expert_backward(Ledger& l, const Dims& d, const MoeDims& m, int64_t rows, std
 
 }  // namespace
 
+MoeDims moe_dims(const DecoderShape& sh, int tp, int ep, bool split_experts, bool sequence_parallel) {
+  MoeDims md;
+  md.hd = sh.head_dim();
+  md.Hkv = sh.n_kv_heads / tp;
+  md.ep = ep;
+  md.tp = tp;
+  md.split = split_experts;
+  md.sp = sequence_parallel;
+  if (sh.moe) {
+    md.E = sh.moe->num_experts;
+    md.k = sh.moe->top_k;
+    md.I = split_experts ? (sh.moe->moe_intermediate + tp - 1) / tp : sh.moe->moe_intermediate;
+    md.router_logits = sh.moe->router_logits;
+  }
+  return md;
+}
+
 BlockSaved qwen3_attention_forward(Ledger& l, const Dims& d, const MoeDims& m, Id x) {
   BlockSaved s;
   s.x = x;
   norm_forward(l, d, s.attn);  // input_layernorm; its output saved by q, k and v
+  const Id gathered = enter_linears(l, d, s.attn, 3);
   const int64_t H = d.H, Hkv = m.Hkv;
   Id q = l.alloc(kActs, d.e * d.BT * d.Q);
   s.attn.push_back(q);
@@ -107,8 +142,9 @@ BlockSaved qwen3_attention_forward(Ledger& l, const Dims& d, const MoeDims& m, I
   Id y = l.alloc(kActs, d.e * d.BT * d.Q);
   Id lse = l.alloc(kActs, 4 * d.B * H * d.T);
   s.attn.insert(s.attn.end(), {rq, kk, vv, y, lse});
-  Id o = l.alloc(kActs, d.e * d.BT * d.C);
-  s.h = l.alloc(kActs, d.e * d.BT * d.C);
+  Id o = tp_exit(l, d, l.alloc(kActs, d.e * d.BT * d.C));
+  l.free(gathered);
+  s.h = l.alloc(kActs, d.e * d.S * d.C);
   l.free(o);
   return s;
 }
@@ -116,15 +152,22 @@ BlockSaved qwen3_attention_forward(Ledger& l, const Dims& d, const MoeDims& m, I
 void qwen3_mlp_forward(Ledger& l, const Dims& d, const MoeDims& m, bool sparse, BlockSaved& s,
                        std::vector<Id>& router_logits, const ExpertUnitHooks& hooks) {
   norm_forward(l, d, s.ffn);  // post_attention_layernorm; output saved by the router / gate and up
-  const int64_t N = d.BT, C = d.C;
+  const int64_t C = d.C;
   if (!sparse) {
-    for (int i = 0; i < 4; ++i) s.ffn.push_back(l.alloc(kActs, d.e * N * d.F));
-    Id f = l.alloc(kActs, d.e * N * C);
-    s.out = l.alloc(kActs, d.e * N * C);
+    const Id gathered = enter_linears(l, d, s.ffn, 2);
+    for (int i = 0; i < 4; ++i) s.ffn.push_back(l.alloc(kActs, d.e * d.BT * d.F));
+    Id f = tp_exit(l, d, l.alloc(kActs, d.e * d.BT * C));
+    l.free(gathered);
+    s.out = l.alloc(kActs, d.e * d.S * C);
     l.free(f);
     return;
   }
-  const int64_t k = m.k, Nk = N * k;
+  // Under tp: the rows this rank routes (whole experts without SP: a copy of its chunk), and the
+  // rows its experts see (split experts under SP: the whole sequence gathered).
+  const int64_t N = m.route_rows(d.BT), NE = m.expert_rows(d.BT);
+  Id chunk = m.tp > 1 && !m.split && !m.sp ? l.alloc(kActs, d.e * N * C) : -1;
+  Id whole_in = m.tp > 1 && m.split && m.sp ? l.alloc(kActs, d.e * NE * C) : -1;
+  const int64_t k = m.k, Nk = NE * k;
   // Router: logits (kept for the load-balancing loss), fp32 softmax (saved), top-k values and
   // indices (saved), renormalised weights (the division saves both sides), cast to the dtype.
   Id logits = l.alloc(kActs, d.e * N * m.E);
@@ -132,7 +175,7 @@ void qwen3_mlp_forward(Ledger& l, const Dims& d, const MoeDims& m, bool sparse, 
     router_logits.push_back(logits);
   }
   s.ffn.push_back(l.alloc(kActs, 4 * N * m.E));
-  s.ffn.push_back(l.alloc(kActs, (4 + 8 + 4 + 4) * Nk + 4 * N));
+  s.ffn.push_back(l.alloc(kActs, (4 + 8 + 4 + 4) * N * k + 4 * N));
   Id weights = l.alloc(kActs, d.e * Nk);
   if (!m.router_logits) l.free(logits);
   // The (token, choice) pairs sorted by expert: order and token ids (int64, kept by the
@@ -140,7 +183,7 @@ void qwen3_mlp_forward(Ledger& l, const Dims& d, const MoeDims& m, bool sparse, 
   s.ffn.push_back(l.alloc(kActs, 8 * Nk * 2 + d.e * Nk));
   if (m.ep <= 1) {
     if (hooks.before_forward) hooks.before_forward();
-    Id out = l.alloc(kActs, d.e * N * C);  // zeros, then index_add per expert (a new tensor each)
+    Id out = l.alloc(kActs, d.e * NE * C);  // zeros, then index_add per expert (a new tensor each)
     for (int64_t rows : split_rows(Nk, m.E)) {
       if (rows == 0) continue;
       s.ffn.push_back(l.alloc(kActs, d.e * rows * C));  // index_select: the expert's input
@@ -148,13 +191,12 @@ void qwen3_mlp_forward(Ledger& l, const Dims& d, const MoeDims& m, bool sparse, 
       s.ffn.push_back(y);                                // saved by the weights' multiply
       // Weighted, then added into a new (N, C) sum; index_add's backward keeps its source.
       s.ffn.push_back(l.alloc(kActs, d.e * rows * C));
-      Id next = l.alloc(kActs, d.e * N * C);
+      Id next = l.alloc(kActs, d.e * NE * C);
       l.free(out);
       out = next;
     }
     if (hooks.after_forward) hooks.after_forward();
-    s.out = l.alloc(kActs, d.e * N * C);  // h + experts
-    l.free(out);
+    finish_sparse(l, d, m, s, out, chunk, whole_in);
     l.free(weights);
     return;
   }
@@ -184,11 +226,10 @@ void qwen3_mlp_forward(Ledger& l, const Dims& d, const MoeDims& m, bool sparse, 
   s.ffn.push_back(back);
   Id weighted = l.alloc(kActs, d.e * Nk * C);  // kept by index_add's backward (its source)
   s.ffn.push_back(weighted);
-  Id zeros = l.alloc(kActs, d.e * N * C);
-  Id out = l.alloc(kActs, d.e * N * C);
+  Id zeros = l.alloc(kActs, d.e * NE * C);
+  Id out = l.alloc(kActs, d.e * NE * C);
   l.free(zeros);
-  s.out = l.alloc(kActs, d.e * N * C);
-  l.free(out);
+  finish_sparse(l, d, m, s, out, chunk, whole_in);
   l.free(weights);
 }
 
@@ -196,26 +237,30 @@ std::vector<Id> load_balancing_forward(Ledger& l, const Dims& d, const MoeDims& 
   std::vector<Id> saved;
   if (!m.router_logits) return saved;
   for (int64_t i = 0; i < sparse_layers; ++i) {
-    saved.push_back(l.alloc(kActs, d.e * d.BT * m.E));  // softmax in the logits' dtype (saved)
-    l.touch(kActs, 4 * d.BT * m.E + 8 * d.BT * m.k);  // its fp32 copy summed; top-k indices
+    const int64_t N = m.route_rows(d.BT);
+    saved.push_back(l.alloc(kActs, d.e * N * m.E));  // softmax in the logits' dtype (saved)
+    l.touch(kActs, 4 * N * m.E + 8 * N * m.k);  // its fp32 copy summed; top-k indices
   }
   return saved;
 }
 
 Id qwen3_mlp_backward(Ledger& l, const Dims& d, const MoeDims& m, bool sparse, BlockSaved& s, Id g,
                       const GradAlloc& grad, const GradAlloc& expert_grad, const ExpertUnitHooks& hooks) {
-  const int64_t N = d.BT, C = d.C;
+  const int64_t C = d.C;
   auto free_all = [&](std::vector<Id>& ids) {
     for (Id id : ids) l.free(id);
     ids.clear();
   };
   Id gn = -1;  // the gradient of post_attention_layernorm's output
   if (!sparse) {
+    const int64_t N = d.BT;
     const std::vector<Id> ffn = s.ffn;
     const size_t nf = ffn.size();
     const Id a = ffn[nf - 4], si = ffn[nf - 3], b = ffn[nf - 2], mm = ffn[nf - 1];
+    Id gout = tp_exit_backward(l, d, g);  // SP: the output's gradient gathered along the sequence
     Id gm = l.alloc(kActs, d.e * N * d.F);
     grad(C * d.F);
+    if (gout != g) l.free(gout);
     l.free(mm);
     Id gs = l.alloc(kActs, d.e * N * d.F), gb = l.alloc(kActs, d.e * N * d.F);
     l.free(si);
@@ -230,8 +275,11 @@ Id qwen3_mlp_backward(Ledger& l, const Dims& d, const MoeDims& m, bool sparse, B
     l.touch(kActs, d.e * N * C);
     grad(C * d.F);
     l.free(ga);
+    gn = tp_enter_backward(l, d, gn);
   } else {
-    const int64_t Nk = N * m.k;
+    const int64_t N = m.route_rows(d.BT), NE = m.expert_rows(d.BT), Nk = NE * m.k;
+    // Under tp with whole experts and no SP the experts' gradient is this rank's chunk of g.
+    Id gchunk = m.tp > 1 && !m.split && !m.sp ? l.alloc(kActs, d.e * NE * C) : -1;
     // s.ffn: [xc?] rsqrt normed n | probs topk weights_sorted | experts' tensors ...
     const size_t base = (d.mp ? 4 : 3) + 3;  // the norm's tensors, then probs, top-k, sorted pairs
     std::vector<Id> experts(s.ffn.begin() + static_cast<long>(base), s.ffn.end());
@@ -257,7 +305,7 @@ Id qwen3_mlp_backward(Ledger& l, const Dims& d, const MoeDims& m, bool sparse, B
         first = false;
         l.free(gd);
         l.free(experts[pos]);
-        Id scattered = l.alloc(kActs, d.e * N * C);  // index_select backward: zeros + index_add
+        Id scattered = l.alloc(kActs, d.e * NE * C);  // index_select backward: zeros + index_add
         l.free(gx);
         if (gsum < 0) {
           gsum = scattered;
@@ -302,22 +350,35 @@ Id qwen3_mlp_backward(Ledger& l, const Dims& d, const MoeDims& m, bool sparse, B
       l.free(gtokens);
       Id grows = l.alloc(kActs, d.e * Nk * C);  // the all-to-all's backward
       l.free(grecv);
-      gsum = l.alloc(kActs, d.e * N * C);  // token rows' index_select backward
+      gsum = l.alloc(kActs, d.e * NE * C);  // token rows' index_select backward
       l.free(grows);
     }
     if (hooks.after_backward) hooks.after_backward();
+    l.free(gchunk);
+    if (m.tp > 1 && (m.split || !m.sp)) {
+      // Split: the experts' input gradient summed over tp (all-reduce's clone, or SP's
+      // reduce-scatter); whole: every rank's chunk gathered back (chunk_of_whole's backward).
+      Id whole = m.split ? tp_enter_backward(l, d, gsum) : l.alloc(kActs, d.e * d.BT * C);
+      if (!m.split) l.free(gsum);
+      gsum = whole;
+    }
     // The router: the gradients of the weights and of the fp32 probabilities, of the logits; its
     // input's gradient and weight's.
     l.touch(kActs, 4 * N * m.E * 2 + d.e * N * m.E);
     gn = l.alloc(kActs, d.e * N * C);
     grad(m.E * C);
+    if (m.tp > 1 && !m.sp && !m.split) {  // the router's input gradient: this rank's chunk, gathered
+      Id whole = l.alloc(kActs, d.e * d.BT * C);
+      l.free(gn);
+      gn = whole;
+    }
     l.free(gsum);  // added into gn
   }
   free_all(s.ffn);
   Id gh = norm_backward(l, d, gn);
   grad(C);
   l.free(s.h);
-  Id ghh = l.alloc(kActs, d.e * N * C);  // residual: g + the norm's gradient
+  Id ghh = l.alloc(kActs, d.e * d.S * C);  // residual: g + the norm's gradient
   l.free(gh);
   l.free(g);
   return ghh;
@@ -326,8 +387,10 @@ Id qwen3_mlp_backward(Ledger& l, const Dims& d, const MoeDims& m, bool sparse, B
 Id qwen3_attention_backward(Ledger& l, const Dims& d, const MoeDims& m, BlockSaved& s, Id ghh,
                             const GradAlloc& grad) {
   const int64_t C = d.C;
+  Id go = tp_exit_backward(l, d, ghh);
   Id gy = l.alloc(kActs, d.e * d.BT * d.Q);  // o_proj's input gradient
   grad(C * d.Q);
+  if (go != ghh) l.free(go);
   Id gq = l.alloc(kActs, d.e * d.BT * d.Q), gk = l.alloc(kActs, d.e * d.BT * d.Q),
      gv = l.alloc(kActs, d.e * d.BT * d.Q);
   const size_t na = s.attn.size();
@@ -363,12 +426,13 @@ Id qwen3_attention_backward(Ledger& l, const Dims& d, const MoeDims& m, BlockSav
   l.touch(kActs, d.e * d.BT * C);
   grad(C * d.K);
   l.free(gv);
+  gn1 = tp_enter_backward(l, d, gn1);
   Id gx1 = norm_backward(l, d, gn1);
   grad(C);
   for (Id id : s.attn) l.free(id);
   s.attn.clear();
   l.free(s.x);
-  Id gx = l.alloc(kActs, d.e * d.BT * C);
+  Id gx = l.alloc(kActs, d.e * d.S * C);
   l.free(gx1);
   l.free(ghh);
   return gx;

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "decoder_activations.h"
+#include "fsdpp/estimate/memory_estimate.h"
 
 namespace fsdpp::estimate_detail {
 
@@ -19,7 +20,20 @@ struct MoeDims {
   int64_t Hkv = 0;  // kv heads
   int ep = 1;       // expert-parallel degree: E / ep experts here, rows sent by all-to-all
   bool router_logits = true;  // kept for the load-balancing loss until the step's end
+  // Tensor parallelism (models/qwen3_moe_hooks.cpp): experts split over tp (I is this rank's
+  // width; every rank computes its slices for the same tokens and the partial outputs are
+  // summed), or whole, each tp rank routing its own chunk of the tokens (gathered back after).
+  int tp = 1;
+  bool split = true;
+  bool sp = false;
+  // Rows this rank routes (its chunk under whole experts, its sequence shard under SP) and rows
+  // whose k copies its experts compute, of the d.BT tokens of its batch.
+  int64_t route_rows(int64_t BT) const { return tp > 1 && (sp || !split) ? BT / tp : BT; }
+  int64_t expert_rows(int64_t BT) const { return tp > 1 && !split ? BT / tp : BT; }
 };
+
+// The MoE sizes of a shape on this rank (zeros but head_dim and kv heads for a dense model).
+MoeDims moe_dims(const DecoderShape& shape, int tp, int ep, bool split_experts, bool sequence_parallel);
 
 // Where the experts' FSDP unit gathers, reduces and frees (expert parallelism makes it a unit of
 // its own); no-ops when the experts are part of the layer's unit.

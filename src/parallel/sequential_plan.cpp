@@ -83,7 +83,10 @@ class SequentialPlan final : public models::ModelPlan {
         return fsdpp::detail::forward_as(*module, *run, x);
       };
       if (i + 1 == stages.size()) {
-        s.loss = [this](const at::Tensor& y, const at::Tensor& t) { return final_loss(y, t); };
+        // The user's loss, or a step's objective in its place (Parallelized::forward_backward).
+        s.loss = [this](const at::Tensor& y, const at::Tensor& t, const models::TokenLoss& objective) {
+          return models::StageLoss{objective ? objective(y, t) : final_loss(y, t), {}};
+        };
       }
       out.push_back(std::move(s));
     }

@@ -429,7 +429,8 @@ EstimateOptions TrainConfig::estimate_options(int world_size, int local_world_si
   const auto& p = parallelism;
   o.tensor_parallel = static_cast<int>(p.tensor_parallel_degree);
   o.sequence_parallel = p.enable_sequence_parallel;
-  const int64_t dp_ranks = world_size / std::max<int64_t>(1, p.tensor_parallel_degree * p.data_parallel_replicate_degree);
+  const int64_t dp_ranks = world_size / std::max<int64_t>(1, p.tensor_parallel_degree * p.data_parallel_replicate_degree *
+                                                                p.pipeline_parallel_degree);
   if (p.data_parallel_replicate_degree > 1)
     o.shard_group_size = static_cast<int>(p.data_parallel_shard_degree > 0 ? p.data_parallel_shard_degree : dp_ranks);
   return o;

@@ -70,8 +70,8 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
   out.model = llama ? describe_decoder(decoder_shape_of(cfg.llama_config(vocab)))
                     : describe_decoder(decoder_shape_of(cfg.qwen3_moe_config(vocab)));
   out.options = cfg.estimate_options(world_size, local_world_size);
-  // Experts split over ep and sharded over world / ep (fully_shard_qwen3_moe), the rest over
-  // the world.
+  // Experts split over ep and sharded over efsdp = dp_shard x tp / ep (parallelize's sparse
+  // mesh), the rest over dp_shard.
   out.options.expert_parallel = static_cast<int>(cfg.parallelism.expert_parallel_degree);
   out.options.optimizer_state_on_disk = !cfg.training.fsdp_config.offload_optimizer_state_dir.empty();
   // Pipeline: a step's per-rank sequences (batch x accumulation) go through the stages as
@@ -86,16 +86,10 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
     pp.microbatches = static_cast<int>(step_batch / std::max<int64_t>(1, p.pipeline_parallel_microbatch_size));
     out.options.batch = step_batch;
     const auto& traits = traits_of(cfg.training.fsdp);
-    if (p.tensor_parallel_degree > 1 || cfg.training.gradient_checkpointing || traits.hybrid ||
-        traits.keep_unsharded_between_steps || cfg.training.fsdp_config.offload_params || !llama)
-      out.skip = "pipeline parallelism with tensor parallelism, gradient checkpointing, offload, ZERO1, "
-                 "HYBRID sharding or experts is not modelled by fsdpp-estimate yet";
-  }
-  if ((p.expert_parallel_degree > 1 &&
-       (p.tensor_parallel_degree > 1 || traits_of(cfg.training.fsdp).hybrid)) ||
-      (p.tensor_parallel_degree > 1 && !llama)) {
-    out.skip = "experts with tensor parallelism, or expert parallelism with HYBRID sharding, are "
-               "not modelled by fsdpp-estimate yet";
+    if (cfg.training.gradient_checkpointing || traits.keep_unsharded_between_steps ||
+        cfg.training.fsdp_config.offload_params)
+      out.skip = "pipeline parallelism with gradient checkpointing, offload or ZERO1 is not modelled by "
+                 "fsdpp-estimate yet";
   }
   // Distillation: the teacher's shape from its directory (weights unread), its dtype; gathered
   // and computed in float32 (the trainer runs on the CPU: teacher.h).

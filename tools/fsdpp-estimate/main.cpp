@@ -334,7 +334,9 @@ struct Report {
   double budget_gb;
   // The ZeRO paper's parameters: under TP its data-parallel accounting applies to a rank's slice
   // over N / tp ranks.
-  double psi = static_cast<double>(fsdpp::tensor_parallel_slice(model, o.tensor_parallel).num_params());
+  double psi = static_cast<double>(
+      fsdpp::tensor_parallel_slice(model, o.tensor_parallel, o.split_experts.value_or(o.expert_parallel == 1))
+          .num_params());
 };
 
 void print_json(const Report& rep) {
@@ -364,7 +366,10 @@ void print_json(const Report& rep) {
                               {"unsharded_bytes", e.unsharded}, {"activations_bytes", e.activations},
                               {"tensors_bytes", e.tensors}, {"allocator_bytes", e.allocator},
                               {"runtime_bytes", e.runtime}, {"total_bytes", e.total}, {"host_bytes", e.host},
-                              {"model_states_bytes", e.model_states}, {"peak_at", e.peak_at},
+                              {"model_states_bytes", e.model_states},
+                              {"held_parameters_bytes", e.held.parameters},
+                              {"held_gradients_bytes", e.held.gradients},
+                              {"held_optimizer_state_bytes", e.held.optimizer_state}, {"peak_at", e.peak_at},
                               {"notes", e.notes}});
     const auto z = fsdpp::zero_model_states(rep.psi, std::max(1, world_sizes[i] / tp_degree));
     j["zero_model_states_bytes"].push_back({{"world_size", world_sizes[i]}, {"no_shard", z.no_shard},
@@ -403,9 +408,10 @@ void print_text(const Report& rep) {
   std::printf("  tensor parallel %d%s (N counts all ranks; FSDP over N / %d; the batch is per data-parallel rank)\n",
               o.tensor_parallel, o.sequence_parallel ? " + sequence parallel" : "", o.tensor_parallel);
   if (o.expert_parallel > 1)
-  std::printf("  expert parallel %d (each rank E / %d experts per sparse layer, FSDP over N / %d for them, over N "
-              "for the rest; tokens to their experts by all-to-all)\n",
-              o.expert_parallel, o.expert_parallel, o.expert_parallel);
+  std::printf("  expert parallel %d (each rank E / %d experts per sparse layer, FSDP over efsdp = dp_shard x tp / %d "
+              "ranks for them (%d at N=%d), over dp_shard for the rest; tokens to their experts by all-to-all)\n",
+              o.expert_parallel, o.expert_parallel, o.expert_parallel, ests.empty() ? 0 : ests[0].expert_shard_world,
+              world_sizes.empty() ? 0 : world_sizes[0]);
   std::printf("  %s, batch %lld x %lld tokens per rank, params %s, reduce %s%s%s, prefetch forward %d / "
             "backward %d%s, %s, device %s\n",
             strategy_name(o.strategy).c_str(), static_cast<long long>(o.batch),

@@ -109,7 +109,9 @@ ParameterCounts count_parameters(const ModelDescription& model);
 // Expert parallelism over `degree` ranks: each sparse layer's experts split off into a unit of
 // their own (ModelDescription::Unit::experts) holding E / degree of them, after its layer.
 // ConfigError when the model has no experts or E is not divisible by the degree.
-ModelDescription expert_parallel_slice(const ModelDescription& model, int degree);
+// `apart`: the experts a unit of their own even at degree 1 (whole experts under tensor
+// parallelism, which parallelize places on the sparse mesh).
+ModelDescription expert_parallel_slice(const ModelDescription& model, int degree, bool apart = false);
 // `num_params` split into `n_units` equal units (the root holding the remainder), each one flat
 // parameter: model states and units in flight, no activations.
 ModelDescription describe_parameter_count(int64_t num_params, int64_t n_units);
@@ -118,8 +120,16 @@ ModelDescription describe_parameter_count(int64_t num_params, int64_t n_units);
 // (output features), wo and w2 along their columns, the embedding along the vocabulary, norms
 // whole. Sizes that do not divide are the largest rank's share (tp::shard_range gives the
 // first size % degree ranks one more). A model given as a parameter count has every parameter
-// divided (rounded up). ConfigError for heads the plan cannot split.
-ModelDescription tensor_parallel_slice(const ModelDescription& model, int degree);
+// divided (rounded up). ConfigError for heads the plan cannot split. A Qwen3-MoE under its plan
+// (models/qwen3_moe_tp_plan.h): attention as the Llama's (q_norm, k_norm whole), dense MLPs
+// column / row-wise, the router whole, the experts split along their width (split_experts: gate
+// and up (E, I / degree, C), down (E, C, I / degree)) or kept whole.
+ModelDescription tensor_parallel_slice(const ModelDescription& model, int degree, bool split_experts = true);
+// What one rank holds before FSDP under parallel::parallelize's layout: tensor_parallel_slice over
+// tp, then the experts units of their own (sliced by ep) where parallelize puts them on the
+// sparse mesh: with ep > 1, or kept whole under tp > 1. ConfigError for ep > 1 with split experts
+// (parallelize refuses it too).
+ModelDescription rank_slice(const ModelDescription& model, int tp, int ep, bool split_experts);
 
 enum class EstimateOptimizer { ADAMW, ADAM, SGD, SGD_MOMENTUM };
 EstimateOptimizer parse_estimate_optimizer(const std::string& name);  // adamw, adam, sgd, sgd_momentum
@@ -144,6 +154,10 @@ struct EstimateOptions {
   // ranks (efsdp), the rest of the model over the world; every rank computes its own batch, and
   // each sparse layer sends its tokens' top-k copies to the experts' ranks and back (all-to-all).
   int expert_parallel = 1;
+  // Under tensor parallelism, experts split over tp (true) or kept whole, each tp rank routing its
+  // own chunk of the tokens (false); unset: as parallelize decides (split without expert
+  // parallelism, whole with it: parallel::ParallelizeOptions::split_experts).
+  std::optional<bool> split_experts;
   // Pipeline parallelism (a Llama; docs/estimate.md#pipeline-parallelism): the model cut into
   // `degree` stages (stages_per_rank per rank for the interleaved schedules) by units, the
   // embedding and the head counting as units (fsdpp/models/llama_stages.h), each stage sharded
@@ -244,8 +258,15 @@ struct MemoryEstimate {
   std::string peak_at;           // where in the step the peak is, e.g. "backward of layers.6 (feed_forward)"
   // Persistent model state per rank (ZeRO's accounting, no padding, no temporaries).
   int64_t model_states = 0;
+  // What the rank holds between steps, exactly as FSDP lays it out (padded shards of this rank's
+  // slices and stages): its parameters (the fp32 shards the optimizer steps), their gradients
+  // after the step's reduce (fp32 shards; reduce_dtype replicas under NO_SHARD) and the
+  // optimizer's state tensors. The buffers (rotary tables) are not in `parameters` here.
+  struct Held {
+    int64_t parameters = 0, gradients = 0, optimizer_state = 0;
+  } held;
   int shard_world = 1;           // ranks FSDP shards each (TP-local) parameter over
-  int expert_shard_world = 1;    // ranks FSDP shards each expert unit over (world / ep)
+  int expert_shard_world = 1;    // ranks FSDP shards each expert unit over (efsdp = dp_shard x tp / ep)
   // Pipeline parallelism: the stage reported above and every stage's own estimate (its total,
   // where its peak is, the microbatches whose activations it holds at most).
   struct Stage {

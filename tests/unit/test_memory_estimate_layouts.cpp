@@ -1,0 +1,174 @@
+// fsdpp-estimate against what parallel::parallelize really builds for Qwen3-MoE under pipeline,
+// tensor and expert parallelism and HSDP (ranks as threads): every rank's parameters, gradients
+// and AdamW state, counted from the tensors the rank holds after a step, equal the estimate's
+// `held` bytes exactly; the peak of live tensor bytes a counting allocator saw over three steps is
+// within 5% of the estimate's (runtime term 0) without a pipeline, as EstimateVsAllocator* hold
+// for the other layouts (pipelines: peak_tolerance below).
+#include <gtest/gtest.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <optional>
+
+#include "../support/counting_allocator.h"
+#include "../support/thread_world.h"
+#include "fsdpp/estimate/llama_shape.h"
+#include "fsdpp/estimate/memory_estimate.h"
+#include "fsdpp/models/model_plan.h"
+#include "fsdpp/models/qwen3_moe.h"
+#include "fsdpp/models/llama.h"
+#include "fsdpp/parallel/parallelize.h"
+
+namespace {
+
+using fsdpp::ShardingStrategy;
+using fsdpp::test::CountingScope;
+using fsdpp::test::tl_rank;
+
+// The MoE of EstimateVsAllocatorMoe with a vocabulary that divides over tp 2 (every rank of a tp
+// group then holds the same bytes, the estimate's largest share).
+fsdpp::models::Qwen3MoeConfig moe_config() {
+  fsdpp::models::Qwen3MoeConfig c;
+  c.vocab_size = 96;
+  c.hidden_size = 48;
+  c.intermediate_size = 64;
+  c.moe_intermediate_size = 32;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.norm_topk_prob = true;
+  c.mlp_only_layers = {1};  // a dense layer between two sparse ones
+  c.max_position_embeddings = 32;
+  return c;
+}
+
+// A Llama of the same width, as a witness for the pipeline's peak (below).
+fsdpp::models::LlamaConfig llama_config() {
+  fsdpp::models::LlamaConfig c;
+  c.vocab_size = 96;
+  c.dim = 48;
+  c.n_layers = 3;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.max_seq_len = 32;
+  return c;
+}
+
+struct LayoutCase {
+  const char* name;
+  int ranks;
+  fsdpp::parallel::ParallelDims dims;
+  ShardingStrategy strategy = ShardingStrategy::FULL_SHARD;
+  bool llama = false;
+};
+// The live-tensor peak's tolerance. Pipelines built by parallelize (FSDP stages kept gathered
+// over the step) count 5-20% more at their peak than the estimate's schedule replay, for the Llama
+// as for Qwen3-MoE (llama_pp2 is the witness), where the bare PipelineRuntime of
+// EstimateVsAllocatorPipeline is within 3%: a gap of the pipeline model, not of the MoE layout,
+// documented in docs/estimate.md until it is found.
+double peak_tolerance(const LayoutCase& c) { return c.dims.pp > 1 ? 0.25 : 0.05; }
+void PrintTo(const LayoutCase& c, std::ostream* os) { *os << c.name; }
+
+struct Held {
+  int64_t params = 0, grads = 0, optim = 0, peak = 0;
+  int stage = 0;
+};
+
+int64_t bytes(const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
+
+class EstimateVsParallelize : public ::testing::TestWithParam<LayoutCase> {};
+
+TEST_P(EstimateVsParallelize, HeldStateExactPeakWithinTolerance) {
+  const LayoutCase c = GetParam();
+  const auto cfg = moe_config();
+  const int64_t B = 8, T = 32;  // per data-parallel rank and step
+  const int m = 4;              // microbatches (the pipeline's) or accumulation (without)
+  CountingScope scope;
+  std::vector<Held> got(c.ranks);
+  fsdpp::test::run_ranks(c.ranks, [&](fsdpp::dist::World& w) {
+    tl_rank = w.rank();
+    {
+      fsdpp::parallel::ParallelizeOptions po;
+      po.fsdp.strategy = c.strategy;
+      po.microbatches = c.dims.pp > 1 ? m : 1;
+      auto plan = c.llama ? fsdpp::models::plan_of(fsdpp::models::Llama(llama_config()))
+                          : fsdpp::models::plan_of(fsdpp::models::Qwen3Moe(cfg));
+      auto p = fsdpp::parallel::parallelize(plan, w, c.dims, po);
+      torch::optim::AdamW opt(p->parameters(), torch::optim::AdamWOptions(1e-3).weight_decay(0.1));
+      const auto& dp = p->mesh().group("dp");
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(7 + dp->rank());
+      Held& h = got[w.rank()];
+      h.stage = p->stages().front();
+      for (const auto& t : p->parameters()) h.params += bytes(t);
+      scope.counter().reset_peak(w.rank());
+      for (int step = 0; step < 3; ++step) {
+        // A pipeline's steady state, as EstimateVsAllocatorPipeline counts it.
+        if (step == 1 && c.dims.pp > 1) scope.counter().reset_peak(w.rank());
+        auto x = torch::randint(cfg.vocab_size, {B, T}, gen), y = torch::randint(cfg.vocab_size, {B, T}, gen);
+        p->forward_backward(x, y);
+        if (step == 0) {
+          for (const auto& t : p->parameters()) h.grads += bytes(t.grad());
+        }
+        opt.step();
+        opt.zero_grad();
+      }
+      h.peak = scope.counter().peak(w.rank());
+      for (const auto& [key, state] : opt.state()) {
+        const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
+        h.optim += bytes(s.exp_avg()) + bytes(s.exp_avg_sq()) + bytes(s.max_exp_avg_sq());
+      }
+      w.group()->barrier();
+    }
+    tl_rank = -1;
+  });
+  fsdpp::EstimateOptions o;
+  o.strategy = c.strategy;
+  o.world_size = c.ranks;
+  o.tensor_parallel = c.dims.tp;
+  o.expert_parallel = c.dims.ep;
+  if (c.dims.dp_replicate > 1) o.shard_group_size = c.dims.dp_shard;
+  o.pipeline.degree = c.dims.pp;
+  o.pipeline.microbatches = c.dims.pp > 1 ? m : 1;
+  o.batch = B;
+  o.seq_len = T;
+  o.runtime_baseline_bytes = 0;
+  const auto model = fsdpp::describe_decoder(c.llama ? fsdpp::decoder_shape_of(llama_config())
+                                                     : fsdpp::decoder_shape_of(cfg));
+  for (int r = 0; r < c.ranks; ++r) {
+    const Held& h = got[r];
+    if (c.dims.pp > 1) o.pipeline.stage = h.stage;  // this rank's stage (one per rank)
+    const auto e = fsdpp::estimate_memory(model, o);
+    EXPECT_EQ(e.held.parameters, h.params) << c.name << " rank " << r;
+    EXPECT_EQ(e.held.gradients, h.grads) << c.name << " rank " << r;
+    EXPECT_EQ(e.held.optimizer_state, h.optim) << c.name << " rank " << r;
+    const double err = static_cast<double>(e.tensors - h.peak) / static_cast<double>(h.peak);
+    std::printf("[estimate] %s rank %d: held %lld + %lld + %lld B (counted the same), live tensor peak estimated "
+                "%lld B, counted %lld B (%+.2f%%), at %s\n",
+                c.name, r, static_cast<long long>(h.params), static_cast<long long>(h.grads),
+                static_cast<long long>(h.optim), static_cast<long long>(e.tensors), static_cast<long long>(h.peak),
+                100 * err, e.peak_at.c_str());
+    EXPECT_LT(std::abs(err), peak_tolerance(c)) << c.name << " rank " << r << ": estimate " << e.tensors << " B, counted "
+                                   << h.peak << " B; params " << e.parameters << " grads " << e.gradients
+                                   << " optim " << e.optimizer_state << " unsharded " << e.unsharded << " acts "
+                                   << e.activations << ", peak at " << e.peak_at;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Qwen3Moe, EstimateVsParallelize,
+    ::testing::Values(LayoutCase{"pp2", 2, {.pp = 2}},
+                      LayoutCase{"llama_pp2", 2, {.pp = 2}, ShardingStrategy::FULL_SHARD, true}, LayoutCase{"tp2", 2, {.tp = 2}},
+                      LayoutCase{"tp2_ep2", 2, {.tp = 2, .ep = 2}},
+                      LayoutCase{"pp2_ep2", 4, {.pp = 2, .ep = 2}},
+                      LayoutCase{"tp2_fsdp2", 4, {.dp_shard = 2, .tp = 2}},
+                      LayoutCase{"tp2_fsdp2_ep2", 4, {.dp_shard = 2, .tp = 2, .ep = 2}},
+                      LayoutCase{"ep2_hsdp", 4, {.dp_replicate = 2, .dp_shard = 2, .ep = 2},
+                                 ShardingStrategy::HYBRID_SHARD}),
+    [](const ::testing::TestParamInfo<LayoutCase>& i) { return std::string(i.param.name); });
+
+}  // namespace
