@@ -178,7 +178,7 @@ TEST(ParallelizeMatrix2, PipelineObjective) {
     double want_loss = 0, want_aux = 0;
     for (int m = 0; m < kMicro; ++m) {
       auto t = micro_tokens(0, m);
-      auto out = plan->causal_lm().forward_features(t.narrow(1, 0, kSeq), true, {});
+      auto out = plan->causal_lm()->forward_features(t.narrow(1, 0, kSeq), true, {});
       auto loss = weighted(out.logits, t.narrow(1, 1, kSeq), m);
       if (out.aux_loss.defined()) {
         loss = loss + coef * out.aux_loss;

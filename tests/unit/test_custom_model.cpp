@@ -176,7 +176,7 @@ TEST(SequentialPlan, ItsLossIsTheSequentialsForwardAndItsUnitsAreItsChildren) {
   auto net = chain();
   auto plan = fsdpp::parallel::sequential_plan(net, mse());
   auto x = torch::randn({5, 4}), t = torch::randn({5, 2});
-  EXPECT_TRUE(torch::equal(plan->loss(x, t), torch::mse_loss(net->forward(x), t)));
+  EXPECT_TRUE(torch::equal(plan->loss(x, t).loss, torch::mse_loss(net->forward(x), t)));
   EXPECT_EQ(plan->pipeline_units(), 6);
   EXPECT_EQ(plan->causal_lm(), nullptr);
   // A stage holds its units under the model's names: checkpoints of any cut are the whole's.
@@ -189,7 +189,7 @@ TEST(SequentialPlan, ItsLossIsTheSequentialsForwardAndItsUnitsAreItsChildren) {
   EXPECT_EQ(names.front(), "2.weight");
   EXPECT_EQ(names.back(), "5.bias");
   const auto y = stages[1].forward(stages[0].forward(x));
-  EXPECT_TRUE(torch::equal(stages[1].loss(y, t), plan->loss(x, t)));
+  EXPECT_TRUE(torch::equal(stages[1].loss(y, t, {}).loss, plan->loss(x, t).loss));
 }
 
 TEST(SequentialPlan, RefusesTensorParallelPlansThatCannotEqualOneProcess) {
