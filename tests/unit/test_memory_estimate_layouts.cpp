@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "../support/counting_allocator.h"
+#include "../support/small_moe.h"
 #include "../support/thread_world.h"
 #include "fsdpp/estimate/llama_shape.h"
 #include "fsdpp/estimate/memory_estimate.h"
@@ -30,20 +31,8 @@ using fsdpp::test::tl_rank;
 // The MoE of EstimateVsAllocatorMoe with a vocabulary that divides over tp 2 (every rank of a tp
 // group then holds the same bytes, the estimate's largest share).
 fsdpp::models::Qwen3MoeConfig moe_config() {
-  fsdpp::models::Qwen3MoeConfig c;
+  auto c = fsdpp::test::small_moe_config();
   c.vocab_size = 96;
-  c.hidden_size = 48;
-  c.intermediate_size = 64;
-  c.moe_intermediate_size = 32;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.num_experts = 4;
-  c.num_experts_per_tok = 2;
-  c.norm_topk_prob = true;
-  c.mlp_only_layers = {1};  // a dense layer between two sparse ones
-  c.max_position_embeddings = 32;
   return c;
 }
 

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "../support/counting_allocator.h"
+#include "../support/small_moe.h"
 #include "../support/thread_world.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/estimate/llama_shape.h"
@@ -46,23 +47,7 @@ fsdpp::models::LlamaConfig small_config(bool tie, int64_t kv) {
 
 // ---- Qwen3-MoE: parameters, total vs active, and the live-tensor peak of the real model --------
 
-fsdpp::models::Qwen3MoeConfig small_moe_config() {
-  fsdpp::models::Qwen3MoeConfig c;
-  c.vocab_size = 97;
-  c.hidden_size = 48;
-  c.intermediate_size = 64;
-  c.moe_intermediate_size = 32;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.num_experts = 4;
-  c.num_experts_per_tok = 2;
-  c.norm_topk_prob = true;
-  c.mlp_only_layers = {1};  // a dense layer between two sparse ones
-  c.max_position_embeddings = 32;
-  return c;
-}
+using fsdpp::test::small_moe_config;
 
 TEST(MemoryEstimate, Qwen3MoeCountsTotalAndActiveParameters) {
   const auto cfg = small_moe_config();
