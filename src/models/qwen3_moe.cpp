@@ -205,9 +205,30 @@ at::Tensor Qwen3MoeExpertsImpl::forward(const at::Tensor& x, const at::Tensor& e
   return out;
 }
 
+namespace {
+
+// oneDNN, which LibTorch's reduced-precision CPU matmuls run on, compiles and caches a kernel per
+// shape (up to 1024 in its primitive cache and as many in ideep's), and an expert's row count
+// changes with every batch's routing: on a CPU with native bf16 (AVX-512 BF16) a bf16 MoE grew by
+// ~400 MiB over 100 steps until the caches were full. Padding the rows with zeros to one of 8
+// sizes per power of two (16 at least) bounds the shapes to a few dozen and the extra rows to
+// 1/8. Zero rows add exact zeros to the weights' gradients; float32 (MKL) and GPUs keep n rows.
+int64_t padded_rows(const at::Tensor& xe) {
+  const int64_t n = xe.size(0);
+  if (!xe.is_cpu() || !at::isReducedFloatingType(xe.scalar_type()) || n <= 16) return n;
+  int64_t step = 1;
+  while (step * 16 <= n) step *= 2;  // step = 2^(floor(log2 n) - 3)
+  return (n + step - 1) / step * step;
+}
+
+}  // namespace
+
 at::Tensor Qwen3MoeExpertsImpl::expert(int64_t e, const at::Tensor& xe) {
-  auto h = at::silu(at::linear(xe, gate_proj[e])) * at::linear(xe, up_proj[e]);  // (n, I)
-  return at::linear(h, down_proj[e]);                                             // (n, D)
+  const int64_t n = xe.size(0), rows = padded_rows(xe);
+  const auto x = rows == n ? xe : at::constant_pad_nd(xe, {0, 0, 0, rows - n});
+  auto h = at::silu(at::linear(x, gate_proj[e])) * at::linear(x, up_proj[e]);  // (rows, I)
+  auto y = at::linear(h, down_proj[e]);                                       // (rows, D)
+  return rows == n ? y : y.narrow(0, 0, n);
 }
 
 at::Tensor Qwen3MoeExpertsImpl::forward(const at::Tensor& x,

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # A bfloat16 Qwen3-MoE student on the CPU (training.bf16: bf16 parameters in the forward and
 # backward, float32 master weights) over 100 steps: its RSS, read by fsdpp-train at every step,
-# must stop growing once the first steps have made AdamW's moments and the allocator's pools.
-# docs/distillation.md#memory once recorded it growing every step (463, 510, 546 MiB over 3
-# steps); the experts' matmuls change their row counts with each batch's routing, so oneDNN's
-# per-shape primitives are where a leak would show: the batches here route 512 tokens x 2 to 4
-# experts, so the rows of each expert's three matmuls take well over a hundred sizes.
-# Allowed: 4 MiB between step 10 and step 100 (a leak of one primitive per shape per step grew
-# by tens of MiB in 3 steps).
+# must stop growing once the first steps have made AdamW's moments and the allocator's pools and
+# oneDNN has compiled its kernels. docs/distillation.md#memory once recorded it growing every step
+# (463, 510, 546 MiB over 3 steps); the experts' matmuls change their row counts with each batch's
+# routing, and on a CPU with native bf16 (AVX-512 BF16) oneDNN compiles and caches a kernel per
+# shape: before the experts' rows were padded to a bounded set of sizes (qwen3_moe.cpp), RSS grew
+# from 468 to 880 MiB between steps 10 and 100 there, until the caches' 1024 entries were full.
+# The batches here route 512 tokens x 2 to 4 experts, so the rows of each expert's three matmuls
+# take well over a hundred sizes. Allowed: 4 MiB between step 50 and step 100 (the padded sizes
+# are all met by step 50: 458 MiB from there to step 400 when measured).
 set -euo pipefail
 run=$1 train=$2 python=$3 src=$4
 dir=$(mktemp -d)
@@ -25,8 +27,8 @@ cp "$src/tests/data/moe-text.txt" "$dir/text.txt"  # a fixed text (tests/data/RE
 import json, sys
 rss = {j["step"]: j["rss_mb_per_rank"][0] for j in map(json.loads, open(sys.argv[1])) if "loss" in j}
 assert sorted(rss) == list(range(1, 101)), sorted(rss)
-growth = max(rss[s] for s in range(10, 101)) - rss[10]
-print(f"moe_bf16_rss: RSS {rss[1]:.1f} MiB at step 1, {rss[10]:.1f} at step 10, "
-      f"{rss[100]:.1f} at step 100 (most above step 10: {growth:.1f} MiB)")
-assert growth <= 4.0, f"RSS grew {growth:.1f} MiB from step 10 to step 100: {rss}"
+growth = max(rss[s] for s in range(50, 101)) - rss[50]
+print(f"moe_bf16_rss: RSS {rss[1]:.1f} MiB at step 1, {rss[50]:.1f} at step 50, "
+      f"{rss[100]:.1f} at step 100 (most above step 50: {growth:.1f} MiB)")
+assert growth <= 4.0, f"RSS grew {growth:.1f} MiB from step 50 to step 100: {rss}"
 PY
