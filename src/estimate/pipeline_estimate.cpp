@@ -35,9 +35,10 @@ struct StagePlan {
 };
 
 // A microbatch through the stage's units in a ledger of its own: the forward (the input received,
-// or the embedding's output; the blocks' saved tensors; the head's logits and log_softmax) and the
-// backward (the gradient received, or the loss's; each block's; weight gradients as temporaries,
-// since the stage's unsharded gradients are counted once for the step).
+// or the embedding's output; the blocks' saved tensors; the head's log_softmax, its logits only
+// while the loss is made) and the backward (the gradient received, or the loss's; each block's;
+// weight gradients as temporaries, since the stage's unsharded gradients are counted once for
+// the step).
 void measure(StagePlan& s, const DecoderShape& sh, const Dims& d, const MoeDims& md) {
   Ledger l({true, true, true, true, true, true, true}, nullptr);
   std::vector<Id> keep;
@@ -87,6 +88,9 @@ void measure(StagePlan& s, const DecoderShape& sh, const Dims& d, const MoeDims&
     } else {
       lsm = l.alloc(kActs, 4 * d.BT * d.V);
     }
+    // The logits go once the loss is made: the runtime keeps the loss, whose graph holds the
+    // log_softmax, not the head's output (the linear saves its input).
+    l.free(logits);
   }
   l.free(rope);
   s.saved = l.live();
@@ -131,11 +135,17 @@ void measure(StagePlan& s, const DecoderShape& sh, const Dims& d, const MoeDims&
   s.bwd_extra = std::max<int64_t>(0, l.peak() - s.saved);
   // What W needs after I: the gradients at the nodes where the weights' paths leave the input's
   // (each linear's output, each norm's weight multiply); the saved tensors stay with the graph.
-  const int64_t blocks = blocks_end - blocks_first;
-  s.wgrad = blocks * d.e * d.BT * (d.Q + 2 * d.K + 4 * d.C + 2 * d.F);
+  // Per block: q, k, v and o, the two norms (Qwen3: q_norm and k_norm too), then the MLP's: a
+  // SwiGLU's three linears, or a sparse layer's router and its experts' three on k copies of
+  // the rows they compute.
+  s.wgrad = 0;
+  for (int u = blocks_first; u < blocks_end; ++u) {
+    s.wgrad += d.e * d.BT * (d.Q + 2 * d.K + 3 * d.C + (qwen3 ? d.Q + d.K : 0));
+    s.wgrad += sparse(u) ? d.e * (md.route_rows(d.BT) * md.E + md.expert_rows(d.BT) * md.k * (2 * md.I + d.C))
+                         : d.e * d.BT * (d.C + 2 * d.F);
+  }
   if (s.head) s.wgrad += d.e * d.BT * (d.V + d.C);
   if (s.embedding) s.wgrad += d.e * d.BT * d.C;
-  (void)logits;
 }
 
 }  // namespace
