@@ -10,7 +10,9 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <memory>
 #include <optional>
+#include <utility>
 
 #include "../support/counting_allocator.h"
 #include "../support/small_moe.h"
@@ -20,7 +22,9 @@
 #include "fsdpp/models/model_plan.h"
 #include "fsdpp/models/qwen3_moe.h"
 #include "fsdpp/models/llama.h"
+#include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/parallel/parallelize.h"
+#include "fsdpp/train/distill_loss.h"
 
 namespace {
 
@@ -55,6 +59,10 @@ struct LayoutCase {
   ShardingStrategy strategy = ShardingStrategy::FULL_SHARD;
   bool llama = false;
   const char* schedule = "1F1B";  // pipelines
+  // A distillation teacher (the same Qwen3-MoE), FULL_SHARD over the world and run on the step's
+  // rows before the pipeline, as fsdpp-train's Distiller::pipeline_objective: the last stage's
+  // loss is the objective against its microbatch's rows of the teacher's logits.
+  bool teacher = false;
 };
 // The live-tensor peak's tolerance: within 5% below and 8% above without a pipeline, 7% below
 // with one (the expert-parallel stages' all-to-all buffers move the counted peak by 1-3% from
@@ -97,6 +105,14 @@ TEST_P(EstimateVsParallelize, HeldStateExactPeakWithinTolerance) {
       auto plan = c.llama ? fsdpp::models::plan_of(fsdpp::models::Llama(llama_config()))
                           : fsdpp::models::plan_of(fsdpp::models::Qwen3Moe(cfg));
       auto p = fsdpp::parallel::parallelize(plan, w, c.dims, po);
+      std::optional<fsdpp::models::Qwen3Moe> teacher;
+      if (c.teacher) {
+        teacher.emplace(cfg);
+        for (auto& q : (*teacher)->parameters()) q.set_requires_grad(false);
+        fsdpp::FullyShardOptions to;
+        to.mesh = w.mesh();
+        fsdpp::apply_fully_shard(**teacher, fsdpp::transformer_layer_policy({"Qwen3MoeDecoderLayer"}), to);
+      }
       torch::optim::AdamW opt(p->parameters(), torch::optim::AdamWOptions(1e-3).weight_decay(0.1));
       const auto& dp = p->mesh().group("dp");
       auto gen = at::make_generator<at::CPUGeneratorImpl>(7 + dp->rank());
@@ -108,7 +124,22 @@ TEST_P(EstimateVsParallelize, HeldStateExactPeakWithinTolerance) {
         // A pipeline's steady state, as EstimateVsAllocatorPipeline counts it.
         if (step == 1 && c.dims.pp > 1) scope.counter().reset_peak(w.rank());
         auto x = torch::randint(cfg.vocab_size, {B, T}, gen), y = torch::randint(cfg.vocab_size, {B, T}, gen);
-        p->forward_backward(x, y);
+        fsdpp::parallel::MicrobatchObjective objective;
+        if (teacher) {
+          at::Tensor all;
+          {
+            at::NoGradGuard no_grad;
+            all = fsdpp::forward(*teacher, x, at::Tensor(), /*output_router_logits=*/false).logits;
+          }
+          if (p->last_stage_rank() == p->mesh().group("pp")->rank()) {
+            auto rows = std::make_shared<std::vector<at::Tensor>>(all.split(B / m));
+            objective = [rows](const at::Tensor& logits, const at::Tensor& t, int k) {
+              auto mine = std::exchange(rows->at(static_cast<size_t>(k)), at::Tensor());
+              return fsdpp::train::distillation_objective(logits, mine, t, {}, 0.5).loss;
+            };
+          }
+        }
+        p->forward_backward(x, y, 1.0, objective);
         if (step == 0) {
           for (const auto& t : p->parameters()) h.grads += bytes(t.grad());
         }
@@ -133,6 +164,7 @@ TEST_P(EstimateVsParallelize, HeldStateExactPeakWithinTolerance) {
   o.pipeline.degree = c.dims.pp;
   o.pipeline.microbatches = c.dims.pp > 1 ? m : 1;
   o.pipeline.schedule = c.schedule;
+  if (c.teacher) o.teacher = fsdpp::EstimateOptions::Teacher{fsdpp::describe_decoder(fsdpp::decoder_shape_of(cfg))};
   o.batch = B;
   o.seq_len = T;
   o.runtime_baseline_bytes = 0;
@@ -166,6 +198,8 @@ INSTANTIATE_TEST_SUITE_P(
                       LayoutCase{"pp2_interleaved", 2, {.pp = 2}, ShardingStrategy::FULL_SHARD, false, "Interleaved1F1B"},
                       LayoutCase{"pp2_zbh1", 2, {.pp = 2}, ShardingStrategy::FULL_SHARD, false, "ZBH1"},
                       LayoutCase{"pp2_zbv", 2, {.pp = 2}, ShardingStrategy::FULL_SHARD, false, "ZBVZeroBubble"},
+                      LayoutCase{"pp2_teacher", 2, {.pp = 2}, ShardingStrategy::FULL_SHARD, false, "1F1B", true},
+                      LayoutCase{"pp2_gpipe_teacher", 2, {.pp = 2}, ShardingStrategy::FULL_SHARD, false, "GPipe", true},
                       LayoutCase{"tp2", 2, {.tp = 2}},
                       LayoutCase{"tp2_ep2", 2, {.tp = 2, .ep = 2}},
                       LayoutCase{"pp2_ep2", 4, {.pp = 2, .ep = 2}},
