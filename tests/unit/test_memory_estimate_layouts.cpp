@@ -200,6 +200,7 @@ INSTANTIATE_TEST_SUITE_P(
                       LayoutCase{"pp2_zbv", 2, {.pp = 2}, ShardingStrategy::FULL_SHARD, false, "ZBVZeroBubble"},
                       LayoutCase{"pp2_teacher", 2, {.pp = 2}, ShardingStrategy::FULL_SHARD, false, "1F1B", true},
                       LayoutCase{"pp2_gpipe_teacher", 2, {.pp = 2}, ShardingStrategy::FULL_SHARD, false, "GPipe", true},
+                      LayoutCase{"pp2_tp2", 4, {.pp = 2, .tp = 2}},
                       LayoutCase{"tp2", 2, {.tp = 2}},
                       LayoutCase{"tp2_ep2", 2, {.tp = 2, .ep = 2}},
                       LayoutCase{"pp2_ep2", 4, {.pp = 2, .ep = 2}},
