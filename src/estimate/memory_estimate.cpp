@@ -101,11 +101,11 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
   std::vector<int> usw(model.units.size(), shard_world);
   for (size_t i = 0; i < model.units.size(); ++i)
     if (model.units[i].experts) usw[i] = traits.shards ? dims.efsdp() : 1;
-  FSDPP_CHECK_AS(ConfigError, !o.teacher || tp == 1,
-                 "[estimate] a distillation teacher with tensor parallelism is not modelled");
-  // The teacher: FULL_SHARD over the data-parallel ranks whatever the student's strategy.
+  // The teacher: FULL_SHARD over the whole world whatever the student's strategy (under tensor
+  // parallelism every rank runs it whole on its tp group's batch, and the objective takes this
+  // rank's vocabulary columns of its logits: distill_loss_forward at d.V, this rank's share).
   std::optional<TeacherPlan> teacher;
-  if (o.teacher) teacher = plan_teacher(*o.teacher, dp_world, o.forward_prefetch);
+  if (o.teacher) teacher = plan_teacher(*o.teacher, o.world_size, o.forward_prefetch);
   const bool reshard_after_forward = traits.reshard_after_forward;
   const bool keep_unsharded = traits.keep_unsharded_between_steps;
   // ZERO1 shards the optimizer state (and, as fsdpp implements it, the gradients) but keeps every
@@ -576,8 +576,9 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
   if (o.activation_checkpointing) e.notes.push_back("activation checkpointing per TransformerBlock");
   if (teacher)
     e.notes.push_back(fmt::format("distillation teacher: {:.2f} M parameters in {}, FULL_SHARD over {} rank(s), "
-                                  "forward under no-grad after the student's, its logits and probabilities in fp32",
-                                  o.teacher->model.num_params() / 1e6, to_string(o.teacher->dtype), dp_world));
+                                  "forward under no-grad after the student's, its logits and probabilities in fp32{}",
+                                  o.teacher->model.num_params() / 1e6, to_string(o.teacher->dtype), o.world_size,
+                                  tp > 1 ? "; the objective on this rank's vocabulary columns" : ""));
   if (tp > 1)
     e.notes.push_back(fmt::format("tensor parallel {}{}: the {} plan's slices (the largest rank's), FSDP over {} "
                                   "data-parallel ranks", tp, o.sequence_parallel ? " with sequence parallelism" : "",

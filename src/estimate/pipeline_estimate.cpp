@@ -5,12 +5,14 @@
 
 #include "decoder_activations.h"
 #include "qwen3_activations.h"
+#include "teacher_activations.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/strategy_traits.h"
 #include "fsdpp/models/llama_stages.h"
 #include "fsdpp/optim/optimizer_state.h"
 #include "fsdpp/parallel/parallel_dims.h"
 #include "fsdpp/parallel/pipeline_cut.h"
+#include "fsdpp/pipeline/action.h"
 #include "fsdpp/pipeline/schedules.h"
 
 namespace fsdpp::estimate_detail {
@@ -35,10 +37,13 @@ struct StagePlan {
 };
 
 // A microbatch through the stage's units in a ledger of its own: the forward (the input received,
-// or the embedding's output; the blocks' saved tensors; the head's logits and log_softmax) and the
-// backward (the gradient received, or the loss's; each block's; weight gradients as temporaries,
-// since the stage's unsharded gradients are counted once for the step).
-void measure(StagePlan& s, const DecoderShape& sh, const Dims& d, const MoeDims& md) {
+// or the embedding's output; the blocks' saved tensors; the head's log_softmax, its logits only
+// while the loss is made) and the backward (the gradient received, or the loss's; each block's;
+// weight gradients as temporaries, since the stage's unsharded gradients are counted once for
+// the step). With a distillation teacher (teacher_e > 0: its logits' element bytes) the last
+// stage's loss is the distillation objective on this microbatch's rows of the teacher's logits
+// (a view of the step's, held apart) in place of the cross entropy.
+void measure(StagePlan& s, const DecoderShape& sh, const Dims& d, const MoeDims& md, int64_t teacher_e) {
   Ledger l({true, true, true, true, true, true, true}, nullptr);
   std::vector<Id> keep;
   const bool qwen3 = sh.qk_norm;
@@ -74,12 +79,15 @@ void measure(StagePlan& s, const DecoderShape& sh, const Dims& d, const MoeDims&
   for (Id id : router_logits) l.free(id);
   std::vector<Id> head;
   Id logits = -1, lsm = -1;
+  std::vector<Id> kd;
   if (s.head) {
     norm_forward(l, d, head);
     const Id gathered = enter_linears(l, d, head, 1);
     logits = l.alloc(kActs, d.e * d.BT * d.V);
     l.free(gathered);
-    if (d.tp > 1) {  // tp::vocab_parallel_cross_entropy's shifted logits and their exp
+    if (teacher_e > 0) {
+      kd = distill_loss_forward(l, d.BT, d.V, d.e, teacher_e, l.alloc(kTeacher, 0));
+    } else if (d.tp > 1) {  // tp::vocab_parallel_cross_entropy's shifted logits and their exp
       Id shifted = l.alloc(kActs, 4 * d.BT * d.V), ex = l.alloc(kActs, 4 * d.BT * d.V);
       lsm = l.alloc(kActs, 4 * d.BT * d.V);
       l.free(shifted);
@@ -87,6 +95,9 @@ void measure(StagePlan& s, const DecoderShape& sh, const Dims& d, const MoeDims&
     } else {
       lsm = l.alloc(kActs, 4 * d.BT * d.V);
     }
+    // The logits go once the loss is made: the runtime keeps the loss, whose graph holds the
+    // log_softmax, not the head's output (the linear saves its input).
+    l.free(logits);
   }
   l.free(rope);
   s.saved = l.live();
@@ -100,9 +111,15 @@ void measure(StagePlan& s, const DecoderShape& sh, const Dims& d, const MoeDims&
   };
   Id g = -1;
   if (s.head) {
-    Id g1 = l.alloc(kActs, 4 * d.BT * d.V), g2 = l.alloc(kActs, 4 * d.BT * d.V);
-    l.free(lsm);
-    l.free(g1);
+    Id g2 = -1;
+    if (!kd.empty()) {
+      g2 = distill_loss_backward(l, d.BT, d.V, kd);
+    } else {
+      const Id g1 = l.alloc(kActs, 4 * d.BT * d.V);
+      g2 = l.alloc(kActs, 4 * d.BT * d.V);
+      l.free(lsm);
+      l.free(g1);
+    }
     Id gnf = l.alloc(kActs, d.e * d.BT * d.C);
     grad(d.V * d.C);
     l.free(g2);
@@ -131,11 +148,17 @@ void measure(StagePlan& s, const DecoderShape& sh, const Dims& d, const MoeDims&
   s.bwd_extra = std::max<int64_t>(0, l.peak() - s.saved);
   // What W needs after I: the gradients at the nodes where the weights' paths leave the input's
   // (each linear's output, each norm's weight multiply); the saved tensors stay with the graph.
-  const int64_t blocks = blocks_end - blocks_first;
-  s.wgrad = blocks * d.e * d.BT * (d.Q + 2 * d.K + 4 * d.C + 2 * d.F);
+  // Per block: q, k, v and o, the two norms (Qwen3: q_norm and k_norm too), then the MLP's: a
+  // SwiGLU's three linears, or a sparse layer's router and its experts' three on k copies of
+  // the rows they compute.
+  s.wgrad = 0;
+  for (int u = blocks_first; u < blocks_end; ++u) {
+    s.wgrad += d.e * d.BT * (d.Q + 2 * d.K + 3 * d.C + (qwen3 ? d.Q + d.K : 0));
+    s.wgrad += sparse(u) ? d.e * (md.route_rows(d.BT) * md.E + md.expert_rows(d.BT) * md.k * (2 * md.I + d.C))
+                         : d.e * d.BT * (d.C + 2 * d.F);
+  }
   if (s.head) s.wgrad += d.e * d.BT * (d.V + d.C);
   if (s.embedding) s.wgrad += d.e * d.BT * d.C;
-  (void)logits;
 }
 
 }  // namespace
@@ -149,8 +172,6 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
   FSDPP_CHECK_AS(ConfigError, !sh.tie_embeddings,
                  "[estimate] pipeline parallelism with tied embeddings: the table would live on the first and "
                  "the last stage (split_llama refuses it)");
-  FSDPP_CHECK_AS(ConfigError, !o.teacher,
-                 "[estimate] pipeline parallelism with a distillation teacher is not modelled");
   FSDPP_CHECK_AS(ConfigError, !o.activation_checkpointing && !o.cpu_offload,
                  "[estimate] pipeline parallelism with activation checkpointing or CPU offload is not modelled");
   const int degree = pp.degree, m = pp.microbatches, tp = o.tensor_parallel, ep = o.expert_parallel;
@@ -257,7 +278,7 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
         for (const auto& p : params) st.grad_shards += p.numel() * rb;
       }
     }
-    measure(st, sh, d, md);
+    measure(st, sh, d, md, o.teacher ? dtype_bytes(o.teacher->compute.value_or(o.teacher->dtype)) : 0);
   }
 
   const auto optimizer = [&] {
@@ -275,6 +296,22 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
       whole += p.numel();
       largest = std::max(largest, p.numel());
     }
+
+  // A distillation teacher (docs/estimate.md#a-teacher-under-a-pipeline): FULL_SHARD over the
+  // world, its shards kept; before the pipeline every rank runs it on the step's rows (the
+  // student's stages resharded then), and the last stage's ranks keep its logits until their
+  // last microbatch's backward (its rows are views of them), the others drop them at once.
+  int64_t teacher_held = 0, teacher_forward_peak = 0, teacher_logits = 0;
+  if (o.teacher) {
+    const TeacherPlan plan_t = plan_teacher(*o.teacher, o.world_size, o.forward_prefetch);
+    Ledger t({true, true, true, true, true, true, true}, nullptr);
+    build_teacher(t, plan_t, /*deferred=*/true, o.init_chunk_bytes);
+    teacher_held = t.live();
+    t.reset_peak();
+    teacher_forward(t, plan_t, o.batch, o.seq_len);
+    teacher_forward_peak = t.peak();
+    teacher_logits = t.live() - teacher_held;
+  }
 
   MemoryEstimate best;
   best.total = -1;
@@ -299,13 +336,26 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
     const int64_t optim_state = o.optimizer_state_on_disk ? 0 : static_cast<int64_t>(optimizer) * shards * f32;
     const int64_t gathered = gathered_numel * pb + (pb != f32 ? (numel - gathered_numel) * pb : 0);
     struct Peak {
-      int64_t total = -1, grads = 0, unsharded = 0, acts = 0, optim = 0;
+      int64_t total = -1, grads = 0, unsharded = 0, acts = 0, optim = 0, teacher = 0;
       std::string where;
     } peak;
+    int64_t teacher_now = teacher_forward_peak;  // the teacher's bytes at the moment considered
     auto consider = [&](int64_t grads, int64_t unsharded, int64_t acts, int64_t extra_optim, std::string where) {
-      const int64_t t = params + optim_state + extra_optim + grads + unsharded + acts;
-      if (t > peak.total) peak = {t, grads, unsharded, acts, optim_state + extra_optim, std::move(where)};
+      const int64_t t = params + optim_state + extra_optim + grads + unsharded + acts + teacher_now;
+      if (t > peak.total)
+        peak = {t, grads, unsharded, acts, optim_state + extra_optim, teacher_now, std::move(where)};
     };
+    if (o.teacher) {
+      consider(0, 0, 0, 0, "teacher forward (no grad) on the step's rows");
+      const bool last_stage = std::find(mine.begin(), mine.end(), sched.num_stages - 1) != mine.end();
+      teacher_now = teacher_held + (last_stage ? teacher_logits : 0);
+    }
+    // The last stage's last backward (B or I) on this rank: its teacher logits go after it.
+    size_t last_backward = sched.actions[static_cast<size_t>(r)].size();
+    for (size_t i = 0; i < sched.actions[static_cast<size_t>(r)].size(); ++i) {
+      const auto& a = sched.actions[static_cast<size_t>(r)][i];
+      if (a.stage == sched.num_stages - 1 && pipeline::is_backward(a.kind)) last_backward = i;
+    }
     // Building (a model built whole, not deferred): every rank builds the whole model in fp32 (one
     // init temporary beside it), then keeps its stages' shards.
     const int64_t build_total = whole * f32 + largest * f32;
@@ -332,14 +382,16 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
       has_grads[s] = true;
       grads += plan[static_cast<size_t>(s)].numel * pb;
     };
-    for (const auto& a : sched.actions[static_cast<size_t>(r)]) {
+    for (size_t i = 0; i < sched.actions[static_cast<size_t>(r)].size(); ++i) {
+      const auto& a = sched.actions[static_cast<size_t>(r)][i];
+      if (i > last_backward) teacher_now = teacher_held;
       const auto& st = plan[static_cast<size_t>(a.stage)];
       auto& ms = stages[static_cast<size_t>(a.stage)];
       const std::string at = fmt::format("{} of stage {} microbatch {}", pipeline::kind_name(a.kind), a.stage, a.microbatch);
       switch (a.kind) {
         case pipeline::ActionKind::F:
           if (fwd_pending.erase({a.stage, a.microbatch})) pending -= msg;  // becomes the stage's input
-          consider(grads, gathered, pending + acts + st.fwd_extra, 0, at);
+          consider(grads, gathered, pending + acts + st.saved + st.fwd_extra, 0, at);  // its own peak
           acts += st.saved;
           ms.in_flight = std::max(ms.in_flight, ++in_flight[a.stage]);
           break;
@@ -379,6 +431,7 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
     }
     // REDUCE_GRAD: each unit's reduce-scatter input beside its gradients, then the shards; the
     // optimizer step with AdamW's two temporaries of the largest shard.
+    teacher_now = teacher_held;
     consider(grads, gathered, 0, 0, "reduce-scatter of the gradients");
     consider(grad_shards + largest_gather * rb, 0, 0, 0, "reduce-scatter of the gradients");
     const int64_t mapped = o.optimizer_state_on_disk ? static_cast<int64_t>(optimizer) * largest_shard_param * f32 : 0;
@@ -389,6 +442,7 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
     e.optimizer_state = peak.optim;
     e.unsharded = peak.unsharded;
     e.activations = peak.acts;
+    e.teacher = peak.teacher;
     e.tensors = peak.total;
     e.peak_at = fmt::format("pp rank {}: {}", r, peak.where);
     if (!o.deferred_init && build_total > e.tensors) {
@@ -434,6 +488,12 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
             ? fmt::format(", experts units of their own over ep {}, FSDP over efsdp = {} rank(s)", ep, esw)
             : ""));
   best.notes.push_back("pipeline: the C library's heap is not modelled (allocator 0; set MALLOC_MMAP_THRESHOLD_)");
+  if (o.teacher)
+    best.notes.push_back(fmt::format(
+        "distillation teacher: FULL_SHARD over {} rank(s), run on the step's {} sequences before the pipeline on "
+        "every rank; its logits ({:.2f} MiB) held on the last stage's ranks until their last backward, the "
+        "objective in place of the cross entropy there",
+        o.world_size, o.batch, static_cast<double>(teacher_logits) / (1 << 20)));
   return best;
 }
 

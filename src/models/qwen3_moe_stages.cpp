@@ -129,8 +129,11 @@ at::Tensor Qwen3MoeStageImpl::loss(const at::Tensor& logits, const at::Tensor& t
                                : token_cross_entropy(logits, targets);
   auto stats = parallel_ ? parallel_->global_statistics(statistics_) : statistics_;
   statistics_ = at::Tensor();
-  aux_ = load_balancing_loss(stats, cfg_.num_experts);
-  return ce + cfg_.router_aux_loss_coef * aux_.to(ce.scalar_type());
+  const auto aux = load_balancing_loss(stats, cfg_.num_experts);
+  // Kept for the caller's metrics without its graph, which would hold the microbatch's tensors
+  // (all of them after a zero-bubble schedule's I, which keeps the graph for W) to the next step.
+  aux_ = aux.detach();
+  return ce + cfg_.router_aux_loss_coef * aux.to(ce.scalar_type());
 }
 
 std::vector<Qwen3MoeStage> split_qwen3_moe(Qwen3Moe& model, const std::vector<int>& counts) {

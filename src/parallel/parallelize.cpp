@@ -6,11 +6,13 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/activation_checkpoint.h"
 #include "fsdpp/fsdp/clip.h"
+#include "fsdpp/fsdp/deferred_init.h"
 #include "fsdpp/fsdp/strategy_traits.h"
 #include "fsdpp/fsdp/wrap_policy.h"
 
@@ -72,6 +74,28 @@ FullyShardOptions fsdp_options(const ParallelizeOptions& o, const std::shared_pt
   return f;
 }
 
+// The stages other ranks hold lose their storage: every parameter and buffer they do not share
+// with this rank's stages goes to the meta device (shapes kept), as deferred initialisation
+// leaves them. A model built whole then keeps only its own stages, as fsdpp-estimate counts it.
+void release_other_stages(const std::vector<models::ModelStage>& all, const std::vector<int>& mine) {
+  std::unordered_set<const void*> kept;
+  for (int st : mine) {
+    auto& m = *all[static_cast<size_t>(st)].module;
+    for (const auto& t : m.parameters()) kept.insert(t.unsafeGetTensorImpl());
+    for (const auto& t : m.buffers()) kept.insert(t.unsafeGetTensorImpl());
+  }
+  at::NoGradGuard no_grad;
+  auto release = [&](at::Tensor t) {
+    if (!t.defined() || t.is_meta() || kept.count(t.unsafeGetTensorImpl())) return;
+    rebind_data(t, at::empty(t.sizes(), t.options().device(at::kMeta)));
+  };
+  for (size_t st = 0; st < all.size(); ++st) {
+    if (std::find(mine.begin(), mine.end(), static_cast<int>(st)) != mine.end()) continue;
+    for (const auto& t : all[st].module->parameters()) release(t);
+    for (const auto& t : all[st].module->buffers()) release(t);
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Parallelized> parallelize(std::shared_ptr<models::ModelPlan> model,
@@ -118,11 +142,13 @@ std::unique_ptr<Parallelized> parallelize(std::shared_ptr<models::ModelPlan> mod
   if (dims.pp > 1) {
     auto all = model->split(p->cut_.units_per_stage);
     const int me = mesh.group("pp")->rank();
-    for (int st : p->cut_.schedule.stages_of(me)) {
+    const auto mine = p->cut_.schedule.stages_of(me);
+    for (int st : mine) {
       p->stages_.push_back(all[static_cast<size_t>(st)]);
       p->roots_.push_back(all[static_cast<size_t>(st)].module);
       p->stage_index_.push_back(st);
     }
+    release_other_stages(all, mine);
   } else {
     p->roots_.push_back(std::shared_ptr<torch::nn::Module>(std::shared_ptr<void>(), &whole));
     p->stage_index_.push_back(0);

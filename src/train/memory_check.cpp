@@ -98,9 +98,6 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
         describe_teacher(cfg.distillation.teacher, out.model.shape->vocab_size),
         cfg.distillation.teacher_dtype == TeacherDtype::BFLOAT16 ? EstimateDType::BF16 : EstimateDType::FP32,
         EstimateDType::FP32};
-    if (p.tensor_parallel_degree > 1 || p.pipeline_parallel_degree > 1)
-      out.skip = "a distillation teacher with tensor or pipeline parallelism is not modelled by "
-                 "fsdpp-estimate yet";
   }
   const auto& fc = cfg.training.fsdp_config;
   const std::string layer = decoder_layer_class(llama ? ModelArchitecture::LLAMA

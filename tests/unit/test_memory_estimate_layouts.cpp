@@ -2,15 +2,17 @@
 // tensor and expert parallelism and HSDP (ranks as threads): every rank's parameters, gradients
 // and AdamW state, counted from the tensors the rank holds after a step, equal the estimate's
 // `held` bytes exactly; the peak of live tensor bytes a counting allocator saw over three steps is
-// within 5% of the estimate's (runtime term 0) without a pipeline, as EstimateVsAllocator* hold
-// for the other layouts (pipelines: peak_tolerance below).
+// within a few percent of the estimate's (runtime term 0; peak_tolerance below), as
+// EstimateVsAllocator* hold for the other layouts; pipelines under five schedules.
 #include <gtest/gtest.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <memory>
 #include <optional>
+#include <utility>
 
 #include "../support/counting_allocator.h"
 #include "../support/small_moe.h"
@@ -20,7 +22,9 @@
 #include "fsdpp/models/model_plan.h"
 #include "fsdpp/models/qwen3_moe.h"
 #include "fsdpp/models/llama.h"
+#include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/parallel/parallelize.h"
+#include "fsdpp/train/distill_loss.h"
 
 namespace {
 
@@ -54,19 +58,24 @@ struct LayoutCase {
   fsdpp::parallel::ParallelDims dims;
   ShardingStrategy strategy = ShardingStrategy::FULL_SHARD;
   bool llama = false;
+  const char* schedule = "1F1B";  // pipelines
+  // A distillation teacher (the same Qwen3-MoE), FULL_SHARD over the world and run on the step's
+  // rows before the pipeline, as fsdpp-train's Distiller::pipeline_objective: the last stage's
+  // loss is the objective against its microbatch's rows of the teacher's logits.
+  bool teacher = false;
 };
-// The live-tensor peak's tolerance. Pipelines built by parallelize (FSDP stages kept gathered
-// over the step) count 5-20% more at their peak than the estimate's schedule replay, for the Llama
-// as for Qwen3-MoE (llama_pp2 is the witness), where the bare PipelineRuntime of
-// EstimateVsAllocatorPipeline is within 3%: a gap of the pipeline model, not of the MoE layout,
-// documented in docs/estimate.md until it is found.
-// Without a pipeline: within 5% below, 8% above. Since Parallelized::forward_backward keeps only
-// the loss of a microbatch (ModelPlan::loss) and no longer holds its logits through backward, the
-// counted peak of the tensor-parallel layouts fell by about 1.5%, and the estimate (which was
-// within 5% of the peak that held them) is 4-7% above it: on the safe side for a memory check.
+// The live-tensor peak's tolerance: within 5% below and 8% above without a pipeline, 7% below
+// with one (the expert-parallel stages' all-to-all buffers move the counted peak by 1-3% from
+// run to run). Since Parallelized::forward_backward keeps only the loss of a microbatch
+// (ModelPlan::loss) and no longer holds its logits through backward, the counted peak of the
+// tensor-parallel layouts fell by about 1.5%, and the estimate (which was within 5% of the peak
+// that held them) is 4-7% above it: on the safe side for a memory check. Pipelines (every
+// schedule, docs/estimate.md's table) are within 4% below to 1% above since parallelize
+// releases the stages other ranks hold and a Qwen3-MoE stage keeps its aux loss without its
+// graph; the zero-bubble schedules' I-to-W gradients are modelled to within 5.5%.
 double peak_tolerance(const LayoutCase& c, double err) {
-  if (c.dims.pp > 1) return 0.25;
-  return err > 0 ? 0.08 : 0.05;
+  if (err > 0) return 0.08;
+  return c.dims.pp > 1 ? 0.07 : 0.05;
 }
 void PrintTo(const LayoutCase& c, std::ostream* os) { *os << c.name; }
 
@@ -92,9 +101,18 @@ TEST_P(EstimateVsParallelize, HeldStateExactPeakWithinTolerance) {
       fsdpp::parallel::ParallelizeOptions po;
       po.fsdp.strategy = c.strategy;
       po.microbatches = c.dims.pp > 1 ? m : 1;
+      po.schedule = c.schedule;
       auto plan = c.llama ? fsdpp::models::plan_of(fsdpp::models::Llama(llama_config()))
                           : fsdpp::models::plan_of(fsdpp::models::Qwen3Moe(cfg));
       auto p = fsdpp::parallel::parallelize(plan, w, c.dims, po);
+      std::optional<fsdpp::models::Qwen3Moe> teacher;
+      if (c.teacher) {
+        teacher.emplace(cfg);
+        for (auto& q : (*teacher)->parameters()) q.set_requires_grad(false);
+        fsdpp::FullyShardOptions to;
+        to.mesh = w.mesh();
+        fsdpp::apply_fully_shard(**teacher, fsdpp::transformer_layer_policy({"Qwen3MoeDecoderLayer"}), to);
+      }
       torch::optim::AdamW opt(p->parameters(), torch::optim::AdamWOptions(1e-3).weight_decay(0.1));
       const auto& dp = p->mesh().group("dp");
       auto gen = at::make_generator<at::CPUGeneratorImpl>(7 + dp->rank());
@@ -106,7 +124,22 @@ TEST_P(EstimateVsParallelize, HeldStateExactPeakWithinTolerance) {
         // A pipeline's steady state, as EstimateVsAllocatorPipeline counts it.
         if (step == 1 && c.dims.pp > 1) scope.counter().reset_peak(w.rank());
         auto x = torch::randint(cfg.vocab_size, {B, T}, gen), y = torch::randint(cfg.vocab_size, {B, T}, gen);
-        p->forward_backward(x, y);
+        fsdpp::parallel::MicrobatchObjective objective;
+        if (teacher) {
+          at::Tensor all;
+          {
+            at::NoGradGuard no_grad;
+            all = fsdpp::forward(*teacher, x, at::Tensor(), /*output_router_logits=*/false).logits;
+          }
+          if (p->last_stage_rank() == p->mesh().group("pp")->rank()) {
+            auto rows = std::make_shared<std::vector<at::Tensor>>(all.split(B / m));
+            objective = [rows](const at::Tensor& logits, const at::Tensor& t, int k) {
+              auto mine = std::exchange(rows->at(static_cast<size_t>(k)), at::Tensor());
+              return fsdpp::train::distillation_objective(logits, mine, t, {}, 0.5).loss;
+            };
+          }
+        }
+        p->forward_backward(x, y, 1.0, objective);
         if (step == 0) {
           for (const auto& t : p->parameters()) h.grads += bytes(t.grad());
         }
@@ -130,6 +163,8 @@ TEST_P(EstimateVsParallelize, HeldStateExactPeakWithinTolerance) {
   if (c.dims.dp_replicate > 1) o.shard_group_size = c.dims.dp_shard;
   o.pipeline.degree = c.dims.pp;
   o.pipeline.microbatches = c.dims.pp > 1 ? m : 1;
+  o.pipeline.schedule = c.schedule;
+  if (c.teacher) o.teacher = fsdpp::EstimateOptions::Teacher{fsdpp::describe_decoder(fsdpp::decoder_shape_of(cfg))};
   o.batch = B;
   o.seq_len = T;
   o.runtime_baseline_bytes = 0;
@@ -137,7 +172,7 @@ TEST_P(EstimateVsParallelize, HeldStateExactPeakWithinTolerance) {
                                                      : fsdpp::decoder_shape_of(cfg));
   for (int r = 0; r < c.ranks; ++r) {
     const Held& h = got[r];
-    if (c.dims.pp > 1) o.pipeline.stage = h.stage;  // this rank's stage (one per rank)
+    if (c.dims.pp > 1) o.pipeline.stage = h.stage;  // (the first of) this rank's stages
     const auto e = fsdpp::estimate_memory(model, o);
     EXPECT_EQ(e.held.parameters, h.params) << c.name << " rank " << r;
     EXPECT_EQ(e.held.gradients, h.grads) << c.name << " rank " << r;
@@ -158,7 +193,15 @@ TEST_P(EstimateVsParallelize, HeldStateExactPeakWithinTolerance) {
 INSTANTIATE_TEST_SUITE_P(
     Qwen3Moe, EstimateVsParallelize,
     ::testing::Values(LayoutCase{"pp2", 2, {.pp = 2}},
-                      LayoutCase{"llama_pp2", 2, {.pp = 2}, ShardingStrategy::FULL_SHARD, true}, LayoutCase{"tp2", 2, {.tp = 2}},
+                      LayoutCase{"llama_pp2", 2, {.pp = 2}, ShardingStrategy::FULL_SHARD, true},
+                      LayoutCase{"pp2_gpipe", 2, {.pp = 2}, ShardingStrategy::FULL_SHARD, false, "GPipe"},
+                      LayoutCase{"pp2_interleaved", 2, {.pp = 2}, ShardingStrategy::FULL_SHARD, false, "Interleaved1F1B"},
+                      LayoutCase{"pp2_zbh1", 2, {.pp = 2}, ShardingStrategy::FULL_SHARD, false, "ZBH1"},
+                      LayoutCase{"pp2_zbv", 2, {.pp = 2}, ShardingStrategy::FULL_SHARD, false, "ZBVZeroBubble"},
+                      LayoutCase{"pp2_teacher", 2, {.pp = 2}, ShardingStrategy::FULL_SHARD, false, "1F1B", true},
+                      LayoutCase{"pp2_gpipe_teacher", 2, {.pp = 2}, ShardingStrategy::FULL_SHARD, false, "GPipe", true},
+                      LayoutCase{"pp2_tp2", 4, {.pp = 2, .tp = 2}},
+                      LayoutCase{"tp2", 2, {.tp = 2}},
                       LayoutCase{"tp2_ep2", 2, {.tp = 2, .ep = 2}},
                       LayoutCase{"pp2_ep2", 4, {.pp = 2, .ep = 2}},
                       LayoutCase{"tp2_fsdp2", 4, {.dp_shard = 2, .tp = 2}},
@@ -168,3 +211,4 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<LayoutCase>& i) { return std::string(i.param.name); });
 
 }  // namespace
+

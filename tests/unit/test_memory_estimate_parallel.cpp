@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstdio>
 #include <optional>
 
@@ -26,7 +27,11 @@
 #include "fsdpp/models/qwen3_moe_ep.h"
 #include "fsdpp/pipeline/runtime.h"
 #include "fsdpp/pipeline/schedules.h"
+#include "fsdpp/models/model_plan.h"
+#include "fsdpp/parallel/parallelize.h"
+#include "fsdpp/tp/regions.h"
 #include "fsdpp/train/distill_loss.h"
+#include "fsdpp/train/vocab_parallel_distill_loss.h"
 
 namespace {
 
@@ -155,6 +160,7 @@ struct TeacherCase {
   const char* name;
   int ranks;
   bool bf16;
+  int tp = 1;  // the student tensor parallel (parallelize), the objective vocabulary-parallel
 };
 void PrintTo(const TeacherCase& c, std::ostream* os) { *os << c.name; }
 class EstimateVsAllocatorTeacher : public ::testing::TestWithParam<TeacherCase> {};
@@ -169,43 +175,83 @@ TEST_P(EstimateVsAllocatorTeacher, PeakTensorBytesWithinFivePercent) {
   const int64_t B = 8, T = 32;
   CountingScope scope;
   std::vector<int64_t> peak(c.ranks);
+  // Three steps of the student's forward, the teacher's under no-grad, the objective on both
+  // logits (the teacher's let go of at once), backward, AdamW; the peak counted throughout.
+  using Logits = std::function<std::pair<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&)>;
+  using Objective = std::function<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
+  auto steps = [&](int rank, const Logits& student, fsdpp::models::Qwen3Moe& teacher, const Objective& objective,
+                   std::vector<at::Tensor> params, uint64_t seed) {
+    torch::optim::AdamW opt(params, torch::optim::AdamWOptions(1e-3).weight_decay(0.1));
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    scope.counter().reset_peak(rank);
+    for (int step = 0; step < 3; ++step) {
+      auto x = torch::randint(student_cfg.vocab_size, {B, T}, gen);
+      auto y = torch::randint(student_cfg.vocab_size, {B, T}, gen);
+      auto [logits, aux] = student(x, y);
+      at::Tensor tl;
+      {
+        at::NoGradGuard no_grad;
+        tl = fsdpp::forward(teacher, x, at::Tensor(), /*output_router_logits=*/false).logits;
+      }
+      auto loss = objective(logits, tl, y);
+      tl.reset();
+      (loss + student_cfg.router_aux_loss_coef * aux).backward();
+      opt.step();
+      opt.zero_grad();
+    }
+    peak[rank] = scope.counter().peak(rank);
+  };
   fsdpp::test::run_ranks(c.ranks, [&](fsdpp::dist::World& w) {
     tl_rank = w.rank();
-    {
-      fsdpp::models::Qwen3Moe student(student_cfg), teacher(teacher_cfg);
-      fsdpp::FullyShardOptions opts;
-      opts.mesh = w.mesh();
-      const auto policy = fsdpp::transformer_layer_policy({"Qwen3MoeDecoderLayer"});
-      fsdpp::apply_fully_shard(*student, policy, opts);
-      if (c.bf16) teacher->to(at::kBFloat16);
-      for (auto& p : teacher->parameters()) p.set_requires_grad(false);
+    fsdpp::FullyShardOptions opts;
+    opts.mesh = w.mesh();
+    const auto policy = fsdpp::transformer_layer_policy({"Qwen3MoeDecoderLayer"});
+    fsdpp::models::Qwen3Moe teacher(teacher_cfg);
+    if (c.bf16) teacher->to(at::kBFloat16);
+    for (auto& q : teacher->parameters()) q.set_requires_grad(false);
+    if (c.tp > 1) {
+      // As fsdpp-train's Distiller: the student's logits are this rank's columns; the teacher,
+      // FULL_SHARD over the world, gives whole logits, narrowed to the same columns.
+      auto plan = fsdpp::models::plan_of(fsdpp::models::Qwen3Moe(student_cfg));
+      auto p = fsdpp::parallel::parallelize(plan, w, {.tp = c.tp}, {});
       fsdpp::apply_fully_shard(*teacher, policy, opts);
-      torch::optim::AdamW opt(student->parameters(), torch::optim::AdamWOptions(1e-3).weight_decay(0.1));
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(7 + w.rank());
-      scope.counter().reset_peak(w.rank());
-      for (int step = 0; step < 3; ++step) {
-        auto x = torch::randint(student_cfg.vocab_size, {B, T}, gen);
-        auto y = torch::randint(student_cfg.vocab_size, {B, T}, gen);
-        auto out = fsdpp::forward(student, x, y, /*output_router_logits=*/true);
-        at::Tensor tl;
-        {
-          at::NoGradGuard no_grad;
-          tl = fsdpp::forward(teacher, x, at::Tensor(), /*output_router_logits=*/false).logits;
-        }
-        auto parts = fsdpp::train::distillation_objective(out.logits, tl, y, {}, 0.5);
-        tl.reset();
-        auto loss = parts.loss + student_cfg.router_aux_loss_coef * out.aux_loss;
-        loss.backward();
-        opt.step();
-        opt.zero_grad();
-      }
-      peak[w.rank()] = scope.counter().peak(w.rank());
-      w.group()->barrier();
+      const auto tpg = p->mesh().group("tp");
+      const auto cols = fsdpp::tp::shard_range(student_cfg.vocab_size, c.tp, tpg->rank());
+      steps(
+          w.rank(),
+          [&](const at::Tensor& x, const at::Tensor&) {
+            auto out = plan->causal_lm()->forward_features(x, /*aux_loss=*/true, {});
+            return std::pair{out.logits, out.aux_loss};
+          },
+          teacher,
+          [&](const at::Tensor& l, const at::Tensor& t, const at::Tensor& y) {
+            return fsdpp::train::vocab_parallel_distillation_objective(l, t.narrow(-1, cols.offset, cols.size), y, {},
+                                                                       {}, 0.5, cols.offset, tpg)
+                .loss;
+          },
+          p->parameters(), 7 + p->mesh().group("dp")->rank());
+    } else {
+      fsdpp::models::Qwen3Moe student(student_cfg);
+      fsdpp::apply_fully_shard(*student, policy, opts);
+      fsdpp::apply_fully_shard(*teacher, policy, opts);
+      steps(
+          w.rank(),
+          [&](const at::Tensor& x, const at::Tensor& y) {
+            auto out = fsdpp::forward(student, x, y, /*output_router_logits=*/true);
+            return std::pair{out.logits, out.aux_loss};
+          },
+          teacher,
+          [](const at::Tensor& l, const at::Tensor& t, const at::Tensor& y) {
+            return fsdpp::train::distillation_objective(l, t, y, {}, 0.5).loss;
+          },
+          student->parameters(), 7 + w.rank());
     }
+    w.group()->barrier();
     tl_rank = -1;
   });
   fsdpp::EstimateOptions o;
   o.world_size = c.ranks;
+  o.tensor_parallel = c.tp;
   o.batch = B;
   o.seq_len = T;
   o.runtime_baseline_bytes = 0;
@@ -229,7 +275,8 @@ TEST_P(EstimateVsAllocatorTeacher, PeakTensorBytesWithinFivePercent) {
 INSTANTIATE_TEST_SUITE_P(Distillation, EstimateVsAllocatorTeacher,
                          // (A bf16 teacher is not counted here: a bf16 kernel needs the CPU
                          // allocator's context to be its data pointer, which the counter's is not.)
-                         ::testing::Values(TeacherCase{"teacher_1", 1, false}, TeacherCase{"teacher_fsdp2", 2, false}),
+                         ::testing::Values(TeacherCase{"teacher_1", 1, false}, TeacherCase{"teacher_fsdp2", 2, false},
+                                           TeacherCase{"teacher_tp2", 2, false, 2}),
                          [](const ::testing::TestParamInfo<TeacherCase>& i) { return std::string(i.param.name); });
 
 // Pipeline: the microbatches each stage holds are read off the schedule's action lists, and they

@@ -217,11 +217,14 @@ struct EstimateOptions {
   // gets its own mapping, returned when freed, and RSS follows the live tensors.
   int64_t mmap_threshold = 0;
   // Knowledge distillation (docs/estimate.md#distillation-teacher): a frozen teacher of its own
-  // shape, FULL_SHARD over the same data-parallel ranks in units of its own, parameters in
-  // `dtype`; it costs its shards, one gathered unit at a time (plus the prefetched one) during
-  // its forward under no-grad (no saved activations, no gradients, no optimizer state), and its
-  // logits (B x T x V, fp32) from its forward until the student's loss is made, whose graph keeps
-  // the teacher's probabilities until backward.
+  // shape, FULL_SHARD over the whole world (every rank, whatever tp and pp) in units of its own,
+  // parameters in `dtype`; it costs its shards, one gathered unit at a time (plus the prefetched
+  // one) during its forward under no-grad (no saved activations, no gradients, no optimizer
+  // state), and its logits (B x T x V, fp32) from its forward until the student's loss is made,
+  // whose graph keeps the teacher's probabilities until backward. Under tensor parallelism the
+  // teacher runs whole and the objective takes this rank's vocabulary columns; under a pipeline
+  // it runs on the step's rows before the pipeline, on every rank, and the last stage's ranks
+  // hold its logits through the step.
   struct Teacher {
     ModelDescription model;
     EstimateDType dtype = EstimateDType::FP32;

@@ -45,7 +45,7 @@ class Qwen3MoeStageImpl : public torch::nn::Module {
   // The same with `token_loss` of (logits, targets) in place of the cross entropy (empty: the
   // cross entropy).
   at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets, const TokenLoss& token_loss);
-  // The load-balancing loss of the last forward (unscaled), on the last stage.
+  // The load-balancing loss of the last forward (unscaled, detached: a value), on the last stage.
   const at::Tensor& last_aux_loss() const { return aux_; }
 
   bool has_embedding() const { return !embed_tokens.is_empty(); }
