@@ -5,6 +5,7 @@
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/models/llama_stages.h"
+#include "fsdpp/models/model_plan.h"
 #include "fsdpp/pipeline/communication.h"
 #include "fsdpp/pipeline/schedule_traits.h"
 
@@ -17,6 +18,10 @@ std::string PipelineCut::describe() const {
   }
   return fmt::format("{}, {} stages of {} units, {} microbatches", schedule.name,
                      units_per_stage.size(), counts, schedule.num_microbatches);
+}
+
+PipelineUnits pipeline_units_of(const models::ModelPlan& plan) {
+  return {plan.pipeline_units(), plan.describe_pipeline_units()};
 }
 
 PipelineCut cut_pipeline(const PipelineUnits& model_units, const std::string& name, int pp,

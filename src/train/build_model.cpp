@@ -57,7 +57,8 @@ void check_layer_classes(const TrainConfig& cfg, torch::nn::Module& model) {
 // The pipeline's cut of model.n_layers under the keys that set it, before output_dir is touched.
 void LanguageModels::check_layout(TrainSession& s) const {
   const int64_t n = s.cfg.model.n_layers;
-  const parallel::PipelineUnits units{n + 2, fmt::format("{}; model.n_layers={}", models::language_model_units(n), n)};
+  const parallel::PipelineUnits units{
+      n + 2, fmt::format("{}; model.n_layers={}", models::language_model_units(n), n)};
   if (s.dims.pipeline_parallel()) (void)pipeline_microbatches(s.cfg, s.dims, units);
 }
 

@@ -286,7 +286,7 @@ void CustomRun::build_model(TrainSession& s) const {
                    "it was given", model.name, s.plan ? "the plan of another module" : "no plan");
     // The cut and the schedule on this model's units, under the keys that set them.
     if (s.dims.pipeline_parallel()) {
-      (void)pipeline_microbatches(s.cfg, s.dims, {s.plan->pipeline_units(), s.plan->describe_pipeline_units()});
+      (void)pipeline_microbatches(s.cfg, s.dims, parallel::pipeline_units_of(*s.plan));
     }
   } else {
     s.plan = std::make_shared<DataParallelPlan>(model, module, fc.transformer_layer_cls_to_wrap);

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,7 +66,7 @@ parallel::ParallelizeOptions parallelize_options(TrainSession& s) {
   if (s.dims.pipeline_parallel()) {
     o.schedule = p.pipeline_parallel_schedule;
     o.layers_per_stage = static_cast<int>(p.pipeline_parallel_layers_per_stage);
-    o.microbatches = pipeline_microbatches(cfg, s.dims, {s.plan->pipeline_units(), s.plan->describe_pipeline_units()});
+    o.microbatches = pipeline_microbatches(cfg, s.dims, parallel::pipeline_units_of(*s.plan));
     o.runtime.store = s.world.store();
   }
   return o;

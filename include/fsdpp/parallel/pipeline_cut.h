@@ -14,6 +14,10 @@
 
 #include "fsdpp/pipeline/schedule.h"
 
+namespace fsdpp::models {
+class ModelPlan;
+}
+
 namespace fsdpp::parallel {
 
 // A model's pipeline units as a cut sees them: how many, and what they are (for messages: "the
@@ -23,6 +27,8 @@ struct PipelineUnits {
   int64_t count = 0;
   std::string what;
 };
+// A plan's: ModelPlan::pipeline_units and describe_pipeline_units.
+PipelineUnits pipeline_units_of(const models::ModelPlan& plan);
 
 struct PipelineCut {
   pipeline::PipelineSchedule schedule;
