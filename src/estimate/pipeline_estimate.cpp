@@ -213,7 +213,8 @@ MemoryEstimate estimate_pipeline(const ModelDescription& model, const EstimateOp
     sched = pipeline::make_schedule(pp.schedule, degree, m, pp.stages_per_rank);
     counts = models::even_units_per_stage(n_units, sched.num_stages);
   } else {
-    auto cut = parallel::cut_pipeline(n_units, pp.schedule, degree, m, pp.layers_per_stage);
+    auto cut = parallel::cut_pipeline({n_units, models::language_model_units(L)}, pp.schedule,
+                                      degree, m, pp.layers_per_stage);
     counts = cut.units_per_stage;
     sched = cut.schedule;
   }

@@ -16,6 +16,9 @@ class LlamaPlan final : public ModelPlan {
   std::string name() const override { return "Llama"; }
   CausalLM* causal_lm() override { return lm_.get(); }
   int64_t pipeline_units() const override { return llama_pipeline_units(model_->config()); }
+  std::string describe_pipeline_units() const override {
+    return language_model_units(model_->config().n_layers);
+  }
 
   std::vector<ModelStage> split(const std::vector<int>& units_per_stage) override {
     std::vector<ModelStage> out;

@@ -10,6 +10,10 @@ namespace fsdpp::models {
 
 int64_t llama_pipeline_units(const LlamaConfig& cfg) { return cfg.n_layers + 2; }
 
+std::string language_model_units(int64_t n_layers) {
+  return fmt::format("the embedding, {} block{} and the head", n_layers, n_layers == 1 ? "" : "s");
+}
+
 std::vector<int> even_units_per_stage(int64_t units, int num_stages) {
   FSDPP_CHECK_AS(ConfigError, num_stages >= 1 && units >= num_stages,
                  "[models] {} units (the embedding, the blocks and the head) cannot fill {} "

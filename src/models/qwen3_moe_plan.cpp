@@ -2,6 +2,7 @@
 // layers. See include/fsdpp/models/model_plan.h.
 #include <optional>
 
+#include "fsdpp/models/llama_stages.h"
 #include "fsdpp/models/model_plan.h"
 #include "fsdpp/models/qwen3_moe_ep.h"
 #include "fsdpp/models/qwen3_moe_stages.h"
@@ -19,6 +20,9 @@ class Qwen3MoePlan final : public ModelPlan {
   std::string name() const override { return "Qwen3-MoE"; }
   CausalLM* causal_lm() override { return lm_.get(); }
   int64_t pipeline_units() const override { return qwen3_moe_pipeline_units(model_->config()); }
+  std::string describe_pipeline_units() const override {
+    return language_model_units(model_->config().num_hidden_layers);
+  }
 
   std::vector<ModelStage> split(const std::vector<int>& units_per_stage) override {
     std::vector<ModelStage> out;

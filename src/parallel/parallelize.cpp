@@ -110,7 +110,7 @@ std::unique_ptr<Parallelized> parallelize(std::shared_ptr<models::ModelPlan> mod
   p->options_ = o;
   // 1. The cut, decided first.
   if (dims.pp > 1) {
-    p->cut_ = cut_pipeline(model->pipeline_units(), o.schedule, dims.pp, o.microbatches,
+    p->cut_ = cut_pipeline(pipeline_units_of(*model), o.schedule, dims.pp, o.microbatches,
                            o.layers_per_stage);
   }
   p->mesh_ = std::make_unique<ParallelMesh>(world, dims);

@@ -5,6 +5,7 @@
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/models/llama_stages.h"
+#include "fsdpp/models/model_plan.h"
 #include "fsdpp/pipeline/communication.h"
 #include "fsdpp/pipeline/schedule_traits.h"
 
@@ -19,8 +20,13 @@ std::string PipelineCut::describe() const {
                      units_per_stage.size(), counts, schedule.num_microbatches);
 }
 
-PipelineCut cut_pipeline(int64_t units, const std::string& name, int pp, int microbatches,
-                         int layers_per_stage) {
+PipelineUnits pipeline_units_of(const models::ModelPlan& plan) {
+  return {plan.pipeline_units(), plan.describe_pipeline_units()};
+}
+
+PipelineCut cut_pipeline(const PipelineUnits& model_units, const std::string& name, int pp,
+                         int microbatches, int layers_per_stage) {
+  const int64_t units = model_units.count;
   const auto& traits = pipeline::schedule_traits(name);
   FSDPP_CHECK_AS(ConfigError, pp >= 1 && microbatches >= 1,
                  "[parallel] a pipeline of {} ranks and {} microbatches; expected >= 1 of each",
@@ -33,9 +39,9 @@ PipelineCut cut_pipeline(int64_t units, const std::string& name, int pp, int mic
     const bool fits = traits.any_stages_per_rank ? stages % pp == 0 && stages >= 2 * pp
                                                  : stages == traits.stages_per_rank * pp;
     FSDPP_CHECK_AS(ConfigError, fits,
-                   "[parallel] {} units (the embedding, the blocks and the head) in stages of {} "
-                   "make {} stages, but schedule {} on {} pipeline ranks needs {}",
-                   units, layers_per_stage, stages, traits.name, pp,
+                   "[parallel] {} units ({}) in stages of {} make {} stages, but schedule {} on "
+                   "{} pipeline ranks needs {}",
+                   units, model_units.what, layers_per_stage, stages, traits.name, pp,
                    traits.any_stages_per_rank
                        ? fmt::format("a multiple of {} (at least {})", pp, 2 * pp)
                        : fmt::format("{} ({} per rank)", traits.stages_per_rank * pp,
@@ -43,9 +49,8 @@ PipelineCut cut_pipeline(int64_t units, const std::string& name, int pp, int mic
   } else {
     FSDPP_CHECK_AS(ConfigError, units >= stages,
                    "[parallel] schedule {} on {} pipeline ranks needs {} stages but the model has "
-                   "{} units (the embedding, the blocks and the head); use more layers or fewer "
-                   "ranks",
-                   traits.name, pp, stages, units);
+                   "{} units ({}); use a model of more units or fewer pipeline ranks",
+                   traits.name, pp, stages, units, model_units.what);
     cut.units_per_stage = models::even_units_per_stage(units, stages);
   }
   cut.schedule = pipeline::add_communication(traits.make(pp, stages / pp, microbatches));

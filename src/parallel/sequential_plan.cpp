@@ -65,6 +65,9 @@ class SequentialPlan final : public models::ModelPlan {
   }
 
   int64_t pipeline_units() const override { return static_cast<int64_t>(model_->size()); }
+  std::string describe_pipeline_units() const override {
+    return fmt::format("the children of sequential_plan '{}'", o_.name);
+  }
 
   std::vector<models::ModelStage> split(const std::vector<int>& units_per_stage) override {
     std::vector<pipeline::BlockRange> ranges;

@@ -1,15 +1,73 @@
-// build_model (phases.h): the model's vocabulary, the check that the run fits in memory, the
-// model of model.architecture (on the meta device under model.deferred_init, else whole) and
-// model.init_from's weights where they load before sharding (a model built whole).
+// fsdpp-train's language models (run_model.h) at build_model (phases.h): the model's vocabulary,
+// the check that the run fits in memory, the model of model.architecture (on the meta device
+// under model.deferred_init, else whole), its plan, the classes the config names in it and
+// model.init_from's weights where they load before sharding (a model built whole); the layout
+// checks of its shape (choose_start) and its FLOPs per token (MFU).
+#include <set>
+#include <string>
+
 #include "fsdpp/common/error.h"
+#include "fsdpp/estimate/flops.h"
+#include "fsdpp/fsdp/wrap_policy.h"
+#include "fsdpp/models/llama_stages.h"
+#include "fsdpp/models/model_plan.h"
 #include "fsdpp/train/memory_check.h"
 #include "fits_check.h"
 #include "phases.h"
 
 namespace fsdpp::train::detail {
+namespace {
 
-void build_model(TrainSession& s) {
-  if (s.custom) return build_custom_model(s);  // train()'s module (custom_model.cpp)
+// fsdp_transformer_layer_cls_to_wrap names classes of the model (as Accelerate requires): a name
+// no module has would leave the whole model one unit, or nothing checkpointed, without a word.
+// The guide's Qwen3MoeDecoderLayer on the Llama that fsdpp-train builds is the usual case.
+void check_layer_classes(const TrainConfig& cfg, torch::nn::Module& model) {
+  const auto& fc = cfg.training.fsdp_config;
+  if (fc.auto_wrap_policy != AutoWrapPolicy::TRANSFORMER_BASED_WRAP &&
+      !cfg.training.gradient_checkpointing) {
+    return;
+  }
+  std::set<std::string> classes;
+  for (const auto& m : model.modules(/*include_self=*/true)) classes.insert(module_class_name(*m));
+  for (const auto& name : fc.transformer_layer_cls_to_wrap) {
+    if (classes.count(name)) continue;
+    std::string have;
+    for (const auto& c : classes) have += (have.empty() ? "" : ", ") + c;
+    // The model built, not the YAML: model.init_from may have made it another architecture.
+    const auto arch = cfg.model.architecture;
+    FSDPP_THROW(ConfigError,
+                "[train] training.fsdp_config.fsdp_transformer_layer_cls_to_wrap names '{}', "
+                "which is not a module class of the model fsdpp-train builds ({}: {}){}; "
+                "expected its decoder layer's class, [{}]{}",
+                name, module_class_name(model), have,
+                arch == ModelArchitecture::LLAMA && name == decoder_layer_class(ModelArchitecture::QWEN3_MOE)
+                    ? " (Qwen3MoeDecoderLayer is the Qwen3-MoE model's layer: set "
+                      "model.architecture=qwen3_moe)"
+                    : "",
+                decoder_layer_class(arch),
+                cfg.model.init_from.empty()
+                    ? ""
+                    : fmt::format(" (model.init_from='{}' made the model {})", cfg.model.init_from,
+                                  cfg.model.architecture.name()));
+  }
+}
+
+}  // namespace
+
+// The pipeline's cut of model.n_layers under the keys that set it, before output_dir is touched.
+void LanguageModels::check_layout(TrainSession& s) const {
+  const int64_t n = s.cfg.model.n_layers;
+  const parallel::PipelineUnits units{
+      n + 2, fmt::format("{}; model.n_layers={}", models::language_model_units(n), n)};
+  if (s.dims.pipeline_parallel()) (void)pipeline_microbatches(s.cfg, s.dims, units);
+}
+
+double LanguageModels::flops_per_token(const TrainSession& s) const {
+  const auto ce = configured_estimate(s.cfg, s.vocab, s.world.size(), s.world.env().local_world_size);
+  return training_flops_per_token(ce.model, s.cfg.data.seq_len);
+}
+
+void LanguageModels::build_model(TrainSession& s) const {
   const auto& cfg = s.cfg;
   auto& world = s.world;
   const auto& tokenizer = s.tokenizer;
@@ -30,6 +88,9 @@ void build_model(TrainSession& s) {
   } else {
     s.lm = models::causal_lm(models::Qwen3Moe(cfg.qwen3_moe_config(vocab), device));
   }
+  // The plan parallelize applies (shard_model), sharing the model the session owns.
+  s.plan = models::plan_of(std::shared_ptr<models::CausalLM>(std::shared_ptr<void>(), s.lm.get()));
+  check_layer_classes(cfg, s.lm->module());
   if (init && !deferred_init(cfg)) init->load_whole(*s.lm);
   const int64_t n_params = models::num_parameters(s.lm->module());
   s.say(fmt::format("[train] model: {}: {:.2f} M parameters", s.lm->describe(), n_params / 1e6));

@@ -103,14 +103,23 @@ void validate_qwen3_moe(const models::Qwen3MoeConfig& c) {
   }
 }
 
-// The model's shape against the parallel degrees, none of which needs the world: each rank of a
-// tp group computes whole heads (and an equal share of the sequence under sequence parallelism),
-// each rank of an ep group an equal number of experts. The models' own checks, which the plans
-// would throw once the model is built, with the config's keys in front.
+// fsdpp-train's model's shape against the parallel degrees, none of which needs the world: each
+// rank of a tp group computes whole heads (and an equal share of the sequence under sequence
+// parallelism), each rank of an ep group an equal number of experts, a pipeline's stages have no
+// table to share. The models' own checks, which their plans would throw once the model is built,
+// with the config's keys in front. Not validate_run's: another model (train()'s) has its own.
 void validate_layout(const TrainConfig& cfg) {
   const auto& m = cfg.model;
   const auto& p = cfg.parallelism;
   const int64_t tp = p.tensor_parallel_degree, ep = p.expert_parallel_degree;
+  check(ep == 1 || m.architecture == ModelArchitecture::QWEN3_MOE,
+        "[config] parallelism.expert_parallel_degree={} needs experts: model.architecture=qwen3_moe "
+        "(got {})",
+        ep, m.architecture.name());
+  check(p.pipeline_parallel_degree == 1 || !m.tie_embeddings,
+        "[config] model.tie_embeddings=true with parallelism.pipeline_parallel_degree={}: the tied "
+        "table would live on the first and the last stage; untie it",
+        p.pipeline_parallel_degree);
   auto keyed = [](const std::string& keys, const auto& model_check) {
     try {
       model_check();
@@ -149,9 +158,11 @@ void validate_layout(const TrainConfig& cfg) {
   }
 }
 
-}  // namespace
-
-void TrainConfig::validate() const {
+// fsdpp-train's model: and data: sections, each on its own and against the other.
+void validate_model_sections(const TrainConfig& cfg) {
+  const auto& model = cfg.model;
+  const auto& data = cfg.data;
+  const auto& training = cfg.training;
   // model:
   check(model.vocab_size >= 0,
         "[config] model.vocab_size={}: expected 0 (the tokenizer's vocabulary) or > 0",
@@ -197,7 +208,17 @@ void TrainConfig::validate() const {
           "(the tokenizer's) or >= {}",
           model.vocab_size, data.tokenizer_vocab_size, data.tokenizer_vocab_size);
   }
+}
 
+}  // namespace
+
+void TrainConfig::validate() const {
+  validate_model_sections(*this);
+  validate_run();
+  validate_layout(*this);
+}
+
+void TrainConfig::validate_run() const {
   // training.fsdp_config:
   const auto& f = training.fsdp_config;
   if (f.auto_wrap_policy == AutoWrapPolicy::TRANSFORMER_BASED_WRAP) {
@@ -337,7 +358,6 @@ void TrainConfig::validate() const {
   }
   // parallelism: (what needs the world size is checked by parallel_dims)
   validate_parallelism(*this);
-  validate_layout(*this);
   validate_distillation(*this);
 }
 

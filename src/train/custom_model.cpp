@@ -1,7 +1,7 @@
 // train() (custom_model.h): a user's module, loss and data through the phases of fsdpp-train
-// (phases.h). What differs is where the data and the model come from (prepare_custom_data,
-// build_custom_model); the module and its loss sit behind the CausalLM that the other phases
-// shard, step, evaluate and checkpoint.
+// (phases.h), as the run model CustomRun (run_model.h): the data are the user's sources, the
+// model the user's module with its plan; the module and its loss sit behind the CausalLM that
+// the other phases shard, step, evaluate and checkpoint.
 #include <set>
 #include <string>
 #include <utility>
@@ -12,6 +12,7 @@
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/wrap_policy.h"
+#include "fsdpp/train/custom_model.h"
 #include "config_read.h"
 #include "fits_check.h"
 #include "phases.h"
@@ -48,6 +49,7 @@ class DataParallelPlan final : public models::ModelPlan {
     return {model_.loss(*module_, Batch{inputs, targets, {}}), {}};
   }
   int64_t pipeline_units() const override { FSDPP_THROW(ConfigError, "{}", no_plan()); }
+  std::string describe_pipeline_units() const override { return no_plan(); }
   std::vector<models::ModelStage> split(const std::vector<int>&) override {
     FSDPP_THROW(ConfigError, "{}", no_plan());
   }
@@ -162,8 +164,8 @@ void check_parallel_keys(const TrainConfig& cfg, bool has_plan) {
          std::to_string(p.pipeline_parallel_degree), plans);
 }
 
-// The keys about fsdpp-train's language models, refused before the config's own checks (which
-// speak of fsdpp-train's models); expert parallelism needs experts, which no custom plan places.
+// The keys about fsdpp-train's language models, refused by name (validate_run does not read
+// them); expert parallelism needs experts, which no custom plan places.
 void check_custom_keys(const TrainConfig& cfg) {
   refuse(cfg.parallelism.expert_parallel_degree != 1, "parallelism.expert_parallel_degree",
          std::to_string(cfg.parallelism.expert_parallel_degree),
@@ -215,10 +217,25 @@ void check_custom_config(const TrainConfig& cfg, const CustomModel& model, const
   check_parallel_keys(cfg, static_cast<bool>(model.plan));
 }
 
-}  // namespace
+// train()'s model and data (run_model.h), in place of the model: and data: sections.
+class CustomRun final : public RunModel {
+ public:
+  CustomRun(CustomModel model, TrainData data) : model_(std::move(model)), data_(std::move(data)) {}
+  // The module's units are known once it is made: build_model checks the cut against them.
+  void check_layout(TrainSession&) const override {}
+  void prepare_data(TrainSession& s) const override;
+  void build_model(TrainSession& s) const override;
+  // float32 from the root under mixed precision, for the user's loss and targets.
+  std::optional<at::ScalarType> root_output_dtype() const override { return at::kFloat; }
+  double flops_per_token(const TrainSession&) const override { return 0; }  // no estimate
 
-void prepare_custom_data(TrainSession& s) {
-  const auto& data = s.custom->data;
+ private:
+  CustomModel model_;
+  TrainData data_;
+};
+
+void CustomRun::prepare_data(TrainSession& s) const {
+  const auto& data = data_;
   const SourceOptions o = s.share(/*shuffle=*/true);
   s.batches = data.train(o);
   FSDPP_CHECK_AS(ConfigError, s.batches && s.batches->per_rank() >= 1,
@@ -237,8 +254,8 @@ void prepare_custom_data(TrainSession& s) {
                     s.batches->per_rank()));
 }
 
-void build_custom_model(TrainSession& s) {
-  const auto& model = s.custom->model;
+void CustomRun::build_model(TrainSession& s) const {
+  const auto& model = model_;
   const auto& t = s.cfg.training;
   torch::manual_seed(t.seed);  // the same initial weights on every rank, and in every run
   auto module = model.make();
@@ -268,7 +285,9 @@ void build_custom_model(TrainSession& s) {
                    "[train] CustomModel '{}': plan returned {}; expected the plan of the module "
                    "it was given", model.name, s.plan ? "the plan of another module" : "no plan");
     // The cut and the schedule on this model's units, under the keys that set them.
-    if (s.dims.pipeline_parallel()) (void)pipeline_microbatches(s.cfg, s.dims, s.plan->pipeline_units());
+    if (s.dims.pipeline_parallel()) {
+      (void)pipeline_microbatches(s.cfg, s.dims, parallel::pipeline_units_of(*s.plan));
+    }
   } else {
     s.plan = std::make_shared<DataParallelPlan>(model, module, fc.transformer_layer_cls_to_wrap);
   }
@@ -277,16 +296,13 @@ void build_custom_model(TrainSession& s) {
                     models::num_parameters(s.lm->module()) / 1e6));
 }
 
+}  // namespace
 }  // namespace detail
 
 TrainConfig custom_config(const std::string& yaml, const std::vector<std::string>& overrides) {
-  // data.path set for the validation (which fsdpp-train's data need), then cleared.
-  std::vector<std::string> all{"data.path=unused"};
-  all.insert(all.end(), overrides.begin(), overrides.end());
-  auto cfg = detail::read_config(yaml, all, "the custom model's config");
+  auto cfg = detail::read_config(yaml, overrides, "the custom model's config");
   detail::check_custom_keys(cfg);  // the parallelism: degrees are checked with the model, by train()
-  cfg.validate();
-  cfg.data.path.clear();
+  cfg.validate_run();  // the model: and data: sections are fsdpp-train's model's, not read here
   return cfg;
 }
 
@@ -315,15 +331,13 @@ TrainResult train(TrainConfig config, std::shared_ptr<dist::World> world, Custom
       fc.transformer_layer_cls_to_wrap == TrainConfig{}.training.fsdp_config.transformer_layer_cls_to_wrap) {
     fc.transformer_layer_cls_to_wrap = model.blocks;
   }
-  // The model: and data: sections are not this run's: data.path may be empty, and the module is
-  // made whole (model.deferred_init draws fsdpp-train's models from their initialisation plan).
+  // The model: and data: sections are not this run's: they are not validated (the module's shape
+  // is its plan's to check), and the module is made whole (model.deferred_init draws
+  // fsdpp-train's models from their initialisation plan).
   config.model.deferred_init = DeferredInit::OFF;
-  TrainConfig checked = config;
-  if (checked.data.path.empty()) checked.data.path = "-";
-  checked.validate();
-  const detail::CustomRun run{std::move(model), std::move(data)};
-  detail::TrainSession s(config, std::move(world), hooks);
-  s.custom = &run;
+  config.validate_run();
+  const detail::CustomRun run(std::move(model), std::move(data));
+  detail::TrainSession s(config, std::move(world), hooks, run);
   return detail::run_phases(s);
 }
 

@@ -12,10 +12,10 @@ namespace fsdpp::train::detail {
 
 DeviceMetrics::DeviceMetrics(const TrainSession& s) : s_(s) {
   const c10::Device device = s.world.device();
-  // MFU needs the model's FLOPs per token: fsdpp-train's models only (train()'s have no estimate).
-  if (!dist::has_device_memory(device) || s.custom) return;
-  const auto ce = configured_estimate(s.cfg, s.vocab, s.world.size(), s.world.env().local_world_size);
-  flops_per_token_ = training_flops_per_token(ce.model, s.cfg.data.seq_len);
+  // MFU needs the model's FLOPs per token: fsdpp-train's models give them, train()'s do not.
+  if (!dist::has_device_memory(device)) return;
+  flops_per_token_ = s.run_model.flops_per_token(s);
+  if (flops_per_token_ <= 0) return;
   peak_flops_ = measure_matmul_flops(device);
   s.say(fmt::format("[train] {}: bf16 matrix multiply measured at {:.0f} TFLOP/s; {:.3g} FLOPs "
                     "per token (6N + attention): MFU is logged against it",

@@ -53,7 +53,7 @@ void open_logs(TrainSession& s) {
   s.stop_signal.emplace();  // SIGTERM/SIGINT: stop after the step in progress
   s.heartbeat.emplace();    // fsdpp-run --progress-timeout-s counts from here
   s.heartbeat->beat(fmt::format("training from step {} of {}", first_step, total_steps));
-  s.progress.emplace(lead, total_steps, s.custom != nullptr ? "ex/s" : "tok/s");
+  s.progress.emplace(lead, total_steps, s.tokens_per_example > 0 ? "tok/s" : "ex/s");
 }
 
 }  // namespace fsdpp::train::detail

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "fsdpp/common/error.h"
@@ -36,14 +37,8 @@ void validate_pipeline(const TrainConfig& cfg) {
                  "[config] parallelism.pipeline_parallel_schedule='{}' is not a schedule; "
                  "expected {} (PyTorch's names; case and a 'Schedule' prefix are ignored)",
                  p.pipeline_parallel_schedule, pipeline::schedule_list());
-  const int64_t pp = p.pipeline_parallel_degree;
-  if (pp == 1) return;
-  const std::string with = fmt::format("with parallelism.pipeline_parallel_degree={}", pp);
-  FSDPP_CHECK_AS(ConfigError, !cfg.model.tie_embeddings,
-                 "[config] model.tie_embeddings=true {}: the tied table would live on the first and "
-                 "the last stage; untie it",
-                 with);
-  // What distillation does not do under a pipeline: validate_distillation.
+  // What fsdpp-train's model does not do under a pipeline (a tied table): validate_layout
+  // (config.cpp); what distillation does not: validate_distillation.
 }
 
 }  // namespace
@@ -80,12 +75,6 @@ void validate_parallelism(const TrainConfig& cfg) {
   FSDPP_CHECK_AS(ConfigError, p.expert_parallel_degree >= 1,
                  "[config] parallelism.expert_parallel_degree={}: expected >= 1",
                  p.expert_parallel_degree);
-  if (p.expert_parallel_degree > 1) {
-    FSDPP_CHECK_AS(ConfigError, cfg.model.architecture == ModelArchitecture::QWEN3_MOE,
-                   "[config] parallelism.expert_parallel_degree={} needs experts: "
-                   "model.architecture=qwen3_moe (got {})",
-                   p.expert_parallel_degree, cfg.model.architecture.name());
-  }
   validate_pipeline(cfg);
 }
 
@@ -163,7 +152,12 @@ ParallelDims parallel_dims(const TrainConfig& cfg, int world_size, int local_wor
   return d;
 }
 
-int pipeline_microbatches(const TrainConfig& cfg, const ParallelDims& dims, int64_t units) {
+namespace {
+std::string count_units(int64_t n) { return fmt::format("{} unit{}", n, n == 1 ? "" : "s"); }
+}  // namespace
+
+int pipeline_microbatches(const TrainConfig& cfg, const ParallelDims& dims,
+                          const parallel::PipelineUnits& units) {
   const auto& p = cfg.parallelism;
   const auto& t = cfg.training;
   const int64_t rows = t.per_device_train_batch_size * t.gradient_accumulation_steps;
@@ -176,17 +170,16 @@ int pipeline_microbatches(const TrainConfig& cfg, const ParallelDims& dims, int6
   const int microbatches = static_cast<int>(rows / mb);
   // The cut and the schedule as parallelize makes them, its errors under the keys that set them.
   try {
-    (void)parallel::cut_pipeline(units > 0 ? units : cfg.model.n_layers + 2, p.pipeline_parallel_schedule,
-                                 dims.pp, microbatches, static_cast<int>(p.pipeline_parallel_layers_per_stage));
+    (void)parallel::cut_pipeline(units, p.pipeline_parallel_schedule, dims.pp, microbatches,
+                                 static_cast<int>(p.pipeline_parallel_layers_per_stage));
   } catch (const ConfigError& e) {
     FSDPP_THROW(ConfigError,
                 "[config] parallelism.pipeline_parallel_schedule={}, pipeline_parallel_degree={}, "
-                "pipeline_parallel_layers_per_stage={} with {} and {} microbatches "
+                "pipeline_parallel_layers_per_stage={} with the model's {} and {} microbatches "
                 "(per_device_train_batch_size={} x gradient_accumulation_steps={} / "
                 "pipeline_parallel_microbatch_size={}): {}",
                 p.pipeline_parallel_schedule, dims.pp, p.pipeline_parallel_layers_per_stage,
-                units > 0 ? fmt::format("the model's {} units", units)
-                          : fmt::format("model.n_layers={}", cfg.model.n_layers),
+                count_units(units.count),
                 microbatches, t.per_device_train_batch_size,
                 t.gradient_accumulation_steps, mb, e.what());
   }

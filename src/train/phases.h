@@ -6,12 +6,17 @@
 //
 //   choose_start        which checkpoint to resume from (FSDPP_RESTART_COUNT, resume_from_checkpoint),
 //                       or model.init_from's shape for a fresh run; the layout on this world
-//                       (parallel_dims, the pipeline's plan)               (start.cpp)
+//                       (parallel_dims) and the run model's checks of it (RunModel::check_layout:
+//                       fsdpp-train's pipeline cut of model.n_layers)      (start.cpp)
 //   prepare_output_dir  rank 0's lock on output_dir, the cache dir, config.yaml (start.cpp)
-//   prepare_data        corpus, tokenizer, token cache, splits, the sampler (prepare_data.cpp)
-//   build_model         the memory check, the Llama, init_from's weights before sharding
-//                                                                          (build_model.cpp)
-//   shard_model         the mesh, wrap policy, mixed precision, fully_shard   (shard_model.cpp)
+//   prepare_data        the run model's data (RunModel::prepare_data): fsdpp-train's corpus,
+//                       tokenizer, token cache, splits and sampler (prepare_data.cpp), or
+//                       train()'s sources (custom_model.cpp)
+//   build_model         the run model's model and plan (RunModel::build_model) after the memory
+//                       check: fsdpp-train's Llama or Qwen3-MoE and init_from's weights before
+//                       sharding (build_model.cpp), or train()'s module (custom_model.cpp)
+//   shard_model         the mesh, wrap policy, mixed precision, parallelize with the run
+//                       model's plan                                      (shard_model.cpp)
 //   make_optimizer      AdamW, the loss scaler, disk offload, steps and schedule
 //                                                                          (make_optimizer.cpp)
 //   restore             the checkpointer; a resume's state, metrics and data position; the
@@ -20,9 +25,10 @@
 //   train_loop          train_step, evaluate, metrics, save_due/save_checkpoint (train_loop.cpp)
 //   finish              the final save, the stop or done message, the sample (finish.cpp)
 //
-// train()'s run (custom_model.h) takes the same phases with its own data and model: prepare_data
-// and build_model hand over to prepare_custom_data and build_custom_model (custom_model.cpp)
-// when the session has a CustomRun.
+// What a phase needs of the model trained, it asks the session's run model (run_model.h):
+// Trainer::run makes the session with fsdpp-train's language models (the model: and data:
+// sections), train() (custom_model.h) with its CustomModel and TrainData; the phases are the
+// same for both and never ask which one they have.
 
 #include <cstdint>
 #include <utility>
@@ -36,18 +42,13 @@ TrainResult run_phases(TrainSession& s);
 
 void choose_start(TrainSession& s);
 void prepare_output_dir(TrainSession& s);
-void prepare_data(TrainSession& s);
-void build_model(TrainSession& s);
+// prepare_data and build_model: s.run_model's (run_model.h).
 void shard_model(TrainSession& s);
 void make_optimizer(TrainSession& s);
 void restore(TrainSession& s);
 void open_logs(TrainSession& s);
 void train_loop(TrainSession& s);
 TrainResult finish(TrainSession& s);
-// train()'s data (its sources) and model (made, seeded, its loss behind the CausalLM that the
-// other phases use) (custom_model.cpp).
-void prepare_custom_data(TrainSession& s);
-void build_custom_model(TrainSession& s);
 
 // model.deferred_init (model_init.cpp): whether the model is made without storage, the device
 // build_model makes it on (meta, or the CPU to build it whole), the device its shards live on,

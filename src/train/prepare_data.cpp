@@ -1,5 +1,6 @@
-// prepare_data (phases.h): the corpus, its tokenizer, the token cache, the training and
-// validation splits and the sampler over the training split.
+// fsdpp-train's language models' data (run_model.h) at prepare_data (phases.h): the corpus, its
+// tokenizer, the token cache, the training and validation splits and the sampler over the
+// training split.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -132,8 +133,7 @@ data::BatchLoaderOptions loader_options(TrainSession& s) {
 
 }  // namespace
 
-void prepare_data(TrainSession& s) {
-  if (s.custom) return prepare_custom_data(s);  // train()'s sources (custom_model.cpp)
+void LanguageModels::prepare_data(TrainSession& s) const {
   const auto& cfg = s.cfg;
   auto& world = s.world;
   const bool lead = s.lead;

@@ -7,12 +7,13 @@
 namespace fsdpp::train::detail {
 
 TrainSession::TrainSession(TrainConfig& config, std::shared_ptr<dist::World> world,
-                           const TrainerHooks& hooks)
+                           const TrainerHooks& hooks, const RunModel& run_model)
     : cfg(config),
       world_ptr(std::move(world)),
       world(*world_ptr),
       hooks(hooks),
       lead(this->world.rank() == 0),
+      run_model(run_model),
       val_loss(std::nan("")) {}
 
 void TrainSession::say(const std::string& line) const {

@@ -34,7 +34,6 @@
 #include "fsdpp/train/lr_schedule.h"
 #include "fsdpp/train/parallel_dims.h"
 #include "fsdpp/train/batch_source.h"
-#include "fsdpp/train/custom_model.h"
 #include "fsdpp/train/trainer.h"
 #include "checkpointer.h"
 #include "heartbeat.h"
@@ -43,20 +42,16 @@
 #include "output_dir.h"
 #include "pipeline_step.h"
 #include "progress.h"
+#include "run_model.h"
 #include "stop_signal.h"
 #include "distiller.h"
 #include "tensorboard.h"
 
 namespace fsdpp::train::detail {
 
-// train()'s model and data (custom_model.h), in place of model: and data:.
-struct CustomRun {
-  CustomModel model;
-  TrainData data;
-};
-
 struct TrainSession {
-  TrainSession(TrainConfig& config, std::shared_ptr<dist::World> world, const TrainerHooks& hooks);
+  TrainSession(TrainConfig& config, std::shared_ptr<dist::World> world, const TrainerHooks& hooks,
+               const RunModel& run_model);
   TrainSession(const TrainSession&) = delete;
   TrainSession& operator=(const TrainSession&) = delete;
 
@@ -69,9 +64,8 @@ struct TrainSession {
   dist::World& world;
   const TrainerHooks& hooks;
   const bool lead;  // rank 0: the rank that writes output_dir and prints
-  // train()'s user model and data; null for fsdpp-train's language models, which the model:
-  // and data: sections describe.
-  const CustomRun* custom = nullptr;
+  // The model trained and its data (run_model.h): fsdpp-train's language models or train()'s.
+  const RunModel& run_model;
 
   // ---- choose_start, prepare_output_dir
   std::filesystem::path out_dir;
@@ -107,8 +101,8 @@ struct TrainSession {
   int64_t vocab = 0;
   // The model of model.architecture (or train()'s module behind the same interface).
   std::unique_ptr<models::CausalLM> lm;
-  // train()'s module's plan (its own, or one that allows data parallelism alone); null for
-  // fsdpp-train's models, whose plan is models::plan_of(lm).
+  // The plan parallelize applies to it: models::plan_of(lm) for fsdpp-train's models, train()'s
+  // module's own (or one that allows data parallelism alone).
   std::shared_ptr<models::ModelPlan> plan;
   // qwen3_moe: the top-k choices per expert over the global batch in the last forward.
   std::function<std::vector<int64_t>()> expert_load;

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,43 +19,6 @@
 #include "phases.h"
 
 namespace fsdpp::train::detail {
-namespace {
-
-// fsdp_transformer_layer_cls_to_wrap names classes of the model (as Accelerate requires): a name
-// no module has would leave the whole model one unit, or nothing checkpointed, without a word.
-// The guide's Qwen3MoeDecoderLayer on the Llama that fsdpp-train builds is the usual case.
-void check_layer_classes(const TrainConfig& cfg, torch::nn::Module& model) {
-  const auto& fc = cfg.training.fsdp_config;
-  if (fc.auto_wrap_policy != AutoWrapPolicy::TRANSFORMER_BASED_WRAP &&
-      !cfg.training.gradient_checkpointing) {
-    return;
-  }
-  std::set<std::string> classes;
-  for (const auto& m : model.modules(/*include_self=*/true)) classes.insert(module_class_name(*m));
-  for (const auto& name : fc.transformer_layer_cls_to_wrap) {
-    if (classes.count(name)) continue;
-    std::string have;
-    for (const auto& c : classes) have += (have.empty() ? "" : ", ") + c;
-    // The model built, not the YAML: model.init_from may have made it another architecture.
-    const auto arch = cfg.model.architecture;
-    FSDPP_THROW(ConfigError,
-                "[train] training.fsdp_config.fsdp_transformer_layer_cls_to_wrap names '{}', "
-                "which is not a module class of the model fsdpp-train builds ({}: {}){}; "
-                "expected its decoder layer's class, [{}]{}",
-                name, module_class_name(model), have,
-                arch == ModelArchitecture::LLAMA && name == decoder_layer_class(ModelArchitecture::QWEN3_MOE)
-                    ? " (Qwen3MoeDecoderLayer is the Qwen3-MoE model's layer: set "
-                      "model.architecture=qwen3_moe)"
-                    : "",
-                decoder_layer_class(arch),
-                cfg.model.init_from.empty()
-                    ? ""
-                    : fmt::format(" (model.init_from='{}' made the model {})", cfg.model.init_from,
-                                  cfg.model.architecture.name()));
-  }
-}
-
-}  // namespace
 
 // fsdp_sync_module_states: rank 0's parameters and buffers on every rank, once, over the world
 // before any unit exists (every tensor is then whole on every rank). Done here rather than by
@@ -94,9 +56,9 @@ parallel::ParallelizeOptions parallelize_options(TrainSession& s) {
   o.wrap = cfg.wrap_policy();
   o.keep_ends_gathered = t.fsdp_config.keep_ends_gathered;
   o.sequence_parallel = s.cfg.parallelism.enable_sequence_parallel;
-  // train()'s module returns float32 from its root under mixed precision (FSDP2's
-  // MixedPrecisionPolicy(output_dtype=float32) on the root), for the user's loss and targets.
-  if (s.custom && o.fsdp.mp_policy.param_dtype) o.root_output_dtype = at::kFloat;
+  // The run model's dtype of the root's outputs (FSDP2's MixedPrecisionPolicy(output_dtype)):
+  // train()'s float32, for the user's loss and targets.
+  if (o.fsdp.mp_policy.param_dtype) o.root_output_dtype = s.run_model.root_output_dtype();
   if (t.gradient_checkpointing) {
     o.checkpoint_every = static_cast<int>(t.gradient_checkpointing_every);
     o.checkpoint_classes = t.fsdp_config.transformer_layer_cls_to_wrap;
@@ -104,7 +66,7 @@ parallel::ParallelizeOptions parallelize_options(TrainSession& s) {
   if (s.dims.pipeline_parallel()) {
     o.schedule = p.pipeline_parallel_schedule;
     o.layers_per_stage = static_cast<int>(p.pipeline_parallel_layers_per_stage);
-    o.microbatches = pipeline_microbatches(cfg, s.dims, s.custom ? s.plan->pipeline_units() : 0);
+    o.microbatches = pipeline_microbatches(cfg, s.dims, parallel::pipeline_units_of(*s.plan));
     o.runtime.store = s.world.store();
   }
   return o;
@@ -140,7 +102,6 @@ void shard_model(TrainSession& s) {
                  "(parallelism.pipeline_parallel_degree={}): each microbatch's loss is computed "
                  "inside the last stage; unset the hook or the pipeline",
                  dims.pp);
-  if (!s.custom) check_layer_classes(cfg, model);  // train()'s: build_custom_model checked them
   if (cfg.training.fsdp_config.sync_module_states) sync_module_states(s, model);
   // Every parallelism in its order over one mesh (docs/parallelize.md): the model's plan, this
   // rank's stages (the whole model without a pipeline), each FSDP-sharded.
@@ -149,10 +110,7 @@ void shard_model(TrainSession& s) {
     materialize_model(s, roots);
   };
   try {
-    // train()'s module brings its plan (custom_model.cpp); fsdpp-train's models have theirs.
-    auto plan = s.plan ? s.plan
-                       : models::plan_of(std::shared_ptr<models::CausalLM>(std::shared_ptr<void>(), s.lm.get()));
-    s.parallel = parallel::parallelize(plan, world, dims, options);
+    s.parallel = parallel::parallelize(s.plan, world, dims, options);  // build_model's plan
   } catch (const ConfigError& e) {
     FSDPP_THROW(ConfigError, "[config] parallelism: {} ({}): {}", layout,
                 to_string(t.fsdp), e.what());

@@ -101,11 +101,11 @@ void choose_start(TrainSession& s) {
     for (const auto& note : init->apply_shape(cfg.model)) s.say("[train] model.init_from: " + note);
     cfg.validate();
   }
-  // The layout on this world (and the pipeline's schedule): its errors before output_dir is
+  // The layout on this world, and what the run model checks of it before it is made (the
+  // pipeline's schedule on fsdpp-train's model.n_layers): their errors before output_dir is
   // touched.
   s.dims = parallel_dims(cfg, s.world.size(), s.world.env().local_world_size);
-  // (train()'s module: once it is made and its plan counts its units, build_custom_model.)
-  if (s.dims.pipeline_parallel() && !s.custom) (void)pipeline_microbatches(cfg, s.dims);
+  s.run_model.check_layout(s);
 }
 
 void prepare_output_dir(TrainSession& s) {

@@ -49,12 +49,13 @@ TeacherCacheSummary write_teacher_cache(TrainConfig cfg, std::shared_ptr<dist::W
   const auto t0 = std::chrono::steady_clock::now();
   check_options(o, cfg);
   TrainerHooks no_hooks;
-  detail::TrainSession s(cfg, world, no_hooks);
+  const detail::LanguageModels student;  // the model: and data: sections (run_model.h)
+  detail::TrainSession s(cfg, world, no_hooks, student);
   detail::choose_start(s);  // model.init_from's tokenizer, the cache directory
   dist::agree_on_failure(*world->group(), "creating data.cache_dir", [&] {
     if (s.lead) fs::create_directories(s.cache_dir);
   });
-  detail::prepare_data(s);  // the student's training split, windows and tokenizer
+  student.prepare_data(s);  // the student's training split, windows and tokenizer
   const int64_t vocab = cfg.model.vocab_size > 0 ? cfg.model.vocab_size : s.tokenizer->vocab_size();
   FSDPP_CHECK_AS(ConfigError, o.top_k <= vocab,
                  "[teacher-logits] --top-k {} is larger than the vocabulary ({} tokens)", o.top_k,

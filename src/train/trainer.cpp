@@ -18,17 +18,18 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<dist::World> world, Trainer
 Trainer::~Trainer() = default;
 
 TrainResult Trainer::run() {
-  detail::TrainSession s(s_->cfg, s_->world, s_->hooks);
+  const detail::LanguageModels model;  // the model: and data: sections (run_model.h)
+  detail::TrainSession s(s_->cfg, s_->world, s_->hooks, model);
   return detail::run_phases(s);
 }
 
 // The phases in order (phases.h); each leaves its part of the run in the session, whose members
-// live until run() returns.
+// live until run() returns. The data and the model are the run model's (run_model.h).
 TrainResult detail::run_phases(TrainSession& s) {
   detail::choose_start(s);
   detail::prepare_output_dir(s);
-  detail::prepare_data(s);
-  detail::build_model(s);
+  s.run_model.prepare_data(s);
+  s.run_model.build_model(s);
   detail::shard_model(s);
   detail::make_optimizer(s);
   detail::restore(s);

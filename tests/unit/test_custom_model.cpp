@@ -149,6 +149,44 @@ TEST(CustomModel, RefusesWhatOnlyFsdppTrainsModelsHave) {
   }
 }
 
+// A custom model's config is checked as any run's, not against fsdpp-train's Llama (the model:
+// section it does not train): degrees that do not divide the Llama's heads, or fsdpp-train's
+// data.seq_len under sequence parallelism, are its plan's to judge. The same keys on
+// fsdpp-train's config still name the Llama's shape.
+TEST(CustomModel, ItsConfigIsNotCheckedAgainstFsdppTrainsLlama) {
+  for (const std::vector<std::string> keys :
+       {std::vector<std::string>{"parallelism.tensor_parallel_degree=3"},
+        {"parallelism.tensor_parallel_degree=2", "parallelism.enable_sequence_parallel=true",
+         "data.seq_len=127"},
+        {"parallelism.pipeline_parallel_degree=2", "model.tie_embeddings=true"}}) {
+    const std::string what = keys.front();
+    fsdpp::train::TrainConfig cfg;
+    EXPECT_NO_THROW(cfg = fsdpp::train::custom_config("training: {max_steps: 1}", keys)) << what;
+    // train() reaches the world (none here) with it: nothing about the Llama on the way.
+    auto model = fsdpp::train::sequential_model(
+        [] { return torch::nn::Sequential(torch::nn::Linear(4, 6), torch::nn::ReLU(), torch::nn::Linear(6, 1)); },
+        {.name = "chain", .loss = [](const at::Tensor& y, const at::Tensor& t) { return torch::mse_loss(y, t); }});
+    try {
+      fsdpp::train::train(cfg, nullptr, model, numbered(8));
+      ADD_FAILURE() << what << ": train() without a world did not throw";
+    } catch (const fsdpp::Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("train() needs a world"), std::string::npos) << message;
+      EXPECT_EQ(message.find("Llama"), std::string::npos) << message;
+      EXPECT_EQ(message.find("n_heads"), std::string::npos) << message;
+    }
+  }
+  try {
+    fsdpp::train::TrainConfig::from_yaml_string("data: {path: x}\ntraining: {max_steps: 1}",
+                                                {"parallelism.tensor_parallel_degree=3"});
+    ADD_FAILURE() << "fsdpp-train's Llama with tensor_parallel_degree=3 not refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.n_heads=4, model.n_kv_heads=0 with "
+                                         "parallelism.tensor_parallel_degree=3: Llama"),
+              std::string::npos) << e.what();
+  }
+}
+
 // parallel::sequential_plan: the chain's loss on one process is the Sequential's own forward;
 // tensor-parallel plans that could not equal it are refused before anything is split.
 // A Sequential inside a Sequential (LibTorch stores only modules with a forward of fixed types).

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/models/llama_stages.h"
 #include "fsdpp/parallel/parallel_dims.h"
 #include "fsdpp/parallel/pipeline_cut.h"
 
@@ -50,23 +51,37 @@ TEST(ParallelDims, ResolvesAndNamesWhatDoesNotFit) {
             std::string::npos);
 }
 
+// `n` units of a language model: the embedding, n - 2 blocks, the head.
+static fsdpp::parallel::PipelineUnits units(int64_t n) { return {n, fsdpp::models::language_model_units(n - 2)}; }
+
 TEST(PipelineCut, StagesFromTheSchedulesTraits) {
-  auto one = cut_pipeline(10, "1F1B", 4, 8);
+  auto one = cut_pipeline(units(10), "1F1B", 4, 8);
   EXPECT_EQ(one.units_per_stage, (std::vector<int>{3, 3, 2, 2}));
   EXPECT_EQ(one.schedule.num_stages, 4);
-  auto v = cut_pipeline(10, "ZBVZeroBubble", 2, 4);
+  auto v = cut_pipeline(units(10), "ZBVZeroBubble", 2, 4);
   EXPECT_EQ(v.units_per_stage, (std::vector<int>{3, 3, 2, 2}));
   EXPECT_EQ(v.schedule.stage_to_rank, (std::vector<int>{0, 1, 1, 0}));
   EXPECT_EQ(v.describe(), "ZBVZeroBubble, 4 stages of 3+3+2+2 units, 4 microbatches");
   // layers_per_stage: 10 units in stages of 2 make 5 stages, which no schedule on 2 ranks fits.
-  auto looped = cut_pipeline(12, "Interleaved1F1B", 2, 2, 2);
+  auto looped = cut_pipeline(units(12), "Interleaved1F1B", 2, 2, 2);
   EXPECT_EQ(looped.schedule.num_stages, 6);  // 3 per rank, looped
-  EXPECT_NE(error_of([] { cut_pipeline(10, "Interleaved1F1B", 2, 2, 2); }).find("make 5 stages"),
+  EXPECT_NE(error_of([] { cut_pipeline(units(10), "Interleaved1F1B", 2, 2, 2); }).find("make 5 stages"),
             std::string::npos);
-  EXPECT_NE(error_of([] { cut_pipeline(10, "ZBVZeroBubble", 2, 2, 2); }).find("needs 4 (2 per rank)"),
+  EXPECT_NE(error_of([] { cut_pipeline(units(10), "ZBVZeroBubble", 2, 2, 2); }).find("needs 4 (2 per rank)"),
             std::string::npos);
-  EXPECT_NE(error_of([] { cut_pipeline(3, "ZBVZeroBubble", 2, 2); }).find("needs 4 stages but the model has 3 units"),
+  EXPECT_NE(error_of([] { cut_pipeline(units(3), "ZBVZeroBubble", 2, 2); })
+                .find("needs 4 stages but the model has 3 units (the embedding, 1 block and the head)"),
             std::string::npos);
-  EXPECT_NE(error_of([] { cut_pipeline(6, "DualPipe", 2, 2); }).find("unknown schedule 'DualPipe'"),
+  // The units as the model names them: a chain's are its children, not layers.
+  const fsdpp::parallel::PipelineUnits chain{3, "the children of sequential_plan 'mlp'"};
+  const auto few = error_of([&] { cut_pipeline(chain, "1F1B", 4, 4); });
+  EXPECT_NE(few.find("needs 4 stages but the model has 3 units (the children of sequential_plan "
+                     "'mlp'); use a model of more units or fewer pipeline ranks"),
+            std::string::npos) << few;
+  EXPECT_EQ(few.find("embedding"), std::string::npos) << few;
+  const auto uneven = error_of([&] { cut_pipeline(chain, "ZBVZeroBubble", 2, 2, 2); });
+  EXPECT_NE(uneven.find("3 units (the children of sequential_plan 'mlp') in stages of 2 make 2 stages"),
+            std::string::npos) << uneven;
+  EXPECT_NE(error_of([] { cut_pipeline(units(6), "DualPipe", 2, 2); }).find("unknown schedule 'DualPipe'"),
             std::string::npos);
 }

@@ -17,6 +17,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "fsdpp/models/llama.h"
@@ -25,6 +26,9 @@ namespace fsdpp::models {
 
 // L + 2: the embedding, the blocks, the head.
 int64_t llama_pipeline_units(const LlamaConfig& cfg);
+// What those units are, for messages (Llama's and Qwen3-MoE's): "the embedding, 4 blocks and the
+// head".
+std::string language_model_units(int64_t n_layers);
 
 // `units` split into `num_stages` counts as even as can be, the earlier stages taking one more
 // when they do not divide (each at least 1; ConfigError when units < num_stages).

@@ -75,6 +75,9 @@ class ModelPlan {
   // Pipeline: how many units it cuts into (the embedding, every block, the head), and the cut
   // itself, after tensor and expert parallelism were applied to the whole model.
   virtual int64_t pipeline_units() const = 0;
+  // What those units are, for the messages of a cut that does not fit: "the embedding, 4 blocks
+  // and the head", "the children of sequential_plan 'mlp'".
+  virtual std::string describe_pipeline_units() const = 0;
   virtual std::vector<ModelStage> split(const std::vector<int>& units_per_stage) = 0;
 
   // The blocks' class names: what activation checkpointing marks and FSDP makes units.

@@ -280,8 +280,14 @@ struct TrainConfig {
   static TrainConfig from_file(const std::string& path,
                                const std::vector<std::string>& overrides = {});
 
-  // Ranges and cross-field checks. Does not look at the file system.
+  // Ranges and cross-field checks of every section: validate_run's, then fsdpp-train's model:
+  // and data: sections and the model's shape against the parallel degrees (a Llama's heads over
+  // tensor_parallel_degree). Does not look at the file system.
   void validate() const;
+  // The checks of the keys any run reads, whatever model it trains: training: (fsdp_config
+  // included), parallelism:'s degrees and schedule, distillation:. train() (custom_model.h)
+  // validates its config with these alone: its model's shape is its plan's to check.
+  void validate_run() const;
 
   // The effective configuration, every key included; from_yaml_string reads it back to an
   // equal config.

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "fsdpp/parallel/parallel_dims.h"
+#include "fsdpp/parallel/pipeline_cut.h"
 
 namespace fsdpp::train {
 
@@ -31,10 +32,10 @@ std::string layout_line(const ParallelDims& dims, bool sequence_parallel);
 // The most ranks a degree may name (more than any job has).
 inline constexpr int64_t kMaxDegree = 1 << 20;
 
-// The keys' checks that need no world (called by TrainConfig::validate): degrees >= 1 and at
-// most kMaxDegree (the
-// shard degree -1 too), sequence parallelism only with a tp degree > 1, and what TP cannot be
-// combined with yet (fp16's scaler, offload).
+// The keys' checks that need no world and no model (called by TrainConfig::validate_run):
+// degrees >= 1 and at most kMaxDegree (the shard degree -1 too), sequence parallelism only with a
+// tp degree > 1, the pipeline's schedule and microbatch size. What a degree asks of the model's
+// shape is the model's: fsdpp-train's in TrainConfig::validate, a plan's when it is applied.
 void validate_parallelism(const TrainConfig& cfg);
 
 // The degrees on `world_size` ranks; throws ConfigError naming the keys when their product is
@@ -47,8 +48,9 @@ ParallelDims parallel_dims(const TrainConfig& cfg, int world_size, int local_wor
 // A pipelined run's microbatches per step (pp > 1): per_device_train_batch_size x
 // gradient_accumulation_steps / pipeline_parallel_microbatch_size, checked with the schedule
 // and the cut parallel::cut_pipeline makes of them (ConfigError naming the keys when they do not
-// fit together). `units`: the model's pipeline units (ModelPlan::pipeline_units); 0: the config's
-// model's (model.n_layers + 2: the embedding, the blocks, the head).
-int pipeline_microbatches(const TrainConfig& cfg, const ParallelDims& dims, int64_t units = 0);
+// fit together). `units`: the model's pipeline units and what they are (ModelPlan's
+// pipeline_units and describe_pipeline_units, or fsdpp-train's model section's before it is built).
+int pipeline_microbatches(const TrainConfig& cfg, const ParallelDims& dims,
+                          const parallel::PipelineUnits& units);
 
 }  // namespace fsdpp::train
