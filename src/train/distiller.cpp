@@ -234,22 +234,30 @@ Distiller::PipelineRows Distiller::pipeline_rows(
   FSDPP_CHECK(student_layers_.empty(),
               "[train] a pipelined student distils from the teacher's logits alone "
               "(distillation.layer_map is refused with pipeline_parallel_degree > 1)");
-  // Each micro-batch's rows and the teacher's side of them, before the pipeline runs.
+  // Each micro-batch's rows and the teacher's side of them, before the pipeline runs: the
+  // cache's for data micro-batches, else the live teacher's, one forward over all such rows
+  // (collective: on every rank).
   std::vector<PolicyBatch> batches;
-  std::vector<TeacherTargets> teacher;
-  std::vector<at::Tensor> inputs, targets;
+  std::vector<TeacherTargets> teacher(micro_batches.size());
+  std::vector<at::Tensor> inputs, targets, live;
   for (size_t m = 0; m < micro_batches.size(); ++m) {
-    const auto& batch = micro_batches[m];
-    const auto& pb =
-        batches.emplace_back(policy_batch(student, batch, step, static_cast<int64_t>(m)));
-    auto& t = teacher.emplace_back();
-    if (cache_ && pb.source == BatchSource::DATA) {
-      if (last_stage) t = cached_teacher(batch);
-    } else {
-      t.logits = teacher_->forward(pb.inputs).logits;  // collective: on every rank
-    }
+    const auto& pb = batches.emplace_back(
+        policy_batch(student, micro_batches[m], step, static_cast<int64_t>(m)));
+    const bool cached = cache_ && pb.source == BatchSource::DATA;
+    if (cached && last_stage) teacher[m] = cached_teacher(micro_batches[m]);
+    if (!cached) live.push_back(pb.inputs);
     inputs.push_back(pb.inputs);
     targets.push_back(pb.targets);
+  }
+  if (!live.empty()) {
+    const auto logits = teacher_->forward(at::cat(live)).logits;
+    int64_t row = 0;
+    for (size_t m = 0; m < batches.size(); ++m) {
+      if (cache_ && batches[m].source == BatchSource::DATA) continue;
+      const int64_t n = batches[m].inputs.size(0);
+      teacher[m].logits = logits.narrow(0, row, n);
+      row += n;
+    }
   }
   PipelineRows out{at::cat(inputs), at::cat(targets), {}};
   if (!last_stage) return out;
