@@ -77,17 +77,11 @@ void validate_distillation(const TrainConfig& cfg) {
         "[config] distillation.layer_map with parallelism.enable_sequence_parallel=true: each "
         "rank holds a piece of the sequence of the student's hidden states; set "
         "enable_sequence_parallel=false (tensor parallelism alone keeps them whole)");
-  // A pipelined student's last stage takes the teacher's logits of the step's data rows, computed
-  // before the pipeline runs. Samples would be the student's generation through every stage
-  // before its step (or the teacher's, then its logits on them: not built), and the student's
-  // hidden states of layer_map live on the stages that hold those layers, not with the loss.
+  // A pipelined student's last stage computes the loss from the teacher's side of the step's
+  // rows, made before the pipeline runs (samples included: the student's through the stages).
+  // The student's hidden states of layer_map live on the stages that hold those layers, not
+  // with the loss (docs/distillation.md#under-pipeline-parallelism).
   const int64_t pp = cfg.parallelism.pipeline_parallel_degree;
-  check(pp == 1 || !sampling,
-        "[config] distillation.lmbda={} seq_kd={} with parallelism.pipeline_parallel_degree={}: "
-        "a pipelined student distils on the data's windows only (on-policy samples would be "
-        "generated through every pipeline stage before each step: not built); set lmbda=0 and "
-        "seq_kd=false, or pipeline_parallel_degree=1",
-        d.lmbda, d.seq_kd, pp);
   check(pp == 1 || d.layer_map.empty(),
         "[config] distillation.layer_map with parallelism.pipeline_parallel_degree={}: the "
         "student's hidden states of the mapped layers live on the stages that hold those layers, "

@@ -115,31 +115,43 @@ TeacherTargets Distiller::cached_teacher(const data::BatchLoader::Batch& batch) 
   return cache_->lookup(windows, batch.inputs);
 }
 
+PolicyBatch Distiller::policy_batch(const Sampler& student, const data::BatchLoader::Batch& batch,
+                                    int64_t step, int64_t micro) {
+  const auto source = policy_.active() ? policy_.source(step, micro) : BatchSource::DATA;
+  if (source == BatchSource::DATA) return policy_.data(batch.inputs, batch.targets);
+  const auto t0 = Clock::now();
+  const auto& x = batch.inputs;
+  const auto& y = batch.targets;
+  auto pb = source == BatchSource::STUDENT
+                ? policy_.sample(student, source, x, y, batch.starts, step)
+                : policy_.sample(teacher_->lm(), source, x, y, batch.starts, step);
+  generate_ms_ += ms_since(t0);
+  ++(source == BatchSource::STUDENT ? student_sampled_ : teacher_sampled_);
+  return pb;
+}
+
 Distiller::Result Distiller::loss(models::CausalLM& student, const data::BatchLoader::Batch& batch,
                                   int64_t step, int64_t micro) {
-  const auto source = policy_.active() ? policy_.source(step, micro) : BatchSource::DATA;
-  PolicyBatch pb;
-  if (source == BatchSource::DATA) {
-    pb = policy_.data(batch.inputs, batch.targets);
-  } else {
-    const auto t0 = Clock::now();
-    auto& sampler = source == BatchSource::STUDENT ? student : teacher_->lm();
-    pb = policy_.sample(sampler, source, batch.inputs, batch.targets, batch.starts, step);
-    generate_ms_ += ms_since(t0);
-    ++(source == BatchSource::STUDENT ? student_sampled_ : teacher_sampled_);
-  }
+  const Sampler sampler = [&student](const at::Tensor& p, const models::GenerateOptions& o) {
+    return student.generate(p, o);
+  };
+  const auto pb = policy_batch(sampler, batch, step, micro);
   auto out = student.forward_features(pb.inputs, /*aux_loss=*/true, student_layers_);
   // The teacher: its cached top-K on the data's windows, else the live teacher.
   TeacherTargets targets;
   std::vector<at::Tensor> teacher_hidden;
-  if (cache_ && source == BatchSource::DATA && student_layers_.empty()) {
+  if (cache_ && pb.source == BatchSource::DATA && student_layers_.empty()) {
     targets = cached_teacher(batch);
   } else {
     auto t = teacher_->forward(pb.inputs, teacher_layers_);
     targets.logits = t.logits;
     teacher_hidden = std::move(t.hidden_states);
   }
-  at::Tensor loss = objective(out.logits, targets, pb);
+  const auto parts = objective(out.logits, targets, pb);
+  kd_sum_ += parts.kd.item<double>();
+  ce_sum_ += parts.ce.item<double>();
+  ++objectives_;
+  at::Tensor loss = parts.loss;
   targets = {};
   if (!student_layers_.empty()) {
     const auto layer = layer_distillation_loss(out.hidden_states, teacher_hidden, pb.kd_mask,
@@ -151,55 +163,128 @@ Distiller::Result Distiller::loss(models::CausalLM& student, const data::BatchLo
   return {loss, out.aux_loss};
 }
 
-at::Tensor Distiller::objective(const at::Tensor& logits, const TeacherTargets& teacher,
-                               const PolicyBatch& batch) {
-  DistillObjective parts;
-  if (tp_group_) {
-    // This rank's columns of both: the teacher's logits are whole (it is not tensor parallel).
-    FSDPP_CHECK(logits.size(-1) == columns_.size && teacher.logits.defined(),
-                "[train] a tensor-parallel student's logits have {} columns, its share of the "
-                "vocabulary {}; the teacher gave {}",
-                logits.size(-1), columns_.size,
-                teacher.logits.defined() ? "whole logits" : "a cache's top-K");
-    parts = vocab_parallel_distillation_objective(
-        logits, teacher.logits.narrow(-1, columns_.offset, columns_.size), batch.targets,
-        batch.kd_mask, options_, kd_ratio_, columns_.offset, tp_group_);
-  } else {
-    parts = chunked_distillation_objective(logits, teacher, batch.targets, batch.kd_mask, options_,
-                                           kd_ratio_, chunk_);
+DistillObjective Distiller::objective(const at::Tensor& logits, const TeacherTargets& teacher,
+                                      const PolicyBatch& batch) const {
+  if (!tp_group_) {
+    return chunked_distillation_objective(logits, teacher, batch.targets, batch.kd_mask, options_,
+                                          kd_ratio_, chunk_);
   }
-  kd_sum_ += parts.kd.item<double>();
-  ce_sum_ += parts.ce.item<double>();
-  ++objectives_;
-  return parts.loss;
+  // This rank's columns of both: the teacher's logits are whole (it is not tensor parallel).
+  FSDPP_CHECK(logits.size(-1) == columns_.size && teacher.logits.defined(),
+              "[train] a tensor-parallel student's logits have {} columns, its share of the "
+              "vocabulary {}; the teacher gave {}",
+              logits.size(-1), columns_.size,
+              teacher.logits.defined() ? "whole logits" : "a cache's top-K");
+  return vocab_parallel_distillation_objective(
+      logits, teacher.logits.narrow(-1, columns_.offset, columns_.size), batch.targets,
+      batch.kd_mask, options_, kd_ratio_, columns_.offset, tp_group_);
 }
 
-parallel::MicrobatchObjective Distiller::pipeline_objective(const data::BatchLoader::Batch& rows,
-                                                            int microbatches, bool last_stage) {
-  FSDPP_CHECK(!policy_.active() && student_layers_.empty(),
-              "[train] a pipelined student distils on the data's windows from the teacher's "
-              "logits alone (distillation.lmbda, seq_kd and layer_map are refused with "
-              "pipeline_parallel_degree > 1)");
-  TeacherTargets all;
-  if (cache_) {
-    if (last_stage) all = cached_teacher(rows);
-  } else {
-    all.logits = teacher_->forward(rows.inputs).logits;  // collective: on every rank
+namespace {
+
+// What one pipeline microbatch holds of one micro-batch: n rows, from its row `offset` on, and
+// their weights in the step's loss.
+struct Piece {
+  int64_t offset = 0, n = 0;
+  TeacherTargets teacher;
+  at::Tensor kd_mask;
+  // These rows' share of the micro-batch's kept positions (cross-entropy, KD) and of its rows
+  // (the metrics' count of micro-batches).
+  double ce_weight = 0, kd_weight = 0, share = 0;
+};
+
+double kept(const at::Tensor& mask) { return static_cast<double>(mask.sum().item<int64_t>()); }
+
+TeacherTargets rows_of(const TeacherTargets& t, int64_t begin, int64_t n) {
+  auto cut = [&](const at::Tensor& x) { return x.defined() ? x.narrow(0, begin, n) : x; };
+  return {cut(t.logits), cut(t.values), cut(t.ids)};
+}
+
+// Pipeline microbatch k holds the rows [k per, (k + 1) per) of the step (dim 0, equal parts),
+// micro-batch m the rows [m B, (m + 1) B): each k's pieces, one per micro-batch it meets.
+std::vector<std::vector<Piece>> pieces_of(const std::vector<PolicyBatch>& batches,
+                                          const std::vector<TeacherTargets>& teacher,
+                                          int microbatches, int64_t ignore_index) {
+  const int64_t B = batches.front().inputs.size(0);
+  const int64_t per = B * static_cast<int64_t>(batches.size()) / microbatches;
+  std::vector<std::vector<Piece>> pieces(static_cast<size_t>(microbatches));
+  for (int64_t k = 0; k < microbatches; ++k) {
+    for (int64_t row = k * per; row < (k + 1) * per;) {
+      const auto m = static_cast<size_t>(row / B);
+      const int64_t begin = row % B;
+      const int64_t n = std::min((k + 1) * per, (row / B + 1) * B) - row;
+      const auto ce_mask = batches[m].targets != ignore_index;
+      Piece p{row - k * per, n, rows_of(teacher[m], begin, n),
+              batches[m].kd_mask.narrow(0, begin, n)};
+      p.ce_weight = kept(ce_mask.narrow(0, begin, n)) / std::max(1.0, kept(ce_mask));
+      p.kd_weight = kept(p.kd_mask) / std::max(1.0, kept(batches[m].kd_mask));
+      p.share = static_cast<double>(n) / static_cast<double>(B);
+      pieces[static_cast<size_t>(k)].push_back(std::move(p));
+      row += n;
+    }
   }
-  if (!last_stage) return {};
-  // Microbatch k's rows of the teacher, as the pipeline splits the batch (dim 0, equal parts).
-  const int64_t per = rows.inputs.size(0) / microbatches;
-  auto teacher = std::make_shared<std::vector<TeacherTargets>>();
-  for (int k = 0; k < microbatches; ++k) {
-    auto rows_of = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, k * per, per) : t; };
-    teacher->push_back({rows_of(all.logits), rows_of(all.values), rows_of(all.ids)});
+  return pieces;
+}
+
+}  // namespace
+
+Distiller::PipelineRows Distiller::pipeline_rows(
+    const std::vector<data::BatchLoader::Batch>& micro_batches, int64_t step,
+    const Sampler& student, int microbatches, bool last_stage) {
+  FSDPP_CHECK(student_layers_.empty(),
+              "[train] a pipelined student distils from the teacher's logits alone "
+              "(distillation.layer_map is refused with pipeline_parallel_degree > 1)");
+  // Each micro-batch's rows and the teacher's side of them, before the pipeline runs: the
+  // cache's for data micro-batches, else the live teacher's, one forward over all such rows
+  // (collective: on every rank).
+  std::vector<PolicyBatch> batches;
+  std::vector<TeacherTargets> teacher(micro_batches.size());
+  std::vector<at::Tensor> inputs, targets, live;
+  for (size_t m = 0; m < micro_batches.size(); ++m) {
+    const auto& pb = batches.emplace_back(
+        policy_batch(student, micro_batches[m], step, static_cast<int64_t>(m)));
+    const bool cached = cache_ && pb.source == BatchSource::DATA;
+    if (cached && last_stage) teacher[m] = cached_teacher(micro_batches[m]);
+    if (!cached) live.push_back(pb.inputs);
+    inputs.push_back(pb.inputs);
+    targets.push_back(pb.targets);
   }
-  return [this, teacher](const at::Tensor& logits, const at::Tensor& targets, int k) {
-    auto& mine = teacher->at(static_cast<size_t>(k));
-    auto loss = objective(logits, mine, policy_.data(at::Tensor(), targets));
-    mine = {};  // used once: its memory back before the next microbatch's
+  if (!live.empty()) {
+    const auto logits = teacher_->forward(at::cat(live)).logits;
+    int64_t row = 0;
+    for (size_t m = 0; m < batches.size(); ++m) {
+      if (cache_ && batches[m].source == BatchSource::DATA) continue;
+      const int64_t n = batches[m].inputs.size(0);
+      teacher[m].logits = logits.narrow(0, row, n);
+      row += n;
+    }
+  }
+  PipelineRows out{at::cat(inputs), at::cat(targets), {}};
+  if (!last_stage) return out;
+  // Each piece's terms weighted by its share of its micro-batch's kept positions, times
+  // microbatches / micro-batches: the pipeline's mean over its microbatches is then the mean
+  // over the micro-batches of their objectives.
+  auto pieces = std::make_shared<std::vector<std::vector<Piece>>>(
+      pieces_of(batches, teacher, microbatches, options_.ignore_index));
+  const double scale = static_cast<double>(microbatches) / static_cast<double>(batches.size());
+  out.objective = [this, pieces, scale](const at::Tensor& logits, const at::Tensor& targets,
+                                        int k) {
+    at::Tensor loss;
+    auto& mine = pieces->at(static_cast<size_t>(k));
+    for (const auto& p : mine) {
+      PolicyBatch rows{at::Tensor(), targets.narrow(0, p.offset, p.n), p.kd_mask};
+      const auto parts = objective(logits.narrow(0, p.offset, p.n), p.teacher, rows);
+      const auto part =
+          (1 - kd_ratio_) * p.ce_weight * parts.ce + kd_ratio_ * p.kd_weight * parts.kd;
+      loss = loss.defined() ? loss + scale * part : scale * part;
+      kd_sum_ += p.kd_weight * parts.kd.item<double>();
+      ce_sum_ += p.ce_weight * parts.ce.item<double>();
+      objectives_ += p.share;
+    }
+    mine.clear();  // used once: the teacher's rows back before the next microbatch's
     return loss;
   };
+  return out;
 }
 
 void Distiller::begin_step() {

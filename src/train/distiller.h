@@ -29,6 +29,7 @@
 #include "fsdpp/parallel/parallelize.h"
 #include "fsdpp/tp/regions.h"
 #include "fsdpp/train/config.h"
+#include "fsdpp/train/distill_loss.h"
 #include "fsdpp/train/teacher_cache.h"
 #include "init_from.h"
 #include "layer_projection.h"
@@ -60,16 +61,25 @@ class Distiller {
   Result loss(models::CausalLM& student, const data::BatchLoader::Batch& batch, int64_t step,
               int64_t micro);
 
-  // A pipelined student (parallel::Parallelized::forward_backward): the step's `rows` (its
-  // accumulation micro-batches' windows together, data batches), which the pipeline splits into
-  // `microbatches`. The teacher's side of every row is computed here, before the pipeline runs:
-  // the live teacher's forward is collective over the world (its units are sharded over it),
-  // so every rank runs it; the cache is read only where `last_stage` (this rank holds the
-  // pipeline's last stage). Microbatch k's objective is the distillation objective of the last
-  // stage's logits against the teacher's rows of k, as loss() computes it for a micro-batch;
-  // its kd and ce are this step's (log_step). Collective.
-  parallel::MicrobatchObjective pipeline_objective(const data::BatchLoader::Batch& rows,
-                                                   int microbatches, bool last_stage);
+  // A pipelined student (parallel::Parallelized::forward_backward): the step's accumulation
+  // micro-batches (`micro_batches`, each a data batch of the same rows) become the rows the
+  // pipeline runs, split into `microbatches` of its own. Before the pipeline runs, each
+  // micro-batch's source (on_policy.h, the same on every rank) decides its rows: the data, or
+  // sequences `student` samples (through the stages: every rank takes part) or the teacher
+  // samples (seq_kd); the teacher's side of every row is computed then too (the live teacher's
+  // forward is collective over the world, so every rank runs it; the cache is read only where
+  // `last_stage`, this rank holds the pipeline's last stage). The last stage's objective of
+  // pipeline microbatch k is the distillation objective of its rows, each part of a
+  // micro-batch weighted by its share of that micro-batch's kept positions: the step's loss is
+  // the mean over the micro-batches of their objectives, as loss() computes it, however the
+  // pipeline's microbatches cut them. Collective.
+  struct PipelineRows {
+    at::Tensor inputs, targets;               // the step's rows (B x micro-batches, T)
+    parallel::MicrobatchObjective objective;  // the last stage's; empty on the other ranks
+  };
+  PipelineRows pipeline_rows(const std::vector<data::BatchLoader::Batch>& micro_batches,
+                             int64_t step, const Sampler& student, int microbatches,
+                             bool last_stage);
 
   // A tensor-parallel student: its logits are this rank's columns of the vocabulary
   // (tp::shard_range over `group`), and the loss is vocab_parallel_distillation_objective over
@@ -90,10 +100,14 @@ class Distiller {
 
  private:
   TeacherTargets cached_teacher(const data::BatchLoader::Batch& batch) const;
+  // Micro-batch `micro`'s sequences: the data's, or sampled by the student (`student`) or the
+  // teacher as its source says; the sampled batches and their time counted. Collective.
+  PolicyBatch policy_batch(const Sampler& student, const data::BatchLoader::Batch& batch,
+                           int64_t step, int64_t micro);
   // The distillation objective of the student's logits (this rank's columns under tp) against
-  // the teacher's, the step's kd and ce sums counted.
-  at::Tensor objective(const at::Tensor& logits, const TeacherTargets& teacher,
-                       const PolicyBatch& batch);
+  // the teacher's.
+  DistillObjective objective(const at::Tensor& logits, const TeacherTargets& teacher,
+                             const PolicyBatch& batch) const;
 
   std::unique_ptr<Teacher> teacher_;    // live; null with a cache alone
   std::optional<TeacherCache> cache_;
@@ -108,7 +122,7 @@ class Distiller {
   std::optional<LayerProjections> projections_;
   // This step's sums.
   double kd_sum_ = 0, ce_sum_ = 0, layer_sum_ = 0, generate_ms_ = 0;
-  int64_t objectives_ = 0;  // micro-batches in the sums
+  double objectives_ = 0;  // micro-batches in the sums (pipelined: in parts)
   int64_t student_sampled_ = 0, teacher_sampled_ = 0;
 };
 

@@ -53,7 +53,7 @@ PolicyBatch OnPolicy::data(const at::Tensor& x, const at::Tensor& y) const {
   return {x, y, y != -100, BatchSource::DATA};
 }
 
-PolicyBatch OnPolicy::sample(models::CausalLM& model, BatchSource source, const at::Tensor& x,
+PolicyBatch OnPolicy::sample(const Sampler& generate, BatchSource source, const at::Tensor& x,
                              const at::Tensor& y, const std::vector<int64_t>& window_starts,
                              int64_t step) const {
   const int64_t B = x.size(0), T = x.size(1);
@@ -74,7 +74,7 @@ PolicyBatch OnPolicy::sample(models::CausalLM& model, BatchSource source, const 
   at::Tensor seq;
   {
     at::NoGradGuard no_grad;
-    seq = model.generate(window.narrow(1, 0, P), o).to(x.device());  // (B, T + 1)
+    seq = generate(window.narrow(1, 0, P), o).to(x.device());  // (B, T + 1)
   }
   FSDPP_CHECK(seq.size(1) == T + 1, "[distill] generate returned {} tokens; expected {}",
               seq.size(1), T + 1);

@@ -5,7 +5,7 @@
 //
 //   OnPolicy policy(cfg.distillation, cfg.training.seed, cfg.data.seq_len);
 //   switch (policy.source(step, micro)) { ... }         // the same on every rank
-//   auto batch = policy.sample(student, x, y, starts, step, micro);   // collective
+//   auto batch = policy.sample(student, source, x, y, starts, step);  // collective
 //
 // A window of seq_len + 1 tokens keeps its first seq_len + 1 - max_new_tokens as the prompt;
 // the model samples the other max_new_tokens (temperature generation_temperature, the whole
@@ -18,6 +18,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -28,6 +29,11 @@ namespace fsdpp::train::detail {
 
 enum class BatchSource { DATA, STUDENT, TEACHER };
 std::string_view to_string(BatchSource s);
+
+// Continues a (B, P) prompt to (B, T + 1) tokens as models::CausalLM::generate does, the same
+// tokens on every rank: a model's generate, or a pipelined student's through its stages
+// (pipeline_step.h's pipeline_generate). Collective.
+using Sampler = std::function<at::Tensor(const at::Tensor& prompt, const models::GenerateOptions&)>;
 
 struct PolicyBatch {
   at::Tensor inputs, targets;  // (B, T): targets -100 where the cross-entropy is left out
@@ -46,12 +52,20 @@ class OnPolicy {
 
   // The data batch as it is (source DATA): KD and cross-entropy over every labelled position.
   PolicyBatch data(const at::Tensor& x, const at::Tensor& y) const;
-  // `model` (the student, or the teacher under seq_kd) continues each window's prompt; every
-  // rank calls it together (the model's units gather in each forward). window_starts: the
+  // `generate` (the student, or the teacher under seq_kd) continues each window's prompt;
+  // every rank calls it together (the model's units gather in each forward). window_starts: the
   // windows' offsets in the training split (BatchLoader::next_batch).
-  PolicyBatch sample(models::CausalLM& model, BatchSource source, const at::Tensor& x,
+  PolicyBatch sample(const Sampler& generate, BatchSource source, const at::Tensor& x,
                      const at::Tensor& y, const std::vector<int64_t>& window_starts,
                      int64_t step) const;
+  PolicyBatch sample(models::CausalLM& model, BatchSource source, const at::Tensor& x,
+                     const at::Tensor& y, const std::vector<int64_t>& window_starts,
+                     int64_t step) const {
+    const Sampler generate = [&model](const at::Tensor& p, const models::GenerateOptions& o) {
+      return model.generate(p, o);
+    };
+    return sample(generate, source, x, y, window_starts, step);
+  }
 
  private:
   double lmbda_;

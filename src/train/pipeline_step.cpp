@@ -22,30 +22,35 @@ StepOutcome pipeline_train_step(TrainSession& s, int64_t step) {
   for (auto& group : opt.param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
-  // The step's batch: its accumulation micro-batches, which the pipeline splits into its own.
+  // The step's batch: its accumulation micro-batches, which the pipeline splits into its own,
+  // on the rank's device as train_step's (pinned host memory copies asynchronously).
   dist::TraceSpan data_span(trace.get(), "data");
+  std::vector<data::BatchLoader::Batch> micro_batches;
   std::vector<at::Tensor> xs, ys;
-  data::BatchLoader::Batch rows;
   for (int64_t micro = 0; micro < s.accum; ++micro) {
     auto batch = s.batches->next(s.B);
+    batch.inputs = batch.inputs.to(s.world.device(), /*non_blocking=*/true);
+    batch.targets = batch.targets.to(s.world.device(), /*non_blocking=*/true);
     xs.push_back(batch.inputs);
     ys.push_back(batch.targets);
-    rows.starts.insert(rows.starts.end(), batch.starts.begin(), batch.starts.end());
+    micro_batches.push_back({batch.inputs, batch.targets, batch.starts});
   }
-  // On the rank's device, as train_step's batches (pinned host memory copies asynchronously).
-  rows.inputs = at::cat(xs).to(s.world.device(), /*non_blocking=*/true);
-  rows.targets = at::cat(ys).to(s.world.device(), /*non_blocking=*/true);
   data_span.end();
-  // Distilling: the teacher's side of the step's rows, for the last stage's objective.
-  parallel::MicrobatchObjective objective;
+  // Distilling: each micro-batch's rows (the data, or sampled through the stages or by the
+  // teacher) and the teacher's side of them, for the last stage's objective.
+  Distiller::PipelineRows rows{at::cat(xs), at::cat(ys), {}};
   if (s.distiller) {
     dist::TraceSpan teacher_span(trace.get(), "teacher");
     const bool last = p.mesh().group("pp")->rank() == p.last_stage_rank();
-    objective = s.distiller->pipeline_objective(rows, p.runtime().schedule().num_microbatches, last);
+    auto student = [&s](const at::Tensor& prompt, const models::GenerateOptions& o) {
+      return pipeline_generate(s, prompt, o);
+    };
+    rows = s.distiller->pipeline_rows(micro_batches, step, student,
+                                      p.runtime().schedule().num_microbatches, last);
   }
   dist::TraceSpan pipeline_span(trace.get(), "pipeline");
-  const auto out = p.forward_backward(rows.inputs, rows.targets,
-                                      scaler.is_enabled() ? scaler.get_scale() : 1.0, objective);
+  const double scale = scaler.is_enabled() ? scaler.get_scale() : 1.0;
+  const auto out = p.forward_backward(rows.inputs, rows.targets, scale, rows.objective);
   pipeline_span.end();
   dist::TraceSpan clip_span(trace.get(), "clip_grad_norm");
   const StepContext hook_context{step, s.world.rank(), s.restart_count, s.lm->module()};

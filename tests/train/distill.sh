@@ -13,7 +13,9 @@
 #   hf: a Llama teacher from a Hugging Face directory (fsdpp-ckpt export-hf).
 #   tp2, tp2k: a Llama student with tensor parallelism 2 (the vocab-parallel KD loss, without and
 #   with top_k) equal to one process (tp1, tp1k) within 1e-5 per step; pp2, pp2k, pp2fsdp2,
-#   pp2tp2k: the same student pipelined (PP 2 alone, x FSDP 2, x TP 2) likewise.
+#   pp2tp2k: the same student pipelined (PP 2 alone, x FSDP 2, x TP 2) likewise; onpp2, seqkdpp2:
+#   on-policy (lmbda 0.5, and with seq_kd) pipelined, the samples drawn through the stages, equal
+#   one process (onp1, seqkd1) with 3 accumulation micro-batches the pipeline cuts across.
 # The teacher is in no checkpoint of the student and in no optimizer (kd0's checkpoint holds the
 # same files as plain's). Bad values are [config] errors naming the key.
 set -euo pipefail
@@ -74,6 +76,16 @@ go 2 pp2k "${tpstudent[@]}" "${pp2[@]}" distillation.top_k=20
 go 4 pp2fsdp2 "${tpstudent[@]}" "${pp2[@]}" training.per_device_train_batch_size=4
 go 4 pp2tp2k "${tpstudent[@]}" "${pp2[@]}" distillation.top_k=20 parallelism.tensor_parallel_degree=2
 grep -q "pipeline parallel: pp 2 x dp_replicate 1 x dp_shard 1 x tp 2" "$dir/pp2tp2k.log"
+# On-policy under the pipeline: each of the 3 accumulation micro-batches of 2 windows is the
+# data, or the student's samples (drawn through both stages), or the teacher's (seq_kd); the
+# pipeline's 2 microbatches of 3 rows cut micro-batch 1 in two. PP 2 equals one process.
+onp=(training.per_device_train_batch_size=2 training.gradient_accumulation_steps=3
+     distillation.lmbda=0.5 distillation.max_new_tokens=12 distillation.generation_temperature=1.0)
+go 1 onp1 "${tpstudent[@]}" "${onp[@]}"
+pp3=(parallelism.pipeline_parallel_degree=2 parallelism.pipeline_parallel_microbatch_size=3)
+go 2 onpp2 "${tpstudent[@]}" "${onp[@]}" "${pp3[@]}"
+go 1 seqkd1 "${tpstudent[@]}" "${onp[@]}" distillation.seq_kd=true
+go 2 seqkdpp2 "${tpstudent[@]}" "${onp[@]}" "${pp3[@]}" distillation.seq_kd=true
 # configs/distill-moe.yaml (the guide's training: section) as docs/distillation.md runs it: a
 # student compressed from the teacher (half its experts), with the torchrun spelling of the flag.
 "$ckpt" compress --num-experts 2 --calibration "$dir/text.txt" "$teacher" "$dir/student" \
@@ -125,19 +137,29 @@ for s in (1, 2):
         assert abs(kd0[s][k] - plain[s][k]) < 1e-6, (s, k, kd0[s][k], plain[s][k])
     assert abs(kd0[s]["ce_loss"] + 0.001 * kd0[s]["aux_loss"] - plain[s]["loss"]) < 1e-6, s
 worst, each = 0.0, {}
-for one_name, tp_name in (("tp1", "tp2"), ("tp1k", "tp2k"), ("tp1", "pp2"), ("tp1k", "pp2k"),
-                          ("tp1", "pp2fsdp2"), ("tp1k", "pp2tp2k")):
-    one, tp = steps(one_name), steps(tp_name)
-    assert sorted(tp) == sorted(one) == [1, 2, 3], (tp_name, sorted(tp))
+keys = ("loss", "kd_loss", "ce_loss", "grad_norm")
+sampled = ("student_sampled_batches", "teacher_sampled_batches")
+for one_name, name, tol, more in (
+        ("tp1", "tp2", 1e-5, ()), ("tp1k", "tp2k", 1e-5, ()), ("tp1", "pp2", 1e-5, ()),
+        ("tp1k", "pp2k", 1e-5, ()), ("tp1", "pp2fsdp2", 1e-5, ()), ("tp1k", "pp2tp2k", 1e-5, ()),
+        ("onp1", "onpp2", 1e-6, sampled), ("seqkd1", "seqkdpp2", 1e-6, sampled)):
+    one, got = steps(one_name), steps(name)
+    assert sorted(got) == sorted(one) == [1, 2, 3], (name, sorted(got))
     for s in one:
-        for k in ("loss", "kd_loss", "ce_loss", "grad_norm"):
-            diff = abs(tp[s][k] - one[s][k])
+        for k in keys + more:
+            diff = abs(got[s][k] - one[s][k])
             worst = max(worst, diff)
-            each[tp_name] = max(each.get(tp_name, 0.0), diff)
-            assert diff < 1e-5, (tp_name, s, k, tp[s][k], one[s][k])
+            each[name] = max(each.get(name, 0.0), diff)
+            assert diff < tol, (name, s, k, got[s][k], one[s][k])
 assert abs(steps("tp1k")[1]["kd_loss"] - steps("tp1")[1]["kd_loss"]) > 1e-6  # top_k mattered
+# The on-policy runs' 9 micro-batches: some the student's, the others the data's (onp1) or the
+# teacher's (seqkd1).
+for name, teacher_samples in (("onp1", False), ("seqkd1", True)):
+    student, teacher = (sum(j[k] for j in steps(name).values()) for k in sampled)
+    assert 0 < student < 9 and teacher == (9 - student if teacher_samples else 0), (name, student, teacher)
 print(f"distill: a tensor-parallel and a pipelined Llama student (TP 2, PP 2, PP 2 x FSDP 2, PP 2 x "
-      f"TP 2; with and without top_k 20) equal one process over 3 steps, worst difference {worst:.2e} ("
+      f"TP 2; with and without top_k 20; PP 2 on-policy, lmbda 0.5 with and without seq_kd) equal "
+      f"one process over 3 steps, worst difference {worst:.2e} ("
       + ", ".join(f"{n} {v:.1e}" for n, v in each.items()) + ")")
 hf = steps("hf")
 assert hf[1]["kd_loss"] > 0 and hf[2]["teacher_reduce_scatter_bytes"] == 0, hf

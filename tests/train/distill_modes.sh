@@ -121,10 +121,7 @@ bad 1 "is not in distillation.teacher_cache" model.n_layers=1 model.num_experts=
   data.train_fraction=0.5 distillation.teacher_cache="$dir/cache32" training.max_steps=2
 bad 1 "distillation.layer_map=[auto] takes the layers fsdpp-ckpt compress kept" \
   distillation.teacher="$teacher" "distillation.layer_map=[auto]"
-# What a pipelined student does not do: layers of other stages, samples through the stages.
+# What a pipelined student does not do: layers of other stages.
 bad 2 "distillation.layer_map with parallelism.pipeline_parallel_degree=2: the student's hidden" \
   distillation.teacher="$teacher" "distillation.layer_map=[0:0]" parallelism.pipeline_parallel_degree=2
-bad 2 "distillation.lmbda=0 seq_kd=true with parallelism.pipeline_parallel_degree=2" \
-  distillation.teacher="$teacher" distillation.seq_kd=true distillation.max_new_tokens=8 \
-  parallelism.pipeline_parallel_degree=2
 echo "distill_modes: bad values refused"

@@ -172,9 +172,6 @@ bad 2 "parallelism.pipeline_parallel_schedule='1F2B' is not a schedule; expected
 bad 2 "parallelism.pipeline_parallel_microbatch_size=3 does not divide the 8 sequences" \
   training.per_device_train_batch_size=4 parallelism.pipeline_parallel_degree=2 \
   parallelism.pipeline_parallel_microbatch_size=3
-bad 2 "distillation.lmbda=0.5 seq_kd=false with parallelism.pipeline_parallel_degree=2" \
-  parallelism.pipeline_parallel_degree=2 distillation.teacher="$dir/teacher" distillation.lmbda=0.5 \
-  distillation.max_new_tokens=8
 bad 2 "in stages of 2 make 4 stages, but schedule 1F1B on 2 pipeline ranks needs 2 (1 per rank)" \
   parallelism.pipeline_parallel_degree=2 parallelism.pipeline_parallel_layers_per_stage=2
 bad 2 "is 3 ranks but the world has 2" parallelism.pipeline_parallel_degree=3 \
