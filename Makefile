@@ -99,12 +99,13 @@ bench-big-model: build
 
 # The unit and dist tests under AddressSanitizer + UndefinedBehaviorSanitizer, in their own build
 # directory (docs/faults.md, "Sanitizers"). ASAN_LABELS picks the tests (CI: unit). Left out:
-# package.* and docs.snippets_compile (their consumer projects are not built with the sanitizers)
-# and the tests that tune or measure malloc (mallopt and RSS mean nothing under ASan's allocator;
+# package.* and docs.snippets_compile (their consumer projects are not built with the sanitizers),
+# build.layers (it compiles probe files with a layer's flags and runs nothing of fsdpp: the same
+# check as the plain build's, ~40 s more of compiling) and the tests that tune or measure malloc (mallopt and RSS mean nothing under ASan's allocator;
 # the unit binary's *ResidentMemory* cases are left out by tests/CMakeLists.txt).
 ASAN_BUILD_DIR ?= build-asan
 ASAN_LABELS ?= unit|dist
-ASAN_EXCLUDE ?= ^package\.|^docs\.|ResidentMemory
+ASAN_EXCLUDE ?= ^package\.|^docs\.|^build\.|ResidentMemory
 # What the sanitizer build makes (default: everything); CI's unit run: fsdpp_unit_test_programs.
 ASAN_TARGETS ?=
 ASAN_OPTIONS_FSDPP ?= detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1
