@@ -8,6 +8,7 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/clip.h"
 #include "fsdpp/tp/linear.h"
+#include "fsdpp/tp/split_dims.h"
 
 namespace fsdpp::tp {
 namespace {
@@ -65,11 +66,20 @@ OuterLayoutOf TensorParallel::outer_layout(const torch::nn::Module& root,
   };
 }
 
-TensorParallel parallelize_module(torch::nn::Module& root, const GroupPtr& group,
-                                  const ParallelPlan& plan) {
-  FSDPP_CHECK_AS(ConfigError, group != nullptr, "[tp] parallelize_module: no group");
+namespace {
+
+// One parameter a plan splits: the dimension, its name for messages, the module planned.
+struct Split {
+  int64_t dim = 0;
+  const char* dim_name = "";
+  std::string module;
+};
+
+// Every parameter `plan` splits in `root`, by name, each module checked (named, a Linear or an
+// Embedding, not split already, a style it has) before anything is changed.
+std::map<std::string, Split> planned_splits(const torch::nn::Module& root, const ParallelPlan& plan) {
   auto modules = root.named_modules("", /*include_self=*/false);
-  std::map<std::string, Placement> placements;
+  std::map<std::string, Split> splits;
   for (const auto& [name, style] : plan) {
     auto* found = modules.find(name);
     FSDPP_CHECK_AS(ConfigError, found != nullptr,
@@ -85,13 +95,10 @@ TensorParallel parallelize_module(torch::nn::Module& root, const GroupPtr& group
                      "{}): it was split already (a plan applied twice?)",
                      name, linear->weight.sizes(), lo.in_features(), lo.out_features());
       if (style == ParallelStyle::COLWISE) {
-        placements[name + ".weight"] =
-            shard_param(linear->weight, 0, name, "out_features", group);
-        if (linear->bias.defined()) {
-          placements[name + ".bias"] = shard_param(linear->bias, 0, name, "out_features", group);
-        }
+        splits[name + ".weight"] = {0, "out_features", name};
+        if (linear->bias.defined()) splits[name + ".bias"] = {0, "out_features", name};
       } else {
-        placements[name + ".weight"] = shard_param(linear->weight, 1, name, "in_features", group);
+        splits[name + ".weight"] = {1, "in_features", name};
       }
     } else if (auto* emb = dynamic_cast<torch::nn::EmbeddingImpl*>(&module)) {
       FSDPP_CHECK_AS(ConfigError, emb->weight.size(0) == emb->options.num_embeddings(),
@@ -102,12 +109,32 @@ TensorParallel parallelize_module(torch::nn::Module& root, const GroupPtr& group
                      "[tp] parallelize_module: '{}' is an Embedding planned {}; only ROWWISE "
                      "(split along the vocabulary) is supported",
                      name, to_string(style));
-      placements[name + ".weight"] = shard_param(emb->weight, 0, name, "vocab_size", group);
+      splits[name + ".weight"] = {0, "vocab_size", name};
     } else {
       FSDPP_THROW(ConfigError,
                   "[tp] parallelize_module: '{}' is a {}; expected a Linear or an Embedding", name,
                   module.name());
     }
+  }
+  return splits;
+}
+
+}  // namespace
+
+std::map<std::string, int64_t> split_dims(const torch::nn::Module& root, const ParallelPlan& plan) {
+  std::map<std::string, int64_t> out;
+  for (const auto& [name, split] : planned_splits(root, plan)) out[name] = split.dim;
+  return out;
+}
+
+TensorParallel parallelize_module(torch::nn::Module& root, const GroupPtr& group,
+                                  const ParallelPlan& plan) {
+  FSDPP_CHECK_AS(ConfigError, group != nullptr, "[tp] parallelize_module: no group");
+  const auto splits = planned_splits(root, plan);
+  auto params = root.named_parameters(/*recurse=*/true);
+  std::map<std::string, Placement> placements;
+  for (const auto& [name, split] : splits) {
+    placements[name] = shard_param(params[name], split.dim, split.module, split.dim_name, group);
   }
   return TensorParallel(group, std::move(placements));
 }

@@ -11,7 +11,9 @@
 #include <torch/torch.h>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/estimate/plan_description.h"
 #include "fsdpp/fsdp/wrap_policy.h"
+#include "fsdpp/parallel/plan_splits.h"
 #include "fsdpp/train/custom_model.h"
 #include "config_read.h"
 #include "fits_check.h"
@@ -178,29 +180,38 @@ void check_custom_keys(const TrainConfig& cfg) {
          "distillation compares a language model's logits with a teacher's");
 }
 
-// The estimate's model of `module`: the units FSDP will make of it under the config's wrap
-// policy (plan_units), each parameter as rows x the rest (FSDP shards rows). Activations are not
-// known without running it: the check covers the parameters, gradients, optimizer state and the
+// The estimate's model of the module as this rank will hold it (estimate/plan_description.h):
+// the units FSDP will make of its stages under the config's wrap policy, each parameter the
+// plan's tensor-parallel slice, then FSDP over the data-parallel ranks. Activations are not known
+// without running it: the check covers the parameters, gradients, optimizer state and the
 // gathered units, and says so.
-ConfiguredEstimate custom_estimate(const TrainSession& s, torch::nn::Module& module) {
+ConfiguredEstimate custom_estimate(const TrainSession& s, models::ModelPlan& plan, int microbatches) {
+  const auto& p = s.cfg.parallelism;
   ConfiguredEstimate ce;
-  for (const auto& planned : plan_units(module, s.cfg.wrap_policy())) {
-    ModelDescription::Unit unit{.name = planned.path.empty() ? "(root)" : planned.path};
-    for (const auto& p : planned.params) {
-      const int64_t rows = p.dim() > 0 ? std::max<int64_t>(1, p.size(0)) : 1;
-      unit.params.push_back({.rows = rows, .row_numel = p.numel() / rows});
-    }
-    if (planned.path.empty()) {
-      ce.model.units.insert(ce.model.units.begin(), std::move(unit));  // the root first
-    } else {
-      ce.model.units.push_back(std::move(unit));
-    }
+  if (s.dims.tensor_parallel() && !parallel::tensor_parallel_splits(plan)) {
+    ce.skip = fmt::format("the plan of custom model '{}' does not say which parameters tensor "
+                          "parallelism splits (parallel::tensor_parallel_splits)", plan.name());
+    return ce;
   }
-  ce.options = s.cfg.estimate_options(s.world.size(), s.world.env().local_world_size);
+  ce.model = describe_plan_rank(plan, s.cfg.wrap_policy(),
+                                {.dims = s.dims,
+                                 .rank = s.world.rank(),
+                                 .schedule = p.pipeline_parallel_schedule,
+                                 .microbatches = microbatches,
+                                 .layers_per_stage = static_cast<int>(p.pipeline_parallel_layers_per_stage)});
+  ce.options = plan_rank_options(s.cfg.estimate_options(s.world.size(), s.world.env().local_world_size), s.dims);
+  const std::string layout =
+      s.dims.pipeline_parallel() || s.dims.tensor_parallel()
+          ? fmt::format(" (this rank's {}{}{}, FSDP over {} data-parallel rank(s))",
+                        s.dims.pipeline_parallel() ? fmt::format("stage(s) of pp {}", s.dims.pp) : "",
+                        s.dims.pipeline_parallel() && s.dims.tensor_parallel() ? ", " : "",
+                        s.dims.tensor_parallel() ? fmt::format("slices of tp {}", s.dims.tp) : "", s.dims.dp())
+          : "";
   ce.notes.push_back(fmt::format(
-      "{} units, {:.4f} M parameters; a custom model's activations are not estimated (the check "
-      "covers its parameters, gradients, optimizer state and gathered units)",
-      ce.model.units.size(), static_cast<double>(ce.model.num_params()) / 1e6));
+      "{} units, {:.4f} M parameters{}; a custom model's activations are not estimated (the check "
+      "covers its parameters, gradients, optimizer state and gathered units{})",
+      ce.model.units.size(), static_cast<double>(ce.model.num_params()) / 1e6, layout,
+      s.dims.pipeline_parallel() ? ", one unit gathered at a time: a pipeline's gathering for the whole step is not modelled" : ""));
   return ce;
 }
 
@@ -277,20 +288,19 @@ void CustomRun::build_model(TrainSession& s) const {
                   name, model.name, module_class_name(*module), have);
     }
   }
-  // Built whole already (on every rank, as train() documents): what is left to check is the step.
-  check_run_fits(s, [&] { return custom_estimate(s, *module); }, /*builds_whole=*/false);
   if (model.plan) {
     s.plan = model.plan(module);
     FSDPP_CHECK_AS(ConfigError, s.plan && &s.plan->module() == module.get(),
                    "[train] CustomModel '{}': plan returned {}; expected the plan of the module "
                    "it was given", model.name, s.plan ? "the plan of another module" : "no plan");
-    // The cut and the schedule on this model's units, under the keys that set them.
-    if (s.dims.pipeline_parallel()) {
-      (void)pipeline_microbatches(s.cfg, s.dims, parallel::pipeline_units_of(*s.plan));
-    }
   } else {
     s.plan = std::make_shared<DataParallelPlan>(model, module, fc.transformer_layer_cls_to_wrap);
   }
+  // The cut and the schedule on this model's units, under the keys that set them.
+  const int microbatches =
+      s.dims.pipeline_parallel() ? pipeline_microbatches(s.cfg, s.dims, parallel::pipeline_units_of(*s.plan)) : 1;
+  // Built whole already (on every rank, as train() documents): what is left to check is the step.
+  check_run_fits(s, [&] { return custom_estimate(s, *s.plan, microbatches); }, /*builds_whole=*/false);
   s.lm = std::make_unique<CustomLM>(model, std::move(module), s.plan, fc.transformer_layer_cls_to_wrap);
   s.say(fmt::format("[train] model: {}: {:.4f} M parameters", s.lm->describe(),
                     models::num_parameters(s.lm->module()) / 1e6));

@@ -4,7 +4,8 @@
 #   np1 : 1 process, the whole 16-example batch;
 #   pp2 : parallelism.pipeline_parallel_degree=2 on 2 ranks (1F1B, 4 microbatches of 4);
 #   tp2 : parallelism.tensor_parallel_degree=2 on 2 ranks (units 3 COLWISE, 5 ROWWISE);
-#   pp2tp2: both on 4 ranks (each stage split over its tp pair);
+#   pp2tp2: both on 4 ranks (each stage split over its tp pair); the memory check describes
+#         rank 0's stage and tp slices;
 #   every step's loss and grad norm equal np1's within 1e-5 over 6 AdamW steps clipped at 0.05;
 #   fp16: training.fp16 on one process and on pp2: the same loss scale every step, losses and
 #         grad norms within fp16's rounding (the microbatches' sums in another order);
@@ -31,6 +32,10 @@ grep -q "tensor parallel: pp 1 x dp_replicate 1 x dp_shard 1 x tp 2 x ep 1 (the 
 "$run" --nproc-per-node 4 --timeout-s 180 "$example" "${common[@]}" training.output_dir="$dir/pp2tp2" \
   parallelism.pipeline_parallel_degree=2 parallelism.tensor_parallel_degree=2 2>&1 | tee "$dir/pp2tp2.log"
 grep -q "pipeline parallel: pp 2 x dp_replicate 1 x dp_shard 1 x tp 2 x ep 1; 1F1B, 2 stages of 4+4 units" "$dir/pp2tp2.log"
+# The memory check describes rank 0's part: stage 0 (units 0-3) in 2 FSDP units, the root's
+# Linear(16, 64) and its tp half of Linear(64, 256) COLWISE (64*16+64 + 128*64+128 = 9408) and
+# ResidualBlock(64) whole (2*64 + 64*64+64 = 4288): 13696 parameters of the model's 43012.
+grep -q "memory check: 2 units, 0.0137 M parameters (this rank's stage(s) of pp 2, slices of tp 2, FSDP over 1 data-parallel rank(s))" "$dir/pp2tp2.log"
 "$run" --nproc-per-node 1 --timeout-s 120 "$example" "${common[@]}" training.fp16=true \
   training.output_dir="$dir/np1_fp16"
 "$run" --nproc-per-node 2 --timeout-s 120 "$example" "${common[@]}" training.fp16=true \
