@@ -39,6 +39,7 @@ class Qwen3MoePlan final : public ModelPlan {
   }
 
   bool has_experts() const override { return model_->config().num_experts > 0; }
+  double aux_loss_coef() const override { return model_->config().router_aux_loss_coef; }
 
   OuterLayoutOf apply_experts(const ExpertParallelSpec& spec) override {
     if (spec.ep && spec.ep->size() > 1) {

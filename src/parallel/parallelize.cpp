@@ -242,50 +242,91 @@ void Parallelized::make_record() {
 }
 
 StepLoss Parallelized::forward_backward(const at::Tensor& inputs, const at::Tensor& targets,
-                                        double loss_scale, const MicrobatchObjective& objective) {
+                                        double loss_scale, const MicrobatchCalls& calls) {
   const int m = options_.microbatches;
   FSDPP_CHECK_AS(ConfigError, inputs.dim() >= 1 && inputs.size(0) % m == 0,
                  "[parallel] forward_backward: {} rows do not divide into {} microbatches",
                  inputs.dim() >= 1 ? inputs.size(0) : 0, m);
+  if (!runtime_) return one_stage_step(inputs, targets, loss_scale, calls);
+  FSDPP_CHECK_AS(ConfigError, !calls.after_loss && calls.hidden_layers.empty(),
+                 "[parallel] forward_backward: {} under a pipeline (pp={}): each microbatch's "
+                 "loss is computed inside the last stage, which holds only its own layers; "
+                 "expected neither after_loss nor hidden_layers",
+                 calls.after_loss ? "an after_loss hook" : "hidden layers for the objective",
+                 dims().pp);
+  // The last stage's loss of microbatch k: the model's, with the objective's token loss, times
+  // the gradient scaler's scale; its load-balancing loss kept for the step's mean.
   StepLoss out;
-  if (runtime_) {
-    // The last stage's loss of microbatch k: the model's, with the objective's token loss, times
-    // the gradient scaler's scale; its load-balancing loss kept for the step's mean.
-    std::vector<double> aux(static_cast<size_t>(m), 0.0);
-    const auto* last = last_stage();
-    auto loss_of = [&](const at::Tensor& y, const at::Tensor& t, int k) {
-      models::TokenLoss token;
-      if (objective) {
-        token = [&objective, k](const at::Tensor& l, const at::Tensor& tt) { return objective(l, tt, k); };
-      }
-      auto r = last->loss(y, t, token);
-      if (r.aux_loss.defined()) aux[static_cast<size_t>(k)] = r.aux_loss.item<double>();
-      return loss_scale == 1.0 ? r.loss : r.loss * loss_scale;
-    };
-    const auto step = runtime_->step(inputs, targets, last ? pipeline::MicrobatchLoss(loss_of)
-                                                           : pipeline::MicrobatchLoss());
-    out.loss = step.loss / loss_scale;
-    if (model_->has_experts()) {
-      double sum = 0;
-      for (double a : aux) sum += a;
-      auto mean = at::full({1}, sum / m, at::TensorOptions(at::kDouble));
-      from_last_stage(mean, "pipeline aux loss");
-      out.aux_loss = mean.item<double>();
+  std::vector<double> aux(static_cast<size_t>(m), 0.0);
+  const auto* last = last_stage();
+  const auto& objective = calls.objective;
+  auto loss_of = [&](const at::Tensor& y, const at::Tensor& t, int k) {
+    models::TokenLoss token;
+    if (objective) {
+      token = [&objective, k](const at::Tensor& l, const at::Tensor& tt) { return objective(l, tt, k, {}); };
     }
-    return out;
-  }
-  FSDPP_CHECK_AS(ConfigError, !objective,
-                 "[parallel] forward_backward: an objective in place of the cross entropy needs a "
-                 "pipelined model (pp > 1); without a pipeline the caller has the logits: "
-                 "causal_lm()->forward_features and the objective on them");
-  const int64_t rows = inputs.size(0) / m;
-  for (int k = 0; k < m; ++k) {
-    auto r = model_->loss(inputs.narrow(0, k * rows, rows), targets.narrow(0, k * rows, rows));
-    (r.loss * (loss_scale / m)).backward();
-    out.loss += r.loss.item<double>() / m;
-    if (r.aux_loss.defined()) out.aux_loss += r.aux_loss.item<double>() / m;
+    auto r = last->loss(y, t, token);
+    if (r.aux_loss.defined()) aux[static_cast<size_t>(k)] = r.aux_loss.item<double>();
+    return loss_scale == 1.0 ? r.loss : r.loss * loss_scale;
+  };
+  const auto step = runtime_->step(inputs, targets, last ? pipeline::MicrobatchLoss(loss_of)
+                                                         : pipeline::MicrobatchLoss());
+  out.loss = step.loss / loss_scale;
+  if (model_->has_experts()) {
+    double sum = 0;
+    for (double a : aux) sum += a;
+    auto mean = at::full({1}, sum / m, at::TensorOptions(at::kDouble));
+    from_last_stage(mean, "pipeline aux loss");
+    out.aux_loss = mean.item<double>();
   }
   return out;
+}
+
+StepLoss Parallelized::one_stage_step(const at::Tensor& inputs, const at::Tensor& targets,
+                                      double loss_scale, const MicrobatchCalls& calls) {
+  const int m = options_.microbatches;
+  const int64_t rows = inputs.size(0) / m;
+  double loss_sum = 0, aux_sum = 0;
+  for (int k = 0; k < m; ++k) {
+    dist::TraceSpan forward_span(calls.trace, "forward");
+    auto r = one_stage_loss(inputs.narrow(0, k * rows, rows), targets.narrow(0, k * rows, rows), k,
+                            calls);
+    forward_span.end();
+    dist::TraceSpan backward_span(calls.trace, "backward");
+    if (calls.after_loss) calls.after_loss(k, r.loss);
+    const auto mean_part = r.loss / m;  // then scaled, as a gradient scaler's scale() does
+    (loss_scale == 1.0 ? mean_part : mean_part * loss_scale).backward();
+    loss_sum += r.loss.item<double>();
+    if (r.aux_loss.defined()) aux_sum += r.aux_loss.item<double>();
+  }
+  return {loss_sum / m, aux_sum / m};
+}
+
+models::StageLoss Parallelized::one_stage_loss(const at::Tensor& inputs, const at::Tensor& targets,
+                                               int k, const MicrobatchCalls& calls) {
+  if (!calls.objective) {
+    FSDPP_CHECK_AS(ConfigError, calls.hidden_layers.empty(),
+                   "[parallel] forward_backward: hidden layers without an objective to read them");
+    auto r = model_->loss(inputs, targets);
+    FSDPP_CHECK(r.loss.defined() && r.loss.numel() == 1 && r.loss.is_floating_point(),
+                "[parallel] forward_backward: the loss of {} is {}; expected a floating-point "
+                "scalar (the microbatch's mean loss)",
+                model_->name(),
+                r.loss.defined() ? fmt::format("a {} tensor of {} elements",
+                                               c10::toString(r.loss.scalar_type()), r.loss.numel())
+                                 : std::string("undefined"));
+    return r;
+  }
+  auto* lm = model_->causal_lm();
+  FSDPP_CHECK_AS(ConfigError, lm != nullptr,
+                 "[parallel] forward_backward: an objective in place of the cross entropy needs "
+                 "the logits of a language model without a pipeline, and {} is not one (a "
+                 "pipelined model's last stage gives them)",
+                 model_->name());
+  auto out = lm->forward_features(inputs, /*aux_loss=*/true, calls.hidden_layers);
+  auto loss = calls.objective(out.logits, targets, k, out.hidden_states);
+  if (out.aux_loss.defined()) loss = loss + model_->aux_loss_coef() * out.aux_loss;
+  return {loss, out.aux_loss};
 }
 
 const models::ModelStage* Parallelized::last_stage() const {

@@ -63,7 +63,6 @@ Distiller::Distiller(const TrainConfig& cfg, dist::World& world, int64_t student
   options_ = {.type = d.loss, .beta = d.beta, .temperature = d.temperature, .top_k = d.top_k};
   options_.validate();
   kd_ratio_ = d.kd_ratio;
-  aux_coef_ = cfg.model.router_aux_loss_coef;
   layer_weight_ = d.layer_loss_weight;
   layer_loss_ = d.layer_loss;
   chunk_ = d.loss_chunk_tokens;
@@ -130,37 +129,58 @@ PolicyBatch Distiller::policy_batch(const Sampler& student, const data::BatchLoa
   return pb;
 }
 
-Distiller::Result Distiller::loss(models::CausalLM& student, const data::BatchLoader::Batch& batch,
-                                  int64_t step, int64_t micro) {
-  const Sampler sampler = [&student](const at::Tensor& p, const models::GenerateOptions& o) {
-    return student.generate(p, o);
+Distiller::StepRows Distiller::rows(const std::vector<data::BatchLoader::Batch>& micro_batches,
+                                    int64_t step, const Sampler& student, int microbatches,
+                                    bool pipelined, bool last_stage) {
+  // Each micro-batch's rows, in order: the data's, or sampled (collective).
+  std::vector<PolicyBatch> batches;
+  for (size_t m = 0; m < micro_batches.size(); ++m) {
+    batches.push_back(policy_batch(student, micro_batches[m], step, static_cast<int64_t>(m)));
+  }
+  return pipelined ? pipeline_rows(micro_batches, std::move(batches), microbatches, last_stage)
+                   : stage_rows(micro_batches, std::move(batches));
+}
+
+Distiller::StepRows Distiller::stage_rows(const std::vector<data::BatchLoader::Batch>& micro_batches,
+                                          std::vector<PolicyBatch> batches) {
+  std::vector<at::Tensor> inputs, targets;
+  for (const auto& pb : batches) {
+    inputs.push_back(pb.inputs);
+    targets.push_back(pb.targets);
+  }
+  StepRows out{at::cat(inputs), at::cat(targets), {}, student_layers_};
+  // Micro-batch k's objective: the teacher's side of its rows then, one micro-batch's at a time
+  // (the cache's top-K on the data's windows, else the live teacher's forward: collective, and
+  // every rank computes every micro-batch's objective).
+  auto rows = std::make_shared<std::vector<PolicyBatch>>(std::move(batches));
+  auto windows = std::make_shared<std::vector<data::BatchLoader::Batch>>(micro_batches);
+  out.objective = [this, rows, windows](const at::Tensor& logits, const at::Tensor&, int k,
+                                        const std::vector<at::Tensor>& hidden) {
+    const auto pb = std::exchange(rows->at(static_cast<size_t>(k)), PolicyBatch{});
+    TeacherTargets targets;
+    std::vector<at::Tensor> teacher_hidden;
+    if (cache_ && pb.source == BatchSource::DATA && student_layers_.empty()) {
+      targets = cached_teacher(windows->at(static_cast<size_t>(k)));
+    } else {
+      auto t = teacher_->forward(pb.inputs, teacher_layers_);
+      targets.logits = t.logits;
+      teacher_hidden = std::move(t.hidden_states);
+    }
+    const auto parts = objective(logits, targets, pb);
+    kd_sum_ += parts.kd.item<double>();
+    ce_sum_ += parts.ce.item<double>();
+    ++objectives_;
+    at::Tensor loss = parts.loss;
+    targets = {};
+    if (!student_layers_.empty()) {
+      const auto layer = layer_distillation_loss(hidden, teacher_hidden, pb.kd_mask, layer_loss_,
+                                                 projections_->weights());
+      layer_sum_ += layer.item<double>();
+      loss = loss + layer_weight_ * layer;
+    }
+    return loss;
   };
-  const auto pb = policy_batch(sampler, batch, step, micro);
-  auto out = student.forward_features(pb.inputs, /*aux_loss=*/true, student_layers_);
-  // The teacher: its cached top-K on the data's windows, else the live teacher.
-  TeacherTargets targets;
-  std::vector<at::Tensor> teacher_hidden;
-  if (cache_ && pb.source == BatchSource::DATA && student_layers_.empty()) {
-    targets = cached_teacher(batch);
-  } else {
-    auto t = teacher_->forward(pb.inputs, teacher_layers_);
-    targets.logits = t.logits;
-    teacher_hidden = std::move(t.hidden_states);
-  }
-  const auto parts = objective(out.logits, targets, pb);
-  kd_sum_ += parts.kd.item<double>();
-  ce_sum_ += parts.ce.item<double>();
-  ++objectives_;
-  at::Tensor loss = parts.loss;
-  targets = {};
-  if (!student_layers_.empty()) {
-    const auto layer = layer_distillation_loss(out.hidden_states, teacher_hidden, pb.kd_mask,
-                                               layer_loss_, projections_->weights());
-    layer_sum_ += layer.item<double>();
-    loss = loss + layer_weight_ * layer;
-  }
-  if (out.aux_loss.defined()) loss = loss + aux_coef_ * out.aux_loss;
-  return {loss, out.aux_loss};
+  return out;
 }
 
 DistillObjective Distiller::objective(const at::Tensor& logits, const TeacherTargets& teacher,
@@ -228,21 +248,19 @@ std::vector<std::vector<Piece>> pieces_of(const std::vector<PolicyBatch>& batche
 
 }  // namespace
 
-Distiller::PipelineRows Distiller::pipeline_rows(
-    const std::vector<data::BatchLoader::Batch>& micro_batches, int64_t step,
-    const Sampler& student, int microbatches, bool last_stage) {
+Distiller::StepRows Distiller::pipeline_rows(
+    const std::vector<data::BatchLoader::Batch>& micro_batches, std::vector<PolicyBatch> batches,
+    int microbatches, bool last_stage) {
   FSDPP_CHECK(student_layers_.empty(),
               "[train] a pipelined student distils from the teacher's logits alone "
               "(distillation.layer_map is refused with pipeline_parallel_degree > 1)");
-  // Each micro-batch's rows and the teacher's side of them, before the pipeline runs: the
-  // cache's for data micro-batches, else the live teacher's, one forward over all such rows
-  // (collective: on every rank).
-  std::vector<PolicyBatch> batches;
+  // The teacher's side of every row, before the pipeline runs: the cache's for data
+  // micro-batches, else the live teacher's, one forward over all such rows (collective: on
+  // every rank).
   std::vector<TeacherTargets> teacher(micro_batches.size());
   std::vector<at::Tensor> inputs, targets, live;
-  for (size_t m = 0; m < micro_batches.size(); ++m) {
-    const auto& pb = batches.emplace_back(
-        policy_batch(student, micro_batches[m], step, static_cast<int64_t>(m)));
+  for (size_t m = 0; m < batches.size(); ++m) {
+    const auto& pb = batches[m];
     const bool cached = cache_ && pb.source == BatchSource::DATA;
     if (cached && last_stage) teacher[m] = cached_teacher(micro_batches[m]);
     if (!cached) live.push_back(pb.inputs);
@@ -259,7 +277,7 @@ Distiller::PipelineRows Distiller::pipeline_rows(
       row += n;
     }
   }
-  PipelineRows out{at::cat(inputs), at::cat(targets), {}};
+  StepRows out{at::cat(inputs), at::cat(targets), {}, {}};
   if (!last_stage) return out;
   // Each piece's terms weighted by its share of its micro-batch's kept positions, times
   // microbatches / micro-batches: the pipeline's mean over its microbatches is then the mean
@@ -268,7 +286,7 @@ Distiller::PipelineRows Distiller::pipeline_rows(
       pieces_of(batches, teacher, microbatches, options_.ignore_index));
   const double scale = static_cast<double>(microbatches) / static_cast<double>(batches.size());
   out.objective = [this, pieces, scale](const at::Tensor& logits, const at::Tensor& targets,
-                                        int k) {
+                                        int k, const std::vector<at::Tensor>&) {
     at::Tensor loss;
     auto& mine = pieces->at(static_cast<size_t>(k));
     for (const auto& p : mine) {

@@ -1,5 +1,5 @@
 #pragma once
-// A distilling run's loss, micro-batch by micro-batch (docs/distillation.md): where the
+// A distilling run's rows and objective, micro-batch by micro-batch (docs/distillation.md): where the
 // sequences come from (the data, or sampled by the student or the teacher: on_policy.h), what
 // the teacher says about them (the live teacher, teacher.h, or the offline cache,
 // teacher_cache.h), the chunked KD loss (chunked_distill_loss.h), the intermediate layers'
@@ -8,8 +8,9 @@
 //
 //   Distiller distiller(cfg, world, vocab, *lm, init);    // collective: loads the teacher
 //   distiller.begin_step();
-//   auto r = distiller.loss(*lm, loader.next_batch(), step, micro);  // collective
-//   r.loss.backward();
+//   auto rows = distiller.rows(micro_batches, step, sampler, accum, false, true);  // collective
+//   parallelized.forward_backward(rows.inputs, rows.targets, 1.0,
+//                                 {rows.objective, rows.hidden_layers});
 //   distiller.log_step(line, world);
 
 #include <ATen/core/Tensor.h>
@@ -52,34 +53,28 @@ class Distiller {
   Distiller(const TrainConfig& cfg, dist::World& world, int64_t student_vocab,
             models::CausalLM& student);
 
-  struct Result {
-    at::Tensor loss;      // (1 - kd_ratio) ce + kd_ratio kd (+ layer and MoE aux terms)
-    at::Tensor aux_loss;  // the student's load-balancing loss (MoE), unscaled; or undefined
-  };
-  // One micro-batch: its sequences (data or sampled), the student's forward, the teacher's
-  // distribution over them and the loss. Collective (every rank samples and gathers together).
-  Result loss(models::CausalLM& student, const data::BatchLoader::Batch& batch, int64_t step,
-              int64_t micro);
-
-  // A pipelined student (parallel::Parallelized::forward_backward): the step's accumulation
-  // micro-batches (`micro_batches`, each a data batch of the same rows) become the rows the
-  // pipeline runs, split into `microbatches` of its own. Before the pipeline runs, each
-  // micro-batch's source (on_policy.h, the same on every rank) decides its rows: the data, or
-  // sequences `student` samples (through the stages: every rank takes part) or the teacher
-  // samples (seq_kd); the teacher's side of every row is computed then too (the live teacher's
-  // forward is collective over the world, so every rank runs it; the cache is read only where
-  // `last_stage`, this rank holds the pipeline's last stage). The last stage's objective of
-  // pipeline microbatch k is the distillation objective of its rows, each part of a
-  // micro-batch weighted by its share of that micro-batch's kept positions: the step's loss is
-  // the mean over the micro-batches of their objectives, as loss() computes it, however the
-  // pipeline's microbatches cut them. Collective.
-  struct PipelineRows {
+  // The step's rows and the distillation objective of each of its microbatches, for
+  // parallel::Parallelized::forward_backward: the step's accumulation micro-batches
+  // (`micro_batches`, each a data batch of the same rows) in order. Each micro-batch's source
+  // (on_policy.h, the same on every rank) decides its rows first: the data, or sequences
+  // `student` samples (every rank takes part) or the teacher samples (seq_kd). Collective.
+  //  - One stage (not `pipelined`, `microbatches` the micro-batches): micro-batch k's
+  //    objective asks the teacher about its rows when it runs, one micro-batch's logits held at
+  //    a time (the live teacher's forward is collective, and every rank runs every objective);
+  //    with distillation.layer_map it reads the student's hidden_layers too.
+  //  - A pipeline, split into `microbatches` of its own: the teacher's side of every row
+  //    before it runs (the cache is read only where `last_stage`, this rank holds the last
+  //    stage, and the objective is given only there). The objective of pipeline microbatch k
+  //    weighs each part of a micro-batch by its share of that micro-batch's kept positions:
+  //    the step's loss is the mean over the micro-batches of their objectives however the
+  //    pipeline's microbatches cut them.
+  struct StepRows {
     at::Tensor inputs, targets;               // the step's rows (B x micro-batches, T)
-    parallel::MicrobatchObjective objective;  // the last stage's; empty on the other ranks
+    parallel::MicrobatchObjective objective;  // empty on the ranks without the last stage
+    std::vector<int64_t> hidden_layers;       // the student's layers it reads (layer_map)
   };
-  PipelineRows pipeline_rows(const std::vector<data::BatchLoader::Batch>& micro_batches,
-                             int64_t step, const Sampler& student, int microbatches,
-                             bool last_stage);
+  StepRows rows(const std::vector<data::BatchLoader::Batch>& micro_batches, int64_t step,
+                const Sampler& student, int microbatches, bool pipelined, bool last_stage);
 
   // A tensor-parallel student: its logits are this rank's columns of the vocabulary
   // (tp::shard_range over `group`), and the loss is vocab_parallel_distillation_objective over
@@ -104,6 +99,11 @@ class Distiller {
   // teacher as its source says; the sampled batches and their time counted. Collective.
   PolicyBatch policy_batch(const Sampler& student, const data::BatchLoader::Batch& batch,
                            int64_t step, int64_t micro);
+  // rows()' two cases, given the micro-batches' sampled rows.
+  StepRows stage_rows(const std::vector<data::BatchLoader::Batch>& micro_batches,
+                      std::vector<PolicyBatch> batches);
+  StepRows pipeline_rows(const std::vector<data::BatchLoader::Batch>& micro_batches,
+                         std::vector<PolicyBatch> batches, int microbatches, bool last_stage);
   // The distillation objective of the student's logits (this rank's columns under tp) against
   // the teacher's.
   DistillObjective objective(const at::Tensor& logits, const TeacherTargets& teacher,
@@ -113,7 +113,7 @@ class Distiller {
   std::optional<TeacherCache> cache_;
   OnPolicy policy_;
   DistillLossOptions options_;
-  double kd_ratio_ = 0, aux_coef_ = 0, layer_weight_ = 0;
+  double kd_ratio_ = 0, layer_weight_ = 0;
   Choice<LayerLossType> layer_loss_ = LayerLossType::COSINE;
   int64_t chunk_ = 0, seq_len_ = 0, vocab_ = 0;
   tp::GroupPtr tp_group_;  // shard_vocabulary's; null: whole logits

@@ -77,7 +77,9 @@ struct StepOutcome {
   double loss_scale = 1;
   double aux_loss_sum = 0;  // MoE: this rank's load-balancing loss summed over the micro-batches
 };
-// Forward and backward of every micro-batch, the hooks, unscale, clip (stopping on non-finite
+// The step's rows (the data, or the distiller's) through parallel::Parallelized::forward_backward
+// (every run: a model without a pipeline is one stage, its micro-batches gradient accumulation;
+// after_loss runs there per micro-batch), then the hooks, unscale, clip (stopping on non-finite
 // gradients), the optimizer step. Inside the step's trace event.
 StepOutcome train_step(TrainSession& s, int64_t step);
 

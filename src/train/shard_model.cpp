@@ -45,7 +45,8 @@ void sync_module_states(TrainSession& s, torch::nn::Module& model) {
 namespace {
 
 // The parallelize options of the config: FSDP's, the wrap policy and activation checkpointing's
-// classes, sequence parallelism, the pipeline's schedule and microbatches.
+// classes, sequence parallelism, the pipeline's schedule and microbatches (one stage's: the
+// accumulation micro-batches).
 parallel::ParallelizeOptions parallelize_options(TrainSession& s) {
   const auto& cfg = s.cfg;
   const auto& t = cfg.training;
@@ -68,6 +69,9 @@ parallel::ParallelizeOptions parallelize_options(TrainSession& s) {
     o.layers_per_stage = static_cast<int>(p.pipeline_parallel_layers_per_stage);
     o.microbatches = pipeline_microbatches(cfg, s.dims, parallel::pipeline_units_of(*s.plan));
     o.runtime.store = s.world.store();
+  } else {
+    // One stage: its microbatches are the accumulation micro-batches (train_step).
+    o.microbatches = static_cast<int>(cfg.training.gradient_accumulation_steps);
   }
   return o;
 }

@@ -1,5 +1,6 @@
-// train_step (phases.h): one optimizer step over gradient_accumulation_steps micro-batches, with
-// the caller's hooks at their points (hooks.h) and the trace's spans around its parts.
+// train_step (phases.h): one optimizer step over gradient_accumulation_steps micro-batches
+// through parallel::Parallelized::forward_backward (pipelined or one stage), with the caller's
+// hooks at their points (hooks.h) and the trace's spans around its parts.
 #include <cmath>
 #include <string>
 
@@ -8,6 +9,7 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/optim/nonfinite_grad.h"
 #include "phases.h"
+#include "pipeline_step.h"
 
 namespace fsdpp::train::detail {
 namespace {
@@ -39,11 +41,8 @@ namespace {
 
 // The student's gradients clipped to max_norm by their global norm, which it returns: from the
 // record of parallelize (each parameter once, its parts summed over the mesh dims that split
-// it), or train()'s module's own placements.
-double clip_student(TrainSession& s, double max_norm) {
-  if (s.parallel) return s.parallel->clip_grad_norm_(max_norm);
-  return clip_grad_norm_(s.lm->module(), max_norm);
-}
+// it, then over pp).
+double clip_student(TrainSession& s, double max_norm) { return s.parallel->clip_grad_norm_(max_norm); }
 
 // The student's gradients and `extra` (whole on every rank, already averaged: the distillation's
 // layer projections) clipped together by their one global norm, as torch's clip_grad_norm_
@@ -70,52 +69,74 @@ double clip_together(TrainSession& s, const std::vector<at::Tensor>& extra, doub
   return total;
 }
 
+// The step's accumulation micro-batches, on the rank's device (asynchronously from pinned
+// batches, training.dataloader_pin_memory).
+std::vector<data::BatchLoader::Batch> next_batches(TrainSession& s) {
+  std::vector<data::BatchLoader::Batch> out;
+  for (int64_t micro = 0; micro < s.accum; ++micro) {
+    auto batch = s.batches->next(s.B);
+    batch.inputs = batch.inputs.to(s.world.device(), /*non_blocking=*/true);
+    batch.targets = batch.targets.to(s.world.device(), /*non_blocking=*/true);
+    out.push_back({batch.inputs, batch.targets, batch.starts});
+  }
+  return out;
+}
+
+// The step's rows and what each microbatch's loss is: the data and the model's loss, or, when
+// distilling, the distiller's rows (the data or sampled sequences: by the student through its
+// stages, or by the teacher) and its objective. Collective.
+Distiller::StepRows step_rows(TrainSession& s, int64_t step) {
+  dist::TraceSpan data_span(s.trace.get(), "data");
+  const auto batches = next_batches(s);
+  if (!s.distiller) {
+    std::vector<at::Tensor> xs, ys;
+    for (const auto& b : batches) {
+      xs.push_back(b.inputs);
+      ys.push_back(b.targets);
+    }
+    return {at::cat(xs), at::cat(ys), {}, {}};
+  }
+  data_span.end();
+  dist::TraceSpan teacher_span(s.trace.get(), "teacher");
+  auto& p = *s.parallel;
+  const bool last = p.mesh().group("pp")->rank() == p.last_stage_rank();
+  auto student = [&s](const at::Tensor& prompt, const models::GenerateOptions& o) {
+    return s.pipelined() ? pipeline_generate(s, prompt, o) : s.lm->generate(prompt, o);
+  };
+  const int microbatches = s.pipelined() ? p.runtime().schedule().num_microbatches
+                                         : static_cast<int>(s.accum);
+  return s.distiller->rows(batches, step, student, microbatches, s.pipelined(), last);
+}
+
 }  // namespace
 
+// Every run's step: the rows through parallel::Parallelized::forward_backward, a model without a
+// pipeline being one stage (gradient accumulation over its micro-batches there).
 StepOutcome train_step(TrainSession& s, int64_t step) {
-  if (s.pipelined()) return pipeline_train_step(s, step);  // pipeline_step.cpp
   const auto& t = s.cfg.training;
   auto& world = s.world;
   torch::nn::Module& model = s.lm->module();
   auto& opt = *s.opt;
   auto& scaler = *s.scaler;
-  auto& offload = s.offload;
-  const auto& schedule = s.schedule;
   const auto& trace = s.trace;
-  const int64_t accum = s.accum;
-  const double lr = schedule.at(step);
+  const double lr = s.schedule.at(step);
   for (auto& group : opt.param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
-  double loss_sum = 0, aux_loss_sum = 0;
   const StepContext hook_context{step, world.rank(), s.restart_count, model};
-  for (int64_t micro = 0; micro < accum; ++micro) {
-    dist::TraceSpan data_span(trace.get(), "data");
-    auto batch = s.batches->next(s.B);
-    // To the rank's device (asynchronously from pinned batches, training.dataloader_pin_memory).
-    batch.inputs = batch.inputs.to(world.device(), /*non_blocking=*/true);
-    batch.targets = batch.targets.to(world.device(), /*non_blocking=*/true);
-    data_span.end();
-    dist::TraceSpan forward_span(trace.get(), "forward");
-    // distillation: (1 - kd_ratio) * cross-entropy + kd_ratio * KD against the teacher, on the
-    // data or on sampled sequences (distiller.h).
-    at::Tensor loss, aux_loss;
-    if (s.distiller) {
-      auto r = s.distiller->loss(*s.lm, {batch.inputs, batch.targets, batch.starts}, step, micro);
-      loss = r.loss;
-      aux_loss = r.aux_loss;
-    } else {
-      auto out = s.lm->forward(batch.inputs, batch.targets);
-      loss = out.loss;
-      aux_loss = out.aux_loss;
-    }
-    forward_span.end();
-    dist::TraceSpan backward_span(trace.get(), "backward");
-    if (s.hooks.after_loss) s.hooks.after_loss(hook_context, loss);
-    scaler.scale(loss / static_cast<double>(accum)).backward();
-    loss_sum += loss.item<double>();
-    if (aux_loss.defined()) aux_loss_sum += aux_loss.item<double>();
+  const auto rows = step_rows(s, step);
+  parallel::MicrobatchCalls calls{rows.objective, rows.hidden_layers, {}, trace.get()};
+  if (s.hooks.after_loss) {
+    calls.after_loss = [&](int, at::Tensor& loss) { s.hooks.after_loss(hook_context, loss); };
   }
+  // A pipeline's step is one span (its runtime traces its own); one stage's micro-batches have
+  // their forward and backward spans.
+  dist::TraceSpan pipeline_span(s.pipelined() ? trace.get() : nullptr, "pipeline");
+  const double scale = scaler.is_enabled() ? scaler.get_scale() : 1.0;
+  const auto out = s.parallel->forward_backward(rows.inputs, rows.targets, scale, calls);
+  pipeline_span.end();
+  // Sums over the accumulation micro-batches: the means times their count.
+  const double loss_sum = out.loss * static_cast<double>(s.accum);
   dist::TraceSpan clip_span(trace.get(), "clip_grad_norm");
   // distillation.layer_projection's maps, whole on every rank: their gradients averaged over the
   // ranks as FSDP averages the student's.
@@ -123,7 +144,7 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   const auto extra = projections ? projections->parameters() : std::vector<at::Tensor>{};
   if (!extra.empty()) projections->average_gradients(*world.group());
   if (s.hooks.after_backward) s.hooks.after_backward(hook_context);
-  scaler.unscale_();  // fp16: the gradients divided back, and inf/nan agreed over the ranks
+  scaler.unscale_();  // fp16: the gradients divided back, inf/nan agreed over every mesh dim
   const double max_norm = t.max_grad_norm > 0 ? t.max_grad_norm : INFINITY;
   const double grad_norm = extra.empty() ? clip_student(s, max_norm) : clip_together(s, extra, max_norm);
   // The norm is non-finite exactly when a gradient element is: one check per step, and the
@@ -132,8 +153,8 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   clip_span.end();
   dist::TraceSpan optimizer_span(trace.get(), "optimizer");
   const bool stepped = !scaler.found_inf();  // an overflow skips the step on every rank
-  if (stepped && offload) {
-    offload->step();
+  if (stepped && s.offload) {
+    s.offload->step();
   } else if (stepped) {
     opt.step();
   }
@@ -141,7 +162,7 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   scaler.update();
   opt.zero_grad();
   optimizer_span.end();
-  return {lr, loss_sum, grad_norm, stepped, loss_scale, aux_loss_sum};
+  return {lr, loss_sum, grad_norm, stepped, loss_scale, out.aux_loss * static_cast<double>(s.accum)};
 }
 
 }  // namespace fsdpp::train::detail

@@ -93,7 +93,12 @@ void check_teacher(const std::string& dtype) {
   const auto x = torch::randint(0, 64, {2, 16}, gen);
   const auto y = torch::randint(0, 64, {2, 16}, gen);
   distiller.begin_step();
-  auto loss = distiller.loss(*lm, {x, y, {0, 16}}, /*step=*/1, /*micro=*/0).loss;
+  // One micro-batch of the data (no sampling), its objective on the student's features and the
+  // load-balancing term added, as Parallelized::forward_backward does over one stage.
+  auto rows = distiller.rows({{x, y, {0, 16}}}, /*step=*/1, train::detail::Sampler(),
+                             /*microbatches=*/1, /*pipelined=*/false, /*last_stage=*/true);
+  auto out = lm->forward_features(rows.inputs, /*aux_loss=*/true, rows.hidden_layers);
+  auto loss = rows.objective(out.logits, rows.targets, 0, out.hidden_states) + 0.01 * out.aux_loss;
   loss.backward();
   opt.step();
   nlohmann::json line;

@@ -160,15 +160,18 @@ TEST(ParallelizeMatrix2, BothModels) {
             "qwen3_2");
 }
 
-// forward_backward's objective on a pipeline (what distillation gives the last stage): microbatch
-// k's token loss is (k + 1) times its cross entropy, and the Qwen3-MoE still adds its
+// forward_backward's objective (what distillation gives the last stage, or the one stage):
+// microbatch k's token loss is (k + 1) times its cross entropy, and the Qwen3-MoE still adds its
 // load-balancing loss; one step's loss, aux loss and gradient norm equal one process computing
-// the same from forward_features, and without the objective the model's own loss comes back.
-TEST(ParallelizeMatrix2, PipelineObjective) {
+// the same from forward_features, on a pipeline and without one (FSDP 2, the loss averaged over
+// dp), and without the objective the model's own loss comes back. Without a pipeline the
+// objective reads the hidden states it asks for, and after_loss replaces each microbatch's loss.
+TEST(ParallelizeMatrix2, Objective) {
   auto& w = test::world();
   ASSERT_EQ(w.size(), 2) << "this test needs 2 ranks";
   const parallel::MicrobatchObjective weighted = [](const at::Tensor& logits,
-                                                    const at::Tensor& targets, int k) {
+                                                    const at::Tensor& targets, int k,
+                                                    const std::vector<at::Tensor>&) {
     return (k + 1) * models::token_cross_entropy(logits, targets);
   };
   for (Arch a : {Arch::kLlama, Arch::kQwen3Moe}) {
@@ -179,7 +182,7 @@ TEST(ParallelizeMatrix2, PipelineObjective) {
     for (int m = 0; m < kMicro; ++m) {
       auto t = micro_tokens(0, m);
       auto out = plan->causal_lm()->forward_features(t.narrow(1, 0, kSeq), true, {});
-      auto loss = weighted(out.logits, t.narrow(1, 1, kSeq), m);
+      auto loss = weighted(out.logits, t.narrow(1, 1, kSeq), m, {});
       if (out.aux_loss.defined()) {
         loss = loss + coef * out.aux_loss;
         want_aux += out.aux_loss.item<double>() / kMicro;
@@ -188,23 +191,46 @@ TEST(ParallelizeMatrix2, PipelineObjective) {
       want_loss += loss.item<double>() / kMicro;
     }
     const double want_norm = torch::nn::utils::clip_grad_norm_(plan->module().parameters(), INFINITY);
-    // PP 2.
-    auto placed = place(a, L("PP 2", {.pp = 2}));
-    auto& p = *placed.p;
-    auto [x, y] = my_rows(p, 0);
-    const auto step = p.forward_backward(x, y, 1.0, weighted);
-    const double norm = p.clip_grad_norm_(INFINITY);
-    EXPECT_NEAR(step.loss, want_loss, kTol) << name_of(a);
-    EXPECT_NEAR(step.aux_loss, want_aux, kTol) << name_of(a);
-    EXPECT_NEAR(norm / want_norm, 1.0, kTol) << name_of(a);
-    placed.opt->zero_grad();
-    EXPECT_NEAR(p.forward_backward(x, y).loss, reference(a).losses[0], kTol) << name_of(a);
+    for (const auto& layout : {L("PP 2", {.pp = 2}), L("FSDP 2", {})}) {
+      auto placed = place(a, layout);
+      auto& p = *placed.p;
+      auto [x, y] = my_rows(p, 0);
+      const auto step = p.forward_backward(x, y, 1.0, {.objective = weighted});
+      const double norm = p.clip_grad_norm_(INFINITY);
+      auto loss = torch::tensor({step.loss}, torch::kDouble);
+      p.mesh().group("dp")->all_reduce(loss, dist::ReduceOp::SUM, {"test loss"});
+      const double mean = loss.item<double>() / p.mesh().group("dp")->size();
+      const std::string name = std::string(name_of(a)) + " " + layout.name;
+      EXPECT_NEAR(mean, want_loss, kTol) << name;
+      EXPECT_NEAR(step.aux_loss, want_aux, kTol) << name;
+      EXPECT_NEAR(norm / want_norm, 1.0, kTol) << name;
+      placed.opt->zero_grad();
+      auto own = torch::tensor({p.forward_backward(x, y).loss}, torch::kDouble);
+      p.mesh().group("dp")->all_reduce(own, dist::ReduceOp::SUM, {"test loss"});
+      EXPECT_NEAR(own.item<double>() / p.mesh().group("dp")->size(), reference(a).losses[0], kTol)
+          << name;
+    }
     if (a == Arch::kQwen3Moe) EXPECT_GT(want_aux, 0.0);
   }
-  // Without a pipeline the caller has the logits: the objective is refused.
+  // Without a pipeline: the hidden states asked for, and a loss after_loss replaces.
   auto placed = place(Arch::kLlama, L("FSDP 2", {}));
   auto [x, y] = my_rows(*placed.p, 0);
-  EXPECT_THROW(placed.p->forward_backward(x, y, 1.0, weighted), ConfigError);
+  std::vector<int64_t> widths;
+  parallel::MicrobatchCalls calls;
+  calls.hidden_layers = {0, 1};
+  calls.objective = [&](const at::Tensor& logits, const at::Tensor& targets, int,
+                        const std::vector<at::Tensor>& hidden) {
+    for (const auto& h : hidden) widths.push_back(h.size(-1));
+    return models::token_cross_entropy(logits, targets);
+  };
+  calls.after_loss = [](int k, at::Tensor& loss) { loss = loss * 0 + (k + 1); };
+  const auto step = placed.p->forward_backward(x, y, 1.0, calls);
+  EXPECT_DOUBLE_EQ(step.loss, (1.0 + kMicro) / 2);
+  EXPECT_EQ(widths, std::vector<int64_t>(2 * kMicro, llama_config().dim));
+  // A pipeline's loss is inside its last stage: no after_loss there.
+  auto piped = place(Arch::kLlama, L("PP 2", {.pp = 2}));
+  auto [px, py] = my_rows(*piped.p, 0);
+  EXPECT_THROW(piped.p->forward_backward(px, py, 1.0, {.after_loss = calls.after_loss}), ConfigError);
 }
 
 TEST(ParallelizeMatrix8, BothModels) {

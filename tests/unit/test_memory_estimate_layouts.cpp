@@ -135,13 +135,14 @@ TEST_P(EstimateVsParallelize, HeldStateExactPeakWithinTolerance) {
           }
           if (p->last_stage_rank() == p->mesh().group("pp")->rank()) {
             auto rows = std::make_shared<std::vector<at::Tensor>>(all.split(B / m));
-            objective = [rows](const at::Tensor& logits, const at::Tensor& t, int k) {
+            objective = [rows](const at::Tensor& logits, const at::Tensor& t, int k,
+                               const std::vector<at::Tensor>&) {
               auto mine = std::exchange(rows->at(static_cast<size_t>(k)), at::Tensor());
               return fsdpp::train::distillation_objective(logits, mine, t, {}, 0.5).loss;
             };
           }
         }
-        p->forward_backward(x, y, 1.0, objective);
+        p->forward_backward(x, y, 1.0, {.objective = objective});
         if (step == 0) {
           for (const auto& t : p->parameters()) h.grads += bytes(t.grad());
         }

@@ -98,6 +98,9 @@ class ModelPlan {
   virtual std::vector<torch::nn::Module*> expert_modules(torch::nn::Module& root);
   // The top-k choices per expert over the global batch in the last load-balancing loss.
   virtual std::vector<int64_t> expert_load() const { return {}; }
+  // The weight of the load-balancing loss in the training loss (router_aux_loss_coef): what a
+  // step adds to an objective in place of the cross entropy (parallel::MicrobatchObjective).
+  virtual double aux_loss_coef() const { return 0.0; }
 };
 
 // The plan of fsdpp's own models (models/llama_plan.cpp, models/qwen3_moe_plan.cpp).

@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "fsdpp/dist/trace.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/grad_scaler.h"
 #include "fsdpp/fsdp/wrap_policy.h"
@@ -113,11 +114,30 @@ struct StepLoss {
 };
 
 // The token loss of microbatch `microbatch` of a step (0 .. microbatches - 1) in place of the
-// model's cross entropy: of its logits (this rank's vocabulary columns under tp) and targets.
-// The model's own terms (MoE's load-balancing loss) are still added. E.g. the distillation
-// objective against the teacher's rows of that microbatch.
-using MicrobatchObjective = std::function<at::Tensor(const at::Tensor& logits,
-                                                     const at::Tensor& targets, int microbatch)>;
+// model's cross entropy: of its logits (this rank's vocabulary columns under tp) and targets, and
+// without a pipeline (the one stage) the outputs of the decoder layers MicrobatchCalls::
+// hidden_layers names (models::CausalLM::forward_features'; empty with a pipeline). The model's
+// own terms (MoE's load-balancing loss) are still added. E.g. the distillation objective against
+// the teacher's rows of that microbatch.
+using MicrobatchObjective = std::function<at::Tensor(
+    const at::Tensor& logits, const at::Tensor& targets, int microbatch,
+    const std::vector<at::Tensor>& hidden_states)>;
+
+// What forward_backward calls for each microbatch besides the model; every member optional.
+struct MicrobatchCalls {
+  // Each microbatch's token loss on the last stage instead of the cross entropy.
+  MicrobatchObjective objective;
+  // Without a pipeline: the decoder layers whose outputs the objective reads (a language
+  // model's plan, ModelPlan::causal_lm). ConfigError with a pipeline (a stage has some layers).
+  std::vector<int64_t> hidden_layers;
+  // Without a pipeline: after microbatch k's loss, before its backward; may replace the loss
+  // (the backward and StepLoss::loss then use the replacement). ConfigError with a pipeline:
+  // its loss is computed inside the last stage, microbatch by microbatch.
+  std::function<void(int microbatch, at::Tensor& loss)> after_loss;
+  // Without a pipeline: each microbatch's "forward" and "backward" spans (a pipeline's runtime
+  // has its own, pipeline::RuntimeOptions).
+  dist::TraceRecorder* trace = nullptr;
+};
 
 class Parallelized {
  public:
@@ -140,13 +160,13 @@ class Parallelized {
   pipeline::PipelineRuntime& runtime();
 
   // Forward and backward of this data-parallel rank's rows (inputs, targets: one example per row
-  // of dim 0; a language model's (B,T) int64; the plan's loss() without a pipeline), in
-  // options.microbatches equal microbatches: gradient accumulation, or the pipeline's step.
-  // loss_scale multiplies the loss that backward starts from (a gradient scaler's). `objective`
-  // (pipelined models only; ConfigError without a pipeline, where the caller has the logits):
-  // each microbatch's token loss on the last stage instead of the cross entropy.
+  // of dim 0; a language model's (B,T) int64), in options.microbatches equal microbatches:
+  // gradient accumulation over the one stage (a model without a pipeline: the plan's loss(), or
+  // the objective on its language model's forward_features), or the pipeline's step. loss_scale
+  // multiplies the loss that backward starts from (a gradient scaler's). `calls`: each
+  // microbatch's objective, hook and trace spans.
   StepLoss forward_backward(const at::Tensor& inputs, const at::Tensor& targets,
-                            double loss_scale = 1.0, const MicrobatchObjective& objective = {});
+                            double loss_scale = 1.0, const MicrobatchCalls& calls = {});
 
   // The whole model's gradient norm from the record: each part summed over the groups that
   // split it, then over pp; clips to max_norm; returns the norm before clipping.
@@ -183,6 +203,13 @@ class Parallelized {
   const models::ModelStage* last_stage() const;
   // `value` from the rank of the pp group that holds the last stage to every rank of it.
   void from_last_stage(at::Tensor& value, const char* what);
+  // forward_backward without a pipeline: microbatch by microbatch over the one stage.
+  StepLoss one_stage_step(const at::Tensor& inputs, const at::Tensor& targets, double loss_scale,
+                          const MicrobatchCalls& calls);
+  // One microbatch's loss on the one stage: the plan's, or the objective's (and the model's own
+  // terms) on its language model's features.
+  models::StageLoss one_stage_loss(const at::Tensor& inputs, const at::Tensor& targets, int k,
+                                   const MicrobatchCalls& calls);
 
   std::shared_ptr<models::ModelPlan> model_;
   std::unique_ptr<ParallelMesh> mesh_;
