@@ -9,7 +9,6 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/models/model_plan.h"
 #include "fsdpp/parallel/pipeline_cut.h"
-#include "fsdpp/parallel/plan_splits.h"
 #include "fsdpp/tp/regions.h"
 
 namespace fsdpp {
@@ -32,10 +31,10 @@ ModelDescription describe_plan_rank(models::ModelPlan& plan, const WrapPolicy& p
   // The split dimension of every parameter tensor parallelism splits, by tensor.
   std::map<const void*, int64_t> split;
   if (d.tp > 1) {
-    const auto splits = parallel::tensor_parallel_splits(plan);
+    const auto splits = plan.tensor_parallel_splits();
     FSDPP_CHECK_AS(ConfigError, splits.has_value(),
                    "[estimate] tensor parallelism of {}: its plan does not say which parameters it "
-                   "splits (parallel::tensor_parallel_splits knows sequential_plan's)",
+                   "splits (ModelPlan::tensor_parallel_splits)",
                    plan.name());
     for (const auto& item : plan.module().named_parameters(/*recurse=*/true)) {
       if (auto it = splits->find(item.key()); it != splits->end()) split[item.value().unsafeGetTensorImpl()] = it->second;

@@ -15,7 +15,6 @@
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/pipeline/blocks.h"
-#include "fsdpp/parallel/plan_splits.h"
 #include "fsdpp/tp/linear.h"
 #include "fsdpp/tp/split_dims.h"
 
@@ -114,8 +113,9 @@ class SequentialPlan final : public models::ModelPlan {
     return tp::parallelize_module(*model_, spec.group, o_.tensor_parallel);
   }
 
-  // What apply_tensor_parallel would split (plan_splits.h).
-  std::map<std::string, int64_t> splits() const { return tp::split_dims(*model_, o_.tensor_parallel); }
+  std::optional<std::map<std::string, int64_t>> tensor_parallel_splits() const override {
+    return tp::split_dims(*model_, o_.tensor_parallel);
+  }
 
   // Units [begin, end) of the Sequential at `path`.
   at::Tensor run(const std::string& path, int64_t begin, int64_t end, at::Tensor x) {
@@ -213,11 +213,6 @@ at::Tensor Unit::forward(const at::Tensor& x) { return plan->call(*this, x); }
 at::Tensor Run::forward(const at::Tensor& x) { return plan->run(path, begin, end, x); }
 
 }  // namespace
-
-std::optional<std::map<std::string, int64_t>> tensor_parallel_splits(const models::ModelPlan& plan) {
-  if (const auto* seq = dynamic_cast<const SequentialPlan*>(&plan)) return seq->splits();
-  return std::nullopt;
-}
 
 std::shared_ptr<models::ModelPlan> sequential_plan(torch::nn::Sequential model, SequentialPlanOptions options) {
   return std::make_shared<SequentialPlan>(std::move(model), std::move(options));

@@ -13,7 +13,6 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/estimate/plan_description.h"
 #include "fsdpp/fsdp/wrap_policy.h"
-#include "fsdpp/parallel/plan_splits.h"
 #include "fsdpp/train/custom_model.h"
 #include "config_read.h"
 #include "fits_check.h"
@@ -188,9 +187,9 @@ void check_custom_keys(const TrainConfig& cfg) {
 ConfiguredEstimate custom_estimate(const TrainSession& s, models::ModelPlan& plan, int microbatches) {
   const auto& p = s.cfg.parallelism;
   ConfiguredEstimate ce;
-  if (s.dims.tensor_parallel() && !parallel::tensor_parallel_splits(plan)) {
+  if (s.dims.tensor_parallel() && !plan.tensor_parallel_splits()) {
     ce.skip = fmt::format("the plan of custom model '{}' does not say which parameters tensor "
-                          "parallelism splits (parallel::tensor_parallel_splits)", plan.name());
+                          "parallelism splits (ModelPlan::tensor_parallel_splits)", plan.name());
     return ce;
   }
   ce.model = describe_plan_rank(plan, s.cfg.wrap_policy(),

@@ -259,11 +259,12 @@ Distiller::StepRows Distiller::pipeline_rows(
   // every rank).
   std::vector<TeacherTargets> teacher(micro_batches.size());
   std::vector<at::Tensor> inputs, targets, live;
+  std::vector<bool> cached(batches.size());
   for (size_t m = 0; m < batches.size(); ++m) {
     const auto& pb = batches[m];
-    const bool cached = cache_ && pb.source == BatchSource::DATA;
-    if (cached && last_stage) teacher[m] = cached_teacher(micro_batches[m]);
-    if (!cached) live.push_back(pb.inputs);
+    cached[m] = cache_ && pb.source == BatchSource::DATA;
+    if (cached[m] && last_stage) teacher[m] = cached_teacher(micro_batches[m]);
+    if (!cached[m]) live.push_back(pb.inputs);
     inputs.push_back(pb.inputs);
     targets.push_back(pb.targets);
   }
@@ -271,7 +272,7 @@ Distiller::StepRows Distiller::pipeline_rows(
     const auto logits = teacher_->forward(at::cat(live)).logits;
     int64_t row = 0;
     for (size_t m = 0; m < batches.size(); ++m) {
-      if (cache_ && batches[m].source == BatchSource::DATA) continue;
+      if (cached[m]) continue;
       const int64_t n = batches[m].inputs.size(0);
       teacher[m].logits = logits.narrow(0, row, n);
       row += n;

@@ -10,7 +10,7 @@
 // The pipeline's cut (parallel::cut_pipeline over the plan's units, the schedule's stages of this
 // rank's pp coordinate), each stage's FSDP units under `policy` (plan_units, as
 // apply_fully_shard makes them), each parameter this rank's tensor-parallel slice where the plan
-// splits it (parallel::tensor_parallel_splits, tp::shard_range of its tp coordinate). FSDP then
+// splits it (ModelPlan::tensor_parallel_splits, tp::shard_range of its tp coordinate). FSDP then
 // shards every unit over the data-parallel ranks (plan_rank_options), so the estimate's held
 // state is the rank's exactly. No activations (the model has no shape); a pipeline's parameters
 // gathered for its whole step are not modelled either (fsdpp's own models' are: pipeline_estimate).

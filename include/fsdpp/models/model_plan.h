@@ -12,7 +12,9 @@
 #include <torch/nn/module.h>
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,6 +88,14 @@ class ModelPlan {
   // Tensor parallelism on the whole model: the parameters it split (their placements along the
   // group), the rest replicated over it. ConfigError when the model's shape does not divide.
   virtual tp::TensorParallel apply_tensor_parallel(const TensorParallelSpec& spec) = 0;
+  // What apply_tensor_parallel would split, read without a group or a change: each parameter's
+  // name under module() and the dimension it is split along (evenly over the tp group,
+  // tp::shard_range), for an estimate of a model it has no shape of
+  // (estimate/plan_description.h). nullopt: the plan does not say (fsdpp's language models,
+  // whose estimate reads their shape).
+  virtual std::optional<std::map<std::string, int64_t>> tensor_parallel_splits() const {
+    return std::nullopt;
+  }
 
   // Models with experts (has_experts): the data-parallel batch their load-balancing statistics
   // are summed over, and expert parallelism when spec.ep has more than one rank. Returns the
