@@ -17,9 +17,14 @@
 #                   the uninterrupted run; the GPU's checkpoint as the CPU run's teacher
 #   make_run        `make run`'s script (scripts/default_job.sh, 2 ranks) for 20 steps: with one
 #                   GPU visible its ranks share it over Gloo and the run's metrics carry CUDA memory
+#   distill_pp      a teacher under a pipeline (2 ranks, Gloo, one GPU) with on-policy batches
+#                   (distillation.lmbda: the student's samples drawn through the stages) and
+#                   with the teacher's own samples (seq_kd), against the same runs on the CPU
+#   custom_model    fsdpp::train::train with a module of one's own (the examples): the MLP on one
+#                   rank over NCCL, the Sequential under PP 2 and TP 2 over Gloo, against the CPU
 # FSDPP_DATA: the text to train on (default: configs/default.yaml's data.path).
 set -euo pipefail
-names=(unit_nccl unit_gloo2 default_job parallel_gloo2 train_paths make_run)
+names=(unit_nccl unit_gloo2 default_job parallel_gloo2 train_paths make_run distill_pp custom_model)
 if [[ "${1:-}" == --list ]]; then
   printf '%s\n' "${names[@]}"
   exit 0
@@ -37,6 +42,16 @@ train() {
   FSDPP_DEVICE=$device FSDPP_BACKEND=$backend "$bin/fsdpp-run" --nproc-per-node "$nproc" \
     "$bin/fsdpp-train" "$src/configs/default.yaml" "${data[@]}" training.output_dir="$work/$tag" \
     training.report_to=none training.sample_tokens=0 training.save_strategy=no \
+    training.logging_steps=1 "$@" > "$work/$tag.log" 2>&1 ||
+    { tail -n 30 "$work/$tag.log"; echo "[gpu] $name: the run '$tag' failed (log: $work/$tag.log)"; return 1; }
+}
+
+# Runs an example of a model of one's own (examples/custom_model) in WORK/<tag>, as train() does.
+example() {
+  local tag=$1 program=$2 nproc=$3 device=$4 backend=$5
+  shift 5
+  FSDPP_DEVICE=$device FSDPP_BACKEND=$backend "$bin/fsdpp-run" --nproc-per-node "$nproc" \
+    "$bin/$program" training.output_dir="$work/$tag" training.report_to=none \
     training.logging_steps=1 "$@" > "$work/$tag.log" 2>&1 ||
     { tail -n 30 "$work/$tag.log"; echo "[gpu] $name: the run '$tag' failed (log: $work/$tag.log)"; return 1; }
 }
@@ -140,6 +155,38 @@ assert len([j for j in lines if "loss" in j]) == 20, "make_run: the default job 
 assert all("cuda_peak_allocated_mb" in j for j in lines if "loss" in j), "make_run: the default job ran on the CPU"
 print(f"[gpu] make_run: 20 steps on the GPU, last loss {[j for j in lines if 'loss' in j][-1]['loss']:.4f}")
 PY
+    ;;
+  distill_pp)
+    short=(training.max_steps=6 training.eval_steps=0)
+    train teacher 1 cuda nccl "${short[@]}" training.save_strategy=steps training.save_steps=6
+    pp=(parallelism.pipeline_parallel_degree=2 distillation.teacher="$work/teacher/checkpoint-6"
+        distillation.max_new_tokens=16)
+    train onpolicy_gpu 2 cuda:0 gloo "${short[@]}" "${pp[@]}" distillation.lmbda=0.5
+    train onpolicy_cpu 2 cpu gloo "${short[@]}" "${pp[@]}" distillation.lmbda=0.5
+    compare onpolicy_gpu onpolicy_cpu 1e-2
+    train seqkd_gpu 2 cuda:0 gloo "${short[@]}" "${pp[@]}" distillation.seq_kd=true
+    train seqkd_cpu 2 cpu gloo "${short[@]}" "${pp[@]}" distillation.seq_kd=true
+    compare seqkd_gpu seqkd_cpu 1e-2
+    "$python" - "$work" <<'PY'
+import json, sys
+def sampled(tag, key):
+    return sum(j.get(key, 0) for j in map(json.loads, open(f"{sys.argv[1]}/{tag}/metrics.jsonl")))
+student, teacher = sampled("onpolicy_gpu", "student_sampled_batches"), sampled("seqkd_gpu", "teacher_sampled_batches")
+print(f"[gpu] distill_pp: batches sampled on the GPU: {student} by the student, {teacher} by the teacher")
+assert student > 0 and teacher > 0, "distill_pp: the GPU runs sampled nothing"
+PY
+    ;;
+  custom_model)
+    steps=(training.max_steps=20 training.eval_steps=0)
+    example mlp_gpu fsdpp-example-mlp 1 cuda nccl "${steps[@]}"
+    example mlp_cpu fsdpp-example-mlp 1 cpu gloo "${steps[@]}"
+    compare mlp_gpu mlp_cpu 1e-2
+    example seq_pp_gpu fsdpp-example-sequential 2 cuda:0 gloo "${steps[@]}" parallelism.pipeline_parallel_degree=2
+    example seq_pp_cpu fsdpp-example-sequential 2 cpu gloo "${steps[@]}" parallelism.pipeline_parallel_degree=2
+    compare seq_pp_gpu seq_pp_cpu 1e-2
+    example seq_tp_gpu fsdpp-example-sequential 2 cuda:0 gloo "${steps[@]}" parallelism.tensor_parallel_degree=2
+    example seq_tp_cpu fsdpp-example-sequential 2 cpu gloo "${steps[@]}" parallelism.tensor_parallel_degree=2
+    compare seq_tp_gpu seq_tp_cpu 1e-2
     ;;
   *)
     echo "[gpu] unknown test '$name'; expected one of: ${names[*]}" >&2
