@@ -13,6 +13,10 @@
 //                                                   every block; the fused AdamW. The model runs
 //                                                   on the rank's device (a GPU when one is
 //                                                   visible: bench/gpu_bench.py, docs/gpus.md)
+//                           [--profile F]           records the timed steps with PyTorch's
+//                                                   profiler (Kineto: CPU ops and CUDA kernels)
+//                                                   into the Chrome trace F (rank 0), as
+//                                                   torch.profiler does (bench/gpu_profile.py)
 //   fsdpp-bench collectives --dir D --strategy S    replays one step's collectives (the units'
 //                           --repeats R --out F     sizes, standalone) and the copies around them
 //   fsdpp-bench baseline    --out F                 the runtime's own memory: a LibTorch + Gloo
@@ -24,6 +28,8 @@
 #include <torch/torch.h>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/record_function.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <c10/core/CPUAllocator.h>
 
 #include <algorithm>
@@ -289,7 +295,7 @@ int cmd_init(const std::string& dir) {
 
 int cmd_train(const std::string& dir, const std::string& strategy, const Prefetch& prefetch, int steps,
               int warmup, const std::string& out_path, bool no_fsdp, bool count_alloc, Parallel& parallel,
-              int64_t local_batch, bool fused) {
+              int64_t local_batch, bool fused, const std::string& profile) {
   // Installed before anything is allocated, so that every tensor is counted (and freed through
   // the allocator that made it); it outlives every tensor of this function.
   static CountingAllocator counting(c10::GetCPUAllocator());
@@ -342,7 +348,17 @@ int cmd_train(const std::string& dir, const std::string& strategy, const Prefetc
   std::vector<double> step_ms, fwd_ms, bwd_ms, opt_ms, losses, wire, rss_by_step;
   fsdpp::dist::CommCounters comm{}, comm_tp{};
   auto tp_counters = [&] { return parallel.mesh ? parallel.mesh->counters("tp") : fsdpp::dist::CommCounters{}; };
+  // The timed steps under PyTorch's profiler on rank 0 (CPU ops and, on a GPU, its kernels).
+  namespace prof = torch::autograd::profiler;
+  using torch::profiler::impl::ActivityType;
+  const torch::profiler::impl::ProfilerConfig profiler(torch::profiler::impl::ProfilerState::KINETO);
+  std::set<ActivityType> activities{ActivityType::CPU};
+  if (device.is_cuda()) activities.insert(ActivityType::CUDA);
+  const bool profiling = !profile.empty() && world->rank() == 0;
+  if (profiling) prof::prepareProfiler(profiler, activities);
   for (int step = 0; step < warmup + steps; ++step) {
+    if (profiling && step == warmup) prof::enableProfiler(profiler, activities);
+    RECORD_USER_SCOPE("fsdpp-bench step");
     auto rows = batches[step % n_batches].narrow(0, dp_rank * B, B);  // (B, T+1)
     auto x = rows.narrow(1, 0, T).contiguous().to(device), y = rows.narrow(1, 1, T).contiguous().to(device);
     sync();
@@ -390,6 +406,7 @@ int cmd_train(const std::string& dir, const std::string& strategy, const Prefetc
       }
     }
   }
+  if (profiling) prof::disableProfiler()->save(profile);
   const auto peak = gather_doubles(*world, proc_status_mb("VmHWM"));
   const auto base = gather_doubles(*world, baseline_rss);
   const auto tensor_peak = gather_doubles(*world, counting.peak() / 1048576.0);
@@ -626,6 +643,8 @@ int main(int argc, char** argv) {
   int64_t local_batch = 0;
   train->add_option("--local-batch", local_batch, "sequences per data-parallel rank (default: the config's)");
   train->add_flag("--no-fsdp", no_fsdp, "every rank trains its own unsharded model (no communication)");
+  std::string profile;
+  train->add_option("--profile", profile, "the timed steps under PyTorch's profiler, into this Chrome trace (rank 0)");
   bool count_alloc = false;
   train->add_flag("--count-alloc", count_alloc, "also report the peak of live tensor bytes (counting allocator)");
   auto* coll = app.add_subcommand("collectives", "time one step's collectives standalone");
@@ -640,7 +659,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*init) return cmd_init(dir);
-    if (*train) return cmd_train(dir, strategy, prefetch, steps, warmup, out, no_fsdp, count_alloc, parallel, local_batch, fused);
+    if (*train) return cmd_train(dir, strategy, prefetch, steps, warmup, out, no_fsdp, count_alloc, parallel, local_batch, fused, profile);
     if (*coll) return cmd_collectives(dir, strategy, repeats, prefetch, out);
     if (*base) return cmd_baseline(out);
   } catch (const std::exception& e) {

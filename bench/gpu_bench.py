@@ -78,6 +78,26 @@ def matmul_peak(torch):
     return 2 * n ** 3 * reps / (time.perf_counter() - t0)
 
 
+def profile(a, prog, d, env, steps):
+    """fsdpp, FSDP2 and eager under the profiler, AC off and on; their kernels compared."""
+    for ac in (False, True):
+        tag = "ac" if ac else "noac"
+        traces = []
+        for impl in ("fsdpp", "fsdp2", "eager"):
+            trace, out = (os.path.join(a.work, f"{impl}-{tag}.{ext}") for ext in ("trace.json", "json"))
+            flags = steps + ["--profile", trace, "--out", out] + (["--ac"] if ac else [])
+            if impl == "fsdpp":
+                cmd = [prog("fsdpp-run"), "--nproc-per-node", "1", prog("fsdpp-bench"), "train", "--dir", d,
+                       "--strategy", "full_shard", "--bf16", "--fused"]
+            else:
+                cmd = [sys.executable, os.path.join(HERE, "gpu_torch_bench.py"), "--dir", d, "--impl", impl]
+            run(cmd + flags, os.path.join(a.work, f"{impl}-{tag}.log"), env)
+            traces.append(f"{impl}={trace}")
+        subprocess.run([sys.executable, os.path.join(HERE, "kernel_summary.py"), "--steps", str(a.steps),
+                        "--title", f"GPU time per step by kind of kernel, activation checkpointing {tag}",
+                        "--out", os.path.join(a.out, f"gpu-profile-{tag}.md")] + traces, check=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="", help="fsdpp's programs (default: on PATH)")
@@ -87,6 +107,9 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--default-job", default="", help="gpu_tests.sh default_job's work directory")
+    ap.add_argument("--profile", action="store_true",
+                    help="instead of the timing table: each run's timed steps under PyTorch's profiler and "
+                         "bench/kernel_summary.py's comparison of their kernels (OUT/gpu-profile-{noac,ac}.md)")
     a = ap.parse_args()
     a.quick = a.quick or os.environ.get("BENCH_QUICK") == "1"
     prog = lambda name: os.path.join(a.bin, name) if a.bin else name  # noqa: E731
@@ -119,6 +142,8 @@ def main():
     env = dict(os.environ)
     env.pop("FSDPP_DEVICE", None)
     env.pop("FSDPP_BACKEND", None)  # one rank on the GPU: NCCL
+    if a.profile:
+        return profile(a, prog, d, env, steps)
     for ac in (False, True):
         tag = "ac" if ac else "noac"
         out = os.path.join(a.work, f"fsdpp-{tag}.json")

@@ -9,6 +9,8 @@ fsdpp-bench wrote) on D/batches.safetensors, as `fsdpp-bench train --bf16 --fuse
   eager  the plain module in fp32 under torch.autocast(bfloat16): no FSDP at all
 AdamW(fused=True); --ac wraps every block in non-reentrant activation checkpointing. Each step
 is timed to the device's end (torch.cuda.synchronize); the allocator's peak is reported.
+--profile F records the timed steps with torch.profiler (CPU ops, CUDA kernels) into the Chrome
+trace F, as `fsdpp-bench train --profile` does (bench/kernel_summary.py compares them).
 """
 import argparse
 import json
@@ -28,6 +30,7 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--profile", default="", help="the timed steps' Chrome trace (torch.profiler)")
     a = ap.parse_args()
 
     import torch
@@ -69,7 +72,13 @@ def main():
     torch.cuda.reset_peak_memory_stats()
     step_ms, losses = [], []
     n_batches = tokens.size(0)
+    profiler = None
+    if a.profile:
+        acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        profiler = torch.profiler.profile(activities=acts)
     for step in range(a.warmup + a.steps):
+        if profiler and step == a.warmup:
+            profiler.start()
         rows = tokens[step % n_batches, :B]
         x, y = rows[:, :T].contiguous().to(device), rows[:, 1:].contiguous().to(device)
         torch.cuda.synchronize()
@@ -85,6 +94,9 @@ def main():
         if step >= a.warmup:
             step_ms.append((t1 - t0) * 1e3)
         del logits, loss
+    if profiler:
+        profiler.stop()
+        profiler.export_chrome_trace(a.profile)
     result = {
         "impl": f"pytorch-{a.impl}", "activation_checkpointing": a.ac, "num_params": num_params,
         "local_batch": B, "seq_len": T, "warmup": a.warmup, "step_ms": step_ms,

@@ -7,7 +7,8 @@
 # (bench/gpu_bench.py), and writes under OUT_DIR: summary.txt (one line per part, PASS/FAIL with
 # its time), gpu-latest.{md,json} (the benchmark's tables), logs.tar.gz (every log and metrics
 # file). It builds nothing. It exits non-zero when any part failed; every part runs regardless.
-# GPU_CHECK_PARTS limits the parts ("unit_nccl bench", ...); GPU_CHECK_QUICK=1 benchmarks a
+# GPU_CHECK_PARTS limits the parts ("unit_nccl bench", ...; "profile": the benchmark's runs under
+# PyTorch's profiler, their kernels compared in OUT/profile/gpu-profile-*.md); GPU_CHECK_QUICK=1 benchmarks a
 # small model; GPU_CHECK_BUDGET_S (default 480) bounds the whole check (a part is stopped at it,
 # and later parts are skipped), GPU_CHECK_PART_S (default 180) each test part (timeout's exit 124).
 set -uo pipefail
@@ -46,7 +47,7 @@ export PYTHONUNBUFFERED=1
 
 # Every log, metrics.jsonl and result, two folders deep at most as the device tool returns them.
 save_logs() {
-  (cd "$work" && find . \( -name '*.log' -o -name 'metrics.jsonl' -o -name '*.json' \) -size -4M | \
+  (cd "$work" && find . \( -name '*.log' -o -name 'metrics.jsonl' -o -name '*.json' \) ! -name '*.trace.json' -size -4M | \
     grep -v '/bench[0-9]*/model/' | tar -czf "$out/logs.tar.gz" -T -) 2>/dev/null
 }
 parts=${GPU_CHECK_PARTS:-"$(bash "$src/tests/gpu/gpu_tests.sh" --list | tr '\n' ' ') bench"}
@@ -60,19 +61,23 @@ for part in $parts; do
     continue
   fi
   t0=$SECONDS
-  if [[ "$part" == bench ]]; then
+  if [[ "$part" == bench || "$part" == profile ]]; then
     quick=()
     [[ "${GPU_CHECK_QUICK:-0}" == 1 ]] && quick=(--quick)
-    benches=$((benches + 1))
-    tag=bench bench_out=$out
-    ((benches > 1)) && tag=bench$benches bench_out=$out/bench$benches
+    if [[ "$part" == profile ]]; then
+      tag=profile bench_out=$out/profile quick+=(--profile --steps 3)
+    else
+      benches=$((benches + 1))
+      tag=bench bench_out=$out
+      ((benches > 1)) && tag=bench$benches bench_out=$out/bench$benches
+    fi
     timeout -k 5 "$left" python3 "$src/bench/gpu_bench.py" --bin "$bin" --out "$bench_out" --work "$work/$tag" \
       --default-job "$work/tests/default_job" "${quick[@]}" > "$work/$tag.log" 2>&1
   else
     timeout -k 5 "$((left < part_cap ? left : part_cap))" bash "$src/tests/gpu/gpu_tests.sh" "$part" "$bin" "$src" "$work/tests/$part" > "$work/$part.log" 2>&1
   fi
   rc=$?
-  log=$work/$([[ "$part" == bench ]] && echo "$tag" || echo "$part").log
+  log=$work/$([[ "$part" == bench* || "$part" == profile ]] && echo "$tag" || echo "$part").log
   if [[ $rc -eq 0 ]]; then
     say "[gpu-check] PASS $part ($((SECONDS - t0)) s)"
   else
@@ -83,7 +88,7 @@ for part in $parts; do
   grep -h "^\[gpu\]\|^\[bench-gpu\]" "$log" 2>/dev/null | sed 's/^/    /' >> "$summary"
   save_logs  # after every part, so that a run stopped from outside still returns what it did
 done
-for f in "$out/gpu-latest.md" "$out"/bench*/gpu-latest.md; do [[ -f "$f" ]] && cat "$f"; done
+for f in "$out/gpu-latest.md" "$out"/bench*/gpu-latest.md "$out"/profile/gpu-profile-*.md; do [[ -f "$f" ]] && cat "$f"; done
 say "[gpu-check] $( ((failed)) && echo FAILED || echo PASSED ) in $((SECONDS - start)) s; results in $out"
 rm -rf "$work"
 exit $failed
