@@ -44,7 +44,10 @@ def apply_rope(x, cos, sin):
     x0, x1 = xc.select(-1, 0), xc.select(-1, 1)
     c = cos.narrow(0, 0, T).view(1, T, 1, half).to(xc.dtype)
     s = sin.narrow(0, 0, T).view(1, T, 1, half).to(xc.dtype)
-    out = torch.stack([x0 * c - x1 * s, x0 * s + x1 * c], -1).flatten(-2)
+    if x.is_cuda:  # one complex multiply, as fsdpp's on a GPU (src/models/decoder_parts.h)
+        out = torch.view_as_real(torch.view_as_complex(xc.contiguous()) * torch.complex(c, s)).flatten(-2)
+    else:
+        out = torch.stack([x0 * c - x1 * s, x0 * s + x1 * c], -1).flatten(-2)
     return out.to(x.dtype)
 
 

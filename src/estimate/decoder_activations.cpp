@@ -50,7 +50,7 @@ Id tp_enter_backward(Ledger& l, const Dims& d, Id g) {
 // its input (in the ledger already) and rsqrt alone.
 void norm_forward(Ledger& l, const Dims& d, std::vector<Id>& saved) {
   const int64_t f = 4;
-  if (d.fused_norm) {
+  if (d.gpu) {
     saved.push_back(l.alloc(kActs, f * d.S));          // rsqrt(mean + eps)
     saved.push_back(l.alloc(kActs, d.e * d.S * d.C));  // the output
     return;
@@ -65,9 +65,21 @@ void norm_forward(Ledger& l, const Dims& d, std::vector<Id>& saved) {
 
 // Rotary embedding of x (BT x width): four half-size products, their difference and sum, the
 // stacked result; the input itself is not saved (the multiplies save cos and sin).
+// On a GPU one complex multiply: the fp32 copy, the product, its cast back.
 Id rope_forward(Ledger& l, const Dims& d, Id x, int64_t width) {
   const int64_t f = 4, half = f * d.BT * width / 2;
   Id xc = d.mp ? l.alloc(kActs, f * d.BT * width) : -1;
+  if (d.gpu) {
+    Id out = l.alloc(kActs, f * d.BT * width);
+    if (d.mp) {
+      Id product = out;
+      out = l.alloc(kActs, d.e * d.BT * width);
+      l.free(product);
+      l.free(xc);
+    }
+    l.free(x);
+    return out;
+  }
   Id p1 = l.alloc(kActs, half), p2 = l.alloc(kActs, half), dd = l.alloc(kActs, half);
   l.free(p1);
   l.free(p2);
@@ -139,7 +151,7 @@ BlockSaved block_forward(Ledger& l, const Dims& d, Id x) {
 // the fused kernel's, the incoming and the input's alone); leaves the input's gradient.
 Id norm_backward(Ledger& l, const Dims& d, Id grad_in) {
   const int64_t f = 4;
-  Id t = d.fused_norm ? -1 : l.alloc(kActs, 3 * f * d.S * d.C);
+  Id t = d.gpu ? -1 : l.alloc(kActs, 3 * f * d.S * d.C);
   Id g = l.alloc(kActs, d.e * d.S * d.C);
   if (t >= 0) l.free(t);
   l.free(grad_in);
@@ -202,9 +214,11 @@ Id block_backward(Ledger& l, const Dims& d, BlockSaved& s, Id g, const GradAlloc
     l.free(gv);
     gv = v2;
   }
-  // Rotary backward: select/stack backward materialise full-size gradients (3 x width at most).
-  l.touch(kActs, 3 * 4 * d.BT * d.Q);
-  l.touch(kActs, 3 * 4 * d.BT * d.K);
+  // Rotary backward: select/stack backward materialise full-size gradients (3 x width at most);
+  // on a GPU the gradient in fp32 and its complex product.
+  const int64_t rope_grads = d.gpu ? 2 : 3;
+  l.touch(kActs, rope_grads * 4 * d.BT * d.Q);
+  l.touch(kActs, rope_grads * 4 * d.BT * d.K);
   Id gn1 = l.alloc(kActs, d.e * d.BT * d.C);
   grad(d.C * d.Q);
   l.free(gq);

@@ -23,7 +23,9 @@ struct Dims {
   int64_t S = 0;   // residual-stream positions on this rank (BT without SP)
   int64_t tp = 1;  // tensor-parallel degree
   bool sp = false;
-  bool fused_norm = false;  // on a GPU: LibTorch's fused RMSNorm (models/llama.cpp), no temporaries
+  // On a GPU (models/llama.cpp): LibTorch's fused RMSNorm, no temporaries; RoPE as one complex
+  // multiply (models/decoder_parts.h).
+  bool gpu = false;
 };
 
 // Tensor parallelism's forward regions (src/tp/regions.cpp) on a tensor already in the ledger:

@@ -18,13 +18,20 @@ namespace detail {
 
 namespace {
 thread_local CheckpointPhase tl_phase = CheckpointPhase::NONE;
+thread_local const void* tl_owner = nullptr;
 }  // namespace
 
 CheckpointPhase checkpoint_phase() { return tl_phase; }
-CheckpointPhaseGuard::CheckpointPhaseGuard(CheckpointPhase phase) : previous_(tl_phase) {
+const void* recomputing() { return tl_phase == CheckpointPhase::RECOMPUTE ? tl_owner : nullptr; }
+CheckpointPhaseGuard::CheckpointPhaseGuard(CheckpointPhase phase, const void* owner)
+    : previous_(tl_phase), previous_owner_(tl_owner) {
   tl_phase = phase;
+  tl_owner = owner;
 }
-CheckpointPhaseGuard::~CheckpointPhaseGuard() { tl_phase = previous_; }
+CheckpointPhaseGuard::~CheckpointPhaseGuard() {
+  tl_phase = previous_;
+  tl_owner = previous_owner_;
+}
 
 // A child module that marks its parent for checkpointing (LibTorch modules have no attributes
 // of ours; a child goes where the module goes).
@@ -47,9 +54,12 @@ CheckpointMarker* checkpoint_marker_of(torch::nn::Module& module) {
 
 bool grad_mode_enabled() { return at::GradMode::is_enabled(); }
 
+std::vector<at::Tensor> checkpoint_of(const void* owner, const RecomputeFn& fn,
+                                      const std::vector<at::Tensor>& inputs, const CheckpointOptions& options);
+
 std::vector<at::Tensor> run_checkpointed(CheckpointMarker& marker, RecomputeFn fn,
                                          const std::vector<at::Tensor>& inputs) {
-  return checkpoint(fn, inputs, marker.options);
+  return checkpoint_of(&marker, fn, inputs, marker.options);
 }
 
 }  // namespace detail
@@ -98,6 +108,7 @@ void restore_rng(const RngState& s) {
 
 struct RecomputeState : torch::CustomClassHolder {
   detail::RecomputeFn fn;
+  const void* owner = nullptr;  // the marker of the module recomputed (detail::recomputing())
   CheckpointOptions options;
   RngState rng;
   std::vector<bool> needs_grad;
@@ -151,7 +162,7 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
         restore_rng(state->rng);
       }
       at::AutoGradMode grad(true);
-      detail::CheckpointPhaseGuard phase(detail::CheckpointPhase::RECOMPUTE);
+      detail::CheckpointPhaseGuard phase(detail::CheckpointPhase::RECOMPUTE, state->owner);
       try {
         outs = state->fn(inputs);
       } catch (...) {
@@ -184,14 +195,22 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
 
 }  // namespace
 
-std::vector<at::Tensor> checkpoint(
-    const std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>& fn,
-    const std::vector<at::Tensor>& inputs, const CheckpointOptions& options) {
+namespace detail {
+std::vector<at::Tensor> checkpoint_of(const void* owner, const RecomputeFn& fn,
+                                      const std::vector<at::Tensor>& inputs, const CheckpointOptions& options) {
   if (!at::GradMode::is_enabled()) return fn(inputs);
   auto state = c10::make_intrusive<RecomputeState>();
   state->fn = fn;
+  state->owner = owner;
   state->options = options;
   return CheckpointFn::apply(std::move(state), at::TensorList(inputs));
+}
+}  // namespace detail
+
+std::vector<at::Tensor> checkpoint(
+    const std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>& fn,
+    const std::vector<at::Tensor>& inputs, const CheckpointOptions& options) {
+  return detail::checkpoint_of(nullptr, fn, inputs, options);
 }
 
 bool checkpoint_module(torch::nn::Module& module, const CheckpointOptions& options) {

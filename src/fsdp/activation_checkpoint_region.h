@@ -10,16 +10,20 @@ enum class CheckpointPhase { NONE, FORWARD, RECOMPUTE };
 
 // The innermost checkpoint phase of this thread.
 CheckpointPhase checkpoint_phase();
+// In RECOMPUTE: what is being recomputed (a marked module's checkpoint marker; null for the
+// functional form); null in the other phases.
+const void* recomputing();
 
 class CheckpointPhaseGuard {
  public:
-  explicit CheckpointPhaseGuard(CheckpointPhase phase);
+  explicit CheckpointPhaseGuard(CheckpointPhase phase, const void* owner = nullptr);
   ~CheckpointPhaseGuard();
   CheckpointPhaseGuard(const CheckpointPhaseGuard&) = delete;
   CheckpointPhaseGuard& operator=(const CheckpointPhaseGuard&) = delete;
 
  private:
   CheckpointPhase previous_;
+  const void* previous_owner_;
 };
 
 }  // namespace fsdpp::detail

@@ -119,6 +119,24 @@ void FSDPParam::alloc_unsharded() {
   storage->set_nbytes(nbytes);
 }
 
+bool FSDPParam::aliasable(const at::Tensor& flat) const {
+  const auto address = reinterpret_cast<uintptr_t>(flat.data_ptr()) + offset * flat.element_size();
+  return separate_unsharded_ && shard_world == 1 && flat.scalar_type() == unsharded.scalar_type() &&
+         flat.device() == unsharded.device() && address % 16 == 0;
+}
+
+void FSDPParam::alias_unsharded(const at::Tensor& flat) {
+  FSDPP_CHECK(aliasable(flat), "[fsdp] parameter '{}' cannot point into the gathered buffer", fqn);
+  auto* storage = unsharded.storage().unsafeGetStorageImpl();
+  auto* at_offset = static_cast<char*>(flat.data_ptr()) + offset * flat.element_size();
+  // The storage holds a reference to `flat`, so that a parameter that outlives its unit never
+  // points into freed memory; the unit retires its own reference when it frees the parameters.
+  auto* keep = new at::Tensor(flat);
+  storage->set_data_ptr_noswap(at::DataPtr(at_offset, keep, [](void* t) { delete static_cast<at::Tensor*>(t); },
+                                           flat.device()));
+  storage->set_nbytes(static_cast<size_t>(numel()) * unsharded.element_size());
+}
+
 void FSDPParam::free_unsharded() {
   if (!separate_unsharded_) return;
   auto* storage = unsharded.storage().unsafeGetStorageImpl();

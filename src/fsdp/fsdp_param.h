@@ -68,6 +68,12 @@ class FSDPParam {
                     int64_t first_column = 0) const;
 
   void alloc_unsharded();
+  // One rank: points `unsharded` at its place in the unit's converted flat shard `flat` (the
+  // whole parameter set in the param dtype) instead of copying it out; the unit keeps `flat`
+  // until free_unsharded(). aliasable() says whether that place is 16-byte aligned, as the
+  // vectorised kernels and cuBLAS want their operands.
+  bool aliasable(const at::Tensor& flat) const;
+  void alias_unsharded(const at::Tensor& flat);
   void free_unsharded();
   bool unsharded_allocated() const;
   int64_t unsharded_bytes() const;

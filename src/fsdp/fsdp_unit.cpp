@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "activation_checkpoint_region.h"
@@ -283,10 +284,16 @@ void FSDPUnit::finish_unshard() {
   // The compute stream waits for the gather (the CPU: for the collective itself).
   if (g.work.valid()) g.work.wait();
   dist::Stream::current(compute_device_).wait(g.copied_in);
-  for (auto& p : params_) p->alloc_unsharded();
-  auto rows = g.gathered.view({shard_world_, total_shard_numel_});
-  for (auto& p : params_) p->copy_out(rows, p->unsharded);
-  retire(g);
+  release_alias();  // a gather kept between steps (ZERO1) and gathered again
+  if (can_alias(g)) {
+    for (auto& p : params_) p->alias_unsharded(g.gathered);
+    aliased_ = std::move(g);
+  } else {
+    for (auto& p : params_) p->alloc_unsharded();
+    auto rows = g.gathered.view({shard_world_, total_shard_numel_});
+    for (auto& p : params_) p->copy_out(rows, p->unsharded);
+    retire(g);
+  }
   for (size_t i = 0; i < params_.size(); ++i) gathered_versions_[i] = params_[i]->param._version();
   gathered_valid_ = true;
 }
@@ -302,6 +309,19 @@ void FSDPUnit::drop_prefetch() {
 
 void FSDPUnit::retire(PendingGather& g) {
   root().comm(compute_device_).retire_gather({std::move(g.gathered), std::move(g.input)});
+}
+
+// At one rank the gathered buffer is the shard converted to the param dtype, a tensor of its
+// own (not the master shard: the optimizer must not write what the parameters read).
+bool FSDPUnit::can_alias(const PendingGather& g) const {
+  if (shard_world_ != 1 || g.gathered.is_same(flat_shard_)) return false;
+  return std::all_of(params_.begin(), params_.end(), [&](const auto& p) { return p->aliasable(g.gathered); });
+}
+
+void FSDPUnit::release_alias() {
+  if (!aliased_) return;
+  retire(*aliased_);
+  aliased_.reset();
 }
 
 void FSDPUnit::unshard() {
@@ -326,6 +346,7 @@ void FSDPUnit::reshard(bool free_unsharded) {
   for (auto& p : params_) p->use_shard();
   if (free_unsharded) {
     for (auto& p : params_) p->free_unsharded();
+    release_alias();
     gathered_valid_ = false;
   }
   sharded_ = true;

@@ -195,6 +195,11 @@ class FSDPUnit : public torch::nn::Module {
   // The gather's buffers, kept by the root's comm context until their last reader is done.
   void retire(PendingGather& g);
   std::optional<PendingGather> pending_gather_;
+  // One rank: the parameters point into the converted shard (no copy-out), which the unit holds
+  // while they are unsharded and retires when it frees them.
+  bool can_alias(const PendingGather& g) const;
+  void release_alias();
+  std::optional<PendingGather> aliased_;
 
   // Tree.
   bool has_parent_ = false;

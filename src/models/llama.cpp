@@ -12,6 +12,7 @@
 
 #include "fsdpp/common/error.h"
 #include "decoder_parts.h"
+#include "fsdpp/fsdp/checkpoint_tail.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "meta_modules.h"
 
@@ -38,10 +39,9 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
                  "[models] Llama positions {} .. {} are beyond max_seq_len={}", start,
                  start + T - 1, cos.size(0));
   auto xc = x.to(compute_dtype(x)).unflatten(-1, {half, 2});  // (B,T,H,D/2,2)
-  auto x0 = xc.select(-1, 0), x1 = xc.select(-1, 1);
   auto c = cos.narrow(0, start, T).view({1, T, 1, half}).to(xc.scalar_type());
   auto s = sin.narrow(0, start, T).view({1, T, 1, half}).to(xc.scalar_type());
-  auto out = at::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1).flatten(-2);  // (B,T,H,D)
+  const auto out = x.is_cuda() ? detail::rotate_pairs_complex(xc, c, s) : detail::rotate_pairs(xc, c, s);
   return out.to(x.scalar_type());
 }
 
@@ -172,8 +172,11 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden, at::Device device)
 
 at::Tensor FeedForwardImpl::forward(const at::Tensor& input) {
   const auto x = parallel ? parallel->enter(input, "feed_forward") : input;
-  auto out = w2(at::silu(w1(x)) * w3(x));
-  return parallel ? parallel->exit(out, "feed_forward") : out;
+  const auto g = at::silu(w1(x)) * w3(x);
+  // The block's residual tail (not recomputed under checkpointing); under TP the output goes
+  // through exit's collective, which reads it.
+  if (!parallel) return fsdpp::tail_linear(w2, g);
+  return parallel->exit(w2(g), "feed_forward");
 }
 
 // ---- TransformerBlock ----
@@ -189,6 +192,7 @@ TransformerBlockImpl::TransformerBlockImpl(const LlamaConfig& cfg, at::Device de
 // may make them units of their own (a plain call when they are not).
 at::Tensor TransformerBlockImpl::forward(const at::Tensor& x) {
   auto h = x + fsdpp::forward(attention, attention_norm(x));
+  fsdpp::ResidualTail tail(*this);  // feed_forward ends in tail_linear (fsdp/checkpoint_tail.h)
   return h + fsdpp::forward(feed_forward, ffn_norm(h));
 }
 

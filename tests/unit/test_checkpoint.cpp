@@ -1,10 +1,14 @@
 // Activation checkpointing without FSDP: the functional form and module marking give the
 // gradients plain autograd gives, including through dropout (the generator state is replayed).
 #include <gtest/gtest.h>
+#include <ATen/record_function.h>
 #include <torch/torch.h>
+
+#include <atomic>
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/activation_checkpoint.h"
+#include "fsdpp/fsdp/checkpoint_tail.h"
 #include "fsdpp/fsdp/fully_shard.h"
 
 namespace {
@@ -115,4 +119,82 @@ TEST(Checkpoint, EveryKAndErrors) {
   EXPECT_TRUE(fsdpp::apply_activation_checkpointing(*n, {"NoisyBlock"}, 2).empty());  // idempotent
   EXPECT_THROW(fsdpp::apply_activation_checkpointing(*n, {"NoisyBlock"}, 0), fsdpp::ConfigError);
   EXPECT_THROW(fsdpp::apply_activation_checkpointing(*n, {"NoSuchBlock"}), fsdpp::ConfigError);
+}
+
+namespace {
+
+// A residual block whose branch ends in a bias-free tail_linear (fsdp/checkpoint_tail.h).
+struct TailBlockImpl : torch::nn::Module {
+  TailBlockImpl() {
+    fc1 = register_module("fc1", torch::nn::Linear(6, 12));
+    fc2 = register_module("fc2", torch::nn::Linear(torch::nn::LinearOptions(12, 6).bias(false)));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    fsdpp::ResidualTail tail(*this);
+    return x + fsdpp::tail_linear(fc2, torch::gelu(fc1(x)));
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+TORCH_MODULE(TailBlock);
+
+struct TailNetImpl : torch::nn::Module {
+  TailNetImpl() {
+    blocks = register_module("blocks", torch::nn::ModuleList());
+    for (int i = 0; i < 3; ++i) blocks->push_back(TailBlock());
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = x;
+    for (size_t i = 0; i < blocks->size(); ++i) h = fsdpp::forward(blocks->ptr<TailBlockImpl>(i), h);
+    return h;
+  }
+  torch::nn::ModuleList blocks{nullptr};
+};
+TORCH_MODULE(TailNet);
+
+// Matrix products run (forward and backward), counted through LibTorch's RecordFunction.
+std::atomic<int> g_products{0};
+std::unique_ptr<at::ObserverContext> count_product(const at::RecordFunction& fn) {
+  const std::string_view name = fn.name();
+  if (name == "aten::mm" || name == "aten::addmm") ++g_products;
+  return nullptr;
+}
+
+struct TailRun {
+  std::vector<torch::Tensor> grads;
+  int products = 0;
+};
+
+// mode 0: plain; 1: every block checkpointed; 2: the whole net checkpointed (an enclosing module).
+TailRun tail_run(int mode) {
+  torch::manual_seed(5);
+  TailNet net;
+  if (mode == 1) EXPECT_EQ(fsdpp::apply_activation_checkpointing(*net, {"TailBlock"}).size(), 3u);
+  if (mode == 2) EXPECT_TRUE(fsdpp::checkpoint_module(*net));
+  auto x = torch::randn({4, 6}).requires_grad_(true);
+  g_products = 0;
+  auto handle = at::addGlobalCallback(at::RecordFunctionCallback(count_product));
+  fsdpp::forward(net, x).square().sum().backward();
+  at::removeCallback(handle);
+  TailRun r;
+  r.products = g_products.load();
+  for (const auto& p : net->parameters()) r.grads.push_back(p.grad().clone());
+  r.grads.push_back(x.grad().clone());
+  return r;
+}
+
+}  // namespace
+
+// The block's own recomputation skips fc2's product (one product less per block) and gives the
+// gradients of the plain run bit for bit; the recomputation of an enclosing module, whose next
+// block reads each block's output, computes it.
+TEST(Checkpoint, ResidualTailSkipsTheLastProductInItsOwnRecomputation) {
+  const auto plain = tail_run(0), blocks = tail_run(1), whole = tail_run(2);
+  // Plain, per block: fc1 and fc2 forward, two products backward each.
+  EXPECT_EQ(plain.products, 3 * 6);
+  EXPECT_EQ(blocks.products, plain.products + 3 * 1);  // fc1 recomputed, fc2 not
+  EXPECT_EQ(whole.products, plain.products + 3 * 2);   // both recomputed
+  for (const auto* run : {&blocks, &whole}) {
+    ASSERT_EQ(run->grads.size(), plain.grads.size());
+    for (size_t i = 0; i < plain.grads.size(); ++i) EXPECT_TRUE(torch::equal(plain.grads[i], run->grads[i])) << i;
+  }
 }

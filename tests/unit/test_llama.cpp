@@ -1,12 +1,16 @@
 #include <gtest/gtest.h>
 
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <cmath>
 #include <string>
 
+#include "../../src/models/decoder_parts.h"
 #include "../support/thread_world.h"
 #include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/activation_checkpoint.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/models/llama.h"
 
@@ -283,6 +287,36 @@ TEST(Llama, RMSNormGradientMatchesFiniteDifferences) {
   EXPECT_TRUE(torch::allclose(gw, numeric(norm->weight), 1e-6, 1e-7));
 }
 
+// RoPE on a GPU is one complex multiply (decoder_parts.h); on the CPU the real formula. Both
+// rotate the same pairs by the same angles: values and gradients agree, exactly up to rounding.
+TEST(Llama, RopeAsComplexMultiplyEqualsThePairsFormula) {
+  for (auto dtype : {torch::kDouble, torch::kFloat}) {
+    const auto o = torch::TensorOptions().dtype(dtype);
+    auto angles = torch::randn({1, 5, 1, 4}, o) * 3;
+    auto c = angles.cos(), s = angles.sin();
+    auto x = torch::randn({2, 5, 3, 4, 2}, o);
+    auto r = torch::randn({2, 5, 3, 8}, o);  // a random projection makes a scalar loss
+    std::vector<at::Tensor> values, grads;
+    for (auto* rotate : {&fsdpp::models::detail::rotate_pairs, &fsdpp::models::detail::rotate_pairs_complex}) {
+      auto xg = x.clone().requires_grad_(true);
+      auto out = (*rotate)(xg, c, s);
+      ASSERT_EQ(out.sizes(), (std::vector<int64_t>{2, 5, 3, 8}));
+      (out * r).sum().backward();
+      values.push_back(out.detach());
+      grads.push_back(xg.grad());
+    }
+    const double tol = dtype == torch::kDouble ? 1e-14 : 1e-6;
+    EXPECT_TRUE(torch::allclose(values[0], values[1], tol, tol)) << (values[0] - values[1]).abs().max();
+    EXPECT_TRUE(torch::allclose(grads[0], grads[1], tol, tol)) << (grads[0] - grads[1]).abs().max();
+    // The rotation itself (not a formula both paths could get wrong alike): pair 0 of position
+    // 0 of head 0 turned by its angle.
+    const double a = angles[0][0][0][0].item<double>(), x0 = x[0][0][0][0][0].item<double>(),
+                 x1 = x[0][0][0][0][1].item<double>();
+    EXPECT_NEAR(values[1][0][0][0][0].item<double>(), x0 * std::cos(a) - x1 * std::sin(a), tol * 10);
+    EXPECT_NEAR(values[1][0][0][0][1].item<double>(), x0 * std::sin(a) + x1 * std::cos(a), tol * 10);
+  }
+}
+
 TEST(Llama, GenerateGreedyAndSampled) {
   Llama model(tiny());
   auto prompt = torch::tensor({1, 2, 3}, torch::kLong);
@@ -337,4 +371,88 @@ TEST(Llama, ShardedOverTwoRanksMatchesOneProcess) {
           << "tied=" << tied;
     });
   }
+}
+
+namespace {
+std::atomic<int> g_llama_products{0};
+std::unique_ptr<at::ObserverContext> count_llama_product(const at::RecordFunction& fn) {
+  const std::string_view name = fn.name();
+  if (name == "aten::mm" || name == "aten::addmm" || name == "aten::bmm") ++g_llama_products;
+  return nullptr;
+}
+}  // namespace
+
+// Checkpointed blocks, as an FSDP unit each and not: the gradients of the plain model bit for
+// bit, and each block's recomputation runs its six projections but not w2 (the residual tail,
+// fsdp/checkpoint_tail.h): 6 products per layer more than the plain step, not 7.
+TEST(Llama, CheckpointedBlocksRecomputeAllButTheLastProjection) {
+  const auto cfg = tiny();
+  const auto tokens = random_tokens(2, 10, 64), targets = random_tokens(2, 10, 64, 8);
+  // world: FSDP units on one rank (the gathered parameters point into the converted shard).
+  auto run = [&](bool checkpointed, fsdpp::dist::World* world, int* products) {
+    Llama model(cfg);
+    if (checkpointed) EXPECT_EQ(fsdpp::apply_activation_checkpointing(*model, {"TransformerBlock"}).size(), 2u);
+    if (world) {
+      fsdpp::FullyShardOptions opts;
+      opts.mesh = world->mesh();
+      for (auto& block : *model->layers) fsdpp::fully_shard(*block, opts);
+      fsdpp::fully_shard(model, opts);
+    }
+    g_llama_products = 0;
+    auto handle = at::addGlobalCallback(at::RecordFunctionCallback(count_llama_product));
+    fsdpp::forward(model, tokens, targets).loss.backward();
+    at::removeCallback(handle);
+    *products = g_llama_products.load();
+    std::vector<at::Tensor> grads;
+    for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
+    return grads;
+  };
+  int plain_products = 0;
+  const auto plain = run(false, nullptr, &plain_products);
+  auto check = [&](fsdpp::dist::World* world) {
+    int products = 0;
+    const auto grads = run(true, world, &products);
+    EXPECT_EQ(products, plain_products + 6 * cfg.n_layers) << "sharded=" << (world != nullptr);
+    ASSERT_EQ(grads.size(), plain.size());
+    for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::equal(grads[i], plain[i])) << i;
+  };
+  check(nullptr);
+  fsdpp::test::run_ranks(1, [&](fsdpp::dist::World& world) { check(&world); });
+}
+
+// One rank with bf16 parameters: the gathered parameters point into the converted shard instead
+// of a copy of it (fsdp_unit.cpp, can_alias). The step equals the model converted to bf16 bit
+// for bit (its gradients converted to float32, where FSDP reduces), checkpointed or not.
+TEST(Llama, OneRankBf16UnitsEqualTheModelInBf16) {
+  const auto cfg = tiny();
+  const auto tokens = random_tokens(2, 10, 64), targets = random_tokens(2, 10, 64, 8);
+  Llama ref(cfg);
+  {
+    torch::NoGradGuard no_grad;  // the parameters in bf16; the rotary tables stay float32, as FSDP's
+    for (auto& p : ref->parameters()) p.set_data(p.to(torch::kBFloat16));
+  }
+  auto ref_out = ref->forward(tokens, targets);
+  ref_out.loss.backward();
+  fsdpp::test::run_ranks(1, [&](fsdpp::dist::World& world) {
+    for (bool checkpointed : {false, true}) {
+      Llama model(cfg);
+      if (checkpointed) fsdpp::apply_activation_checkpointing(*model, {"TransformerBlock"});
+      fsdpp::FullyShardOptions opts;
+      opts.mesh = world.mesh();
+      opts.mp_policy.param_dtype = torch::kBFloat16;
+      opts.mp_policy.reduce_dtype = torch::kFloat;
+      for (auto& block : *model->layers) fsdpp::fully_shard(*block, opts);
+      fsdpp::fully_shard(model, opts);
+      auto out = fsdpp::forward(model, tokens, targets);
+      EXPECT_TRUE(torch::equal(out.logits, ref_out.logits)) << "checkpointed=" << checkpointed;
+      out.loss.backward();
+      const auto params = model->parameters(), ref_params = ref->parameters();
+      ASSERT_EQ(params.size(), ref_params.size());
+      for (size_t i = 0; i < params.size(); ++i) {
+        EXPECT_EQ(params[i].grad().scalar_type(), torch::kFloat);
+        EXPECT_TRUE(torch::equal(params[i].grad(), ref_params[i].grad().to(torch::kFloat)))
+            << i << " checkpointed=" << checkpointed;
+      }
+    }
+  });
 }
