@@ -151,6 +151,11 @@ void CommQueue::loop(std::shared_ptr<Shared> s) {
       } catch (...) {
         error = std::current_exception();
       }
+      // The operation's tensors are released before its waiter can wake (here, or by a finisher
+      // as soon as it is handed over), as finisher_loop does: once wait() returns, the caller's
+      // memory is what it holds itself, not also what this thread has yet to drop.
+      task.body = nullptr;
+      task.start = nullptr;
       std::lock_guard<std::mutex> lock(s->mutex);
       s->running = false;
       s->abandoned = false;
@@ -172,6 +177,8 @@ void CommQueue::loop(std::shared_ptr<Shared> s) {
         continue;
       }
     }
+    task.body = nullptr;  // not run: its tensors go before the waiter wakes, as above
+    task.start = nullptr;
     complete(*task.state, error, failure.has_value());
   }
 }
