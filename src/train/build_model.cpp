@@ -3,7 +3,6 @@
 // under model.deferred_init, else whole), its plan, the classes the config names in it and
 // model.init_from's weights where they load before sharding (a model built whole); the layout
 // checks of its shape (choose_start) and its FLOPs per token (MFU).
-#include <set>
 #include <string>
 
 #include "fsdpp/common/error.h"
@@ -14,42 +13,32 @@
 #include "fsdpp/train/memory_check.h"
 #include "fits_check.h"
 #include "phases.h"
+#include "wrap_classes.h"
 
 namespace fsdpp::train::detail {
 namespace {
 
-// fsdp_transformer_layer_cls_to_wrap names classes of the model (as Accelerate requires): a name
-// no module has would leave the whole model one unit, or nothing checkpointed, without a word.
-// The guide's Qwen3MoeDecoderLayer on the Llama that fsdpp-train builds is the usual case.
+// The guide's Qwen3MoeDecoderLayer on the Llama that fsdpp-train builds is the usual case of a
+// wrap class the model lacks (wrap_classes.h).
 void check_layer_classes(const TrainConfig& cfg, torch::nn::Module& model) {
-  const auto& fc = cfg.training.fsdp_config;
-  if (fc.auto_wrap_policy != AutoWrapPolicy::TRANSFORMER_BASED_WRAP &&
-      !cfg.training.gradient_checkpointing) {
-    return;
-  }
-  std::set<std::string> classes;
-  for (const auto& m : model.modules(/*include_self=*/true)) classes.insert(module_class_name(*m));
-  for (const auto& name : fc.transformer_layer_cls_to_wrap) {
-    if (classes.count(name)) continue;
-    std::string have;
-    for (const auto& c : classes) have += (have.empty() ? "" : ", ") + c;
-    // The model built, not the YAML: model.init_from may have made it another architecture.
-    const auto arch = cfg.model.architecture;
-    FSDPP_THROW(ConfigError,
-                "[train] training.fsdp_config.fsdp_transformer_layer_cls_to_wrap names '{}', "
-                "which is not a module class of the model fsdpp-train builds ({}: {}){}; "
-                "expected its decoder layer's class, [{}]{}",
-                name, module_class_name(model), have,
-                arch == ModelArchitecture::LLAMA && name == decoder_layer_class(ModelArchitecture::QWEN3_MOE)
-                    ? " (Qwen3MoeDecoderLayer is the Qwen3-MoE model's layer: set "
-                      "model.architecture=qwen3_moe)"
-                    : "",
-                decoder_layer_class(arch),
-                cfg.model.init_from.empty()
-                    ? ""
-                    : fmt::format(" (model.init_from='{}' made the model {})", cfg.model.init_from,
-                                  cfg.model.architecture.name()));
-  }
+  const auto missing = missing_wrap_class(cfg, model);
+  if (!missing) return;
+  // The model built, not the YAML: model.init_from may have made it another architecture.
+  const auto arch = cfg.model.architecture;
+  FSDPP_THROW(ConfigError,
+              "[train] training.fsdp_config.fsdp_transformer_layer_cls_to_wrap names '{}', "
+              "which is not a module class of the model fsdpp-train builds ({}: {}){}; "
+              "expected its decoder layer's class, [{}]{}",
+              missing->name, module_class_name(model), missing->classes,
+              arch == ModelArchitecture::LLAMA && missing->name == decoder_layer_class(ModelArchitecture::QWEN3_MOE)
+                  ? " (Qwen3MoeDecoderLayer is the Qwen3-MoE model's layer: set "
+                    "model.architecture=qwen3_moe)"
+                  : "",
+              decoder_layer_class(arch),
+              cfg.model.init_from.empty()
+                  ? ""
+                  : fmt::format(" (model.init_from='{}' made the model {})", cfg.model.init_from,
+                                cfg.model.architecture.name()));
 }
 
 }  // namespace

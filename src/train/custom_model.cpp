@@ -17,6 +17,7 @@
 #include "config_read.h"
 #include "fits_check.h"
 #include "phases.h"
+#include "wrap_classes.h"
 
 namespace fsdpp::train {
 namespace detail {
@@ -270,22 +271,16 @@ void CustomRun::build_model(TrainSession& s) const {
   torch::manual_seed(t.seed);  // the same initial weights on every rank, and in every run
   auto module = model.make();
   FSDPP_CHECK_AS(ConfigError, module != nullptr, "[train] CustomModel '{}': make returned no module", model.name);
-  // The classes units and checkpointing are made of must be there: a name that matched nothing
-  // would leave one unit and nothing checkpointed without a word.
+  // The classes units and checkpointing are made of must be there (wrap_classes.h).
   const auto& fc = t.fsdp_config;
-  if (fc.auto_wrap_policy == AutoWrapPolicy::TRANSFORMER_BASED_WRAP || t.gradient_checkpointing) {
-    for (const auto& name : fc.transformer_layer_cls_to_wrap) {
-      if (count_blocks(*module, {name}) > 0) continue;
-      std::string have;
-      for (const auto& c : module_classes(*module)) have += (have.empty() ? "" : ", ") + c;
-      FSDPP_THROW(ConfigError,
-                  "[train] training.fsdp_config.fsdp_transformer_layer_cls_to_wrap names '{}', "
-                  "which is no module class below custom model '{}' ({}); its classes are [{}]. "
-                  "Name the repeated blocks in CustomModel::blocks (or in that key), or set "
-                  "training.fsdp_config.fsdp_auto_wrap_policy=NO_WRAP and "
-                  "training.gradient_checkpointing=false",
-                  name, model.name, module_class_name(*module), have);
-    }
+  if (const auto missing = missing_wrap_class(s.cfg, *module)) {
+    FSDPP_THROW(ConfigError,
+                "[train] training.fsdp_config.fsdp_transformer_layer_cls_to_wrap names '{}', "
+                "which is no module class below custom model '{}' ({}); its classes are [{}]. "
+                "Name the repeated blocks in CustomModel::blocks (or in that key), or set "
+                "training.fsdp_config.fsdp_auto_wrap_policy=NO_WRAP and "
+                "training.gradient_checkpointing=false",
+                missing->name, model.name, module_class_name(*module), missing->classes);
   }
   if (model.plan) {
     s.plan = model.plan(module);

@@ -9,7 +9,8 @@
 #        equal np2's bit for bit;
 #   bf16: 2 ranks, bf16 mixed precision with checkpointed blocks (the root hands the loss
 #        float32): the loss falls, and is within 0.05 of np2's (bf16 rounding);
-#   tp : parallelism.tensor_parallel_degree=2 refused naming the key and what is accepted.
+#   tp : parallelism.tensor_parallel_degree=2 refused naming the key and what is accepted;
+#   wrap: a fsdp_transformer_layer_cls_to_wrap class the module lacks refused naming its classes.
 set -euo pipefail
 run=$1 example=$2 python=$3
 dir=$(mktemp -d)
@@ -37,6 +38,14 @@ if "$run" --nproc-per-node 1 --timeout-s 60 "$example" parallelism.tensor_parall
 fi
 grep -q "parallelism.tensor_parallel_degree=2 is not available for a custom model" "$dir/tp.log"
 grep -q "A custom model trains data parallel (training.fsdp full_shard" "$dir/tp.log"
+if "$run" --nproc-per-node 1 --timeout-s 60 "$example" "training.fsdp_config.fsdp_transformer_layer_cls_to_wrap=[NoSuchBlock]" \
+     training.output_dir="$dir/wrap" >"$dir/wrap.log" 2>&1; then
+  echo "a wrap class the module lacks was not refused"; exit 1
+fi
+grep -q "names 'NoSuchBlock', which is no module class below custom model" "$dir/wrap.log" ||
+  { cat "$dir/wrap.log"; echo "the wrap-class refusal does not name the class"; exit 1; }
+grep -q "its classes are \[.*ResidualBlock" "$dir/wrap.log" ||
+  { cat "$dir/wrap.log"; echo "the wrap-class refusal does not list the module's classes"; exit 1; }
 "$python" - "$dir" <<'PY'
 import json, sys
 import torch
