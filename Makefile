@@ -101,8 +101,9 @@ bench-big-model: build
 # directory (docs/faults.md, "Sanitizers"). ASAN_LABELS picks the tests (CI: unit). Left out:
 # package.* and docs.snippets_compile (their consumer projects are not built with the sanitizers),
 # build.layers (it compiles probe files with a layer's flags and runs nothing of fsdpp: the same
-# check as the plain build's, ~40 s more of compiling) and the tests that tune or measure malloc (mallopt and RSS mean nothing under ASan's allocator;
-# the unit binary's *ResidentMemory* cases are left out by tests/CMakeLists.txt).
+# check as the plain build's, ~40 s more of compiling) and the tests that tune or measure malloc
+# (mallopt and RSS mean nothing under ASan's allocator; the unit binary's *ResidentMemory* cases
+# are left out by tests/CMakeLists.txt).
 ASAN_BUILD_DIR ?= build-asan
 ASAN_LABELS ?= unit|dist
 ASAN_EXCLUDE ?= ^package\.|^docs\.|^build\.|ResidentMemory

@@ -24,7 +24,7 @@ KINDS = [
     ("softmax / loss", r"softmax|nll|cross_entropy|logsumexp"),
     ("copy / cast", r"copy|cast|memcpy|Memcpy|CatArray|cat_|index|gather|scatter"),
     ("fill / memset", r"fill|memset|Memset|zero"),
-    ("reduction", r"reduce|Reduce|sum|norm"),
+    ("reduction", r"reduce|Reduce|sum"),
     ("elementwise", r"elementwise|vectorized|unrolled|pointwise|silu|mul|add"),
 ]
 

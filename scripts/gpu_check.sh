@@ -77,7 +77,7 @@ for part in $parts; do
     timeout -k 5 "$((left < part_cap ? left : part_cap))" bash "$src/tests/gpu/gpu_tests.sh" "$part" "$bin" "$src" "$work/tests/$part" > "$work/$part.log" 2>&1
   fi
   rc=$?
-  log=$work/$([[ "$part" == bench* || "$part" == profile ]] && echo "$tag" || echo "$part").log
+  log=$work/$([[ "$part" == bench || "$part" == profile ]] && echo "$tag" || echo "$part").log
   if [[ $rc -eq 0 ]]; then
     say "[gpu-check] PASS $part ($((SECONDS - t0)) s)"
   else

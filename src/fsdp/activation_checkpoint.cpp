@@ -54,14 +54,6 @@ CheckpointMarker* checkpoint_marker_of(torch::nn::Module& module) {
 
 bool grad_mode_enabled() { return at::GradMode::is_enabled(); }
 
-std::vector<at::Tensor> checkpoint_of(const void* owner, const RecomputeFn& fn,
-                                      const std::vector<at::Tensor>& inputs, const CheckpointOptions& options);
-
-std::vector<at::Tensor> run_checkpointed(CheckpointMarker& marker, RecomputeFn fn,
-                                         const std::vector<at::Tensor>& inputs) {
-  return checkpoint_of(&marker, fn, inputs, marker.options);
-}
-
 }  // namespace detail
 
 namespace {
@@ -204,6 +196,11 @@ std::vector<at::Tensor> checkpoint_of(const void* owner, const RecomputeFn& fn,
   state->owner = owner;
   state->options = options;
   return CheckpointFn::apply(std::move(state), at::TensorList(inputs));
+}
+
+std::vector<at::Tensor> run_checkpointed(CheckpointMarker& marker, RecomputeFn fn,
+                                         const std::vector<at::Tensor>& inputs) {
+  return checkpoint_of(&marker, fn, inputs, marker.options);
 }
 }  // namespace detail
 

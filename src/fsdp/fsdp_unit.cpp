@@ -311,10 +311,11 @@ void FSDPUnit::retire(PendingGather& g) {
   root().comm(compute_device_).retire_gather({std::move(g.gathered), std::move(g.input)});
 }
 
-// At one rank the gathered buffer is the shard converted to the param dtype, a tensor of its
-// own (not the master shard: the optimizer must not write what the parameters read).
+// At one rank (FSDPParam::aliasable) the gathered buffer is the shard converted to the param
+// dtype, a tensor of its own (not the master shard: the optimizer must not write what the
+// parameters read).
 bool FSDPUnit::can_alias(const PendingGather& g) const {
-  if (shard_world_ != 1 || g.gathered.is_same(flat_shard_)) return false;
+  if (g.gathered.is_same(flat_shard_)) return false;
   return std::all_of(params_.begin(), params_.end(), [&](const auto& p) { return p->aliasable(g.gathered); });
 }
 

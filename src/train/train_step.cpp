@@ -39,17 +39,12 @@ namespace {
               grad ? grad->rank : 0, step - 1);
 }
 
-// The student's gradients clipped to max_norm by their global norm, which it returns: from the
-// record of parallelize (each parameter once, its parts summed over the mesh dims that split
-// it, then over pp).
-double clip_student(TrainSession& s, double max_norm) { return s.parallel->clip_grad_norm_(max_norm); }
-
 // The student's gradients and `extra` (whole on every rank, already averaged: the distillation's
 // layer projections) clipped together by their one global norm, as torch's clip_grad_norm_
 // over the student's and the projections' parameters would; returns it.
 double clip_together(TrainSession& s, const std::vector<at::Tensor>& extra, double max_norm) {
   at::NoGradGuard no_grad;
-  const double student = clip_student(s, INFINITY);  // the norm alone
+  const double student = s.parallel->clip_grad_norm_(INFINITY);  // the student's norm alone
   double sq = student * student;
   for (const auto& p : extra) {
     if (!p.grad().defined()) continue;
@@ -146,7 +141,10 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   if (s.hooks.after_backward) s.hooks.after_backward(hook_context);
   scaler.unscale_();  // fp16: the gradients divided back, inf/nan agreed over every mesh dim
   const double max_norm = t.max_grad_norm > 0 ? t.max_grad_norm : INFINITY;
-  const double grad_norm = extra.empty() ? clip_student(s, max_norm) : clip_together(s, extra, max_norm);
+  // From the record of parallelize: each parameter once, its parts summed over the mesh dims
+  // that split it, then over pp.
+  const double grad_norm =
+      extra.empty() ? s.parallel->clip_grad_norm_(max_norm) : clip_together(s, extra, max_norm);
   // The norm is non-finite exactly when a gradient element is: one check per step, and the
   // search for the culprit only then. Under fp16 the loss scaler skips such steps instead.
   if (!t.fp16 && !std::isfinite(grad_norm)) stop_on_nonfinite(model, world, step, loss_sum);
