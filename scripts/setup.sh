@@ -8,6 +8,8 @@ set -euo pipefail
 APT_PACKAGES=(cmake ninja-build g++ clang ccache pkg-config python3-venv
   libgtest-dev libgmock-dev libbenchmark-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libfmt-dev libxxhash-dev libsentencepiece-dev libgloo-dev
+  libpcre2-dev libutf8proc-dev  # tokenizer.json: its Split regexes (PCRE2, JIT) and NFC/NFKC normalizers
+  libzstd-dev zlib1g-dev  # data files compressed as .zst / .gz
   iproute2  # `ip netns`: the multi-node test's two hosts (tests/multinode/)
   openmpi-bin  # a real mpirun starting fsdpp-train's ranks (tests/launch/mpirun_train.sh)
   slurmctld slurmd slurm-client munge  # a real SLURM the test starts (tests/launch/slurm_job.sh)
@@ -15,8 +17,13 @@ APT_PACKAGES=(cmake ninja-build g++ clang ccache pkg-config python3-venv
   fortunes)  # English text for the default training job (/usr/share/games/fortunes)
 # matplotlib: make bench charts; transformers: the Hugging Face Llama round trip test;
 # tensorboard: its own event-file reader checks the files the trainer writes (train.tensorboard).
+# pyarrow: its wheel ships Apache Arrow's C++ libraries and headers (Parquet, Arrow IPC), which
+# fsdpp links as it links the torch wheel's LibTorch. tokenizers, sentencepiece, protobuf, jinja2,
+# datasets, zstandard: the references the data tests compare fsdpp with (Hugging Face's ids, chat
+# templates, save_to_disk directories, .zst files).
 PIP_PACKAGES=("torch==${TORCH_VERSION}" numpy safetensors matplotlib "transformers==5.23.0"
-  tensorboard)
+  tensorboard "pyarrow==26.0.1" "tokenizers==0.23.3" "sentencepiece==0.2.3" protobuf "jinja2==3.1.6"
+  "datasets==5.2.0" zstandard)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
