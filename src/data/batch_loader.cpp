@@ -10,7 +10,7 @@ constexpr auto kPoll = std::chrono::milliseconds(100);
 
 }  // namespace
 
-BatchLoader::BatchLoader(DistributedSampler& sampler, BatchLoaderOptions options)
+BatchLoader::BatchLoader(PlannedSampler& sampler, BatchLoaderOptions options)
     : sampler_(sampler), options_(options), state_(sampler.state()) {
   FSDPP_CHECK_AS(ConfigError, options_.batch_size >= 1,
                  "[data] BatchLoader batch_size={} is not positive; expected >= 1",
@@ -46,12 +46,13 @@ BatchLoader::~BatchLoader() {
 }
 
 BatchLoader::Batch BatchLoader::load(std::vector<int64_t> starts) const {
-  auto [inputs, targets] = sampler_.load_batch(starts);
+  auto b = sampler_.load_batch(starts);
   if (options_.pin_memory) {
-    inputs = inputs.pin_memory();
-    targets = targets.pin_memory();
+    b.inputs = b.inputs.pin_memory();
+    b.targets = b.targets.pin_memory();
+    if (b.positions.defined()) b.positions = b.positions.pin_memory();
   }
-  return {inputs, targets, std::move(starts)};
+  return {b.inputs, b.targets, std::move(starts), b.positions};
 }
 
 void BatchLoader::work() {
@@ -111,7 +112,7 @@ BatchLoader::Batch BatchLoader::next_batch() {
   if (!cv_.wait_for(lock, options_.timeout, [&] { return ready_.count(ticket) > 0; })) {
     FSDPP_THROW(Error,
                 "[data] batch {} was not ready after {} ms from {} loader threads "
-                "(training.dataloader_num_workers); the token file may be on a stalled disk",
+                "(training.dataloader_num_workers); the token files may be on a stalled disk",
                 ticket, options_.timeout.count(), options_.num_workers);
   }
   auto it = ready_.find(ticket);

@@ -108,19 +108,19 @@ std::vector<int64_t> DistributedSampler::plan_batch(int64_t batch_size) {
   return starts;
 }
 
-std::pair<at::Tensor, at::Tensor> DistributedSampler::load_batch(
-    const std::vector<int64_t>& starts) const {
+TokenBatch DistributedSampler::load_batch(const std::vector<int64_t>& starts) const {
   const int64_t T = options_.seq_len;
   const auto batch_size = static_cast<int64_t>(starts.size());
   auto windows = at::empty({batch_size, T + 1}, at::TensorOptions().dtype(at::kLong));  // (B,T+1)
   for (int64_t b = 0; b < batch_size; ++b) {
     windows[b].copy_(data_.slice(starts[b], starts[b] + T + 1));
   }
-  return {windows.narrow(1, 0, T).contiguous(), windows.narrow(1, 1, T).contiguous()};
+  return {windows.narrow(1, 0, T).contiguous(), windows.narrow(1, 1, T).contiguous(), {}};
 }
 
 std::pair<at::Tensor, at::Tensor> DistributedSampler::next_batch(int64_t batch_size) {
-  return load_batch(plan_batch(batch_size));
+  auto b = load_batch(plan_batch(batch_size));
+  return {b.inputs, b.targets};
 }
 
 }  // namespace fsdpp::data

@@ -12,12 +12,12 @@
 namespace fsdpp::train {
 namespace detail {
 
-TokenBatches::TokenBatches(data::DistributedSampler& sampler, data::BatchLoaderOptions options)
+TokenBatches::TokenBatches(data::PlannedSampler& sampler, data::BatchLoaderOptions options)
     : sampler_(sampler), options_(std::move(options)) {}
 
 Batch TokenBatches::next(int64_t batch_size) {
   FSDPP_CHECK(batch_size == options_.batch_size,
-              "[train] token batches of {} windows asked of a loader made for {}", batch_size,
+              "[train] token batches of {} rows asked of a loader made for {}", batch_size,
               options_.batch_size);
   if (!loader_) loader_.emplace(sampler_, options_);
   auto b = loader_->next_batch();
@@ -33,10 +33,10 @@ void TokenBatches::load_state(const data::SamplerState& state) {
   sampler_.load_state(state);
 }
 
-Batch TokenWindows::next(int64_t batch_size) {
-  auto starts = sampler_.plan_batch(batch_size);
-  auto [inputs, targets] = sampler_.load_batch(starts);
-  return {std::move(inputs), std::move(targets), std::move(starts)};
+Batch SamplerBatches::next(int64_t batch_size) {
+  auto starts = sampler_->plan_batch(batch_size);
+  auto b = sampler_->load_batch(starts);
+  return {std::move(b.inputs), std::move(b.targets), std::move(starts)};
 }
 
 namespace {
@@ -65,7 +65,8 @@ SourceFactory token_source(data::TokenDataset tokens, int64_t seq_len, const cha
                  which, tokens.size(), seq_len + 1);
   return [tokens = std::move(tokens), seq_len](const SourceOptions& o) {
     const data::SamplerOptions so{.seq_len = seq_len, .share = o};
-    return std::unique_ptr<train::BatchSource>(std::make_unique<TokenWindows>(tokens, so));
+    return std::unique_ptr<train::BatchSource>(
+        std::make_unique<detail::SamplerBatches>(std::make_unique<data::DistributedSampler>(tokens, so)));
   };
 }
 

@@ -18,6 +18,7 @@ namespace fsdpp::train {
 
 namespace {
 
+using schema::edit_distance;
 using schema::join;
 using schema::quote;
 
@@ -174,14 +175,39 @@ void validate_model_sections(const TrainConfig& cfg) {
   }
 
   // data:
-  check(!data.path.empty(),
-        "[config] data.path is empty; expected a text file or a directory of text files");
-  // The choices (tokenizer, wrap policy, prefetch, state dict type, save strategy, schedule)
-  // are typed when read, so only their combinations are checked here.
-  check(data.tokenizer == TokenizerType::SENTENCEPIECE || data.tokenizer_model.empty(),
+  check(!data.path.empty() || !data.mixture.empty(),
+        "[config] data.path is empty; expected a text file or a directory of text files, data "
+        "records (JSON Lines, Parquet, Arrow, a datasets directory, a glob of shards) or a "
+        "directory fsdpp-data prepare wrote; or data.mixture: a list of {{path, weight}}");
+  check(data.path.empty() || data.mixture.empty(),
+        "[config] data.path={} and data.mixture are both set; expected one: data.path for one "
+        "dataset, data.mixture for several",
+        quote(data.path));
+  for (size_t i = 0; i < data.mixture.size(); ++i) {
+    check(!data.mixture[i].path.empty(), "[config] data.mixture[{}].path is empty", i);
+    check(data.mixture[i].weight > 0 && std::isfinite(data.mixture[i].weight),
+          "[config] data.mixture[{}].weight={}: expected a finite number > 0", i,
+          data.mixture[i].weight);
+  }
+  // data.tokenizer: a kind, or a file; what the file holds is checked when it is read.
+  if (!data.tokenizer_is("byte") && !data.tokenizer_is("sentencepiece")) {
+    std::error_code ec;
+    const bool near = edit_distance(data.tokenizer, "byte") <= 2 ||
+                      edit_distance(data.tokenizer, "sentencepiece") <= 3;
+    check(std::filesystem::exists(data.tokenizer, ec),
+          "[config] data.tokenizer={}: expected one of byte, sentencepiece, or the path of a "
+          "Hugging Face tokenizer.json, a directory holding one (a Hugging Face model "
+          "directory) or a SentencePiece .model file; {}",
+          quote(data.tokenizer),
+          near ? "no such file (did you mean 'byte' or 'sentencepiece'?)" : "no such file or directory");
+  }
+  check(data.tokenizer_is("sentencepiece") || data.tokenizer_model.empty(),
         "[config] data.tokenizer_model={} is set but data.tokenizer={}; expected "
         "data.tokenizer=sentencepiece with a .model file, or no tokenizer_model",
-        quote(data.tokenizer_model), quote(data.tokenizer.name()));
+        quote(data.tokenizer_model), quote(data.tokenizer));
+  check(!data.dataset_text_field.empty(),
+        "[config] data.dataset_text_field is empty; expected the name of the records' text "
+        "field (TRL's default: text)");
   check(data.tokenizer_vocab_size >= 1, "[config] data.tokenizer_vocab_size={}: expected >= 1",
         data.tokenizer_vocab_size);
   check(data.seq_len >= 1, "[config] data.seq_len={}: expected >= 1", data.seq_len);
@@ -195,13 +221,13 @@ void validate_model_sections(const TrainConfig& cfg) {
         "[config] data.train_fraction={}: expected 0 < train_fraction <= 1 (the first fraction "
         "of the training split is trained on)",
         data.train_fraction);
-  if (model.vocab_size > 0 && data.tokenizer == TokenizerType::BYTE) {
+  if (model.vocab_size > 0 && data.tokenizer_is("byte")) {
     check(model.vocab_size >= 256,
           "[config] model.vocab_size={} is smaller than the byte tokenizer's 256 tokens; expected "
           "0 (the tokenizer's) or >= 256",
           model.vocab_size);
   }
-  if (model.vocab_size > 0 && data.tokenizer == TokenizerType::SENTENCEPIECE &&
+  if (model.vocab_size > 0 && data.tokenizer_is("sentencepiece") &&
       data.tokenizer_model.empty()) {
     check(model.vocab_size >= data.tokenizer_vocab_size,
           "[config] model.vocab_size={} is smaller than data.tokenizer_vocab_size={}; expected 0 "

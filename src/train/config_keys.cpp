@@ -68,6 +68,71 @@ Key fsdp_key() {
   return key<TrainConfig>("fsdp", read, emit);
 }
 
+// data.padding_free: true, false, or null / absent (on with bfd packing, as TRL's default).
+Key padding_free_key() {
+  auto read = [](TrainConfig& c, const YAML::Node& value, const Loc& loc) {
+    if (value.IsNull()) {
+      c.data.padding_free.reset();
+      return;
+    }
+    c.data.padding_free = schema::read_value<bool>(value, loc);
+  };
+  auto emit = [](const TrainConfig& c, YAML::Emitter& out) {
+    if (c.data.padding_free) {
+      schema::emit_value(out, *c.data.padding_free);
+    } else {
+      out << YAML::Null;
+    }
+  };
+  return key<TrainConfig>("padding_free", read, emit);
+}
+
+// data.mixture: a list of {path, weight} maps (weight optional, 1).
+Key mixture_key() {
+  auto read = [](TrainConfig& c, const YAML::Node& value, const Loc& loc) {
+    const std::string expected =
+        "a list of {path: ..., weight: ...} maps (weight > 0, default 1), or null";
+    c.data.mixture.clear();
+    if (value.IsNull()) return;
+    if (!value.IsSequence()) type_error(loc, value, expected);
+    for (size_t i = 0; i < value.size(); ++i) {
+      const YAML::Node item = value[i];
+      const Loc at{fmt::format("{}[{}]", loc.path, i), loc.where};
+      if (!item.IsMap()) type_error(at, item, expected);
+      MixtureSource m;
+      for (const auto& kv : item) {
+        const std::string k = kv.first.Scalar();
+        const Loc field{fmt::format("{}.{}", at.path, k), loc.where};
+        if (k == "path") {
+          m.path = schema::read_value<std::string>(kv.second, field);
+        } else if (k == "weight") {
+          m.weight = schema::read_value<double>(kv.second, field);
+        } else {
+          type_error(field, kv.second, "no such key: a mixture entry has path and weight");
+        }
+      }
+      if (m.path.empty()) type_error(at, item, "a map with a non-empty path");
+      c.data.mixture.push_back(std::move(m));
+    }
+  };
+  auto emit = [](const TrainConfig& c, YAML::Emitter& out) {
+    if (c.data.mixture.empty()) {
+      out << YAML::Null;
+      return;
+    }
+    out << YAML::BeginSeq;
+    for (const auto& m : c.data.mixture) {
+      out << YAML::BeginMap << YAML::Key << "path" << YAML::Value;
+      schema::emit_value(out, m.path);
+      out << YAML::Key << "weight" << YAML::Value;
+      schema::emit_value(out, m.weight);
+      out << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  };
+  return key<TrainConfig>("mixture", read, emit);
+}
+
 // Names (Choice fields) are read and written by their tables in config_enums.h.
 #define FSDPP_KEY(sec, member) \
   leaf<TrainConfig>(#member, [](auto& c) -> auto& { return c.sec.member; })
@@ -115,6 +180,14 @@ const Schema& train_schema() {
                       FSDPP_KEY(data, val_fraction),
                       FSDPP_KEY(data, train_fraction),
                       FSDPP_KEY(data, cache_dir),
+                      FSDPP_KEY(data, dataset_text_field),
+                      FSDPP_KEY(data, completion_only_loss),
+                      FSDPP_KEY(data, assistant_only_loss),
+                      FSDPP_KEY(data, packing),
+                      FSDPP_KEY(data, packing_strategy),
+                      padding_free_key(),
+                      FSDPP_KEY(data, long_documents),
+                      mixture_key(),
                   }),
           section("training",
                   {

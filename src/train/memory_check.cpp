@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/data/tokenizer.h"
 #include "fsdpp/estimate/llama_shape.h"
 #include "fsdpp/fsdp/strategy_traits.h"
 #include "fsdpp/models/llama.h"
@@ -62,6 +63,20 @@ int64_t cgroup_headroom() {
 std::string gib(int64_t b) { return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1ll << 30)); }
 
 }  // namespace
+
+int64_t configured_vocab(const TrainConfig& cfg, std::vector<std::string>& notes) {
+  const auto& d = cfg.data;
+  if (d.tokenizer_is("byte")) return 256;
+  if (d.tokenizer_is("sentencepiece") && d.tokenizer_model.empty()) {
+    if (cfg.model.vocab_size == 0) {
+      notes.push_back(fmt::format("vocabulary taken as data.tokenizer_vocab_size={}",
+                                  d.tokenizer_vocab_size));
+    }
+    return d.tokenizer_vocab_size;
+  }
+  return data::make_tokenizer(d.tokenizer_is("sentencepiece") ? d.tokenizer_model : d.tokenizer)
+      ->vocab_size();
+}
 
 ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, int world_size,
                                        int local_world_size) {

@@ -57,7 +57,9 @@ fs::path corpus_file(const DataSection& data, const fs::path& cache_dir, dist::W
 
 std::unique_ptr<data::Tokenizer> make_tokenizer(const DataSection& data, const fs::path& corpus,
                                                 const fs::path& cache_dir, dist::World& world) {
-  if (data.tokenizer == TokenizerType::BYTE) return std::make_unique<data::ByteTokenizer>();
+  if (data.tokenizer_is("byte")) return std::make_unique<data::ByteTokenizer>();
+  // A file: a Hugging Face tokenizer.json (or a directory holding one), a SentencePiece .model.
+  if (!data.tokenizer_is("sentencepiece")) return data::make_tokenizer(data.tokenizer);
   std::string model = data.tokenizer_model;
   if (model.empty()) {
     // Keyed by the corpus's content: a shared cache_dir never hands this run another text's model.
@@ -79,7 +81,8 @@ std::unique_ptr<data::Tokenizer> make_tokenizer(const DataSection& data, const f
 std::string tokenizer_origin(const TrainSession& s) {
   const auto& d = s.cfg.data;
   if (s.init) return fmt::format("from model.init_from='{}'", s.init->dir().string());
-  if (d.tokenizer == TokenizerType::BYTE) return "data.tokenizer=byte";
+  if (d.tokenizer_is("byte")) return "data.tokenizer=byte";
+  if (!d.tokenizer_is("sentencepiece")) return fmt::format("data.tokenizer='{}'", d.tokenizer);
   if (!d.tokenizer_model.empty()) return fmt::format("data.tokenizer_model='{}'", d.tokenizer_model);
   return fmt::format("data.tokenizer=sentencepiece with data.tokenizer_vocab_size={}, trained on "
                      "data.path",
@@ -109,6 +112,54 @@ void check_tokenizer_agrees(TrainSession& s, const data::Tokenizer& tok) {
   }
 }
 
+// The run's tokenizer. A model starts from its own: the one stored with model.init_from's
+// weights (data.tokenizer, when it names a file, must be that one). A pretrained source without
+// one takes data.tokenizer's file when its vocabulary fits the model's, never the byte tokenizer
+// or one trained here for a model whose vocabulary is not theirs: its embedding rows mean the
+// strings of the tokenizer it was trained with, and any other tokenizer's ids train it on noise.
+std::unique_ptr<data::Tokenizer> run_tokenizer(TrainSession& s,
+                                               const std::function<std::unique_ptr<data::Tokenizer>()>& configured) {
+  const auto& d = s.cfg.data;
+  const bool named_file = !d.tokenizer_is("byte") && !d.tokenizer_is("sentencepiece");
+  if (!s.init) return configured();
+  auto own = s.init->take_tokenizer();
+  const std::string source = fmt::format("model.init_from='{}'", s.init->dir().string());
+  if (own) {
+    if (named_file) {
+      const auto named = data::make_tokenizer(d.tokenizer);
+      FSDPP_CHECK_AS(ConfigError, named->name() == own->name(),
+                     "[train] data.tokenizer='{}' ({}) is not the tokenizer {} holds ({}); the "
+                     "model's weights learnt that one's ids. Leave data.tokenizer out (the "
+                     "model's own is used) or name the model's tokenizer",
+                     d.tokenizer, named->name(), source, own->name());
+    }
+    s.say(fmt::format("[train] tokenizer {} from {}{}", own->name(), source,
+                      named_file ? "" : " (data.tokenizer is not used)"));
+    return own;
+  }
+  const int64_t model_vocab = s.init->vocab_size();
+  if (!named_file) {
+    FSDPP_CHECK_AS(ConfigError, d.tokenizer_is("byte") && model_vocab == 256,
+                   "[train] {} holds no tokenizer (no tokenizer.json, tokenizer.model or "
+                   "fsdpp_tokenizer.json), and data.tokenizer={} cannot stand in for it: the "
+                   "model's {} embedding rows mean the strings of the tokenizer it was trained "
+                   "with. Name that tokenizer: data.tokenizer=<its tokenizer.json, the Hugging "
+                   "Face model directory holding it, or its .model file>",
+                   source, d.tokenizer, model_vocab);
+    return configured();
+  }
+  auto named = configured();
+  FSDPP_CHECK_AS(ConfigError, named->vocab_size() <= model_vocab,
+                 "[train] data.tokenizer='{}' has {} tokens, more than the {} rows of the "
+                 "embedding of {}; expected the model's own tokenizer",
+                 d.tokenizer, named->vocab_size(), model_vocab, source);
+  s.say(fmt::format("[train] tokenizer {} from data.tokenizer for {}, which holds none",
+                    named->name(), source));
+  return named;
+}
+
+}  // namespace
+
 // The batch loader's options: training.dataloader_num_workers threads, pinned buffers when the
 // ranks use CUDA.
 data::BatchLoaderOptions loader_options(TrainSession& s) {
@@ -131,25 +182,24 @@ data::BatchLoaderOptions loader_options(TrainSession& s) {
   return o;
 }
 
-}  // namespace
-
 void LanguageModels::prepare_data(TrainSession& s) const {
   const auto& cfg = s.cfg;
   auto& world = s.world;
   const bool lead = s.lead;
   const auto& cache_dir = s.cache_dir;
-  auto& init = s.init;
   auto& tokenizer = s.tokenizer;
-  const fs::path& corpus = s.corpus = corpus_file(cfg.data, cache_dir, world);
-  // A model starts from its own tokenizer: the one stored with model.init_from's weights.
-  tokenizer = init ? init->take_tokenizer() : nullptr;
-  if (tokenizer) {
-    s.say(fmt::format("[train] tokenizer {} from model.init_from (data.tokenizer is not used)",
-                      tokenizer->name()));
-  } else {
-    tokenizer = make_tokenizer(cfg.data, corpus, cache_dir, world);
-  }
+  const bool records = false;  // WIP: is_record_data(cfg.data) once data/example.h lands
+  FSDPP_CHECK_AS(ConfigError,
+                 !records || !cfg.data.tokenizer_is("sentencepiece") ||
+                     !cfg.data.tokenizer_model.empty() || s.init,
+                 "[train] data.tokenizer=sentencepiece trains a tokenizer on text, and data.path "
+                 "holds records; give the model's tokenizer (data.tokenizer=<a tokenizer.json, a "
+                 "Hugging Face model directory or a .model file>) or model.init_from");
+  // Text is joined into one corpus file (also what a sentencepiece tokenizer trains on).
+  const fs::path& corpus = s.corpus = records ? fs::path() : corpus_file(cfg.data, cache_dir, world);
+  tokenizer = run_tokenizer(s, [&] { return make_tokenizer(cfg.data, corpus, cache_dir, world); });
   check_tokenizer_agrees(s, *tokenizer);
+
   data::TokenDatasetOptions dopts;
   dopts.cache_dir = cache_dir;
   // Rank 0 encodes; the others then map the cached token file.
@@ -197,7 +247,8 @@ void LanguageModels::prepare_data(TrainSession& s) const {
                    cfg.data.seq_len + 1, dp_ranks);
     s.eval_batches = [&val_data, seq_len = cfg.data.seq_len](const SourceOptions& o) {
       const data::SamplerOptions vo{.seq_len = seq_len, .share = o};
-      return std::unique_ptr<train::BatchSource>(std::make_unique<TokenWindows>(val_data, vo));
+      return std::unique_ptr<train::BatchSource>(std::make_unique<SamplerBatches>(
+          std::make_unique<data::DistributedSampler>(val_data, vo)));
     };
   }
   s.batches = std::make_unique<TokenBatches>(sampler, loader_options(s));

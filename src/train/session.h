@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "fsdpp/data/batch_loader.h"
+#include "fsdpp/data/document_sampler.h"
 #include "fsdpp/data/sampler.h"
 #include "fsdpp/data/share.h"
 #include "fsdpp/data/token_dataset.h"
@@ -89,7 +90,8 @@ struct TrainSession {
   std::optional<data::TokenDataset> train_data;
   std::optional<data::TokenDataset> val_data;
   data::SamplerOptions sopts;
-  std::optional<data::DistributedSampler> sampler;
+  std::optional<data::DistributedSampler> sampler;  // text: the token windows
+  std::unique_ptr<data::DocumentSampler> doc_sampler;  // records: the prepared documents' rows
   // The training batches (batch_source.h): the sampler's windows through a BatchLoader
   // (training.dataloader_*), or train()'s source. Its state, not the sampler's, is what a
   // checkpoint saves. Declared after the sampler: gone (its workers stopped) before it.

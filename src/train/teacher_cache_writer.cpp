@@ -114,7 +114,7 @@ TeacherCacheSummary write_teacher_cache(TrainConfig cfg, std::shared_ptr<dist::W
     const int64_t n = real ? std::min(B, mine[shard].windows - at_window) : 1;
     std::vector<int64_t> starts;
     for (int64_t i = 0; i < n; ++i) starts.push_back(real ? (mine[shard].first + at_window + i) * T : 0);
-    auto x = s.sampler->load_batch(starts).first.to(teacher.module().parameters().front().device());
+    auto x = s.sampler->load_batch(starts).inputs.to(teacher.module().parameters().front().device());
     const auto logits = teacher.forward(x).logits;
     if (!real) continue;
     const auto [values, ids] = logits.to(at::kFloat).log_softmax(-1).topk(K, -1);  // (n, T, K)

@@ -523,12 +523,7 @@ int main(int argc, char** argv) {
                                  : fsdpp::train::TrainConfig::from_yaml_string(kNoConfig, all, "fsdpp-estimate's defaults");
 
     std::vector<std::string> notes;
-    int64_t vocab = 256;
-    if (cfg.data.tokenizer == fsdpp::train::TokenizerType::SENTENCEPIECE) {
-      vocab = cfg.data.tokenizer_vocab_size;
-      if (cfg.model.vocab_size == 0)
-        notes.push_back(fmt::format("vocabulary taken as data.tokenizer_vocab_size={}", vocab));
-    }
+    const int64_t vocab = fsdpp::train::configured_vocab(cfg, notes);
     // What fsdpp-train will run (the same function its memory check uses).
     auto ce = fsdpp::train::configured_estimate(cfg, vocab, /*world_size=*/1, /*local_world_size=*/0);
     if (!ce.skip.empty()) notes.push_back("fsdpp-train skips its memory check for this config: " + ce.skip);

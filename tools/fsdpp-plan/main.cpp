@@ -26,7 +26,8 @@ fsdpp::ModelDescription read_model(const std::string& path, const std::vector<st
   if (fs::is_directory(path)) return fsdpp::describe_model_directory(path);
   if (fs::path(path).extension() == ".json") return fsdpp::describe_model_directory(fs::path(path).parent_path());
   const auto cfg = fsdpp::train::TrainConfig::from_file(path, overrides);
-  const int64_t vocab = cfg.data.tokenizer == fsdpp::train::TokenizerType::SENTENCEPIECE ? cfg.data.tokenizer_vocab_size : 256;
+  std::vector<std::string> notes;
+  const int64_t vocab = fsdpp::train::configured_vocab(cfg, notes);
   const auto ce = fsdpp::train::configured_estimate(cfg, vocab, 1, 0);
   options = ce.options;
   return ce.model;

@@ -1,5 +1,6 @@
 #pragma once
-// The training batches of a DistributedSampler, made on the caller's thread or ahead of time by
+// The training batches of a PlannedSampler (a DistributedSampler's token windows, a
+// DocumentSampler's rows), made on the caller's thread or ahead of time by
 // background threads (Hugging Face's dataloader_num_workers / dataloader_prefetch_factor /
 // dataloader_pin_memory, as threads rather than processes).
 //
@@ -49,18 +50,20 @@ class BatchLoader {
  public:
   // Starts the workers. Throws ConfigError for a batch_size < 1, num_workers < 0 or
   // prefetch_factor < 1.
-  BatchLoader(DistributedSampler& sampler, BatchLoaderOptions options);
+  BatchLoader(PlannedSampler& sampler, BatchLoaderOptions options);
   ~BatchLoader();  // stops and joins the workers
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
   // (inputs, targets), each (batch_size, seq_len) int64: the sampler's next batch.
   std::pair<at::Tensor, at::Tensor> next();
-  // The same batch with where its windows start in the dataset (token offsets, one per row):
-  // what an offline teacher cache or a per-window seed is keyed by.
+  // The same batch with its rows' keys (the sampler's items: where token windows start in the
+  // dataset, or rows of a document plan): what an offline teacher cache or a per-window seed is
+  // keyed by. positions: document masking's (sampler.h's TokenBatch), else undefined.
   struct Batch {
     at::Tensor inputs, targets;
     std::vector<int64_t> starts;
+    at::Tensor positions;
   };
   Batch next_batch();
   // The sampler's state after the last batch next() returned.
@@ -76,7 +79,7 @@ class BatchLoader {
   void work();
   Batch load(std::vector<int64_t> starts) const;
 
-  DistributedSampler& sampler_;
+  PlannedSampler& sampler_;
   const BatchLoaderOptions options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -63,7 +63,30 @@ class SamplerStream {
   std::vector<int64_t> cached_order_;  // order(cached_epoch_)
 };
 
-class DistributedSampler {
+// One micro-batch of a language model's rows: inputs (B,T) int64, targets (B,T) int64 (-100
+// where no loss is counted: padding, prompts, a document's end), and positions (B,T) int64 when
+// each row holds several documents attended to alone (document masking; undefined otherwise).
+struct TokenBatch {
+  at::Tensor inputs, targets, positions;
+};
+
+// A sampler whose batches are planned in order and read by any thread (a BatchLoader's
+// workers): plan_batch takes the next batch_size items of this rank's stream and moves the state
+// past them; load_batch only reads, so it may run on several threads at once and beside
+// plan_batch. The items are what a batch row is keyed by (a window's token offset, a row's index
+// in the document plan): an offline teacher cache keys its logits by them.
+class PlannedSampler {
+ public:
+  virtual ~PlannedSampler() = default;
+  virtual std::vector<int64_t> plan_batch(int64_t batch_size) = 0;
+  virtual TokenBatch load_batch(const std::vector<int64_t>& items) const = 0;
+  virtual SamplerState state() const = 0;
+  // Throws ConfigError when the position is beyond an epoch.
+  virtual void load_state(const SamplerState& state) = 0;
+  virtual int64_t items_per_rank() const = 0;  // per epoch
+};
+
+class DistributedSampler final : public PlannedSampler {
  public:
   // Throws ConfigError when the options are invalid or the dataset has fewer windows than
   // world_size.
@@ -76,20 +99,19 @@ class DistributedSampler {
   // while their order stays the sampler's: plan_batch takes the next batch_size windows (their
   // token offsets) and moves the state past them; load_batch reads them. load_batch only reads
   // the dataset, so it may run on several threads at once and beside plan_batch.
-  std::vector<int64_t> plan_batch(int64_t batch_size);
-  std::pair<at::Tensor, at::Tensor> load_batch(const std::vector<int64_t>& starts) const;
+  std::vector<int64_t> plan_batch(int64_t batch_size) override;
+  TokenBatch load_batch(const std::vector<int64_t>& starts) const override;
+  int64_t items_per_rank() const override { return windows_per_rank(); }
 
   int64_t num_windows() const { return num_windows_; }          // in the whole dataset
   int64_t windows_per_rank() const { return stream_.per_rank(); }  // per epoch
   // The token offsets of the windows this rank gets in `epoch`, in the order it gets them.
   std::vector<int64_t> window_starts(int64_t epoch) const;
 
-  SamplerState state() const { return stream_.state(); }
-  // Throws ConfigError when the position is beyond an epoch.
-  void load_state(const SamplerState& state) { stream_.load_state(state); }
+  SamplerState state() const override { return stream_.state(); }
+  void load_state(const SamplerState& state) override { stream_.load_state(state); }
 
  private:
-
   TokenDataset data_;
   SamplerOptions options_;
   int64_t num_windows_ = 0;

@@ -21,10 +21,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "fsdpp/data/row_plan.h"
 #include "fsdpp/estimate/memory_estimate.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/wrap_policy.h"
@@ -75,17 +78,50 @@ struct ModelSection {
 };
 
 // `data:`
+// One dataset of data.mixture and how often batches draw from it.
+struct MixtureSource {
+  std::string path;     // as data.path: text, JSON Lines, Parquet, Arrow, a prepared directory
+  double weight = 1.0;  // > 0; the rows are drawn in proportion to the weights
+  bool operator==(const MixtureSource&) const = default;
+};
+
 struct DataSection {
-  // A text file, or a directory whose regular files (not symlinks, not named *.dat or *.u8)
-  // are concatenated in name order; see resolve_data_files.
+  // What to train on (docs/your-data.md): a text file, or a directory whose regular files (not
+  // symlinks, not named *.dat or *.u8) are concatenated in name order (resolve_data_files); or
+  // records of documents: JSON Lines / JSON (also .gz, .zst), Parquet, Arrow, a `datasets`
+  // save_to_disk directory, a directory or glob of such shards, a directory `fsdpp-data prepare`
+  // wrote.
   std::string path;
-  Choice<TokenizerType> tokenizer = TokenizerType::BYTE;  // byte | sentencepiece
+  // Instead of path: several datasets, each drawn in proportion to its weight.
+  std::vector<MixtureSource> mixture;
+  // byte | sentencepiece (trained here on data.path, or data.tokenizer_model) | a Hugging Face
+  // tokenizer.json, a directory holding one, or a SentencePiece .model file. A model.init_from
+  // source's own tokenizer replaces it (and must then be the one named, if one is).
+  std::string tokenizer = "byte";
   std::string tokenizer_model;  // sentencepiece .model file; empty: train one on the data
   int64_t tokenizer_vocab_size = 512;  // the vocabulary of a sentencepiece model trained here
-  int64_t seq_len = 128;               // tokens per training window, <= model.max_seq_len
-  double val_fraction = 0.05;          // the last fraction of tokens is the validation split
+  int64_t seq_len = 128;               // tokens per training row, <= model.max_seq_len
+  double val_fraction = 0.05;          // the last fraction of tokens (documents) is validation
   double train_fraction = 1.0;         // the first fraction of the rest is the training split
   std::string cache_dir;               // empty: <training.output_dir>/cache
+  // Records (TRL's SFT keys): the text field of language-modeling records; a loss on the
+  // completion of prompt/completion records only; on the assistant turns of messages only.
+  std::string dataset_text_field = "text";
+  bool completion_only_loss = true;
+  bool assistant_only_loss = false;
+  // Records into rows of seq_len: packed several to a row (TRL's packing, best-fit decreasing
+  // or wrapped), each document attended to alone (padding_free; unset: on with bfd packing, as
+  // TRL), documents longer than seq_len split or truncated.
+  bool packing = false;
+  Choice<data::PackingStrategy> packing_strategy = data::PackingStrategy::BFD;
+  std::optional<bool> padding_free;
+  Choice<data::LongDocuments> long_documents = data::LongDocuments::SPLIT;
+
+  bool tokenizer_is(std::string_view kind) const { return tokenizer == kind; }
+  // padding_free as it applies: unset means on for packed bfd rows.
+  bool document_masking() const {
+    return padding_free.value_or(packing && packing_strategy == data::PackingStrategy::BFD);
+  }
 };
 
 // `training.fsdp_config:` (keys spelled with Hugging Face's `fsdp_` prefix, which is optional).

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <utility>
 
+#include "fsdpp/data/row_plan.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/state/state_dict.h"
 #include "fsdpp/train/choice.h"
@@ -19,8 +20,6 @@ enum class ModelArchitecture { LLAMA, QWEN3_MOE };
 constexpr const char* decoder_layer_class(ModelArchitecture a) {
   return a == ModelArchitecture::QWEN3_MOE ? "Qwen3MoeDecoderLayer" : "TransformerBlock";
 }
-// data.tokenizer
-enum class TokenizerType { BYTE, SENTENCEPIECE };
 // training.fsdp_config.fsdp_auto_wrap_policy: one unit per transformer_layer_cls_to_wrap module,
 // one per subtree of min_num_params parameters, or only the root.
 enum class AutoWrapPolicy { TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP };
@@ -45,13 +44,25 @@ struct ChoiceNames<ModelArchitecture> {
   }};
 };
 
+// data.packing_strategy: TRL's names.
 template <>
-struct ChoiceNames<TokenizerType> {
-  static constexpr std::string_view kWhat = "tokenizer";
+struct ChoiceNames<data::PackingStrategy> {
+  static constexpr std::string_view kWhat = "packing strategy";
   static constexpr bool kAnyCase = false;
-  static constexpr std::array<std::pair<TokenizerType, std::string_view>, 2> kNames{{
-      {TokenizerType::BYTE, "byte"},
-      {TokenizerType::SENTENCEPIECE, "sentencepiece"},
+  static constexpr std::array<std::pair<data::PackingStrategy, std::string_view>, 2> kNames{{
+      {data::PackingStrategy::BFD, "bfd"},
+      {data::PackingStrategy::WRAPPED, "wrapped"},
+  }};
+};
+
+// data.long_documents: what a document longer than seq_len becomes.
+template <>
+struct ChoiceNames<data::LongDocuments> {
+  static constexpr std::string_view kWhat = "long documents";
+  static constexpr bool kAnyCase = false;
+  static constexpr std::array<std::pair<data::LongDocuments, std::string_view>, 2> kNames{{
+      {data::LongDocuments::SPLIT, "split"},
+      {data::LongDocuments::TRUNCATE, "truncate"},
   }};
 };
 

@@ -22,6 +22,12 @@ struct ConfiguredEstimate {
   std::string skip;
 };
 
+// The vocabulary of the tokenizer fsdpp-train will use for `cfg`, before any data is read: 256
+// for byte, data.tokenizer_vocab_size for a SentencePiece model still to be trained, else the
+// size of the file data.tokenizer or data.tokenizer_model names (read here). A note in `notes`
+// says where a vocabulary that is not a file's came from.
+int64_t configured_vocab(const TrainConfig& cfg, std::vector<std::string>& notes);
+
 // The estimate's inputs as fsdpp-train will run `cfg` with a vocabulary of `vocab` tokens on
 // `world_size` ranks, `local_world_size` of them per node (HYBRID's shard groups default to it).
 ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, int world_size,
