@@ -74,7 +74,10 @@ Value slice_value(const Value& obj, const Value& start, const Value& stop, const
     for_slice(b, [&](int64_t i) { out.push_back(u[static_cast<size_t>(i)]); });
     return Value(text::encode(out));
   }
-  return Value::undefined(fmt::format("{} cannot be sliced", object_type(obj)));
+  // jinja2 writes a slice as Python's own subscript: other types fail as Python fails them.
+  if (obj.is_undefined()) fail_undefined(obj);
+  if (obj.is_dict()) throw RenderError("unhashable type: 'slice'");
+  throw RenderError(fmt::format("'{}' object is not subscriptable", obj.type_name()));
 }
 
 // Python's ints do not overflow; ours are 64-bit and refuse to wrap.
@@ -91,6 +94,7 @@ int64_t floor_div(int64_t a, int64_t b) {
 }
 
 Value arithmetic(const std::string& op, const Value& a, const Value& b) {
+  if (op == "%" && a.is_string()) return Value(percent_format(a.as_string(), b));
   if (a.is_undefined()) fail_undefined(a);
   if (b.is_undefined()) fail_undefined(b);
   auto unsupported = [&]() -> Value {
@@ -167,7 +171,6 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
       return seq->is_tuple() ? Value::tuple(std::move(out)) : Value::list(std::move(out));
     }
   }
-  if (op == "%" && a.is_string()) return Value(percent_format(a.as_string(), b));
   return unsupported();
 }
 
@@ -182,7 +185,10 @@ bool contains(const Value& container, const Value& item) {
       for (const auto& x : container.items())
         if (x.equals(item)) return true;
       return false;
-    case Value::Kind::kDict: return container.as_dict().find(item) != nullptr;
+    case Value::Kind::kDict:
+      if (item.is_list() || item.is_dict() || item.is_namespace())
+        throw RenderError(fmt::format("unhashable type: '{}'", item.type_name()));
+      return container.as_dict().find(item) != nullptr;
     case Value::Kind::kUndefined: return false;
     default:
       throw RenderError(fmt::format("argument of type '{}' is not iterable", container.type_name()));
@@ -246,7 +252,13 @@ RenderOutput Evaluator::render(const nlohmann::ordered_json& context) {
   for (const auto& [k, v] : context.items()) root->vars.emplace_back(k, from_json(v));
   try {
     exec(program_.body, root);
+  } catch (const RaisedError&) {
+    throw;
   } catch (const RenderError& e) {
+    throw RenderError(fmt::format("line {}: {}", line_, e.what()));
+  } catch (const std::exception& e) {
+    // A value of a kind an operation did not expect that no check above caught: still the
+    // template's error, with its line, never a crash of the caller.
     throw RenderError(fmt::format("line {}: {}", line_, e.what()));
   }
   return RenderOutput{std::move(root_), std::move(spans_)};

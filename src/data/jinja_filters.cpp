@@ -121,6 +121,7 @@ Value filter_int(Evaluator&, const Value& value, CallArgs& args) {
   ArgReader r("int", args, {"default", "base"});
   r.finish();
   const Value fallback = r.get(0, Value(0));
+  if (value.is_undefined()) throw RenderError(value.undefined_hint().empty() ? "int: an undefined value" : value.undefined_hint());
   if (value.is_number()) return Value(value.is_float() ? static_cast<int64_t>(std::trunc(value.as_float())) : value.int_value());
   if (value.is_string()) {
     std::string t;
@@ -139,6 +140,7 @@ Value filter_int(Evaluator&, const Value& value, CallArgs& args) {
 Value filter_float(Evaluator&, const Value& value, CallArgs& args) {
   ArgReader r("float", args, {"default"});
   r.finish();
+  if (value.is_undefined()) throw RenderError(value.undefined_hint().empty() ? "float: an undefined value" : value.undefined_hint());
   if (value.is_number()) return Value(value.float_value());
   if (value.is_string())
     if (auto d = parse_float(value.as_string())) return Value(*d);
@@ -485,12 +487,15 @@ const std::unordered_map<std::string, TestFn>& tests() {
     simple("escaped", [](const Value&) { return false; });
     simple("lower", [](const Value& v) { return text::all_of_class(to_str(v), 'l'); });
     simple("upper", [](const Value& v) { return text::all_of_class(to_str(v), 'u'); });
+    // Python's value % 2 == 1 / == 0, floats included (2.5 is neither).
     simple("odd", [](const Value& v) {
-      if (!v.is_int() && !v.is_bool()) throw RenderError(fmt::format("odd: an integer is expected, not {}", v.type_name()));
+      if (!v.is_number()) throw RenderError(fmt::format("odd: a number is expected, not {}", v.type_name()));
+      if (v.is_float()) return std::fabs(std::fmod(v.as_float(), 2.0)) == 1.0;
       return v.int_value() % 2 != 0;
     });
     simple("even", [](const Value& v) {
-      if (!v.is_int() && !v.is_bool()) throw RenderError(fmt::format("even: an integer is expected, not {}", v.type_name()));
+      if (!v.is_number()) throw RenderError(fmt::format("even: a number is expected, not {}", v.type_name()));
+      if (v.is_float()) return std::fmod(v.as_float(), 2.0) == 0.0;
       return v.int_value() % 2 == 0;
     });
     t["divisibleby"] = [](Evaluator&, const Value& v, CallArgs& a) {

@@ -107,6 +107,9 @@ std::string convert(const Value& v, const std::string& flags, int width, int pre
 
 std::string percent_format(const std::string& format, const Value& args) {
   const bool mapping = args.is_dict();
+  // Python checks for leftover arguments only when args has no __getitem__: a list or jinja2's
+  // Undefined may be given to a format without conversions.
+  const bool indexable = mapping || args.is_list() || args.is_undefined();
   const ValueList positional = args.is_tuple() ? args.items() : ValueList{args};
   size_t next = 0;
   std::string out;
@@ -153,7 +156,7 @@ std::string percent_format(const std::string& format, const Value& args) {
     }
     out += convert(v, flags, width, precision, type);
   }
-  if (!mapping && next < positional.size()) throw RenderError("not all arguments converted during string formatting");
+  if (!indexable && next < positional.size()) throw RenderError("not all arguments converted during string formatting");
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "jinja_value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -95,11 +96,13 @@ Value::Kind Value::kind() const {
 int64_t Value::int_value() const {
   if (is_bool()) return as_bool() ? 1 : 0;
   if (is_int()) return as_int();
-  return static_cast<int64_t>(as_float());
+  if (is_float()) return static_cast<int64_t>(as_float());
+  throw RenderError(fmt::format("an integer is required, not {}", type_name()));
 }
 
 double Value::float_value() const {
   if (is_float()) return as_float();
+  if (!is_number()) throw RenderError(fmt::format("a number is required, not {}", type_name()));
   return static_cast<double>(int_value());
 }
 

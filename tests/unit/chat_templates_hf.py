@@ -126,6 +126,16 @@ CONVERSATIONS = {
         {"role": "user", "content": "Hi", "name": None},
         {"role": "assistant", "content": "Hello!", "tool_calls": None, "reasoning_content": None},
     ],
+    "content_blocks": [  # content as a list: Python's repr where a template prints it, an error where it adds
+        {"role": "user", "content": [{"type": "text", "text": "Describe it, 'briefly'."}]},
+        {"role": "assistant", "content": "A cat."},
+    ],
+    "tool_result_object": [  # a tool's content as an object: tojson, Python's dict repr, or .content
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "", "tool_calls": [call("get_weather", {"city": "Oslo"})]},
+        {"role": "tool", "content": {"content": "rain", "mm": 3.0, "ok": True, "none": None}, "tool_call_id": "call12345"},
+        {"role": "assistant", "content": "Rain."},
+    ],
     "roles_do_not_alternate": [
         {"role": "user", "content": "one"},
         {"role": "user", "content": "two"},
@@ -150,7 +160,7 @@ TEMPLATES = {
     "mistral_7b_instruct_v0_3.jinja": {"tokens": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
                                        "kwargs": [{}]},
 }
-TOOLS_FOR = {"tool_call": [WEATHER_TOOL], "two_tool_results": [WEATHER_TOOL, SEARCH_TOOL]}
+TOOLS_FOR = {"tool_call": [WEATHER_TOOL], "two_tool_results": [WEATHER_TOOL, SEARCH_TOOL], "tool_result_object": [WEATHER_TOOL]}
 BUILTIN_CALL = [  # Llama 3.1's builtin tools: <|python_tag|>name.call(...)
     {"role": "user", "content": "Search the news."},
     {"role": "assistant", "content": "", "tool_calls": [call("brave_search", {"query": "news today"})]},
