@@ -103,6 +103,41 @@ std::string render_or_explain(const ChatTemplate& tmpl, const Json& ctx, size_t 
 
 }  // namespace
 
+Json special_tokens_from_config(const Json& tokenizer_config) {
+  Json out = Json::object();
+  if (!tokenizer_config.is_object()) return out;
+  for (const char* name : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
+    const auto it = tokenizer_config.find(name);
+    if (it == tokenizer_config.end()) continue;
+    if (it->is_string()) out[name] = *it;
+    else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) out[name] = (*it)["content"];
+  }
+  return out;
+}
+
+std::string chat_template_from_config(const Json& tokenizer_config, bool with_tools) {
+  const auto it = tokenizer_config.is_object() ? tokenizer_config.find("chat_template") : tokenizer_config.end();
+  FSDPP_CHECK_AS(ConfigError, it != tokenizer_config.end() && !it->is_null(),
+                 "[data] tokenizer_config.json has no chat_template, so chat messages cannot be rendered; give the "
+                 "model's chat template (its chat_template.jinja) or data as text or prompt/completion records");
+  if (it->is_string()) return it->get<std::string>();
+  FSDPP_CHECK_AS(ConfigError, it->is_array(),
+                 "[data] tokenizer_config.json: chat_template must be a string or a list of {{\"name\", \"template\"}}, "
+                 "not {}", it->type_name());
+  const Json* fallback = nullptr;
+  std::string names;
+  for (const auto& entry : *it) {
+    const std::string name = entry.value("name", "");
+    names += (names.empty() ? "" : ", ") + name;
+    if (with_tools && name == "tool_use") return entry.value("template", "");
+    if (name == "default") fallback = &entry;
+  }
+  FSDPP_CHECK_AS(ConfigError, fallback != nullptr,
+                 "[data] tokenizer_config.json: chat_template lists templates named {} but none named 'default'{}",
+                 names, with_tools ? " or 'tool_use'" : "");
+  return fallback->value("template", "");
+}
+
 std::string render_conversation(const ChatTemplate& tmpl, const Json& messages, const ChatRenderOptions& options) {
   return tmpl.render(context_for(prepare_messages(messages, "messages"), options, options.add_generation_prompt));
 }

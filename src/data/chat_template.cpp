@@ -15,24 +15,6 @@ struct ChatTemplate::Program {
   jinja::Program program;
 };
 
-namespace {
-
-nlohmann::ordered_json to_ordered(const nlohmann::json& j) {
-  if (j.is_object()) {
-    nlohmann::ordered_json out = nlohmann::ordered_json::object();
-    for (const auto& [k, v] : j.items()) out[k] = to_ordered(v);
-    return out;
-  }
-  if (j.is_array()) {
-    nlohmann::ordered_json out = nlohmann::ordered_json::array();
-    for (const auto& v : j) out.push_back(to_ordered(v));
-    return out;
-  }
-  return nlohmann::ordered_json::parse(j.dump());
-}
-
-}  // namespace
-
 ChatTemplate ChatTemplate::parse(std::string source) {
   auto program = std::make_shared<Program>();
   try {
@@ -66,7 +48,9 @@ TemplateRender ChatTemplate::render_tracked(const nlohmann::ordered_json& contex
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& context) const { return render_tracked(context).text; }
 
-std::string ChatTemplate::render(const nlohmann::json& context) const { return render(to_ordered(context)); }
+std::string ChatTemplate::render(const nlohmann::json& context) const {
+  return render(nlohmann::ordered_json(context));  // keys in nlohmann::json's (sorted) order
+}
 
 bool ChatTemplate::has_generation_tags() const { return program_->program.has_generation; }
 

@@ -386,3 +386,14 @@ TEST(ChatTemplatePublished, Llama31ToolCallAndQwen3Thinking) {
       published("qwen3.jinja"), Json::parse(R"([{"role": "user", "content": "Hi"}])"), no_thinking);
   EXPECT_EQ(qwen3, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
 }
+
+TEST(ChatRender, WhatApplyChatTemplateReadsFromTokenizerConfig) {
+  const Json config = Json::parse(R"({"bos_token": "<s>", "eos_token": {"content": "</s>", "special": true},
+      "pad_token": null, "model_max_length": 4096,
+      "chat_template": [{"name": "default", "template": "D"}, {"name": "tool_use", "template": "T"}]})");
+  EXPECT_EQ(fsdpp::data::special_tokens_from_config(config), Json::parse(R"({"bos_token": "<s>", "eos_token": "</s>"})"));
+  EXPECT_EQ(fsdpp::data::chat_template_from_config(config, false), "D");
+  EXPECT_EQ(fsdpp::data::chat_template_from_config(config, true), "T");
+  EXPECT_EQ(fsdpp::data::chat_template_from_config(Json::parse(R"({"chat_template": "S"})"), true), "S");
+  EXPECT_THROW(fsdpp::data::chat_template_from_config(Json::parse(R"({"bos_token": "<s>"})"), false), ConfigError);
+}

@@ -61,6 +61,16 @@ struct RenderedChat {
   SpanSource source = SpanSource::kPrefixes;
 };
 
+// What apply_chat_template reads from a tokenizer's tokenizer_config.json:
+// - its named special tokens (bos_token, eos_token, unk_token, sep_token, pad_token, cls_token,
+//   mask_token; a token written as {"content": ...} gives its content), for
+//   ChatRenderOptions::special_tokens;
+// - its chat template: "chat_template" as a string, or as a list of {"name", "template"} of
+//   which "tool_use" is taken when `with_tools` and there is one, else "default". Throws
+//   ConfigError when there is none. (A model directory may instead hold chat_template.jinja.)
+nlohmann::ordered_json special_tokens_from_config(const nlohmann::ordered_json& tokenizer_config);
+std::string chat_template_from_config(const nlohmann::ordered_json& tokenizer_config, bool with_tools);
+
 // The text alone (apply_chat_template(messages, tokenize=False)).
 std::string render_conversation(const ChatTemplate& tmpl, const nlohmann::ordered_json& messages,
                                 const ChatRenderOptions& options);
