@@ -256,7 +256,8 @@ Value ArgReader::get(size_t i, Value fallback) {
 }
 
 void ArgReader::finish() const {
-  for (const auto& [k, v] : args_.keyword) {
+  for (const auto& kv : args_.keyword) {
+    const std::string& k = kv.first;
     const auto it = std::find_if(names_.begin(), names_.end(), [&](const char* n) { return k == n; });
     if (it == names_.end()) throw RenderError(fmt::format("{}() got an unexpected keyword argument '{}'", function_, k));
     if (static_cast<size_t>(it - names_.begin()) < args_.positional.size())
