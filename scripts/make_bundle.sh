@@ -33,7 +33,9 @@ torch_site=$(dirname "$(dirname "$torch_lib")")  # site-packages (torch/ and nvi
 # pyarrow's libarrow and libparquet (the data readers, cmake/FsdppArrow.cmake) among them, travels
 # in the bundle: a GPU node with PyTorch has no pyarrow of the same release.
 from_torch() { [[ "$1" == "$torch_site"/torch/* || "$1" == "$torch_site"/nvidia/* ]]; }
-glibc='^(linux-vdso\.so|libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|libutil\.so|ld-linux)'
+# zlib (the data readers' .gz) is left to the host like the C library: a host with PyTorch has
+# Python, whose zlib module needs it, and its ABI has not changed since 1.0.
+glibc='^(linux-vdso\.so|libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|libutil\.so|ld-linux|libz\.so)'
 for f in "$root"/bin/* "$root"/lib/fsdpp/*.so; do
   ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }'
 done | sort -u | while read -r name path; do

@@ -8,10 +8,12 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <ctime>
 #include <exception>
 #include <iostream>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fsdpp/common/error.h"
@@ -34,6 +36,19 @@ struct RecordsArgs {
   uint64_t seed = 0;
   std::string stopping = "first_exhausted";
 };
+
+// CPU seconds of this process: the summary says what reading cost, start-up (loading LibTorch)
+// left out, and on a shared machine CPU time says it where wall time would not.
+double cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// "1 record", "2 records".
+std::string count(int64_t n, std::string_view noun) {
+  return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
+}
 
 void print(const nlohmann::json& value) {
   const std::string line = value.dump();
@@ -65,6 +80,7 @@ data::MixtureSource parse_mix(const std::string& arg) {
 int run_mixture(const RecordsArgs& args) {
   std::vector<data::MixtureSource> sources;
   for (const auto& m : args.mix) sources.push_back(parse_mix(m));
+  const double start = cpu_seconds();
   data::MixtureReader mix(sources, {.seed = args.seed,
                                     .stopping = data::stopping_strategy_from_name(args.stopping),
                                     .examples = {.text_field = args.text_field}});
@@ -80,14 +96,15 @@ int run_mixture(const RecordsArgs& args) {
   std::fflush(stdout);
   std::string per_source;
   for (size_t k = 0; k < mix.sources(); ++k) {
-    per_source += fmt::format("{}{}: {} examples ({:.1f}%, weight share {:.1f}%), {} passes, {} skipped",
-                              k == 0 ? "" : "; ", sources[k].path, mix.examples(k),
-                              n == 0 ? 0.0 : 100.0 * static_cast<double>(mix.examples(k)) / static_cast<double>(n),
-                              100.0 * mix.sampler().probabilities()[k], mix.passes(k), mix.skipped(k));
+    const double share = n == 0 ? 0.0 : 100.0 * static_cast<double>(mix.examples(k)) / static_cast<double>(n);
+    per_source += fmt::format("{}{}: {} ({:.1f}%; its weight {:.1f}%), ran out {}, {} skipped", k == 0 ? "" : "; ",
+                              sources[k].path, count(mix.examples(k), "example"), share,
+                              100.0 * mix.sampler().probabilities()[k], count(mix.passes(k), "time"),
+                              mix.skipped(k));
   }
-  std::fprintf(stderr, "[fsdpp-data] mixture of %zu sources, seed %llu, %s: %lld examples; %s\n",
+  std::fprintf(stderr, "[fsdpp-data] mixture of %zu sources, seed %llu, %s: %s in %.3f s of CPU; %s\n",
                mix.sources(), static_cast<unsigned long long>(args.seed), args.stopping.c_str(),
-               static_cast<long long>(n), per_source.c_str());
+               count(n, "example").c_str(), cpu_seconds() - start, per_source.c_str());
   return 0;
 }
 
@@ -100,6 +117,7 @@ int run_records(const RecordsArgs& args) {
     return 1;
   }
   int64_t n = 0;
+  const double start = cpu_seconds();
   if (args.examples) {
     data::ExampleReader examples(files, {.text_field = args.text_field});
     data::Example ex;
@@ -108,10 +126,10 @@ int run_records(const RecordsArgs& args) {
     }
     std::fflush(stdout);
     const std::string kind = examples.kind() ? std::string(data::example_kind_name(*examples.kind())) : "?";
-    std::fprintf(stderr, "[fsdpp-data] %s: %lld examples (%s) from %lld records in %s; %lld skipped "
-                 "(nothing to learn)\n", args.path.c_str(), static_cast<long long>(n), kind.c_str(),
-                 static_cast<long long>(examples.records()),
-                 files_read(files, examples.files_opened()).c_str(), static_cast<long long>(examples.skipped()));
+    std::fprintf(stderr, "[fsdpp-data] %s: %s (%s) from %s in %s; %lld skipped (nothing to learn); %.3f s "
+                 "of CPU\n", args.path.c_str(), count(n, "example").c_str(), kind.c_str(),
+                 count(examples.records(), "record").c_str(), files_read(files, examples.files_opened()).c_str(),
+                 static_cast<long long>(examples.skipped()), cpu_seconds() - start);
     return 0;
   }
   data::RecordStream records(files);
@@ -120,8 +138,9 @@ int run_records(const RecordsArgs& args) {
     if (!args.count) print(r.value);
   }
   std::fflush(stdout);
-  std::fprintf(stderr, "[fsdpp-data] %s: %lld records in %s\n", args.path.c_str(),
-               static_cast<long long>(n), files_read(files, records.files_opened()).c_str());
+  std::fprintf(stderr, "[fsdpp-data] %s: %s in %s; %.3f s of CPU\n", args.path.c_str(),
+               count(n, "record").c_str(), files_read(files, records.files_opened()).c_str(),
+               cpu_seconds() - start);
   return 0;
 }
 
