@@ -26,7 +26,7 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
 fi
 cmake --build "$build" -j "$jobs"
 cmake --install "$build" --prefix "$prefix"
-for tool in fsdpp-run fsdpp-train fsdpp-estimate fsdpp-plan; do
+for tool in fsdpp-run fsdpp-train fsdpp-estimate fsdpp-plan fsdpp-data; do
   "$prefix/bin/$tool" --help > /dev/null || { echo "[install] $prefix/bin/$tool does not start" >&2; exit 1; }
 done
 echo "[install] fsdpp installed in $prefix (torch $TORCH_VERSION from $VENV)"

@@ -16,7 +16,7 @@ rm -rf "$stage"
 mkdir -p "$stage/fsdpp/bin" "$stage/fsdpp/lib/fsdpp" "$stage/fsdpp/share/fsdpp"
 root=$stage/fsdpp
 
-tools=(fsdpp-run fsdpp-train fsdpp-ckpt fsdpp-estimate fsdpp-generate fsdpp-bench fsdpp_gpu_tests
+tools=(fsdpp-run fsdpp-train fsdpp-ckpt fsdpp-estimate fsdpp-generate fsdpp-data fsdpp-bench fsdpp_gpu_tests
        fsdpp-example-mlp fsdpp-example-sequential)
 for t in "${tools[@]}"; do
   [[ -x "$build/bin/$t" ]] || { echo "[bundle] $build/bin/$t is missing: run \`make build\` first" >&2; exit 1; }
@@ -29,12 +29,18 @@ cp "$build/lib/fsdpp/libfsdpp_run_store.so" "$root/lib/fsdpp/"
 torch_lib=$(ldd "$root/bin/fsdpp-train" | awk '$1 == "libtorch.so" { print $3 }' | xargs dirname)
 [[ -d "$torch_lib" ]] || { echo "[bundle] cannot find LibTorch in ldd's output of fsdpp-train" >&2; exit 1; }
 torch_site=$(dirname "$(dirname "$torch_lib")")  # site-packages (torch/ and nvidia/ in it)
-glibc='^(linux-vdso\.so|libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|libutil\.so|ld-linux)'
+# What the host's torch brings: torch's own libraries and the nvidia-* wheels'. Everything else,
+# pyarrow's libarrow and libparquet (the data readers, cmake/FsdppArrow.cmake) among them, travels
+# in the bundle: a GPU node with PyTorch has no pyarrow of the same release.
+from_torch() { [[ "$1" == "$torch_site"/torch/* || "$1" == "$torch_site"/nvidia/* ]]; }
+# zlib (the data readers' .gz) is left to the host like the C library: a host with PyTorch has
+# Python, whose zlib module needs it, and its ABI has not changed since 1.0.
+glibc='^(linux-vdso\.so|libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|libutil\.so|ld-linux|libz\.so)'
 for f in "$root"/bin/* "$root"/lib/fsdpp/*.so; do
   ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }'
 done | sort -u | while read -r name path; do
   [[ "$name" =~ $glibc ]] && continue
-  [[ "$path" == "$torch_site"/* ]] && continue
+  from_torch "$path" && continue
   cp -L "$path" "$root/lib/$name"
 done
 # RUNPATH $ORIGIN-relative: the bundle's lib/ first; LibTorch comes from env.sh's LD_LIBRARY_PATH.

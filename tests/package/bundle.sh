@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make bundle's archive works where it is unpacked, without the build tree, the source tree,
 # Debian's libraries or the fortunes package: they are hidden (bind mounts in a private mount
-# namespace) while the bundle trains 3 steps on 2 ranks and runs fsdpp-estimate, with LibTorch
-# found through python3's torch and through LIBTORCH_DIR. Also: every program's RUNPATH is
+# namespace) while the bundle trains 3 steps on 2 ranks, reads a JSON Lines file (fsdpp-data, with
+# Arrow from the bundle's lib/) and runs fsdpp-estimate, with LibTorch found through python3's
+# torch and through LIBTORCH_DIR. Also: every program's RUNPATH is
 # $ORIGIN/../lib, and the archive fits the device tool's 64 MiB carry with room to spare.
 #   bundle.sh BUILD_DIR SOURCE_DIR PYTHON
 set -euo pipefail
@@ -22,6 +23,10 @@ for f in "$b"/bin/*; do
     { echo "FAIL: $f has RUNPATH '$rp'"; exit 1; }
 done
 [[ -f "$b/lib/libyaml-cpp.so.0.7" ]] || { echo "FAIL: the bundle lacks libyaml-cpp: $(ls "$b/lib")"; exit 1; }
+# Arrow and Parquet come from the build machine's pyarrow wheel, which a GPU node lacks.
+for lib in libarrow.so libparquet.so; do
+  compgen -G "$b/lib/$lib.*" > /dev/null || { echo "FAIL: the bundle lacks $lib.*: $(ls "$b/lib")"; exit 1; }
+done
 ! ls "$b/lib" | grep -E '^(libtorch|libc10|libc\.so|libm\.so)' || { echo "FAIL: the bundle carries LibTorch's or glibc's libraries"; exit 1; }
 torch_dir=$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 venv_bin=$(dirname "$python")
@@ -57,6 +62,10 @@ unshare --mount bash -c "set -euo pipefail
   $b/env.sh fsdpp-run --nproc-per-node 2 fsdpp-train $work/tiny.yaml > $work/train.log 2>&1 ||
     { cat $work/train.log; echo 'FAIL: training from the bundle failed'; exit 1; }
   grep -q 'done: 3 steps' $work/train.log || { cat $work/train.log; echo 'FAIL: no 3 steps'; exit 1; }
+  printf '{\"text\": \"from the bundle\"}\n' > $work/one.jsonl
+  $b/env.sh fsdpp-data records $work/one.jsonl > $work/records.log 2>&1 ||
+    { cat $work/records.log; echo 'FAIL: fsdpp-data from the bundle failed'; exit 1; }
+  grep -q 'from the bundle' $work/records.log || { cat $work/records.log; exit 1; }
   [[ \$(wc -l < $work/run/metrics.jsonl) -eq 3 ]] || { echo 'FAIL: metrics.jsonl has not 3 lines'; exit 1; }
   export PATH=/usr/bin:/bin  # no python3 with torch: LIBTORCH_DIR instead
   LIBTORCH_DIR=$torch_dir $b/env.sh fsdpp-estimate $work/tiny.yaml --world-size 1,2 > $work/estimate.log 2>&1 ||
