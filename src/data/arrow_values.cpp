@@ -15,29 +15,29 @@ template <typename ArrayType>
 class Typed : public ValueConverter {
  public:
   explicit Typed(const arrow::Array& array) : array_(static_cast<const ArrayType&>(array)) {}
-  nlohmann::json at(int64_t i) const final { return array_.IsNull(i) ? nlohmann::json() : value(i); }
+  nlohmann::ordered_json at(int64_t i) const final { return array_.IsNull(i) ? nlohmann::ordered_json() : value(i); }
 
  protected:
-  virtual nlohmann::json value(int64_t i) const = 0;
+  virtual nlohmann::ordered_json value(int64_t i) const = 0;
   const ArrayType& array_;
 };
 
 class NullValues : public ValueConverter {
  public:
-  nlohmann::json at(int64_t) const override { return nullptr; }
+  nlohmann::ordered_json at(int64_t) const override { return nullptr; }
 };
 
 template <typename ArrayType>
 class Scalars : public Typed<ArrayType> {
  public:
   using Typed<ArrayType>::Typed;
-  nlohmann::json value(int64_t i) const override { return this->array_.Value(i); }
+  nlohmann::ordered_json value(int64_t i) const override { return this->array_.Value(i); }
 };
 
 class HalfFloats : public Typed<arrow::HalfFloatArray> {
  public:
   using Typed::Typed;
-  nlohmann::json value(int64_t i) const override {
+  nlohmann::ordered_json value(int64_t i) const override {
     return arrow::util::Float16::FromBits(array_.Value(i)).ToFloat();
   }
 };
@@ -46,7 +46,7 @@ template <typename ArrayType>
 class Strings : public Typed<ArrayType> {
  public:
   Strings(const arrow::Array& array, std::string column) : Typed<ArrayType>(array), column_(std::move(column)) {}
-  nlohmann::json value(int64_t i) const override {
+  nlohmann::ordered_json value(int64_t i) const override {
     const std::string_view s = this->array_.GetView(i);
     if (const size_t bad = invalid_utf8_offset(s); bad != kValidUtf8) throw InvalidUtf8Value{column_, bad};
     return std::string(s);
@@ -62,8 +62,8 @@ class Lists : public Typed<ArrayType> {
   Lists(const arrow::Array& array, const std::string& column, const std::string& file)
       : Typed<ArrayType>(array),
         items_(make_value_converter(*this->array_.values(), column + "[]", file)) {}
-  nlohmann::json value(int64_t i) const override {
-    nlohmann::json out = nlohmann::json::array();
+  nlohmann::ordered_json value(int64_t i) const override {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
     const int64_t begin = this->array_.value_offset(i), n = this->array_.value_length(i);
     for (int64_t k = 0; k < n; ++k) out.push_back(items_->at(begin + k));
     return out;
@@ -84,8 +84,8 @@ class Structs : public Typed<arrow::StructArray> {
       fields_.push_back(make_value_converter(*children_.back(), column + "." + names_.back(), file));
     }
   }
-  nlohmann::json value(int64_t i) const override {
-    nlohmann::json out = nlohmann::json::object();
+  nlohmann::ordered_json value(int64_t i) const override {
+    nlohmann::ordered_json out = nlohmann::ordered_json::object();
     for (size_t k = 0; k < fields_.size(); ++k) out[names_[k]] = fields_[k]->at(i);
     return out;
   }
@@ -101,7 +101,7 @@ class Dictionary : public Typed<arrow::DictionaryArray> {
   Dictionary(const arrow::Array& array, const std::string& column, const std::string& file)
       : Typed(array), dictionary_(array_.dictionary()),
         values_(make_value_converter(*dictionary_, column, file)) {}
-  nlohmann::json value(int64_t i) const override { return values_->at(array_.GetValueIndex(i)); }
+  nlohmann::ordered_json value(int64_t i) const override { return values_->at(array_.GetValueIndex(i)); }
 
  private:
   std::shared_ptr<arrow::Array> dictionary_;

@@ -23,7 +23,7 @@ class ValueConverter {
  public:
   virtual ~ValueConverter() = default;
   // The value at row i (null for a null slot). The array must outlive the converter.
-  virtual nlohmann::json at(int64_t i) const = 0;
+  virtual nlohmann::ordered_json at(int64_t i) const = 0;
 };
 
 // As pyarrow's to_pylist(): null, bool, integers (signed and unsigned), floats (half, single,

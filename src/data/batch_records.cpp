@@ -18,7 +18,7 @@ bool BatchRecordReader::next(Record& record) {
     }
     in_batch_ = 0;
   }
-  nlohmann::json value = nlohmann::json::object();
+  nlohmann::ordered_json value = nlohmann::ordered_json::object();
   try {
     for (size_t c = 0; c < columns_.size(); ++c) value[names_[c]] = columns_[c]->at(in_batch_);
   } catch (const InvalidUtf8Value& bad) {

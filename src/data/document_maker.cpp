@@ -16,8 +16,6 @@ namespace {
 // made by other rules is prepared again.
 constexpr int kRulesVersion = 1;
 
-nlohmann::ordered_json ordered(const nlohmann::json& j) { return nlohmann::ordered_json::parse(j.dump()); }
-
 }  // namespace
 
 DocumentMaker::DocumentMaker(const Tokenizer& tokenizer, DocumentMakerOptions options)
@@ -94,14 +92,13 @@ PreparedDocument DocumentMaker::conversation(const Example& e) const {
   if (e.kind == ExampleKind::MESSAGES) {
     mask = options_.assistant_only_loss;
     if (mask) {
-      chat = render_chat(*template_, ordered(e.messages), render_);
+      chat = render_chat(*template_, e.messages, render_);
     } else {
-      chat.text = render_conversation(*template_, ordered(e.messages), render_);
+      chat.text = render_conversation(*template_, e.messages, render_);
     }
   } else {
     mask = options_.completion_only_loss || options_.assistant_only_loss;
-    chat = render_prompt_completion(*template_, ordered(e.messages), ordered(e.completion_messages),
-                                    render_);
+    chat = render_prompt_completion(*template_, e.messages, e.completion_messages, render_);
   }
   if (mask && chat.assistant_spans.empty()) {
     PreparedDocument d;

@@ -7,7 +7,7 @@
 namespace fsdpp::data {
 namespace {
 
-std::string field_list(const nlohmann::json& object) {
+std::string field_list(const nlohmann::ordered_json& object) {
   std::string out;
   for (const auto& [key, _] : object.items()) out += (out.empty() ? "" : ", ") + key;
   return out.empty() ? "(none)" : out;
@@ -20,7 +20,7 @@ std::string list(const std::vector<std::string>& names) {
 }
 
 // "null", "a string", "an array": what a value is, in a message.
-std::string a_type(const nlohmann::json& value) {
+std::string a_type(const nlohmann::ordered_json& value) {
   if (value.is_null()) return "null";
   const std::string name = value.type_name();
   return (value.is_object() || value.is_array() ? "an " : "a ") + name;
@@ -31,7 +31,7 @@ bool has(const std::vector<std::string>& fields, std::string_view name) {
 }
 
 // The record's field `name`, which its example's kind needs.
-nlohmann::json& field(Record& record, const std::string& name, ExampleKind kind) {
+nlohmann::ordered_json& field(Record& record, const std::string& name, ExampleKind kind) {
   auto it = record.value.find(name);
   if (it == record.value.end()) {
     FSDPP_THROW(ConfigError, "[data] {}: no field '{}', which every record of this data.path needs "
@@ -41,7 +41,7 @@ nlohmann::json& field(Record& record, const std::string& name, ExampleKind kind)
   return *it;
 }
 
-std::string take_string(nlohmann::json& value, const Record& record, const std::string& name,
+std::string take_string(nlohmann::ordered_json& value, const Record& record, const std::string& name,
                         std::string_view accepted) {
   FSDPP_CHECK_AS(ConfigError, value.is_string(), "[data] {}: field '{}' is {}; expected {}",
                  record.origin.str(), name, a_type(value), accepted);
@@ -49,7 +49,7 @@ std::string take_string(nlohmann::json& value, const Record& record, const std::
 }
 
 // A list of {"role", "content"} objects, as chat templates read them.
-void check_messages(const nlohmann::json& messages, const Record& record, const std::string& name) {
+void check_messages(const nlohmann::ordered_json& messages, const Record& record, const std::string& name) {
   FSDPP_CHECK_AS(ConfigError, messages.is_array(), "[data] {}: field '{}' is {}; expected a list of "
                  "messages ({{\"role\": ..., \"content\": ...}})", record.origin.str(), name,
                  a_type(messages));
@@ -82,7 +82,7 @@ std::string_view example_kind_name(ExampleKind kind) {
   return "?";
 }
 
-nlohmann::json Example::to_json() const {
+nlohmann::ordered_json Example::to_json() const {
   switch (kind) {
     case ExampleKind::TEXT: return {{"text", text}};
     case ExampleKind::PROMPT_COMPLETION: return {{"prompt", prompt}, {"completion", completion}};

@@ -47,11 +47,11 @@ std::string binary_kind(std::string_view head) {
 
 // `text` parsed as one JSON value; ConfigError naming the place and the parser's reason.
 // `element` < 0: a line of JSON Lines; else the index of an element of a JSON array.
-nlohmann::json parse_value(std::string_view text, const std::string& file, int64_t line,
+nlohmann::ordered_json parse_value(std::string_view text, const std::string& file, int64_t line,
                            int64_t element) {
   try {
-    return nlohmann::json::parse(text.begin(), text.end());
-  } catch (const nlohmann::json::parse_error& e) {
+    return nlohmann::ordered_json::parse(text.begin(), text.end());
+  } catch (const nlohmann::ordered_json::parse_error& e) {
     const size_t at = e.byte == 0 ? 0 : e.byte - 1;
     if (element < 0) {
       FSDPP_THROW(ConfigError, "[data] {} line {}: malformed JSON at byte {} of the line: {}", file,
@@ -75,7 +75,7 @@ class JsonLinesReader : public RecordReader {
       if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
       if (std::all_of(line.begin(), line.end(), is_space)) continue;  // as pyarrow's reader does
       if (const size_t bad = invalid_utf8_offset(line); bad != kValidUtf8) throw_bad_utf8(file_, line_, bad);
-      nlohmann::json value = parse_value(line, file_, line_, -1);
+      nlohmann::ordered_json value = parse_value(line, file_, line_, -1);
       FSDPP_CHECK_AS(ConfigError, value.is_object(),
                      "[data] {} line {}: a JSON {} where a record (a JSON object) was expected; each "
                      "line of a JSON Lines file is one object such as {{\"text\": \"...\"}}",
@@ -154,9 +154,9 @@ class JsonArrayReader : public RecordReader {
     const size_t start = pos_;
     const int64_t line = line_;
     scan_element();
-    nlohmann::json value =
+    nlohmann::ordered_json value =
         parse_value(std::string_view(text_).substr(start, pos_ - start), file_, line, row_);
-    if (value.is_string()) value = nlohmann::json{{"text", std::move(value)}};  // datasets' rule
+    if (value.is_string()) value = nlohmann::ordered_json{{"text", std::move(value)}};  // datasets' rule
     FSDPP_CHECK_AS(ConfigError, value.is_object(),
                    "[data] {} line {}: element {} of the JSON array is a {}; the array's elements "
                    "are records (objects) or strings (each read as {{\"text\": ...}})",

@@ -20,7 +20,7 @@
 using namespace fsdpp::data;
 using fsdpp_test::config_error;
 using fsdpp_test::expect_message;
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 

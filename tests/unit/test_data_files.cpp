@@ -16,7 +16,7 @@
 using namespace fsdpp::data;
 using fsdpp_test::config_error;
 using fsdpp_test::expect_message;
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -290,9 +290,9 @@ TEST_F(Examples, EmptyTextIsSkippedAndCounted) {
 TEST_F(Examples, AMissingFieldIsNamedWithTheRecordsFields) {
   const auto none = write("n.jsonl", "{\"title\": \"t\", \"body\": \"b\"}\n");
   expect_message(config_error([&] { all_examples(none); }),
-                 {"n.jsonl line 1", "no field 'text'", "data.dataset_text_field", "body, title"});
+                 {"n.jsonl line 1", "no field 'text'", "data.dataset_text_field", "title, body"});
   const auto later = write("l.jsonl", "{\"text\": \"a\"}\n{\"txt\": \"b\", \"id\": 3}\n");
-  expect_message(config_error([&] { all_examples(later); }), {"l.jsonl line 2", "no field 'text'", "id, txt"});
+  expect_message(config_error([&] { all_examples(later); }), {"l.jsonl line 2", "no field 'text'", "txt, id"});
   const auto prompt_only = write("p.jsonl", "{\"prompt\": \"a\"}\n");
   expect_message(config_error([&] { all_examples(prompt_only); }), {"'prompt' without a 'completion'"});
 }

@@ -50,7 +50,7 @@ std::string count(int64_t n, std::string_view noun) {
   return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
 }
 
-void print(const nlohmann::json& value) {
+void print(const nlohmann::ordered_json& value) {
   const std::string line = value.dump();
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fputc('\n', stdout);

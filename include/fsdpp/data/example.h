@@ -54,13 +54,13 @@ struct Example {
   std::string completion;  // PROMPT_COMPLETION
   // MESSAGES: the conversation; CONVERSATIONAL_PROMPT_COMPLETION: the prompt's messages. An array
   // of message objects.
-  nlohmann::json messages;
-  nlohmann::json completion_messages;  // CONVERSATIONAL_PROMPT_COMPLETION
+  nlohmann::ordered_json messages;
+  nlohmann::ordered_json completion_messages;  // CONVERSATIONAL_PROMPT_COMPLETION
   RecordOrigin origin;
 
   // The example with TRL's field names: {"text": ...}, {"prompt": ..., "completion": ...} or
   // {"messages": [...]}.
-  nlohmann::json to_json() const;
+  nlohmann::ordered_json to_json() const;
 };
 
 // The kind a record's fields (JSON) or a schema's columns (Parquet, Arrow) make. Throws

@@ -19,10 +19,12 @@ struct RecordOrigin {
 };
 
 struct Record {
-  // A JSON object: a JSON record as written, or a row's columns by name. Arrow values map to JSON
+  // A JSON object: a JSON record as written, or a row's columns by name, its keys in the file's
+  // order (ordered_json: a chat template printing a tool schema with tojson prints the keys as
+  // transformers does, in the order Python's json kept). Arrow values map to JSON
   // as pyarrow's to_pylist() maps them to Python: strings (also large and dictionary-encoded),
   // integers, floats, bools, nulls, lists and structs (objects).
-  nlohmann::json value;
+  nlohmann::ordered_json value;
   RecordOrigin origin;
 };
 
