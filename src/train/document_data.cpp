@@ -2,8 +2,6 @@
 // document_data.h.
 #include "document_data.h"
 
-#include <xxhash.h>
-
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -12,8 +10,7 @@
 #include "fsdpp/data/data_files.h"
 #include "fsdpp/data/document_maker.h"
 #include "fsdpp/data/document_sampler.h"
-#include "fsdpp/data/example.h"
-#include "fsdpp/data/mixture_reader.h"
+#include "fsdpp/data/prepare_records.h"
 #include "fsdpp/dist/agree.h"
 #include "fsdpp/dist/string_collectives.h"
 #include "phases.h"
@@ -29,51 +26,17 @@ bool is_prepared_dir(const std::string& path) {
   return !path.empty() && fs::is_regular_file(fs::path(path) / data::kPreparedManifest, ec);
 }
 
-// The records of data.path or data.mixture, one example at a time.
-class Examples {
- public:
-  explicit Examples(const TrainConfig& cfg) {
-    const data::ExampleOptions eo{.text_field = cfg.data.dataset_text_field};
-    if (cfg.data.mixture.empty()) {
-      one_.emplace(data::resolve_data_path(cfg.data.path), eo);
-      for (const auto& f : one_->files().files) files_.push_back(f.path);
-    } else {
-      std::vector<data::MixtureSource> sources;
-      for (const auto& m : cfg.data.mixture) {
-        sources.push_back({m.path, m.weight});
-        for (const auto& f : data::resolve_data_path(m.path).files) files_.push_back(f.path);
-      }
-      mix_.emplace(std::move(sources),
-                   data::MixtureOptions{.seed = cfg.training.seed,
-                                        .stopping = data::StoppingStrategy::FIRST_EXHAUSTED,
-                                        .examples = eo});
-    }
+// data.path or data.mixture as the data layer's sources.
+data::RecordSources sources_of(const TrainConfig& cfg) {
+  data::RecordSources src;
+  src.examples.text_field = cfg.data.dataset_text_field;
+  if (cfg.data.mixture.empty()) {
+    src.path = cfg.data.path;
+  } else {
+    for (const auto& m : cfg.data.mixture) src.mixture.push_back({m.path, m.weight});
+    src.seed = cfg.training.seed;
   }
-  bool next(data::Example& e) {
-    size_t source = 0;
-    return one_ ? one_->next(e) : mix_->next(e, source);
-  }
-  const std::vector<fs::path>& files() const { return files_; }
-
- private:
-  std::optional<data::ExampleReader> one_;
-  std::optional<data::MixtureReader> mix_;
-  std::vector<fs::path> files_;
-};
-
-// What the documents are made of besides the sources' bytes and the tokenizer: the record
-// options and, for a mixture, its paths, weights and seed.
-std::string record_options(const TrainConfig& cfg, const data::DocumentMaker& maker) {
-  std::string o = maker.describe() + " text_field=" + cfg.data.dataset_text_field;
-  for (const auto& m : cfg.data.mixture) o += fmt::format(" mixture={}:{}", m.path, m.weight);
-  if (!cfg.data.mixture.empty()) o += fmt::format(" seed={} stopping=first_exhausted", cfg.training.seed);
-  return o;
-}
-
-std::string spec_digest(const data::PrepareSpec& spec) {
-  std::string key = spec.tokenizer + "\n" + spec.options + "\n" + std::to_string(spec.vocab_size);
-  for (const auto& s : spec.sources) key += fmt::format("\n{} {} {:016x}", s.path, s.bytes, s.xxh3);
-  return fmt::format("{:016x}", XXH3_64bits(key.data(), key.size()));
+  return src;
 }
 
 // The run's prepared documents: data.path itself when prepared already, else the cache (made by
@@ -87,29 +50,31 @@ std::pair<fs::path, data::PreparedManifest> prepared_documents(TrainSession& s) 
                    "'{}': its ids would mean other strings to this model. Prepare it again with "
                    "this run's tokenizer (fsdpp-data prepare --tokenizer ...)",
                    cfg.data.path, m->spec.tokenizer, s.tokenizer->name());
+    const data::DocumentMaker maker(*s.tokenizer, {.completion_only_loss = cfg.data.completion_only_loss,
+                                                   .assistant_only_loss = cfg.data.assistant_only_loss});
+    const auto asked = data::mask_options(maker.describe()), made = data::mask_options(m->spec.options);
+    FSDPP_CHECK_AS(ConfigError, asked == made,
+                   "[train] data.path='{}' was prepared with {}, and this run asks for {}: its loss "
+                   "masks are fixed when it is prepared. Prepare it again with this run's options, "
+                   "or set them as it was prepared",
+                   cfg.data.path, made, asked);
     return {cfg.data.path, *m};
   }
-  data::DocumentMaker maker(*s.tokenizer, {.completion_only_loss = cfg.data.completion_only_loss,
-                                           .assistant_only_loss = cfg.data.assistant_only_loss});
+  const data::DocumentMaker maker(*s.tokenizer, {.completion_only_loss = cfg.data.completion_only_loss,
+                                                 .assistant_only_loss = cfg.data.assistant_only_loss});
   std::optional<data::PreparedManifest> manifest;
   fs::path dir;
   dist::agree_on_failure(*s.world.group(), "preparing data.path's records", [&] {
     if (!s.lead) return;
-    Examples examples(cfg);
-    data::PrepareSpec spec{.sources = data::identify_sources(examples.files()),
-                           .tokenizer = s.tokenizer->name(),
-                           .vocab_size = s.tokenizer->vocab_size(),
-                           .options = record_options(cfg, maker)};
-    dir = s.cache_dir / ("documents-" + spec_digest(spec));
-    const std::function<bool(data::Example&)> next = [&](data::Example& e) { return examples.next(e); };
-    const std::function<data::PreparedDocument(const data::Example&)> make =
-        [&](const data::Example& e) { return maker.make(e); };
+    const auto sources = sources_of(cfg);
+    const auto spec = data::record_spec(sources, *s.tokenizer, maker);
+    dir = s.cache_dir / ("documents-" + data::spec_digest(spec));
     data::PrepareOptions po;
-    po.threads = 0;
     po.progress = [&](int64_t records, int64_t docs, int64_t tokens) {
-      s.say(fmt::format("[data] preparing: {} records, {} documents, {} tokens", records, docs, tokens));
+      s.say(fmt::format("[data] preparing {}: {} records, {} documents, {} tokens", dir.string(),
+                        records, docs, tokens));
     };
-    manifest = data::prepare_documents<data::Example>(dir, spec, next, make, po);
+    manifest = data::prepare_records(sources, maker, spec, dir, po);
   });
   // Every rank reads the directory rank 0 named (the cache directory is shared by the node).
   std::string shared = dir.string();
