@@ -4,9 +4,10 @@
 set -euo pipefail
 build=${1:-build}
 shift || true
-# A second `make run` replaces the first run in runs/default (fsdpp-train refuses an output_dir
-# holding another run otherwise); ARGS come after, so training.resume_from_checkpoint=latest
-# continues it instead.
+# A second `make run` replaces the first run in runs/default once it has ended (fsdpp-train
+# refuses an output_dir holding another run otherwise); while the first still runs, the second is
+# refused, naming it: overwrite_output_dir replaces a finished run, never a live one. ARGS come
+# after, so training.resume_from_checkpoint=latest continues it instead.
 # GPUs this process may use: CUDA_VISIBLE_DEVICES's entries when it is set, else nvidia-smi's.
 visible_gpus() {
   if [[ -n "${CUDA_VISIBLE_DEVICES+set}" ]]; then

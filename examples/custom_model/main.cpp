@@ -6,6 +6,7 @@
 //       training.output_dir=/tmp/mlp training.max_steps=40
 //
 // Arguments are the config's key=value overrides (docs/config.md), applied to the config below.
+#include <fsdpp/common/exit_code.h>
 #include <fsdpp/dist/world.h>
 #include <fsdpp/fsdp/fully_shard.h>
 #include <fsdpp/train/custom_model.h>
@@ -46,20 +47,21 @@ struct RegressorImpl : torch::nn::Module {
   torch::nn::ModuleList blocks{nullptr};
 };
 
-int main(int argc, char** argv) try {
-  auto world = fsdpp::dist::init_from_env();  // RANK, WORLD_SIZE, ... from fsdpp-run
-  auto cfg = example_config("out/mlp", "", argc, argv);  // regression.h
+// fsdpp::exit_code_of: a configuration error exits 2, which fsdpp-run does not restart (the same
+// refusal would come again); anything else 1.
+int main(int argc, char** argv) {
+  return fsdpp::exit_code_of([&] {
+    auto world = fsdpp::dist::init_from_env();  // RANK, WORLD_SIZE, ... from fsdpp-run
+    auto cfg = example_config("out/mlp", "", argc, argv);  // regression.h
 
-  fsdpp::train::CustomModel model;
-  model.name = "mlp-regressor";
-  model.make = [] { return std::make_shared<RegressorImpl>(16, 64, 4, 4); };
-  model.blocks = {"ResidualBlock"};  // one FSDP unit each; checkpointed with gradient_checkpointing
-  model.loss = [](torch::nn::Module& m, const fsdpp::train::Batch& batch) {
-    auto& net = static_cast<RegressorImpl&>(m);
-    return torch::mse_loss(fsdpp::forward(net, batch.inputs), batch.targets);
-  };
-  return train_on_regression(cfg, world, model);  // regression.h
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "%s\n", e.what());
-  return 1;
+    fsdpp::train::CustomModel model;
+    model.name = "mlp-regressor";
+    model.make = [] { return std::make_shared<RegressorImpl>(16, 64, 4, 4); };
+    model.blocks = {"ResidualBlock"};  // one FSDP unit each; checkpointed with gradient_checkpointing
+    model.loss = [](torch::nn::Module& m, const fsdpp::train::Batch& batch) {
+      auto& net = static_cast<RegressorImpl&>(m);
+      return torch::mse_loss(fsdpp::forward(net, batch.inputs), batch.targets);
+    };
+    return train_on_regression(cfg, world, model);  // regression.h
+  });
 }

@@ -8,9 +8,11 @@
 
 #include <netdb.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "fsdpp/common/error.h"
@@ -20,6 +22,7 @@
 #include "fsdpp/dist/gloo_address.h"
 #include "fsdpp/dist/trace.h"
 #include "deadline_store.h"
+#include "rendezvous_check.h"
 #include "nccl_backend.h"
 #include "stack_traces.h"
 
@@ -92,6 +95,29 @@ c10::intrusive_ptr<c10d::Store> connect_bounded(const std::string& addr,
                 addr, so.port, bound.count());
   }
   return result.get();
+}
+
+std::string host_name() {
+  char h[256] = {};
+  return ::gethostname(h, sizeof(h) - 1) == 0 ? std::string(h) : std::string("?");
+}
+
+// After rank 0 failed to host the store: what the rank 0 already hosting it recorded of itself
+// (rendezvous_check.h), or nothing when no fsdpp job answers there within a few seconds.
+std::optional<std::string> rank0_already_there(const DistEnv& env) {
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(env.master_port);
+    so.isServer = false;
+    so.waitWorkers = false;
+    so.timeout = std::chrono::seconds(3);
+    auto store = connect_bounded(env.master_addr, so, std::chrono::seconds(5));
+    // The other rank 0 may have started a moment ago: give it time to record itself.
+    store->wait({"fsdpp/rdzv/who/0"}, std::chrono::seconds(2));
+    return detail::recorded_rank(*store, 0);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
 }  // namespace
@@ -185,12 +211,17 @@ std::shared_ptr<World> init_from_env(const InitOptions& options) {
   detail::hide_cpp_stack_traces_unless_asked();
   DistEnv env = DistEnv::from_env();
   if (options.timeout) env.timeout = *options.timeout;
-  // One line on what placed the ranks (docs/launcher.md#environments).
-  if (env.launched && env.rank == 0) {
+  // One line on what placed the ranks (docs/launcher.md#environments), from rank 0; every rank
+  // names itself so at the rendezvous.
+  std::string placement;
+  if (env.launched) {
     if (auto placed = detect_process(process_environment(), "dist")) {
-      fmt::print(stderr, "[dist] {}\n", placed->describe());
+      placement = placed->describe();
+      if (env.rank == 0) fmt::print(stderr, "[dist] {}\n", placement);
     }
   }
+  const std::string who = fmt::format("pid {} on host {}{}", ::getpid(), host_name(),
+                                      placement.empty() ? "" : "; " + placement);
   c10::intrusive_ptr<c10d::Store> store;
   if (!env.launched || env.world_size == 1) {
     store = c10::make_intrusive<c10d::HashStore>();
@@ -214,6 +245,18 @@ std::shared_ptr<World> init_from_env(const InitOptions& options) {
       throw;
     } catch (const std::exception& e) {
       if (so.isServer) {
+        // Who is there: a rank 0 of an fsdpp job says so on its store (two tasks both given
+        // rank 0, or another job on this port), anything else is another program.
+        if (const auto other = rank0_already_there(env)) {
+          FSDPP_THROW(ConfigError,
+                      "[dist] rank 0 cannot host the rendezvous store on {}:{} (MASTER_ADDR/"
+                      "MASTER_PORT): rank 0 of an fsdpp job already hosts it there ({}), and this "
+                      "process ({}) was started as rank 0 too. Two processes of one job were "
+                      "given rank 0 (check how the tasks were started: RANK, OMPI_COMM_WORLD_RANK, "
+                      "SLURM_PROCID, PMI_RANK), or another job uses this port (give each job its "
+                      "own MASTER_PORT)",
+                      env.master_addr, env.master_port, *other, who);
+        }
         FSDPP_THROW(CommError,
                     "[dist] rank 0 cannot host the rendezvous store on {}:{} (MASTER_ADDR/"
                     "MASTER_PORT): {}; pick a free port (fsdpp-run does when --master-port is "
@@ -240,6 +283,8 @@ std::shared_ptr<World> init_from_env(const InitOptions& options) {
                      "[dist] environment variable FSDPP_RESTART_COUNT='{}' is not a count of restarts", attempt);
       store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("/worker/attempt_{}", *n), std::move(store));
     }
+    // One job: the same world size everywhere, one process per rank, everyone there.
+    detail::meet_at_rendezvous(*store, {env.rank, env.world_size, who}, env.timeout);
   }
   return init_world(env, store, options);
 }

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "build_ledger.h"
+#include "layer_runs.h"
 #include "decoder_activations.h"
 #include "qwen3_activations.h"
 #include "pipeline_estimate.h"
@@ -57,7 +58,10 @@ struct UnitState {
 
 }  // namespace
 
-MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOptions& o) {
+// Every tensor of three steps through the ledger: a cost that grows with the layers, which
+// estimate_memory avoids for long decoders (layer_runs.h).
+namespace {
+MemoryEstimate estimate_every_layer(const ModelDescription& whole, const EstimateOptions& o) {
   FSDPP_CHECK_AS(ConfigError, !whole.units.empty(), "[estimate] the model has no units");
   FSDPP_CHECK_AS(ConfigError, o.world_size >= 1, "[estimate] world size {} is not positive", o.world_size);
   const int tp = o.tensor_parallel;
@@ -604,6 +608,12 @@ MemoryEstimate estimate_memory(const ModelDescription& whole, const EstimateOpti
     e.notes.push_back("glibc's default (dynamic) mmap threshold: its heap keeps more than modelled, measured "
                       "up to ~25% more RSS; MALLOC_MMAP_THRESHOLD_=65536 makes RSS follow the live tensors");
   return e;
+}
+}  // namespace
+
+MemoryEstimate estimate_memory(const ModelDescription& model, const EstimateOptions& o) {
+  if (auto e = estimate_from_layer_runs(model, o, estimate_every_layer)) return *std::move(e);
+  return estimate_every_layer(model, o);
 }
 
 }  // namespace fsdpp

@@ -75,9 +75,10 @@ Cluster cluster_preset(const std::string& name) {
     c.inter_bandwidth = 40e9;   // one 400 Gb/s InfiniBand NIC per GPU (50 GB/s), as achieved
     c.latency_s = 10e-6;
     c.memory_bandwidth = 3.35e12;  // HBM3
-    c.source = name == "h100-sxm"
-                   ? "8 x H100 SXM 80 GB per node, NVLink 4, 8 x 400 Gb/s InfiniBand; efficiency 0.60 assumed"
-                   : "torchtitan's H100s capped at 500 W: efficiency 0.52 assumed (0.60 x ~0.87 for the cap)";
+    c.source = name == "h100-sxm" ? "8 x H100 SXM per node, NVLink 4, 8 x 400 Gb/s InfiniBand"
+                                  : "torchtitan's H100s capped at 500 W";
+    c.memory_from = "80 GB HBM3 as the driver reports it";
+    c.efficiency_from = name == "h100-sxm" ? "assumed" : "assumed: 0.60 x ~0.87 for the cap";
   } else if (name == "a100-sxm") {
     c.devices_per_node = 8;
     c.memory_bytes = static_cast<int64_t>(79.2 * kGiB);
@@ -87,7 +88,9 @@ Cluster cluster_preset(const std::string& name) {
     c.inter_bandwidth = 22e9;   // 8 x 200 Gb/s HDR InfiniBand
     c.latency_s = 10e-6;
     c.memory_bandwidth = 2.039e12;  // HBM2e
-    c.source = "8 x A100 SXM 80 GB per node, NVLink 3, 8 x 200 Gb/s InfiniBand; efficiency 0.60 assumed";
+    c.source = "8 x A100 SXM per node, NVLink 3, 8 x 200 Gb/s InfiniBand";
+    c.memory_from = "80 GB HBM2e as the driver reports it";
+    c.efficiency_from = "assumed";
   } else if (name == "cpu") {
     // This development machine (2 cores, Gloo over loopback, fp32), fitted by
     // bench/plan_calibration.py to runs of fsdpp-train measured here (docs/planner.md).
@@ -104,6 +107,8 @@ Cluster cluster_preset(const std::string& name) {
     c.overlap = false;
     c.device_is_gpu = false;
     c.source = "this machine: 2 cores shared by the ranks, Gloo over loopback, fp32";
+    c.memory_from = "the node's, shared by its ranks";
+    c.efficiency_from = "folded into the fitted peak";
   } else {
     FSDPP_THROW(ConfigError, "[estimate] cluster '{}' is not a preset; expected one of {} (or give its numbers)",
                 name, fmt::join(cluster_preset_names(), ", "));

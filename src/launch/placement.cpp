@@ -1,6 +1,12 @@
 // fsdpp-run's placement flags (its own and torchrun's spellings) over the environment that
 // started it (launch_env.h): which node this is, of how many, and where the job's store is.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <string>
+#include <vector>
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/common/whole_number.h"
@@ -50,6 +56,17 @@ void same(std::optional<Sourced<T>>& flag, const T& endpoint_value, const std::s
   flag = Sourced<T>{endpoint_value, "--rdzv-endpoint"};
 }
 
+// Why `host` does not resolve to an address ("" when it does).
+std::string resolve_error(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (found != nullptr) ::freeaddrinfo(found);
+  return rc == 0 ? "" : ::gai_strerror(rc);
+}
+
 }  // namespace
 
 std::string apply_placement(const PlacementFlags& flags, const EnvLookup& env, LaunchConfig& config) {
@@ -88,10 +105,36 @@ std::string apply_placement(const PlacementFlags& flags, const EnvLookup& env, L
   // One node meets on 127.0.0.1 at a free port unless told otherwise: an address the environment
   // derived for a job of several nodes is not needed, and its port may be taken by another job.
   const auto from_flags = [](const auto& v) { return v && v->from.starts_with("--"); };
-  if (p.master_addr && (config.nnodes > 1 || from_flags(p.master_addr))) config.master_addr = p.master_addr->value;
-  if (p.master_port && (config.nnodes > 1 || from_flags(p.master_port))) config.master_port = p.master_port->value;
+  std::vector<std::string> unused;
+  if (p.master_addr && (config.nnodes > 1 || from_flags(p.master_addr))) {
+    config.master_addr = p.master_addr->value;
+  } else if (p.master_addr) {
+    unused.push_back(fmt::format("{}={}", p.master_addr->from, p.master_addr->value));
+    p.master_addr.reset();
+  }
+  if (p.master_port && (config.nnodes > 1 || from_flags(p.master_port))) {
+    config.master_port = p.master_port->value;
+  } else if (p.master_port) {
+    unused.push_back(fmt::format("{}={}", p.master_port->from, p.master_port->value));
+    p.master_port.reset();
+  }
   if (flags.rdzv_id) config.rdzv_id = *flags.rdzv_id;
-  return p.describe();
+  // The line names the store the workers will use, never one they do not.
+  std::string line = p.describe();
+  if (!line.empty() && !unused.empty()) {
+    line += fmt::format("; one node: its workers meet on 127.0.0.1 at a free port ({} not used)",
+                        fmt::join(unused, ", "));
+  }
+  if (!line.empty() && config.nnodes > 1 && p.master_addr) {
+    // Not an error: in a cluster the first node's name may resolve only once its pod is up, and
+    // the rendezvous waits for it; but the line must not present a name that resolves to nothing
+    // as a store.
+    if (const std::string why = resolve_error(config.master_addr); !why.empty()) {
+      line += fmt::format("; {} does not resolve yet ({}): waiting for it up to --rdzv-timeout-s",
+                          config.master_addr, why);
+    }
+  }
+  return line;
 }
 
 }  // namespace fsdpp::launch

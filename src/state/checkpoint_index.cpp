@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/common/escaped_bytes.h"
 #include "fsdpp/state/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -243,7 +244,8 @@ CheckpointIndex read_index(const fs::path& dir) {
   try {
     j = json::parse(in);
   } catch (const json::exception& e) {
-    FSDPP_THROW(CheckpointError, "[state] '{}' is not valid JSON: {}", r.path.string(), e.what());
+    FSDPP_THROW(CheckpointError, "[state] '{}' is not valid JSON: {}", r.path.string(),
+                escaped_bytes(e.what()));
   }
   try {
     return r.index(j);

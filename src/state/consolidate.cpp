@@ -15,6 +15,7 @@
 #include "checkpoint_index.h"
 #include "checkpoint_reader.h"
 #include "fsdpp/common/error.h"
+#include "fsdpp/common/escaped_bytes.h"
 #include "fsdpp/state/atomic_dir.h"
 #include "fsdpp/state/output_path.h"
 #include "fsdpp/state/safetensors.h"
@@ -41,7 +42,8 @@ nlohmann::json read_json_file(const fs::path& path) {
   try {
     return nlohmann::json::parse(in);
   } catch (const std::exception& e) {
-    FSDPP_THROW(CheckpointError, "[state] '{}' is not valid JSON: {}", path.string(), e.what());
+    FSDPP_THROW(CheckpointError, "[state] '{}' is not valid JSON: {}", path.string(),
+                escaped_bytes(e.what()));
   }
 }
 

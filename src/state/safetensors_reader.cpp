@@ -25,6 +25,7 @@
 
 #include "fsdpp/common/atomic_file.h"
 #include "fsdpp/common/error.h"
+#include "fsdpp/common/escaped_bytes.h"
 #include "fsdpp/common/unique_fd.h"
 #include "fsdpp/state/atomic_dir.h"
 #include "safetensors_format.h"
@@ -212,7 +213,7 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
     header = json::parse(header_text.begin(), header_text.end(), on_event);
   } catch (const json::exception& ex) {
     FSDPP_THROW(CheckpointError, "[state] '{}': the header is not valid JSON: {}", file,
-                ex.what());
+                escaped_bytes(ex.what()));
   }
   if (!duplicate.empty())
     FSDPP_THROW(CheckpointError, "[state] '{}': the header has the key '{}' twice", file,

@@ -109,7 +109,7 @@ void validate_qwen3_moe(const models::Qwen3MoeConfig& c) {
 // parallelism), each rank of an ep group an equal number of experts, a pipeline's stages have no
 // table to share. The models' own checks, which their plans would throw once the model is built,
 // with the config's keys in front. Not validate_run's: another model (train()'s) has its own.
-void validate_layout(const TrainConfig& cfg) {
+void check_layout(const TrainConfig& cfg) {
   const auto& m = cfg.model;
   const auto& p = cfg.parallelism;
   const int64_t tp = p.tensor_parallel_degree, ep = p.expert_parallel_degree;
@@ -241,8 +241,10 @@ void validate_model_sections(const TrainConfig& cfg) {
 void TrainConfig::validate() const {
   validate_model_sections(*this);
   validate_run();
-  validate_layout(*this);
+  if (model.init_from.empty()) check_layout(*this);
 }
+
+void TrainConfig::validate_layout() const { check_layout(*this); }
 
 void TrainConfig::validate_run() const {
   // training.fsdp_config:

@@ -358,18 +358,22 @@ std::string TrainConfig::to_yaml() const {
       train_schema(), this, "fsdpp effective configuration (docs/config.md describes every key)");
 }
 
-std::vector<std::string> TrainConfig::unused_keys() const {
+std::vector<std::string> TrainConfig::keys_set_in(const std::string& section) const {
   std::vector<std::string> out;
-  if (distillation.enabled()) return out;
   // Through the written document, so that every key of the section counts, whatever its type.
-  const YAML::Node mine = YAML::Load(to_yaml())["distillation"];
-  const YAML::Node defaults = YAML::Load(TrainConfig{}.to_yaml())["distillation"];
+  const YAML::Node mine = YAML::Load(to_yaml())[section];
+  const YAML::Node defaults = YAML::Load(TrainConfig{}.to_yaml())[section];
   for (const auto& kv : mine) {
     const auto key = kv.first.as<std::string>();
     const std::string value = YAML::Dump(kv.second);
-    if (value != YAML::Dump(defaults[key])) out.push_back(fmt::format("distillation.{}={}", key, value));
+    if (value != YAML::Dump(defaults[key])) out.push_back(fmt::format("{}.{}={}", section, key, value));
   }
   return out;
+}
+
+std::vector<std::string> TrainConfig::unused_keys() const {
+  if (distillation.enabled()) return {};
+  return keys_set_in("distillation");
 }
 
 }  // namespace fsdpp::train

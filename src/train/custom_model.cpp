@@ -252,6 +252,13 @@ void CustomRun::prepare_data(TrainSession& s) const {
   FSDPP_CHECK_AS(ConfigError, s.batches && s.batches->per_rank() >= 1,
                  "[train] the training source gives no examples to data-parallel rank {} of {}",
                  o.rank, o.world_size);
+  // A batch that wraps around the rank's share repeats its examples within one step.
+  const int64_t batch = s.cfg.training.per_device_train_batch_size;
+  FSDPP_CHECK_AS(ConfigError, batch <= s.batches->per_rank(),
+                 "[train] training.per_device_train_batch_size={} is larger than the {} examples "
+                 "the training source gives each of the {} data-parallel ranks per epoch; use a "
+                 "batch of at most {} (or more data, or fewer ranks)",
+                 batch, s.batches->per_rank(), o.world_size, s.batches->per_rank());
   if (data.eval) {
     // Made once here, so that evaluation data that cannot serve every rank stops the run before
     // its first step rather than at its first evaluation.
@@ -330,6 +337,10 @@ TrainResult train(TrainConfig config, std::shared_ptr<dist::World> world, Custom
                   TrainData data, TrainerHooks hooks) {
   detail::check_custom_config(config, model, data);  // before anything, the world included
   FSDPP_CHECK(world != nullptr, "[train] train() needs a world (fsdpp::dist::init_from_env())");
+  // The model: and data: sections are fsdpp-train's model's: a key set there (model.dim=...
+  // on the command line, data.path=...) does nothing here, and is said to do nothing.
+  std::vector<std::string> ignored = config.keys_set_in("model");
+  for (auto& k : config.keys_set_in("data")) ignored.push_back(std::move(k));
   auto& fc = config.training.fsdp_config;
   if (!model.blocks.empty() &&
       fc.transformer_layer_cls_to_wrap == TrainConfig{}.training.fsdp_config.transformer_layer_cls_to_wrap) {
@@ -340,8 +351,15 @@ TrainResult train(TrainConfig config, std::shared_ptr<dist::World> world, Custom
   // fsdpp-train's models from their initialisation plan).
   config.model.deferred_init = DeferredInit::OFF;
   config.validate_run();
+  const std::string model_name = model.name;
   const detail::CustomRun run(std::move(model), std::move(data));
   detail::TrainSession s(config, std::move(world), hooks, run);
+  if (!ignored.empty()) {
+    s.say(fmt::format("[train] warning: {} {} set, but fsdpp::train::train trains custom model "
+                      "'{}' on its own data and reads no model: or data: key: {} ignored",
+                      fmt::join(ignored, ", "), ignored.size() == 1 ? "is" : "are",
+                      model_name, ignored.size() == 1 ? "it is" : "they are"));
+  }
   return detail::run_phases(s);
 }
 

@@ -1,5 +1,6 @@
 // The distillation: section's checks (config.h): ranges named by their keys with what is
 // accepted, and what distillation does not combine with.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -58,6 +59,36 @@ void validate_distillation(const TrainConfig& cfg) {
         d.loss_chunk_tokens);
   (void)parse_layer_map(d.layer_map);
   if (!d.enabled()) return;
+  // The student's samples are trained on by the KD loss (and the hidden states' loss) alone:
+  // their tokens have no real next token, so the cross-entropy masks them (on_policy.h). With
+  // kd_ratio=0 and no layer loss a sampled batch trains nothing, and with lmbda=1 and
+  // max_new_tokens=seq_len (a one-token prompt) no position of any batch does: loss 0, grad
+  // norm 0, every step.
+  const bool layer_loss = !d.layer_map.empty() && d.layer_loss_weight > 0;
+  if (d.lmbda > 0 && d.kd_ratio == 0 && !layer_loss) {
+    const bool nothing = d.lmbda == 1 && d.max_new_tokens >= cfg.data.seq_len;
+    throw ConfigError(fmt::format(
+        "[config] distillation.lmbda={} with distillation.kd_ratio=0: the batches the student "
+        "samples are trained on by the KD loss alone (their sampled tokens have no real next "
+        "token for the cross-entropy), and its weight is 0{}. Set distillation.kd_ratio > 0 (the "
+        "KD loss's weight), or lmbda=0 (no sampling)",
+        d.lmbda,
+        nothing ? fmt::format("; with lmbda=1 and max_new_tokens={} = data.seq_len the prompt is "
+                              "one token, so no position of any batch trains: every step's loss "
+                              "would be 0",
+                              d.max_new_tokens)
+                : std::string(": they would train nothing")));
+  }
+  if (d.lmbda == 1 && d.max_new_tokens >= cfg.data.seq_len && d.kd_ratio < 1) {
+    // The KD loss trains; the cross-entropy's share, (1 - kd_ratio), has no position.
+    throw ConfigError(fmt::format(
+        "[config] distillation.lmbda=1 with distillation.max_new_tokens={} = data.seq_len: every "
+        "batch is the student's samples after a one-token prompt, so no position has a real next "
+        "token and the cross-entropy (weight 1 - kd_ratio = {}) averages over none. Use "
+        "max_new_tokens < data.seq_len (such as {}) to keep a prompt, or kd_ratio=1 (the KD loss "
+        "alone)",
+        d.max_new_tokens, 1 - d.kd_ratio, std::max<int64_t>(1, cfg.data.seq_len / 2)));
+  }
   check(!d.teacher.empty() || (!sampling && d.layer_map.empty()),
         "[config] distillation.teacher_cache without distillation.teacher, with {}: the cache "
         "holds the teacher on the data's windows only; the teacher itself must score the "
@@ -115,7 +146,12 @@ std::vector<std::pair<int64_t, int64_t>> parse_layer_map(const std::vector<std::
       if (used != parts[i].size() || st[i] < 0) throw bad(item);
     }
     for (const auto& p : pairs) {
-      if (p.first == st[0]) throw bad(item);
+      if (p.first == st[0]) {
+        throw ConfigError(fmt::format(
+            "[config] distillation.layer_map: student layer {} appears twice ('{}:{}' and "
+            "'{}'); each student layer maps to one teacher layer",
+            st[0], p.first, p.second, item));
+      }
     }
     pairs.emplace_back(st[0], st[1]);
   }

@@ -33,6 +33,10 @@ MetricsLog::MetricsLog(std::filesystem::path path, bool append) : path_(std::mov
   fd_.reset(::open(path_.c_str(), flags, 0644));
   FSDPP_CHECK(fd_, "[train] cannot open '{}' for the metrics: {}", path_.string(),
               std::strerror(errno));
+  struct stat st {};
+  FSDPP_CHECK(::fstat(fd_.get(), &st) == 0, "[train] cannot stat '{}': {}", path_.string(),
+              std::strerror(errno));
+  size_ = st.st_size;
 }
 
 void MetricsLog::append(const std::string& line) {
@@ -47,6 +51,13 @@ void MetricsLog::append(const std::string& line) {
               "[train] '{}' was deleted or replaced while the run wrote it (was "
               "training.output_dir removed?); stopping rather than losing the metrics",
               path_.string());
+  // Only this run writes the file: another size means someone else truncated it (a second job
+  // that opened it to start afresh) or appended to it, and the lines are no longer this run's.
+  FSDPP_CHECK(open_st.st_size == size_,
+              "[train] '{}' was changed by someone else while the run wrote it: it holds {} bytes "
+              "where this run wrote {} (truncated or appended to by another job in "
+              "training.output_dir?); stopping rather than mixing two runs' metrics",
+              path_.string(), static_cast<int64_t>(open_st.st_size), static_cast<int64_t>(size_));
   const std::string text = line + "\n";
   const off_t before = open_st.st_size;
   size_t done = 0;
@@ -69,6 +80,7 @@ void MetricsLog::append(const std::string& line) {
     FSDPP_THROW(Error, "[train] cannot write '{}': {} (the lines before this one are intact)",
                 path_.string(), std::strerror(err));
   }
+  size_ = before + static_cast<off_t>(text.size());
 }
 
 }  // namespace fsdpp::train::detail

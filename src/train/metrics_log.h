@@ -4,6 +4,8 @@
 // disk cuts a line in half with no error anyone checks, and a deleted output directory takes
 // every later line with it while the run reports success.
 
+#include <sys/types.h>
+
 #include <filesystem>
 #include <string>
 
@@ -24,7 +26,8 @@ class MetricsLog {
 
   // Appends `line` and a newline with one write. When that fails (disk full, file too large,
   // I/O error) the file is cut back to its last whole line, and when the file is no longer
-  // reachable under its path (deleted, or its directory removed) nothing is written; both throw
+  // reachable under its path (deleted, or its directory removed) or holds other bytes than this
+  // run wrote (truncated or appended to by another process) nothing is written; each throws
   // Error naming the file and the reason.
   void append(const std::string& line);
 
@@ -33,6 +36,7 @@ class MetricsLog {
  private:
   std::filesystem::path path_;
   UniqueFd fd_;
+  off_t size_ = 0;  // the bytes the file holds after this run's last write
 };
 
 }  // namespace fsdpp::train::detail

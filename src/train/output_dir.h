@@ -5,7 +5,8 @@
 // and checkpoints, and both report success. The lock is flock() on <output_dir>/.fsdpp.lock,
 // which the kernel drops when its process exits however it exits, so a crashed or killed job
 // never leaves the directory locked. The file also records who holds it, for the message that
-// refuses the second job.
+// refuses the second job. training.overwrite_output_dir replaces a finished run (as Hugging
+// Face's does), never a live one: a held lock is refused whatever it says.
 
 #include <cstdint>
 #include <filesystem>
@@ -20,14 +21,28 @@ class OutputDirLock {
  public:
   // Creates `dir` if needed and locks it. Throws ConfigError naming the directory when it cannot
   // be made or written (a file in its place, read-only, a name too long), and naming the holder
-  // when another live job holds it, unless `overwrite` (training.overwrite_output_dir): then
-  // `warning` says whose directory is being taken over and the lock is not held.
-  OutputDirLock(const std::filesystem::path& dir, bool overwrite, std::string* warning);
+  // when another live job holds it (`overwrite`, training.overwrite_output_dir, only changes
+  // what the message suggests: a live job's files are never shared).
+  OutputDirLock(const std::filesystem::path& dir, bool overwrite);
 
-  bool held() const { return static_cast<bool>(fd_); }
+  // Remembers `file` as this run's (config.yaml once written): verify() stops the run when
+  // someone else replaces or changes it.
+  void watch(const std::filesystem::path& file);
+
+  // Throws Error naming the file when the lock file is no longer the one this run locked
+  // (removed, or replaced: another job may have taken the directory) or a watched file was
+  // replaced or changed by someone else. The run calls it whenever it writes its metrics.
+  void verify() const;
 
  private:
+  struct Watched {
+    std::filesystem::path path;
+    uint64_t dev = 0, ino = 0;
+    int64_t size = 0, mtime_ns = 0;
+  };
+  std::filesystem::path dir_;
   UniqueFd fd_;
+  std::vector<Watched> watched_;
 };
 
 // What an earlier run left in an output_dir: its checkpoint-<step> directories (complete or

@@ -149,6 +149,17 @@ ParallelDims parallel_dims(const TrainConfig& cfg, int world_size, int local_wor
     d.dp_replicate = d.dp_shard / shard;
     d.dp_shard = shard;
   }
+  // The experts' ranks are carved out of dp_shard x tp (parallel_dims.h): under a pipeline or
+  // HSDP that is less than the world, which the check above divides. Said here, with the other
+  // keys, before anything is written (before: the memory check's `ParallelDims.ep` error, after
+  // the data was tokenized and config.yaml written).
+  FSDPP_CHECK_AS(ConfigError, (d.dp_shard * d.tp) % d.ep == 0,
+                 "[config] parallelism.expert_parallel_degree={} does not divide dp_shard x tp = "
+                 "{} x {} = {}, the ranks of one pipeline stage's replica that the experts' groups "
+                 "are carved out of (pp {} x dp_replicate {} x dp_shard {} x tp {} on {} ranks); "
+                 "use an expert_parallel_degree that divides {}",
+                 d.ep, d.dp_shard, d.tp, d.dp_shard * d.tp, d.pp, d.dp_replicate, d.dp_shard, d.tp,
+                 world_size, d.dp_shard * d.tp);
   return d;
 }
 

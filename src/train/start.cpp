@@ -43,8 +43,6 @@ std::string take_over_earlier_run(const TrainSession& s) {
                  "[train] training.output_dir='{}' holds an earlier run ({}): {} another "
                  "output_dir, or set training.overwrite_output_dir=true to replace it",
                  s.out_dir.string(), earlier.describe(), why);
-  // Another live job's files are not this run's to delete (the lock's warning names it).
-  if (!s.dir_lock->held()) return "";
   remove_earlier_run(s.out_dir, earlier);
   return fmt::format("[train] training.overwrite_output_dir=true: removed the earlier run in {} "
                      "({})",
@@ -101,6 +99,17 @@ void choose_start(TrainSession& s) {
     for (const auto& note : init->apply_shape(cfg.model)) s.say("[train] model.init_from: " + note);
     cfg.validate();
   }
+  // validate() leaves the shape against the degrees to now when model.init_from decides the
+  // shape (config.h): the directory's architecture, or the config's when a resume ignores it.
+  if (!cfg.model.init_from.empty()) {
+    try {
+      cfg.validate_layout();
+    } catch (const ConfigError& e) {
+      if (!init) throw;
+      FSDPP_THROW(ConfigError, "{} (model.init_from='{}' made the model {})", e.what(),
+                  cfg.model.init_from, cfg.model.architecture.name());
+    }
+  }
   // The layout on this world, and what the run model checks of it before it is made (the
   // pipeline's schedule on fsdpp-train's model.n_layers): their errors before output_dir is
   // touched.
@@ -118,10 +127,10 @@ void prepare_output_dir(TrainSession& s) {
   world.group()->barrier({"resume"});  // every rank has read before rank 0 touches output_dir
   // Rank 0 alone writes output_dir; a failure there (or in any rank-0-only step below) stops
   // every rank with one line instead of a hang or a page of c10d frames on the others.
-  std::string lock_warning, overwrite_note;
+  std::string overwrite_note;
   dist::agree_on_failure(*world.group(), "preparing training.output_dir", [&] {
     if (!lead) return;
-    s.dir_lock.emplace(out_dir, t.overwrite_output_dir, &lock_warning);
+    s.dir_lock.emplace(out_dir, t.overwrite_output_dir);
     overwrite_note = take_over_earlier_run(s);
     std::error_code ec;
     fs::create_directories(cache_dir, ec);
@@ -129,8 +138,8 @@ void prepare_output_dir(TrainSession& s) {
                    "created: {}", cache_dir.string(), ec.message());
     state::cleanup_stale_tmp(out_dir);  // what a killed save left
     write_file_atomically(out_dir / "config.yaml", cfg.to_yaml(), "train");
+    s.dir_lock->watch(out_dir / "config.yaml");  // a second job's would replace it
   });
-  if (!lock_warning.empty()) s.say(lock_warning);
   if (!overwrite_note.empty()) s.say(overwrite_note);
 }
 

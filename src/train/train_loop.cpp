@@ -152,7 +152,10 @@ void train_loop(TrainSession& s) {
       if (s.distiller) s.distiller->log_step(j, world);  // kd_loss, ce_loss, the teacher's collectives
       j["elapsed_s"] = elapsed;
       dist::agree_on_failure(*world.group(), "writing metrics.jsonl", [&] {
-        if (lead) metrics->append(j.dump());
+        if (lead) {
+          metrics->append(j.dump());
+          s.dir_lock->verify();  // no other job has entered output_dir
+        }
         if (tensorboard) tensorboard->add_scalars(step, detail::tensorboard_scalars(j));
       });
       progress->log(step, loss, eval_now ? val_loss : std::nan(""), lr, grad_norm,

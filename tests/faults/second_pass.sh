@@ -124,16 +124,16 @@ expect_fail output_dir_locked 1 \
   "\[train\] training.output_dir='$D/shared' is in use by another job \(pid $hpid on host .*\); wait for it" -- \
   "$run" --nproc-per-node 2 "${job[@]}" training.max_steps=2 training.output_dir="$D/shared" training.seed=2
 grep -q 'frame #' "$D/output_dir_locked.log" && { echo "FAIL: c10d frames in the output"; exit 1; }
-"$run" --nproc-per-node 1 "${job[@]}" training.max_steps=2 training.output_dir="$D/shared" \
-  training.overwrite_output_dir=true > "$D/overwrite.log" 2>&1
-grep -q "warning: training.output_dir='$D/shared' is in use by another job (pid $hpid" "$D/overwrite.log" ||
-  { echo "FAIL output_dir_overwrite: no warning"; tail "$D/overwrite.log"; exit 1; }
-echo "ok   output_dir_overwrite: training.overwrite_output_dir=true warns and runs"
+# overwrite_output_dir replaces a finished run, never a live one (issue 43: before, it warned and
+# wrote into the live job's directory, cutting its metrics.jsonl and replacing its config.yaml).
+expect_fail output_dir_overwrite 1 \
+  "\[train\] training.output_dir='$D/shared' is in use by another job \(pid $hpid on host .*\); training.overwrite_output_dir=true replaces a finished run, never a live one" -- \
+  "$run" --nproc-per-node 1 "${job[@]}" training.max_steps=2 training.output_dir="$D/shared" \
+  training.overwrite_output_dir=true
 kill -9 "$hpid"; wait "$holder" || true
-# The directory now holds a run (the overwriting one's checkpoint-2): the next job resumes it,
-# without overwrite_output_dir, which would also pass a held lock.
+# The killed job's lock does not stay: overwrite_output_dir now replaces what it left.
 "$run" --nproc-per-node 1 "${job[@]}" training.max_steps=3 training.output_dir="$D/shared" \
-  training.resume_from_checkpoint=latest > "$D/after_crash.log" 2>&1 &&
+  training.overwrite_output_dir=true > "$D/after_crash.log" 2>&1 &&
   ! grep -q "in use by another job" "$D/after_crash.log" ||
   { echo "FAIL: a killed job's lock was left behind"; tail "$D/after_crash.log"; exit 1; }
 echo "ok   output_dir_after_crash: the lock of a SIGKILLed job does not stay"

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 namespace fsdpp::test {
 
@@ -66,18 +68,35 @@ class CountingAllocator final : public c10::Allocator {
   std::shared_ptr<Counts> counts_;
 };
 
-// Installs the counting allocator for the test's lifetime.
+// Installs the counting allocator for the test's lifetime. The allocator itself lives as long as
+// the process: a tensor's storage keeps a pointer to the allocator that made it and allocates
+// through it whenever it is resized (FSDP's unsharded parameters at each gather,
+// FSDPParam::alloc_unsharded; a buffer that a later test grows; a tensor resized at exit), which
+// may be after the scope is gone. An allocator that was the scope's member (stack memory the next
+// test reuses) was then called through whatever the stack held by then: a crash at a later test
+// or at exit, now and then (issue 43: a rank of DeferredInit.* died by SIGSEGV near exit).
 class CountingScope {
  public:
-  CountingScope() : original_(c10::GetCPUAllocator()), counting_(original_) {
-    c10::SetCPUAllocator(&counting_, /*priority=*/100);
+  CountingScope() : original_(c10::GetCPUAllocator()), counting_(keep(new CountingAllocator(original_))) {
+    c10::SetCPUAllocator(counting_, /*priority=*/100);
   }
   ~CountingScope() { c10::SetCPUAllocator(original_, /*priority=*/100); }
-  CountingAllocator& counter() { return counting_; }
+  CountingScope(const CountingScope&) = delete;
+  CountingScope& operator=(const CountingScope&) = delete;
+  CountingAllocator& counter() { return *counting_; }
 
  private:
+  // Every scope's allocator, never destroyed (reachable, so not a leak to LeakSanitizer): a few
+  // hundred bytes per test that counts.
+  static CountingAllocator* keep(CountingAllocator* a) {
+    static std::mutex mutex;
+    static auto* kept = new std::vector<CountingAllocator*>();
+    std::lock_guard<std::mutex> lock(mutex);
+    kept->push_back(a);
+    return a;
+  }
   c10::Allocator* original_;
-  CountingAllocator counting_;
+  CountingAllocator* counting_;
 };
 
 }  // namespace fsdpp::test

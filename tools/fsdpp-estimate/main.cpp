@@ -128,7 +128,13 @@ int64_t parse_count(const std::string& text) {
   }
   FSDPP_CHECK_AS(ConfigError, used == t.size() && used > 0 && v > 0,
                  "[estimate] --params '{}' is not a positive count; expected e.g. 7.5e9, 7.5B, 350M", text);
-  return static_cast<int64_t>(std::llround(v * scale));
+  // Checked before the conversion: llround of inf or of more than 2^63 is undefined (it gave
+  // INT64_MIN).
+  const double count = v * scale;
+  FSDPP_CHECK_AS(ConfigError, std::isfinite(count) && count <= 1e18,
+                 "[estimate] --params '{}' is not a count of parameters this estimate can hold; expected a "
+                 "finite number up to 1e18 (1000000T), e.g. 7.5e9, 7.5B, 350M", text);
+  return static_cast<int64_t>(std::llround(count));
 }
 
 std::vector<int> parse_world_sizes(const std::string& text) {
@@ -206,6 +212,7 @@ struct EstimateFlags {
   bool optimizer_on_disk = false, as_json = false, budget_gpu = false;
   std::optional<double> runtime_mb;
   double budget_gb = 0;
+  CLI::Option* budget_option = nullptr;
 
   void add_to(CLI::App& app) {
     app.add_option("--params", params_text, "a parameter count instead of a shape (7.5e9, 7.5B, 350M)");
@@ -228,7 +235,8 @@ struct EstimateFlags {
     app.add_option("--stage", stage, "pipeline: report the rank of this stage (default: the most loaded rank)");
     app.add_option("--runtime-baseline-mb", runtime_mb,
                    "the runtime's own memory per rank in MiB (default: measured by fsdpp-bench baseline)");
-    app.add_option("--budget", budget_gb, "memory per rank in GiB: recommend the fastest configuration that fits");
+    budget_option =
+        app.add_option("--budget", budget_gb, "memory per rank in GiB: recommend the fastest configuration that fits");
     app.add_flag("--budget-gpu", budget_gpu,
                  "the budget is this machine's first GPU's memory (cudaMemGetInfo's total); implies --device cuda");
     app.add_flag("--json", as_json, "machine-readable output");
@@ -236,6 +244,11 @@ struct EstimateFlags {
 
   // Over the options the config gave.
   void apply(fsdpp::EstimateOptions& o, std::vector<std::string>& notes) {
+    // A budget that no rank can have is a typo, not "no budget" (before: -1 and nan were ignored).
+    FSDPP_CHECK_AS(ConfigError,
+                   budget_option->count() == 0 || (std::isfinite(budget_gb) && budget_gb > 0 && budget_gb <= 1e9),
+                   "[estimate] --budget {}: expected the memory per rank in GiB, a number > 0 (such as 80)",
+                   budget_gb);
     if (!mixed.empty()) o.param_dtype = o.reduce_dtype = fsdpp::parse_estimate_dtype(mixed);
     if (!param_dtype.empty()) o.param_dtype = fsdpp::parse_estimate_dtype(param_dtype);
     if (!reduce_dtype.empty()) o.reduce_dtype = fsdpp::parse_estimate_dtype(reduce_dtype);
@@ -502,7 +515,14 @@ int main(int argc, char** argv) {
   aliases.add_to(app);
   EstimateFlags flags;
   flags.add_to(app);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Bad flags are bad input, as its own checks say: exit 2 (CLI11's codes are > 100).
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::fprintf(stderr, "[fsdpp-estimate] %s; see fsdpp-estimate --help\n", e.what());
+    return 2;
+  }
 
   try {
     const bool from_config = !config_path.empty();

@@ -9,7 +9,9 @@
 
 #include <torch/torch.h>
 
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -145,6 +147,21 @@ CLI::Validator number_in(const std::string& accepted, bool (*ok)(double)) {
       "");
 }
 
+// A flag's whole number in [0, max] with what it means in words (CLI11's NonNegativeNumber printed
+// the largest double, 310 digits, as its bound; a uint64_t seed beyond 2^64 saturated unsaid).
+CLI::Validator whole_number_in(const std::string& accepted, uint64_t max) {
+  return CLI::Validator(
+      [accepted, max](std::string& text) -> std::string {
+        uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (text.empty() || ec != std::errc() || end != text.data() + text.size() || v > max) {
+          return "expected " + accepted + ", got '" + text + "'";
+        }
+        return "";
+      },
+      "");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -164,13 +181,15 @@ int main(int argc, char** argv) {
       ->check(number_in("a finite number in [0, 100] (0: greedy)",
                         [](double v) { return v >= 0 && v <= 100; }));
   app.add_option("--top-k", go.top_k, "sample from the k most likely tokens (0: all)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(whole_number_in("a whole number of tokens >= 0 (0: all)", uint64_t{1} << 40));
   app.add_option("--top-p", go.top_p, "sample from the fewest tokens whose probability reaches p")
       ->capture_default_str()
       ->check(number_in("a probability in (0, 1] (1: every token)",
                         [](double v) { return v > 0 && v <= 1; }));
   app.add_option("--seed", seed, "the sampling generator's seed (every rank uses it)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number_in("a whole number in [0, 18446744073709551615]", UINT64_MAX));
   app.add_option("--stop", stop, "stop once the generated text contains this");
   app.add_option("--tokenizer", tokenizer, "byte, or a SentencePiece .model (default: the checkpoint's)");
   app.add_flag("--raw", raw, "print the bytes as generated (default: invalid UTF-8 as \\xNN)");

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -31,6 +32,37 @@ fsdpp::ModelDescription read_model(const std::string& path, const std::vector<st
   const auto ce = fsdpp::train::configured_estimate(cfg, vocab, 1, 0);
   options = ce.options;
   return ce.model;
+}
+
+// The flags' values as given (before any default replaces them).
+struct Given {
+  int world;
+  int64_t global_batch, seq_len;
+  double efficiency, memory_gb;
+  int top, tp, pp;
+};
+
+// Values no cluster or run can have are refused by name (before: a 0 or NaN fell back to the
+// preset unsaid, an efficiency of 2 printed 120% MFU, --seq-len -5 became 1 token).
+void check_ranges(const CLI::App& app, const Given& g) {
+  const auto given = [&](const char* flag) { return app.count(flag) > 0; };
+  FSDPP_CHECK_AS(ConfigError, g.world >= 1 && g.world <= (1 << 20),
+                 "[fsdpp-plan] --world-size {}: expected a number of devices in [1, 1048576]", g.world);
+  FSDPP_CHECK_AS(ConfigError, g.global_batch >= 1,
+                 "[fsdpp-plan] --global-batch {}: expected a number of sequences >= 1", g.global_batch);
+  FSDPP_CHECK_AS(ConfigError, !given("--seq-len") || (g.seq_len >= 1 && g.seq_len <= (int64_t{1} << 30)),
+                 "[fsdpp-plan] --seq-len {}: expected a number of tokens in [1, 1073741824]", g.seq_len);
+  FSDPP_CHECK_AS(ConfigError,
+                 !given("--compute-efficiency") ||
+                     (std::isfinite(g.efficiency) && g.efficiency > 0 && g.efficiency <= 1),
+                 "[fsdpp-plan] --compute-efficiency {}: expected the fraction of the peak the matmuls reach, "
+                 "in (0, 1]", g.efficiency);
+  FSDPP_CHECK_AS(ConfigError,
+                 !given("--memory-gb") || (std::isfinite(g.memory_gb) && g.memory_gb > 0 && g.memory_gb <= 1e6),
+                 "[fsdpp-plan] --memory-gb {}: expected a device's memory in GiB, in (0, 1000000]", g.memory_gb);
+  FSDPP_CHECK_AS(ConfigError, g.top >= 0, "[fsdpp-plan] --top {}: expected a number of layouts >= 0", g.top);
+  FSDPP_CHECK_AS(ConfigError, !given("--tp") || g.tp >= 1, "[fsdpp-plan] --tp {}: expected a degree >= 1", g.tp);
+  FSDPP_CHECK_AS(ConfigError, !given("--pp") || g.pp >= 1, "[fsdpp-plan] --pp {}: expected a degree >= 1", g.pp);
 }
 
 }  // namespace
@@ -70,15 +102,29 @@ int main(int argc, char** argv) {
   app.add_flag("--time-only", time_only, "time every layout that splits, without the memory estimate (for layouts it "
                "does not model, e.g. PP with TP; docs/planner.md)");
   app.add_option("--checkpointing", checkpointing, "only layouts with (on) or without (off) activation checkpointing");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Bad flags are bad input, as the range checks below: exit 2 (CLI11's own codes are > 100).
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::fprintf(stderr, "[fsdpp-plan] %s; see fsdpp-plan --help\n", e.what());
+    return 2;
+  }
 
   try {
+    check_ranges(app, {world, global_batch, seq_len, efficiency, memory_gb, top, only_tp, only_pp});
     fsdpp::EstimateOptions base;
     const fsdpp::ModelDescription model = read_model(model_path, overrides, base);
     fsdpp::Cluster cluster = fsdpp::cluster_preset(cluster_name);
-    if (efficiency > 0) cluster.compute_efficiency = efficiency;
-    if (memory_gb > 0) cluster.memory_bytes = static_cast<int64_t>(memory_gb * 1024 * 1024 * 1024);
-    if (seq_len > 0) base.seq_len = seq_len;
+    if (app.count("--compute-efficiency") > 0) {
+      cluster.compute_efficiency = efficiency;
+      cluster.efficiency_from = "--compute-efficiency";
+    }
+    if (app.count("--memory-gb") > 0) {
+      cluster.memory_bytes = static_cast<int64_t>(memory_gb * 1024 * 1024 * 1024);
+      cluster.memory_from = "--memory-gb";
+    }
+    if (app.count("--seq-len") > 0) base.seq_len = seq_len;
     if (!mixed.empty()) base.param_dtype = base.reduce_dtype = fsdpp::parse_estimate_dtype(mixed);
     if (cluster.device_is_gpu) base.runtime_baseline_bytes = 0;
     fsdpp::Plan plan = fsdpp::plan_layouts(model, base, cluster, world, global_batch, schedules, !time_only);
@@ -96,10 +142,14 @@ int main(int argc, char** argv) {
     std::erase_if(plan.rejected, [&](const auto& e) { return !keep(e); });
 
     const double n = static_cast<double>(model.num_params());
-    std::printf("fsdpp-plan: %.2f %s parameters, %d devices of %s (%s), global batch %lld x %lld tokens, %s\n",
+    // The numbers the ranking used, each with where it came from: a flag's value, never the preset's
+    // when the flag replaced it.
+    std::printf("fsdpp-plan: %.2f %s parameters, %d devices of %s (%s; %.1f GiB each: %s; compute efficiency "
+                "%.2f: %s), global batch %lld x %lld tokens, %s\n",
                 n >= 1e9 ? n / 1e9 : n / 1e6, n >= 1e9 ? "B" : "M", world, cluster.name.c_str(), cluster.source.c_str(),
-                static_cast<long long>(global_batch), static_cast<long long>(base.seq_len),
-                fsdpp::to_string(base.param_dtype));
+                static_cast<double>(cluster.memory_bytes) / 1073741824.0, cluster.memory_from.c_str(),
+                cluster.compute_efficiency, cluster.efficiency_from.c_str(), static_cast<long long>(global_batch),
+                static_cast<long long>(base.seq_len), fsdpp::to_string(base.param_dtype));
     std::printf("\n  %-44s %10s %12s %7s %10s  %s\n", "layout (fastest first)", "step (s)", "tok/s/dev", "MFU",
                 "mem (GiB)", "compute + memory-bound + exposed comm (FSDP, TP, PP bubble)");
     int shown = 0;

@@ -31,6 +31,28 @@ const CLI::Validator kInteger(
     },
     "");
 
+// --nnodes N, or torchrun's MIN:MAX when MIN = MAX (a fixed size written as a range, such as
+// 1:1), which it turns into N; an elastic range (1:4) is refused: a job here has a fixed size.
+const CLI::Validator kNodeCount(
+    [](std::string& text) -> std::string {
+      if (const auto colon = text.find(':'); colon != std::string::npos) {
+        const std::string low = text.substr(0, colon), high = text.substr(colon + 1);
+        int a = 0, b = 0;
+        const auto [ea, eca] = std::from_chars(low.data(), low.data() + low.size(), a);
+        const auto [eb, ecb] = std::from_chars(high.data(), high.data() + high.size(), b);
+        const bool numbers = eca == std::errc() && ecb == std::errc() &&
+                             ea == low.data() + low.size() && eb == high.data() + high.size();
+        if (!numbers || a != b) {
+          return fmt::format("expects a whole number, or torchrun's MIN:MAX with MIN = MAX such as "
+                             "2:2 (elastic ranges are not supported), got '{}'",
+                             text);
+        }
+        text = low;
+      }
+      return kInteger(text);
+    },
+    "");
+
 const CLI::Validator kSeconds(
     [](std::string& text) -> std::string {
       double value = 0;
@@ -73,9 +95,9 @@ int main(int argc, char** argv) {
       ->type_name("N")
       ->check(kInteger)
       ->capture_default_str();
-  app.add_option("--nnodes", config.nnodes, "Nodes in the job")
+  app.add_option("--nnodes", config.nnodes, "Nodes in the job (torchrun's N:N is N)")
       ->type_name("N")
-      ->check(kInteger)
+      ->transform(kNodeCount)
       ->capture_default_str();
   app.add_option("--node-rank,--node_rank", config.node_rank,
                  "This node's index, 0 to nnodes-1")

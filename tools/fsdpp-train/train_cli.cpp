@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/common/exit_code.h"
 #include "fsdpp/dist/world.h"
 #include "fsdpp/train/config.h"
 #include "fsdpp/train/run_plot.h"
@@ -15,20 +16,6 @@
 
 namespace fsdpp::tools {
 namespace {
-
-// Runs a subcommand: its exit code, or the error's message on stderr and 2 for bad input
-// (ConfigError), 1 for anything else.
-int exit_code_of(const std::function<int()>& body) {
-  try {
-    return body();
-  } catch (const ConfigError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
-  }
-}
 
 // fsdpp-train teacher-logits CONFIG OUT [flags] [overrides]: the offline teacher cache.
 int run_teacher_logits(int argc, char** argv) {

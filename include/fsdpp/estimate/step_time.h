@@ -43,7 +43,10 @@ struct Cluster {
   // by ranks / cores). 0: each device computes on its own.
   int cores_per_node = 0;
   bool device_is_gpu = true;
-  std::string source;               // where the numbers come from
+  std::string source;               // the hardware the preset describes
+  // Where memory_bytes and compute_efficiency come from ("assumed", "--memory-gb"): fsdpp-plan's
+  // header states the values it ranks with and their origin.
+  std::string memory_from, efficiency_from;
 };
 
 // Presets (docs/planner.md#clusters): "h100-sxm" (8 x H100 SXM 80 GB, NVLink 4, 8 x 400 Gb/s

@@ -317,9 +317,14 @@ struct TrainConfig {
                                const std::vector<std::string>& overrides = {});
 
   // Ranges and cross-field checks of every section: validate_run's, then fsdpp-train's model:
-  // and data: sections and the model's shape against the parallel degrees (a Llama's heads over
-  // tensor_parallel_degree). Does not look at the file system.
+  // and data: sections and validate_layout's, unless model.init_from is set (below). Does not
+  // look at the file system.
   void validate() const;
+  // fsdpp-train's model's shape against the parallel degrees: a Llama's heads over
+  // tensor_parallel_degree, experts for expert_parallel_degree, no tied table under a pipeline.
+  // With model.init_from the directory decides the architecture and the shape, which the
+  // trainer reads when the run starts: validate() leaves these checks to it then.
+  void validate_layout() const;
   // The checks of the keys any run reads, whatever model it trains: training: (fsdp_config
   // included), parallelism:'s degrees and schedule, distillation:. train() (custom_model.h)
   // validates its config with these alone: its model's shape is its plan's to check.
@@ -333,6 +338,9 @@ struct TrainConfig {
   // the distillation: section's without distillation.teacher ("distillation.kd_ratio=0.9").
   // fsdpp-train warns naming them.
   std::vector<std::string> unused_keys() const;
+  // The keys of `section` ("model", "data", ...) set to something else than their default, as
+  // "model.dim=99999999", in the section's order.
+  std::vector<std::string> keys_set_in(const std::string& section) const;
 
   // The model section as a LlamaConfig with seed = training.seed. `tokenizer_vocab_size` is the
   // tokenizer's vocabulary: the model uses it when model.vocab_size is 0, else model.vocab_size,
