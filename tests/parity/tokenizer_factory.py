@@ -398,3 +398,65 @@ def make_all(work, texts):
     spm_dir, legacy_dir, s = make_spm(work, train)
     made += [("spm", spm_dir, s), ("spm_legacy", legacy_dir, s)]
     return made
+
+
+# ---- the other supported components, on small tokenizers --------------------------------------
+
+def make_components(work, texts):
+    """Tokenizers in no model's configuration that use the supported components the published
+    ones do not: ByteLevel with add_prefix_space and RobertaProcessing; NFKD/StripAccents/
+    Lowercase/Strip, Split with each behavior (and invert), Digits, continuing_subword_prefix and
+    end_of_word_suffix with BPEDecoder, BertProcessing; NFKC and a regex Replace, Metaspace
+    (always, split) with its decoder, added tokens normalized (matched after Lowercase),
+    single_word, lstrip and rstrip."""
+    from tokenizers import AddedToken, decoders, normalizers, processors
+    train = training_text(texts)[:3000]
+    made = []
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(train, trainers.BpeTrainer(vocab_size=1500, show_progress=False,
+                                                       special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    tok.add_tokens([AddedToken("<mask>", lstrip=True, special=True)])
+    made.append(("roberta_like", tok, ["<s>", "</s>", "<mask>", "<pad>"]))
+
+    tok = Tokenizer(models.BPE(unk_token="[UNK]", continuing_subword_prefix="##", end_of_word_suffix="</w>"))
+    tok.normalizer = normalizers.Sequence([normalizers.NFKD(), normalizers.StripAccents(), normalizers.Lowercase(),
+                                           normalizers.Strip()])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"\s+"), "removed"),
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.Split("-", "merged_with_previous"),
+        pre_tokenizers.Split(Regex(r"[.,;:!?]"), "merged_with_next"),
+        pre_tokenizers.Split(Regex(r"\p{P}"), "contiguous"),
+        pre_tokenizers.Split(Regex(r"[^\p{L}\p{N}\p{P}]+"), "isolated", invert=True)])
+    tok.decoder = decoders.BPEDecoder(suffix="</w>")
+    tok.train_from_iterator(train, trainers.BpeTrainer(vocab_size=1500, show_progress=False,
+                                                       special_tokens=["[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+                                                       continuing_subword_prefix="##", end_of_word_suffix="</w>"))
+    tok.post_processor = processors.BertProcessing(("[SEP]", 2), ("[CLS]", 1))
+    made.append(("bert_like", tok, ["[CLS]", "[SEP]", "[MASK]", "[UNK]"]))
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=False))
+    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace(Regex(r"\d"), "7"),
+                                           normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="always", split=True)
+    tok.decoder = decoders.Metaspace(prepend_scheme="always", split=True)
+    tok.train_from_iterator(train, trainers.BpeTrainer(vocab_size=1500, show_progress=False,
+                                                       special_tokens=["<unk>", "<s>", "</s>"]))
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 1), ("</s>", 2)])
+    tok.add_tokens([AddedToken("Hello World", normalized=True, single_word=True),
+                    AddedToken("[MASK]", lstrip=True, rstrip=True, normalized=False, special=True),
+                    AddedToken("dog", normalized=True, single_word=True)])
+    made.append(("metaspace_like", tok, ["Hello World", "hello world", "[MASK]", "<s>", "dog", "DOG"]))
+
+    out = []
+    for name, tok, specials in made:
+        d = os.path.join(work, name)
+        os.makedirs(d, exist_ok=True)
+        tok.save(os.path.join(d, "tokenizer.json"))
+        out.append((name, d, specials))
+    return out

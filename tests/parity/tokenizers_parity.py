@@ -17,6 +17,13 @@ merges are ours):
   spm_legacy   the same model in Llama 2's published layout: Prepend("▁") + Replace(" ", "▁")
                normalizers, no pre-tokenizer, "<s> $A" template, unk_token <unk>
 
+and, on COMPONENTS_MB (0.5) MB each, three small tokenizers in no model's configuration that use
+the supported components the five do not (tokenizer_factory.make_components): ByteLevel with
+add_prefix_space and RobertaProcessing; NFKD/StripAccents/Lowercase/Strip, Split with every
+behavior and invert, Digits, continuing_subword_prefix / end_of_word_suffix with BPEDecoder,
+BertProcessing; NFKC, a regex Replace, Metaspace (always, split), normalized / single_word /
+lstrip / rstrip added tokens.
+
 Training text: Debian's fortunes (installed by scripts/setup.sh) and text generated here. Then
 `MB` (default 10) MB of mixed text per tokenizer, generated deterministically: English prose,
 source code (this repository's), runs of spaces/tabs/newlines, digits and long numbers,
@@ -54,6 +61,7 @@ import tokenizer_factory as factory  # noqa: E402
 fsdpp_tokenize, src = sys.argv[1], sys.argv[2]
 MB = float(sys.argv[3]) if len(sys.argv) > 3 else 10.0
 SUBSET_MB = min(MB, 1.0)
+COMPONENTS_MB = min(MB, 0.5)
 T0 = time.time()
 
 
@@ -102,10 +110,10 @@ def report(name, what, docs, ref, got, tok):
         fail(f"{name} {what}: {len(ref)} records from tokenizers, {len(got)} from fsdpp-tokenize")
 
 
-def check(name, directory, specials, seed, texts):
+def check(name, directory, specials, seed, texts, megabytes=None, with_transformers=True):
     from transformers import AutoTokenizer
     tok = Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
-    docs = factory.corpus(seed, specials, MB, texts)
+    docs = factory.corpus(seed, specials, megabytes or MB, texts)
     if len(docs) > 1 and docs[-1] == "":
         docs[-1] = "x"  # a trailing NUL would end the last record instead of starting an empty one
     stdin = "\0".join(docs).encode()
@@ -151,6 +159,10 @@ def check(name, directory, specials, seed, texts):
 
     # What transformers makes of the directory: len(tokenizer), the special ids, and its
     # encode with special tokens (tokenizer_config.json's rules) on the first records.
+    if not with_transformers:  # no tokenizer_config.json: nothing of transformers' to compare
+        log(f"ok   {name}: {len(stdin) / 1e6:.1f} MB in {len(docs)} records, {sum(map(len, plain))} ids and "
+            f"the decoded text equal tokenizers'")
+        return tok
     hf = AutoTokenizer.from_pretrained(directory)
     info = json.loads(run([directory, "--info"], b"").stdout)
     want = {"vocab_size": len(hf), "bos": hf.bos_token_id, "eos": hf.eos_token_id, "pad": hf.pad_token_id,
@@ -197,6 +209,9 @@ def main():
         for seed, (name, directory, specials) in enumerate(made):
             toks[name] = check(name, directory, specials, 1000 + seed, texts)
         check_cli(made[2][1], toks["qwen2"])
+        # The components no published configuration above uses, on less text.
+        for seed, (name, directory, specials) in enumerate(factory.make_components(work, texts)):
+            check(name, directory, specials, 2000 + seed, texts, megabytes=COMPONENTS_MB, with_transformers=False)
     log("PASS")
 
 
