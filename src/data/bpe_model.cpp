@@ -1,6 +1,7 @@
 // tokenizer.json's BPE model. See bpe_model.h.
 #include "bpe_model.h"
 
+#include <algorithm>
 #include <climits>
 #include <queue>
 
@@ -9,6 +10,20 @@
 
 namespace fsdpp::data {
 namespace {
+
+constexpr std::string_view kMetaspace = "\xe2\x96\x81";  // ▁
+
+// Whether some token has "▁" right after another character (then a merge may join there).
+bool has_metaspace_inside(const std::vector<std::string>& tokens) {
+  for (const std::string& t : tokens) {
+    for (size_t at = t.find(kMetaspace, 1); at != std::string::npos; at = t.find(kMetaspace, at + 1)) {
+      if (at < kMetaspace.size() || t.compare(at - kMetaspace.size(), kMetaspace.size(), kMetaspace) != 0) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
 
 // A token of a byte-level vocabulary as the bytes it stands for; nothing for a token with a
 // character outside GPT-2's alphabet (an added token's text): no byte-level piece can be it.
@@ -126,6 +141,13 @@ BpeModel::BpeModel(const JsonSection& m, bool byte_level) : byte_level_(byte_lev
     if (!made_id) m.fail("merges[{}] ('{}', '{}'): '{}' is not in the vocabulary", i, a, b, made);
     merges_.insert(*a_id, *b_id, {rank++, *made_id});
   }
+  // (An unk token spelled with a trailing "▁" could end a word's last symbol with one.)
+  const bool unk_ends_in_metaspace =
+      unk_token_ && unk_token_->size() >= kMetaspace.size() &&
+      unk_token_->compare(unk_token_->size() - kMetaspace.size(), kMetaspace.size(), kMetaspace) == 0;
+  split_at_metaspace_ = !byte_level_ && !ignore_merges_ && prefix_.empty() && suffix_.empty() &&
+                        !unk_ends_in_metaspace && vocab_.find(kMetaspace).has_value() &&
+                        !has_metaspace_inside(tokens_);
 }
 
 const std::string* BpeModel::id_to_token(int32_t id) const {
@@ -135,6 +157,21 @@ const std::string* BpeModel::id_to_token(int32_t id) const {
 
 void BpeModel::tokenize(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.empty()) return;
+  if (!split_at_metaspace_) return tokenize_word(piece, out);
+  size_t start = 0;
+  for (size_t at = piece.find(kMetaspace, 1); at != std::string_view::npos;
+       at = piece.find(kMetaspace, at + kMetaspace.size())) {
+    // A "▁" after another character (UTF-8 is self-synchronizing: the bytes before it spell
+    // "▁" only when that character is one).
+    if (at < kMetaspace.size() || piece.compare(at - kMetaspace.size(), kMetaspace.size(), kMetaspace) != 0) {
+      tokenize_word(piece.substr(start, at - start), out);
+      start = at;
+    }
+  }
+  tokenize_word(piece.substr(start), out);
+}
+
+void BpeModel::tokenize_word(std::string_view piece, std::vector<int32_t>& out) const {
   if (ignore_merges_) {
     if (const auto id = (byte_level_ ? units_ : vocab_).find(piece)) {
       out.push_back(*id);
@@ -326,26 +363,51 @@ void BpeModel::merge_with_heap(std::vector<int32_t>& ids, std::vector<uint32_t>&
   }
 }
 
-size_t BpeModel::WordCache::Hash::operator()(std::string_view s) const {
-  return static_cast<size_t>(XXH3_64bits(s.data(), s.size()));
+BpeModel::WordCache::WordCache() {
+  for (Shard& shard : shards_) shard.slots.resize(kSlotsPerShard);
+}
+
+size_t BpeModel::WordCache::probe(const Shard& shard, std::string_view word, uint64_t hash) {
+  const size_t mask = kSlotsPerShard - 1;
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    const Slot& s = shard.slots[i];
+    if (s.key_size == 0) return i;
+    if (s.hash == hash && s.key_size == word.size() &&
+        std::string_view(shard.keys).substr(s.key_at, s.key_size) == word) {
+      return i;
+    }
+  }
 }
 
 bool BpeModel::WordCache::find(std::string_view word, std::vector<int32_t>& out) const {
-  Shard& shard = shards_[Hash{}(word) % kShards];
+  const uint64_t hash = XXH3_64bits(word.data(), word.size());
+  Shard& shard = shards_[hash >> 60];  // the top bits: the slot index takes the low ones
   std::lock_guard<std::mutex> lock(shard.mutex);
-  const auto it = shard.words.find(word);
-  if (it == shard.words.end()) return false;
-  out.insert(out.end(), it->second.begin(), it->second.end());
+  const Slot& s = shard.slots[probe(shard, word, hash)];
+  if (s.key_size == 0) return false;
+  out.insert(out.end(), shard.ids.begin() + s.ids_at, shard.ids.begin() + s.ids_at + s.ids_size);
   return true;
 }
 
 void BpeModel::WordCache::insert(std::string_view word, const std::vector<int32_t>& ids) const {
-  Shard& shard = shards_[Hash{}(word) % kShards];
+  const uint64_t hash = XXH3_64bits(word.data(), word.size());
+  Shard& shard = shards_[hash >> 60];
   std::lock_guard<std::mutex> lock(shard.mutex);
   // Bounded: a full shard starts over (cheaper than tracking use, and the words of one text come
   // back quickly).
-  if (shard.words.size() >= kWordsPerShard) shard.words.clear();
-  shard.words.emplace(std::string(word), ids);
+  if (shard.used * 2 >= kSlotsPerShard) {
+    std::fill(shard.slots.begin(), shard.slots.end(), Slot{});
+    shard.keys.clear();
+    shard.ids.clear();
+    shard.used = 0;
+  }
+  Slot& s = shard.slots[probe(shard, word, hash)];
+  if (s.key_size != 0) return;  // another thread put it there first
+  s = {hash, static_cast<uint32_t>(shard.keys.size()), static_cast<uint32_t>(word.size()),
+       static_cast<uint32_t>(shard.ids.size()), static_cast<uint32_t>(ids.size())};
+  shard.keys.append(word);
+  shard.ids.insert(shard.ids.end(), ids.begin(), ids.end());
+  ++shard.used;
 }
 
 }  // namespace fsdpp::data

@@ -11,6 +11,12 @@
 //
 // Results of pieces shorter than 256 bytes are kept in a bounded cache (per model, shared by the
 // threads that encode with it, behind sharded locks).
+//
+// SentencePiece-style pieces (Metaspace without split, Llama 2's Replace normalizer) are a whole
+// text each. When no token of the vocabulary has "▁" right after another character, no merge can
+// join across such a point, so the piece is cut before each "▁" that follows another character
+// and the words are merged (and cached) one by one: the same ids, in a fraction of the time. Not
+// with ignore_merges, a subword prefix or suffix, which look at the whole piece.
 
 #include <array>
 #include <cstdint>
@@ -18,7 +24,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "flat_maps.h"
@@ -34,6 +39,8 @@ class BpeModel {
 
   // Appends the ids of `piece` (not empty) to `out`.
   void tokenize(std::string_view piece, std::vector<int32_t>& out) const;
+  // Whether pieces are cut before "▁" (the header's last paragraph).
+  bool splits_at_metaspace() const { return split_at_metaspace_; }
 
   // The vocabulary as the file spells it.
   std::optional<int32_t> token_to_id(std::string_view token) const { return vocab_.find(token); }
@@ -44,26 +51,36 @@ class BpeModel {
   const std::optional<std::string>& unk_token() const { return unk_token_; }
 
  private:
-  // The bounded word cache: piece -> ids.
+  // The bounded word cache: piece -> ids, in sharded open-addressing tables whose keys and ids
+  // live in one buffer each (no allocation per word); a full shard starts over.
   class WordCache {
    public:
+    WordCache();
     bool find(std::string_view word, std::vector<int32_t>& out) const;
     void insert(std::string_view word, const std::vector<int32_t>& ids) const;
 
    private:
-    struct Hash {
-      using is_transparent = void;
-      size_t operator()(std::string_view s) const;
+    struct Slot {
+      uint64_t hash = 0;
+      uint32_t key_at = 0, key_size = 0;  // key_size 0: empty (words are never empty)
+      uint32_t ids_at = 0, ids_size = 0;
     };
     struct Shard {
       std::mutex mutex;
-      std::unordered_map<std::string, std::vector<int32_t>, Hash, std::equal_to<>> words;
+      std::vector<Slot> slots;
+      std::string keys;
+      std::vector<int32_t> ids;
+      size_t used = 0;
     };
     static constexpr size_t kShards = 16;
-    static constexpr size_t kWordsPerShard = 4096;
+    static constexpr size_t kSlotsPerShard = 8192;  // half of them used at most
+    // The slot of `word` in `shard`, or the empty one where it would go.
+    static size_t probe(const Shard& shard, std::string_view word, uint64_t hash);
     mutable std::array<Shard, kShards> shards_;
   };
 
+  // tokenize() of one word (a piece, or a part of one that no merge crosses).
+  void tokenize_word(std::string_view word, std::vector<int32_t>& out) const;
   // The id of one unit (a byte or a character) at the start/end of its piece; -1 when the
   // vocabulary lacks it.
   int32_t unit_id(std::string_view unit, bool first, bool last) const;
@@ -83,6 +100,7 @@ class BpeModel {
   std::optional<std::string> unk_token_;
   std::optional<int32_t> unk_id_;
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
+  bool split_at_metaspace_ = false;
   std::string prefix_, suffix_;                  // as units_ spells them
   std::string prefix_spelled_, suffix_spelled_;  // as the file spells them
   std::array<int32_t, 256> single_byte_ids_{};   // unit_id of a one-byte unit, no prefix/suffix

@@ -21,8 +21,6 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
-#include <iostream>
-#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -124,7 +122,8 @@ int main(int argc, char** argv) {
       std::printf("%s\n", j.dump().c_str());
       return 0;
     }
-    std::string in((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    std::string in;
+    for (char buf[1 << 16]; const size_t n = std::fread(buf, 1, sizeof(buf), stdin);) in.append(buf, n);
     std::string out;
     out.reserve(in.size());
     double seconds = 0;
