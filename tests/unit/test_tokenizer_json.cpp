@@ -235,6 +235,12 @@ TEST(TokenizerJson, SentencePieceStyle) {
   EXPECT_EQ(from(j).encode("h\xc3\xa9\xc3\xa9"), (V{262, 0}));
   j["model"]["fuse_unk"] = false;
   EXPECT_EQ(from(j).encode("h\xc3\xa9\xc3\xa9"), (V{262, 0, 0}));
+  // A token with "▁" after another character: a merge may cross there, so the piece is not cut
+  // into words before each "▁" (i▁ merges first; cut, each word would give ▁hi).
+  j = sentencepiece_json();
+  j["model"]["vocab"]["i\xe2\x96\x81"] = 264;
+  j["model"]["merges"].insert(j["model"]["merges"].begin(), "i \xe2\x96\x81");
+  EXPECT_EQ(from(j).encode("hi hi"), (V{262, 264, 260, 261}));
   // Llama 2's published form of the same: Prepend + Replace normalizers, no pre-tokenizer.
   j = sentencepiece_json();
   j["pre_tokenizer"] = nullptr;
