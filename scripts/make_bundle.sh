@@ -16,8 +16,8 @@ rm -rf "$stage"
 mkdir -p "$stage/fsdpp/bin" "$stage/fsdpp/lib/fsdpp" "$stage/fsdpp/share/fsdpp"
 root=$stage/fsdpp
 
-tools=(fsdpp-run fsdpp-train fsdpp-ckpt fsdpp-estimate fsdpp-generate fsdpp-data fsdpp-bench fsdpp_gpu_tests
-       fsdpp-example-mlp fsdpp-example-sequential)
+tools=(fsdpp-run fsdpp-train fsdpp-ckpt fsdpp-estimate fsdpp-generate fsdpp-data fsdpp-tokenize fsdpp-bench
+       fsdpp_gpu_tests fsdpp-example-mlp fsdpp-example-sequential)
 for t in "${tools[@]}"; do
   [[ -x "$build/bin/$t" ]] || { echo "[bundle] $build/bin/$t is missing: run \`make build\` first" >&2; exit 1; }
   cp "$build/bin/$t" "$root/bin/"

@@ -1,5 +1,3 @@
-#include <filesystem>
-
 #include "fsdpp/common/error.h"
 #include "fsdpp/data/tokenizer.h"
 
@@ -22,13 +20,14 @@ std::string ByteTokenizer::decode(std::span<const int32_t> ids) const {
   return text;
 }
 
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
-  if (spec == "byte") return std::make_unique<ByteTokenizer>();
-  FSDPP_CHECK_AS(ConfigError, std::filesystem::is_regular_file(spec),
-                 "[data] tokenizer '{}' is neither \"byte\" nor an existing SentencePiece .model "
-                 "file",
-                 spec);
-  return std::make_unique<SentencePieceTokenizer>(spec);
+std::optional<int32_t> ByteTokenizer::token_to_id(std::string_view token) const {
+  if (token.size() != 1) return std::nullopt;
+  return static_cast<unsigned char>(token[0]);
+}
+
+std::optional<std::string> ByteTokenizer::id_to_token(int32_t id) const {
+  if (id < 0 || id >= 256) return std::nullopt;
+  return std::string(1, static_cast<char>(id));
 }
 
 }  // namespace fsdpp::data

@@ -10,37 +10,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "byte_level_alphabet.h"
 #include "fsdpp/common/error.h"
+#include "fsdpp/data/tokenizer_json.h"
+#include "unicode_text.h"
 
 namespace fsdpp::data {
 namespace {
 
 using json = nlohmann::ordered_json;
 
-std::string utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xc0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3f));
-  } else {
-    s += static_cast<char>(0xe0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    s += static_cast<char>(0x80 | (cp & 0x3f));
-  }
-  return s;
-}
-
-// GPT-2's bytes_to_unicode, which the ByteLevel pre-tokenizer and decoder apply: printable
-// Latin-1 bytes stand for themselves, the other 68 become U+0100 onwards in byte order.
+// GPT-2's printable character for each byte (byte_level_alphabet.h).
 std::vector<std::string> byte_level_chars() {
   std::vector<std::string> out(256);
-  uint32_t next = 256;
-  for (uint32_t b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae);
-    out[b] = utf8(printable ? b : next++);
-  }
+  for (int b = 0; b < 256; ++b) out[b] = unicode::utf8(byte_level_char(static_cast<uint8_t>(b)));
   return out;
 }
 
@@ -256,9 +239,36 @@ void add_special_token_names(const SpmModel& m, json& config) {
   }
 }
 
+// A tokenizer.json's own files; a tokenizer_config.json written for it when it came without one.
+std::map<std::string, std::string> tokenizer_json_files(const TokenizerJson& tok, int64_t model_max_length) {
+  const auto& f = tok.files();
+  std::map<std::string, std::string> out = {{kTokenizerJsonFile, f.tokenizer_json}};
+  if (f.chat_template) out[kChatTemplateFile] = *f.chat_template;
+  if (f.tokenizer_config) {
+    out[kTokenizerConfigFile] = *f.tokenizer_config;
+    return out;
+  }
+  // No add_bos_token / add_eos_token: either would make transformers replace the file's
+  // post-processor; the special tokens by name, as transformers reports them.
+  json config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                 {"model_max_length", model_max_length},
+                 {"clean_up_tokenization_spaces", false}};
+  const auto ids = tok.special_token_ids();
+  const std::pair<const char*, std::optional<int32_t>> named[] = {
+      {"bos_token", ids.bos}, {"eos_token", ids.eos}, {"pad_token", ids.pad}, {"unk_token", ids.unk}};
+  for (const auto& [key, id] : named) {
+    if (id) {
+      if (auto t = tok.id_to_token(*id)) config[key] = *t;
+    }
+  }
+  out[kTokenizerConfigFile] = config.dump(2) + "\n";
+  return out;
+}
+
 }  // namespace
 
 std::map<std::string, std::string> hf_tokenizer_files(const Tokenizer& tok, int64_t model_max_length) {
+  if (const auto* hf = dynamic_cast<const TokenizerJson*>(&tok)) return tokenizer_json_files(*hf, model_max_length);
   if (dynamic_cast<const ByteTokenizer*>(&tok) != nullptr) {
     const auto chars = byte_level_chars();
     json vocab = json::object();

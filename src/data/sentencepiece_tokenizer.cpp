@@ -121,6 +121,31 @@ std::string SentencePieceTokenizer::decode(std::span<const int32_t> ids) const {
 
 int64_t SentencePieceTokenizer::vocab_size() const { return processor_->GetPieceSize(); }
 
+bool SentencePieceTokenizer::is_special(int32_t id) const {
+  return id >= 0 && id < vocab_size() && (processor_->IsControl(id) || processor_->IsUnknown(id));
+}
+
+SpecialTokenIds SentencePieceTokenizer::special_token_ids() const {
+  auto id = [this](int v) -> std::optional<int32_t> {
+    if (v < 0 || v >= vocab_size()) return std::nullopt;
+    return v;
+  };
+  return {id(processor_->bos_id()), id(processor_->eos_id()), id(processor_->pad_id()),
+          id(processor_->unk_id())};
+}
+
+std::optional<int32_t> SentencePieceTokenizer::token_to_id(std::string_view token) const {
+  // PieceToId answers unk_id for a piece it lacks: only an exact piece counts.
+  const int id = processor_->PieceToId(token);
+  if (id < 0 || id >= vocab_size() || processor_->IdToPiece(id) != token) return std::nullopt;
+  return id;
+}
+
+std::optional<std::string> SentencePieceTokenizer::id_to_token(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) return std::nullopt;
+  return processor_->IdToPiece(id);
+}
+
 void SentencePieceTokenizer::train(const std::string& corpus_path, const std::string& model_prefix,
                                    int64_t vocab_size, bool byte_fallback) {
   std::ifstream probe(corpus_path, std::ios::binary);

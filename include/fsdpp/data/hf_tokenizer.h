@@ -9,6 +9,11 @@
 // (PreTrainedTokenizerFast, no BOS or EOS added: fsdpp adds none), plus tokenizer.model for
 // SentencePiece (what LlamaTokenizer and fsdpp itself read).
 //
+// TokenizerJson (a Hugging Face tokenizer that fsdpp read): its own files, verbatim
+//   (tokenizer.json, and tokenizer_config.json and chat_template.jinja where it came with them);
+//   without a tokenizer_config.json, one naming its special tokens is written. The exported
+//   model speaks the tokenizer it was trained with.
+//
 // byte: a BPE without merges over the 256 single-byte tokens behind a ByteLevel pre-tokenizer
 //   (no regex split, no prefix space). ByteLevel shows byte b as GPT-2's printable character for
 //   b; the vocabulary maps that character to id b, so id == byte as in fsdpp, for any text.

@@ -4,7 +4,12 @@
 // it from there instead of from the run's cache directory.
 //
 //   fsdpp_tokenizer.json   {"type": "byte"}  or  {"type": "sentencepiece", "model": "tokenizer.model"}
+//                          or {"type": "tokenizer.json", "tokenizer": "tokenizer.json",
+//                              "config": "tokenizer_config.json", "chat_template": "chat_template.jinja"}
 //   tokenizer.model        the SentencePiece model (sentencepiece only)
+//   tokenizer.json, tokenizer_config.json, chat_template.jinja
+//                          a Hugging Face tokenizer's files, verbatim (tokenizer.json only; the
+//                          last two where the tokenizer came with them)
 
 #include <filesystem>
 #include <map>

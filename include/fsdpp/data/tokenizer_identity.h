@@ -11,11 +11,14 @@
 // Identity is kind + digest (XXH3-64 of what decides the ids):
 //   byte           no digest: there is one byte tokenizer
 //   sentencepiece  the model file's bytes (what SentencePieceTokenizer::name() carries)
-//   tokenizer.json a Hugging Face tokenizer.json and nothing fsdpp can load beside it: the
-//                  digest of its model (vocabulary, merges), normalizer, pre-tokenizer,
-//                  post-processor and added tokens, keys sorted. fsdpp's own tokenizers compare
-//                  to one through the tokenizer.json fsdpp exports for them (hf_tokenizer.h), so
-//                  a model exported by `fsdpp-ckpt export-hf` is recognised as the student's.
+//   tokenizer.json a Hugging Face tokenizer.json (a TokenizerJson in memory, or the file): the
+//                  digest of its model's kind, vocabulary, merges, byte_fallback and unk_token
+//                  and of its added tokens' ids and texts, keys sorted, both spellings of merges
+//                  alike (src/data/tokenizer_json_digest.h): what decides which id is which string, not
+//                  the fields a re-save by another tokenizers version adds. fsdpp's own
+//                  tokenizers compare to one through the tokenizer.json fsdpp exports for them
+//                  (hf_tokenizer.h), so a model exported by `fsdpp-ckpt export-hf` is recognised
+//                  as the student's.
 
 #include <filesystem>
 #include <optional>
@@ -36,8 +39,9 @@ struct TokenizerIdentity {
 
 TokenizerIdentity identity_of(const Tokenizer& tok);
 
-// The tokenizer stored in `dir` (an fsdpp checkpoint: fsdpp_tokenizer.json and its model; a
-// Hugging Face directory: tokenizer.model, or tokenizer.json); nothing when it holds none.
+// The tokenizer stored in `dir` (an fsdpp checkpoint: fsdpp_tokenizer.json and its files; a
+// Hugging Face directory: tokenizer.json, else tokenizer.model); nothing when it holds none.
+// identity_of(*make_tokenizer(dir)) equals it.
 // ConfigError naming the file when one is there but unreadable.
 std::optional<TokenizerIdentity> read_tokenizer_identity(const std::filesystem::path& dir);
 
