@@ -68,7 +68,7 @@ Key fsdp_key() {
   return key<TrainConfig>("fsdp", read, emit);
 }
 
-// data.padding_free: true, false, or null / absent (on with bfd packing, as TRL's default).
+// data.padding_free: true, false, or null / absent (off; true is refused by validate for now).
 Key padding_free_key() {
   auto read = [](TrainConfig& c, const YAML::Node& value, const Loc& loc) {
     if (value.IsNull()) {

@@ -97,6 +97,16 @@ bool is_record_data(const DataSection& data) {
 void prepare_record_batches(TrainSession& s) {
   const auto& cfg = s.cfg;
   const auto& d = cfg.data;
+  // Both read windows of a token stream (a window's offset seeds its samples, names its cached
+  // logits), which rows of documents are not.
+  const auto& kd = cfg.distillation;
+  FSDPP_CHECK_AS(ConfigError, kd.lmbda == 0 && !kd.seq_kd && kd.teacher_cache.empty(),
+                 "[train] data.{} holds records, and {} reads windows of a text's tokens: "
+                 "on-policy distillation (distillation.lmbda > 0, seq_kd) and an offline "
+                 "teacher_cache are not supported with records yet. Distill from a live teacher "
+                 "(distillation.teacher, lmbda=0), or train on text",
+                 d.mixture.empty() ? "path" : "mixture",
+                 kd.teacher_cache.empty() ? "on-policy distillation" : "distillation.teacher_cache");
   const auto [dir, manifest] = prepared_documents(s);
   auto store = std::make_shared<const data::DocumentStore>(data::open_prepared(dir, manifest));
   const int64_t n = store->num_documents();
@@ -125,7 +135,7 @@ void prepare_record_batches(TrainSession& s) {
                     d.mixture.empty() ? d.path : "data.mixture", manifest.records, n,
                     manifest.tokens(), manifest.loss_tokens(), skips, s.tokenizer->name(), n_train,
                     p.num_rows(), d.seq_len,
-                    d.packing ? fmt::format("packed, {}", d.packing_strategy.name()) : "one document a row",
+                    d.packing ? fmt::format("packed {}: a document attends to the earlier ones in its row", d.packing_strategy.name()) : "one document a row",
                     plan.padding_free ? ", each document attended to alone" : "",
                     p.split_documents() + p.truncated_documents() > 0
                         ? fmt::format(", {} long documents split, {} truncated ({} tokens dropped)",

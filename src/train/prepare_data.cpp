@@ -16,6 +16,7 @@
 #include "fsdpp/data/tokenizer_files.h"
 #include "fsdpp/data/tokenizer_identity.h"
 #include "fsdpp/dist/agree.h"
+#include "document_data.h"
 #include "phases.h"
 #include "teacher.h"
 #include "token_batches.h"
@@ -188,7 +189,7 @@ void LanguageModels::prepare_data(TrainSession& s) const {
   const bool lead = s.lead;
   const auto& cache_dir = s.cache_dir;
   auto& tokenizer = s.tokenizer;
-  const bool records = false;  // WIP: is_record_data(cfg.data) once data/example.h lands
+  const bool records = is_record_data(cfg.data);
   FSDPP_CHECK_AS(ConfigError,
                  !records || !cfg.data.tokenizer_is("sentencepiece") ||
                      !cfg.data.tokenizer_model.empty() || s.init,
@@ -199,7 +200,10 @@ void LanguageModels::prepare_data(TrainSession& s) const {
   const fs::path& corpus = s.corpus = records ? fs::path() : corpus_file(cfg.data, cache_dir, world);
   tokenizer = run_tokenizer(s, [&] { return make_tokenizer(cfg.data, corpus, cache_dir, world); });
   check_tokenizer_agrees(s, *tokenizer);
-
+  if (records) {
+    prepare_record_batches(s);
+    return;
+  }
   data::TokenDatasetOptions dopts;
   dopts.cache_dir = cache_dir;
   // Rank 0 encodes; the others then map the cached token file.

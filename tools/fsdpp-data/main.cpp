@@ -3,6 +3,8 @@
 //   fsdpp-data records chat.jsonl.zst --examples               the training examples TRL would see
 //   fsdpp-data records data/ --count                           only the summary
 //   fsdpp-data records --mix chat.jsonl=3 --mix web/=1 --seed 7 --limit 100   a weighted mixture
+//   fsdpp-data prepare chat.jsonl --tokenizer model-dir/ --out prepared/   tokenized once (prepare.h)
+//   fsdpp-data documents prepared/ --limit 3                   its ids and loss masks
 // stdout is JSON Lines; a summary (files, records, examples, skipped) goes to stderr. Each
 // subcommand is one function below.
 #include <CLI/CLI.hpp>
@@ -21,10 +23,12 @@
 #include "fsdpp/data/example.h"
 #include "fsdpp/data/mixture_reader.h"
 #include "fsdpp/data/record_reader.h"
+#include "prepare.h"
 
 namespace {
 
 namespace data = fsdpp::data;
+using fsdpp_data_tool::parse_mix;
 
 struct RecordsArgs {
   std::string path;
@@ -61,20 +65,6 @@ std::string files_read(const data::DataFiles& files, int64_t opened) {
   const auto total = static_cast<int64_t>(files.files.size());
   return fmt::format("{}{} file{}{}", opened == total ? "" : fmt::format("{} of ", opened), total,
                      total == 1 ? "" : "s", files.saved_dataset ? " (a save_to_disk directory)" : "");
-}
-
-// --mix PATH=WEIGHT (the last '=' splits: paths may hold one).
-data::MixtureSource parse_mix(const std::string& arg) {
-  const size_t eq = arg.rfind('=');
-  FSDPP_CHECK_AS(ConfigError, eq != std::string::npos && eq > 0,
-                 "[data] --mix '{}' is not PATH=WEIGHT (e.g. --mix chat.jsonl=3)", arg);
-  try {
-    size_t used = 0;
-    const double w = std::stod(arg.substr(eq + 1), &used);
-    if (used == arg.size() - eq - 1) return {arg.substr(0, eq), w};
-  } catch (const std::exception&) {
-  }
-  FSDPP_THROW(ConfigError, "[data] --mix '{}': the weight '{}' is not a number", arg, arg.substr(eq + 1));
 }
 
 int run_mixture(const RecordsArgs& args) {
@@ -171,6 +161,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   RecordsArgs records;
   add_records(app, records);
+  fsdpp_data_tool::PrepareArgs prepare;
+  fsdpp_data_tool::add_prepare(app, prepare);
+  fsdpp_data_tool::DocumentsArgs documents;
+  fsdpp_data_tool::add_documents(app, documents);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -178,6 +172,8 @@ int main(int argc, char** argv) {
   }
   try {
     if (app.got_subcommand("records")) return run_records(records);
+    if (app.got_subcommand("prepare")) return fsdpp_data_tool::run_prepare(prepare);
+    if (app.got_subcommand("documents")) return fsdpp_data_tool::run_documents(documents);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "%s\n", e.what());
