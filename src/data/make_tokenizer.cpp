@@ -43,4 +43,12 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
   }
 }
 
+std::unique_ptr<Tokenizer> model_tokenizer(const fs::path& dir) {
+  std::error_code ec;
+  for (const char* file : {kTokenizerFile, kTokenizerJsonFile, kSentencePieceModelFile}) {
+    if (fs::exists(dir / file, ec)) return make_tokenizer(dir.string());
+  }
+  return nullptr;
+}
+
 }  // namespace fsdpp::data

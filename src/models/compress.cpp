@@ -79,10 +79,8 @@ Teacher read_teacher(const fs::path& dir, const std::string& tokenizer_spec) {
   }
   if (!tokenizer_spec.empty()) {
     t.tokenizer = data::make_tokenizer(tokenizer_spec);
-  } else if (auto tok = data::load_tokenizer(dir)) {
+  } else if (auto tok = data::model_tokenizer(dir)) {
     t.tokenizer = std::move(tok);
-  } else if (fs::exists(dir / data::kSentencePieceModelFile)) {
-    t.tokenizer = data::make_tokenizer((dir / data::kSentencePieceModelFile).string());
   } else if (t.vocab_size() == 256) {
     t.tokenizer = data::make_tokenizer("byte");
   }
@@ -227,9 +225,10 @@ CompressReport compress_checkpoint(const fs::path& teacher_dir, const fs::path& 
                      "[compress] --num-experts {} drops experts by their router load: give "
                      "--calibration FILE (text in the teacher's tokenizer)", o.num_experts);
       FSDPP_CHECK_AS(ConfigError, t.tokenizer != nullptr,
-                     "[compress] the teacher '{}' holds no tokenizer (fsdpp_tokenizer.json or "
-                     "tokenizer.model) and its vocabulary ({}) is not bytes; give --tokenizer "
-                     "byte or --tokenizer PATH.model", teacher_dir.string(), c.vocab_size);
+                     "[compress] the teacher '{}' holds no tokenizer (fsdpp_tokenizer.json, "
+                     "tokenizer.json or tokenizer.model) and its vocabulary ({}) is not bytes; "
+                     "give --tokenizer with the model's own tokenizer (its tokenizer.json, the "
+                     "directory holding it, or its .model file)", teacher_dir.string(), c.vocab_size);
       FSDPP_CHECK_AS(ConfigError, o.calibration_tokens >= 1,
                      "[compress] --calibration-tokens {}: expected at least 1", o.calibration_tokens);
       const int64_t seq = o.calibration_seq_len > 0 ? o.calibration_seq_len

@@ -61,6 +61,10 @@ at::Tensor sample_tokens(const std::function<at::Tensor(const at::Tensor&)>& las
     // Sampled on the CPU whatever device the model computes on: the generator is a CPU one
     // (options.generator), and a GPU run samples what a CPU run would.
     auto last = last_logits(context).to(at::kCPU, at::kFloat);  // (B,V)
+    if (options.allowed_vocab > 0 && options.allowed_vocab < last.size(-1)) {
+      last.narrow(-1, options.allowed_vocab, last.size(-1) - options.allowed_vocab)
+          .fill_(-std::numeric_limits<float>::infinity());
+    }
     at::Tensor next;                                   // (B,1)
     if (temperature == 0) {
       next = last.argmax(-1, /*keepdim=*/true);

@@ -126,9 +126,10 @@ HfConversion import_hf_checkpoint(const fs::path& hf_dir, const fs::path& out) {
   HfConversion r;
   r.architecture = architecture_of_hf_config(detail::read_hf_config(hf_dir),
                                              (hf_dir / "config.json").string());
-  // A directory fsdpp exported holds fsdpp's own tokenizer files too: keep them with the model.
+  // The model's tokenizer travels with it: fsdpp's own files when fsdpp exported the directory,
+  // else its tokenizer.json (with tokenizer_config.json) or tokenizer.model.
   std::map<std::string, std::string> files;
-  if (const auto tok = data::load_tokenizer(hf_dir)) {
+  if (const auto tok = data::model_tokenizer(hf_dir)) {
     files = data::tokenizer_files(*tok);
     r.tokenizer = true;
   }

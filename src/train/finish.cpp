@@ -68,6 +68,7 @@ TrainResult finish(TrainSession& s) {
     go.max_new_tokens = t.sample_tokens;
     go.temperature = t.sample_temperature;
     go.top_k = t.sample_top_k;
+    go.allowed_vocab = tokenizer->vocab_size();  // model.vocab_size may have rows beyond it
     go.generator = gen;
     // A heartbeat per token, and a stop signal honoured every 8 tokens (one small all-reduce:
     // every rank stops at the same token), so that neither waits for the whole sample.

@@ -72,11 +72,9 @@ ModelSource::ModelSource(const fs::path& dir, std::string key) : dir_(dir), key_
   } else {
     llama_ = models::llama_config_from_json(text, config_file.string());
   }
-  tokenizer_ = data::load_tokenizer(dir);
-  if (!tokenizer_ && fs::exists(dir / data::kSentencePieceModelFile)) {
-    tokenizer_ = std::make_unique<data::SentencePieceTokenizer>(
-        (dir / data::kSentencePieceModelFile).string());
-  }
+  // The model's own tokenizer: fsdpp's files (a checkpoint), else a Hugging Face model's
+  // tokenizer.json (with its tokenizer_config.json), else a SentencePiece .model.
+  tokenizer_ = data::model_tokenizer(dir);
 }
 
 int64_t ModelSource::vocab_size() const {

@@ -35,7 +35,7 @@ int usage() {
                "       fsdpp-ckpt compress [--force] [--keep-layers 0,2,3 | --num-layers N]\n"
                "                           [--num-experts K --calibration FILE\n"
                "                           [--calibration-tokens N] [--calibration-seq-len T]]\n"
-               "                           [--tokenizer byte|PATH.model] TEACHER OUT\n"
+               "                           [--tokenizer byte|PATH] TEACHER OUT\n"
                "DIR is a checkpoint saved by fsdpp (fsdpp::state::save_state_dict or fsdpp-train's\n"
                "checkpoint-<step>). inspect verifies every checksum unless --no-verify;\n"
                "consolidate writes one safetensors file that Python's safetensors and Hugging Face\n"

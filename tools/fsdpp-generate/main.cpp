@@ -9,6 +9,8 @@
 
 #include <torch/torch.h>
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -107,18 +109,15 @@ Loaded load(const fs::path& dir, const std::string& tokenizer_flag, fsdpp::dist:
   const int64_t vocab = out.model->vocab_size();
   if (!tokenizer_flag.empty()) {
     out.tokenizer = fsdpp::data::make_tokenizer(tokenizer_flag);
-  } else if (auto t = fsdpp::data::load_tokenizer(dir)) {
+  } else if (auto t = fsdpp::data::model_tokenizer(dir)) {
     out.tokenizer = std::move(t);
-  } else if (fs::exists(dir / fsdpp::data::kSentencePieceModelFile)) {
-    out.tokenizer = std::make_unique<fsdpp::data::SentencePieceTokenizer>(
-        (dir / fsdpp::data::kSentencePieceModelFile).string());
   } else if (vocab == 256) {
     out.tokenizer = std::make_unique<fsdpp::data::ByteTokenizer>();
   } else {
     FSDPP_THROW(ConfigError,
-                "[generate] '{}' holds no tokenizer (fsdpp_tokenizer.json or tokenizer.model) "
+                "[generate] '{}' holds no tokenizer (fsdpp_tokenizer.json, tokenizer.json or tokenizer.model) "
                 "and its vocabulary ({}) is not bytes; give --tokenizer byte or --tokenizer "
-                "PATH.model",
+                "PATH (a tokenizer.json or .model file)",
                 dir.string(), vocab);
   }
   FSDPP_CHECK_AS(ConfigError, out.tokenizer->vocab_size() <= vocab,
@@ -167,7 +166,7 @@ CLI::Validator whole_number_in(const std::string& accepted, uint64_t max) {
 int main(int argc, char** argv) {
   CLI::App app{"fsdpp-generate: continue a prompt with a trained model (docs/generate.md)"};
   std::string checkpoint, prompt, tokenizer, stop;
-  bool have_prompt = false, raw = false;
+  bool have_prompt = false, raw = false, print_ids = false, ignore_eos = false;
   fsdpp::models::GenerateOptions go;
   go.temperature = 0.8;
   uint64_t seed = 0;
@@ -191,8 +190,13 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(whole_number_in("a whole number in [0, 18446744073709551615]", UINT64_MAX));
   app.add_option("--stop", stop, "stop once the generated text contains this");
-  app.add_option("--tokenizer", tokenizer, "byte, or a SentencePiece .model (default: the checkpoint's)");
+  app.add_option("--tokenizer", tokenizer,
+                 "byte, a tokenizer.json, a SentencePiece .model, or a directory holding one "
+                 "(default: the checkpoint's)");
   app.add_flag("--raw", raw, "print the bytes as generated (default: invalid UTF-8 as \\xNN)");
+  app.add_flag("--ids", print_ids, "print the token ids (the prompt's, then the generated) instead of text");
+  app.add_flag("--ignore-eos", ignore_eos,
+               "go on after the tokenizer's EOS (default: stop there, as transformers' generate)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -235,16 +239,32 @@ int main(int argc, char** argv) {
       auto opts = go;
       opts.generator = gen;
       const auto n_prompt = static_cast<int64_t>(ids.size());
-      if (!stop.empty()) {
+      // Only ids the tokenizer has are drawn (a model may have more embedding rows than tokens).
+      opts.allowed_vocab = loaded.tokenizer->vocab_size();
+      const auto eos = ignore_eos ? std::nullopt : loaded.tokenizer->special_token_ids().eos;
+      if (!stop.empty() || eos) {
         opts.stop = [&](const at::Tensor& tokens) {
+          if (eos && tokens[0][-1].item<int64_t>() == *eos) return true;
+          if (stop.empty()) return false;
           auto tail = tokens[0].narrow(0, n_prompt, tokens.size(1) - n_prompt).to(torch::kInt);
           std::vector<int32_t> v(tail.data_ptr<int32_t>(), tail.data_ptr<int32_t>() + tail.numel());
           return loaded.tokenizer->decode(v).find(stop) != std::string::npos;
         };
       }
       auto out = loaded.model->generate(prompt_ids, opts);
+      if (print_ids) {
+        if (lead) {
+          const auto all = out.to(torch::kLong).contiguous();
+          std::string line;
+          for (int64_t i = 0; i < all.numel(); ++i) line += fmt::format("{}{}", i ? " " : "", all[i].item<int64_t>());
+          std::fprintf(stdout, "%s\n", line.c_str());
+          std::fflush(stdout);
+        }
+        continue;
+      }
       auto tail = out.narrow(0, n_prompt, out.size(0) - n_prompt).to(torch::kInt).contiguous();
       std::vector<int32_t> v(tail.data_ptr<int32_t>(), tail.data_ptr<int32_t>() + tail.numel());
+      if (eos && !v.empty() && v.back() == *eos) v.pop_back();  // the text ends where EOS came
       std::string text = loaded.tokenizer->decode(v);
       if (!stop.empty()) {
         if (auto at = text.find(stop); at != std::string::npos) text.resize(at);

@@ -138,4 +138,10 @@ class SentencePieceTokenizer final : public Tokenizer {
 // Anything else is a ConfigError that lists these forms.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec);
 
+// A model directory's own tokenizer, read as make_tokenizer(dir) reads it (an fsdpp checkpoint's
+// files, else tokenizer.json with tokenizer_config.json, else tokenizer.model); nothing when the
+// directory holds none of them. What model.init_from, a teacher, fsdpp-generate, fsdpp-ckpt
+// compress and import-hf read, so a model's tokenizer is found the same way by all.
+std::unique_ptr<Tokenizer> model_tokenizer(const std::filesystem::path& dir);
+
 }  // namespace fsdpp::data

@@ -26,6 +26,9 @@ struct GenerateOptions {
   double temperature = 1.0;  // 0: greedy
   int64_t top_k = 0;         // 0: the whole vocabulary
   double top_p = 1.0;        // nucleus: the fewest tokens whose probabilities sum to >= top_p
+  // > 0: only ids below it are drawn, greedy or sampled (the tokenizer's vocabulary, when the
+  // model has more embedding rows than the tokenizer has tokens: those ids decode to nothing).
+  int64_t allowed_vocab = 0;
   std::optional<at::Generator> generator;
   // One per row of a (B, T0) prompt: row b's tokens are drawn with its own generator, so that
   // they depend on its seed alone, not on the other rows or the batch (sampling in training,
