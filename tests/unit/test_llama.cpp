@@ -12,6 +12,7 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/activation_checkpoint.h"
 #include "fsdpp/fsdp/fully_shard.h"
+#include "fsdpp/models/generate.h"
 #include "fsdpp/models/llama.h"
 
 using fsdpp::ConfigError;
@@ -336,6 +337,33 @@ TEST(Llama, GenerateGreedyAndSampled) {
   EXPECT_EQ(s1.sizes(), (std::vector<int64_t>{2, 9}));
   EXPECT_TRUE(torch::equal(s1, sample(1)));
   EXPECT_TRUE(((s1 >= 0) & (s1 < 64)).all().item<bool>());
+}
+
+// allowed_vocab: ids at or past it are never drawn, greedy or sampled, even where the model
+// puts its largest logits (a model with more embedding rows than its tokenizer has tokens).
+TEST(Llama, GenerateDrawsOnlyAllowedIds) {
+  const int64_t V = 64, allowed = 40;
+  auto last_logits = [&](const at::Tensor& ctx) {
+    auto l = torch::zeros({ctx.size(0), V});
+    l.narrow(1, allowed, V - allowed).fill_(50.0);  // the rows past the tokenizer win
+    l.select(1, 7).fill_(1.0);
+    return l;
+  };
+  auto prompt = torch::tensor({1, 2}, torch::kLong);
+  GenerateOptions o;
+  o.max_new_tokens = 30;
+  o.temperature = 0;
+  EXPECT_GE(sample_tokens(last_logits, {.max_seq_len = 8, .vocab_size = V}, prompt, o)[2].item<int64_t>(),
+            allowed);  // without the limit: a row past it
+  o.allowed_vocab = allowed;
+  auto greedy = sample_tokens(last_logits, {.max_seq_len = 8, .vocab_size = V}, prompt, o);
+  EXPECT_TRUE((greedy.narrow(0, 2, 30) == 7).all().item<bool>());
+  o.temperature = 1.0;
+  o.top_k = 50;
+  o.generator = at::make_generator<at::CPUGeneratorImpl>(3);
+  auto sampled = sample_tokens(last_logits, {.max_seq_len = 8, .vocab_size = V},
+                                       prompt.repeat({4, 1}), o);
+  EXPECT_TRUE((sampled.narrow(1, 2, 30) < allowed).all().item<bool>());
 }
 
 TEST(Llama, ShardedOverTwoRanksMatchesOneProcess) {
