@@ -39,6 +39,11 @@ data::RecordSources sources_of(const TrainConfig& cfg) {
   return src;
 }
 
+// The loss options of the data: section, as the document maker takes them.
+data::DocumentMakerOptions maker_options(const DataSection& d) {
+  return {.completion_only_loss = d.completion_only_loss, .assistant_only_loss = d.assistant_only_loss};
+}
+
 // The run's prepared documents: data.path itself when prepared already, else the cache (made by
 // rank 0). Returns the directory and its manifest.
 std::pair<fs::path, data::PreparedManifest> prepared_documents(TrainSession& s) {
@@ -50,8 +55,7 @@ std::pair<fs::path, data::PreparedManifest> prepared_documents(TrainSession& s) 
                    "'{}': its ids would mean other strings to this model. Prepare it again with "
                    "this run's tokenizer (fsdpp-data prepare --tokenizer ...)",
                    cfg.data.path, m->spec.tokenizer, s.tokenizer->name());
-    const data::DocumentMaker maker(*s.tokenizer, {.completion_only_loss = cfg.data.completion_only_loss,
-                                                   .assistant_only_loss = cfg.data.assistant_only_loss});
+    const data::DocumentMaker maker(*s.tokenizer, maker_options(cfg.data));
     const auto asked = data::mask_options(maker.describe()), made = data::mask_options(m->spec.options);
     FSDPP_CHECK_AS(ConfigError, asked == made,
                    "[train] data.path='{}' was prepared with {}, and this run asks for {}: its loss "
@@ -60,8 +64,7 @@ std::pair<fs::path, data::PreparedManifest> prepared_documents(TrainSession& s) 
                    cfg.data.path, made, asked);
     return {cfg.data.path, *m};
   }
-  const data::DocumentMaker maker(*s.tokenizer, {.completion_only_loss = cfg.data.completion_only_loss,
-                                                 .assistant_only_loss = cfg.data.assistant_only_loss});
+  const data::DocumentMaker maker(*s.tokenizer, maker_options(cfg.data));
   std::optional<data::PreparedManifest> manifest;
   fs::path dir;
   dist::agree_on_failure(*s.world.group(), "preparing data.path's records", [&] {

@@ -192,7 +192,8 @@ TEST(DistillConfig, BadOnPolicyOfflineAndLayerValuesNameTheKey) {
             std::string::npos);
   EXPECT_NE(bad({"distillation.layer_map=[0-1]"}).find("distillation.layer_map holds '0-1'"),
             std::string::npos);
-  EXPECT_NE(bad({"distillation.layer_map=[0:1, 0:2]"}).find("holds '0:2'"), std::string::npos);
+  EXPECT_NE(bad({"distillation.layer_map=[0:1, 0:2]"}).find("student layer 0 appears twice ('0:1' and '0:2')"),
+            std::string::npos);
   EXPECT_NE(bad({"distillation.layer_map=[auto, 0:1]"}).find("holds 'auto'"), std::string::npos);
   EXPECT_NE(bad({"distillation.layer_loss=l1"}).find("cosine, mse"), std::string::npos);
   const auto projection = bad({"distillation.layer_projection=mlp"});
