@@ -54,7 +54,18 @@ if(FSDPP_WITH_CUDA)
   endif()
   message(STATUS "fsdpp: CUDA parts on (toolkit ${CUDAToolkit_VERSION})")
   target_compile_definitions(fsdpp_torch INTERFACE USE_C10D_NCCL USE_CUDA FSDPP_WITH_CUDA=1)
-  target_include_directories(fsdpp_torch SYSTEM INTERFACE ${CUDAToolkit_INCLUDE_DIRS})
+  # The toolkit's include directories by their real paths: FindCUDAToolkit reports
+  # /usr/local/cuda/include when nvcc is found through /usr/local/cuda/bin on PATH and
+  # /usr/local/cuda-13.0/include when it is found elsewhere (CI's environment has no CUDA bin on
+  # PATH), and the two spellings of one directory gave every object two ccache keys: CI missed
+  # the cache that a session's run of .ci/run had warmed, and overran its 90 minutes.
+  set(_cuda_includes "")
+  foreach(_dir IN LISTS CUDAToolkit_INCLUDE_DIRS)
+    file(REAL_PATH "${_dir}" _real)
+    list(APPEND _cuda_includes "${_real}")
+  endforeach()
+  list(REMOVE_DUPLICATES _cuda_includes)
+  target_include_directories(fsdpp_torch SYSTEM INTERFACE ${_cuda_includes})
   target_link_libraries(fsdpp_torch INTERFACE
     "${_torch_lib}/libtorch_cuda.so" "${_torch_lib}/libc10_cuda.so")
 else()
