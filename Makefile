@@ -46,8 +46,11 @@ install:
 	@TORCH_VERSION=$(TORCH_VERSION) VENV=$(VENV) BUILD_DIR=$(BUILD_DIR) JOBS=$(JOBS) \
 	  CMAKE_ARGS="$(CMAKE_ARGS)" bash scripts/install.sh $(PREFIX)
 
-# The default job: a short FULL_SHARD training run over 2 ranks.
-run: build
+# The default job: a short FULL_SHARD training run over 2 ranks. It builds only what the job runs
+# (tools/CMakeLists.txt's fsdpp_default_job: fsdpp-run, fsdpp-train, fsdpp-generate and their
+# libraries), not the tests; Ninja prints how far it is ([done/total]).
+run: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target fsdpp_default_job
 	bash scripts/default_job.sh $(BUILD_DIR) $(ARGS)
 
 # -j: the single-process tests (the unit suites, the fuzzers, the build and docs audits) run

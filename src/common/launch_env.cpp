@@ -71,13 +71,17 @@ struct ProcessEnvironment {
   bool owns_torchrun_variables;
 };
 
+std::string slurm_unused(const Vars& v);
+
 // RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE as torchrun (and fsdpp-run) set them.
 ProcessReading read_torchrun_variables(const Vars& v) {
   const auto rank = v.get("RANK");
   const auto world = v.get("WORLD_SIZE");
+  const auto slurm = slurm_unused(v);
   FSDPP_CHECK_AS(ConfigError, rank && world,
-                 "[{}] {} is set but {} is not; set both (fsdpp-run does) or neither", v.component(),
-                 rank ? "RANK" : "WORLD_SIZE", rank ? "WORLD_SIZE" : "RANK");
+                 "[{}] {} is set but {} is not; set both (fsdpp-run does) or neither{}", v.component(),
+                 rank ? "RANK" : "WORLD_SIZE", rank ? "WORLD_SIZE" : "RANK",
+                 slurm.empty() ? "" : ". " + slurm);
   ProcessReading r;
   r.world = *v.integer("WORLD_SIZE", 1, kMaxWorld, "a positive integer");
   r.rank = *v.integer("RANK", 0, r.world - 1, fmt::format("0 <= RANK < WORLD_SIZE={}", r.world));
@@ -232,6 +236,18 @@ std::optional<Sourced<int>> slurm_port(const Vars& v) {
 
 // A task that srun started (SLURM_STEP_ID is set in srun's tasks, not in the batch script).
 bool slurm_step(const Vars& v) { return v.has("SLURM_STEP_ID") || v.has("SLURM_STEPID"); }
+
+// SLURM's task variables without srun's step id: an sbatch script running the program without
+// srun (they describe the allocation there, and the program is one process), or the variables set
+// by hand without SLURM_STEP_ID. Empty when that is not the case.
+std::string slurm_unused(const Vars& v) {
+  if (slurm_step(v) || !(v.has("SLURM_PROCID") || v.has("SLURM_NTASKS"))) return "";
+  return fmt::format(
+      "SLURM_PROCID={} and SLURM_NTASKS={} were not used: SLURM_STEP_ID is not set, which srun sets "
+      "in every task it starts; without it they describe an sbatch script's allocation, not a "
+      "task. Start each rank with srun (docs/slurm.md), or set SLURM_STEP_ID with them",
+      v.get("SLURM_PROCID").value_or("(unset)"), v.get("SLURM_NTASKS").value_or("(unset)"));
+}
 
 std::string slurm_detail(const Vars& v) {
   return fmt::format("job {}, step {}", v.get("SLURM_JOB_ID").value_or("?"),
@@ -410,6 +426,10 @@ std::optional<ProcessPlacement> detect_process(const EnvLookup& env, std::string
   }
   check_no_launcher_expected(v);
   return std::nullopt;
+}
+
+std::string unused_launcher_variables(const EnvLookup& env) {
+  return slurm_unused(Vars(env, "dist"));
 }
 
 // ---- a node's launcher ------------------------------------------------------------------------

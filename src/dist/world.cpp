@@ -219,6 +219,8 @@ std::shared_ptr<World> init_from_env(const InitOptions& options) {
       placement = placed->describe();
       if (env.rank == 0) fmt::print(stderr, "[dist] {}\n", placement);
     }
+  } else if (const auto why = unused_launcher_variables(process_environment()); !why.empty()) {
+    fmt::print(stderr, "[dist] one process: {}\n", why);
   }
   const std::string who = fmt::format("pid {} on host {}{}", ::getpid(), host_name(),
                                       placement.empty() ? "" : "; " + placement);

@@ -54,7 +54,8 @@ DEFAULT_JOB = "bash scripts/default_job.sh build training.max_steps=6 training.e
 
 def check_make_run(src):
     makefile = open(os.path.join(src, "Makefile")).read()
-    assert re.search(r"^run: build\n\tbash scripts/default_job\.sh \$\(BUILD_DIR\) \$\(ARGS\)$", makefile,
+    assert re.search(r"^run: configure\n\tcmake --build \$\(BUILD_DIR\) .*--target fsdpp_default_job\n"
+                     r"\tbash scripts/default_job\.sh \$\(BUILD_DIR\) \$\(ARGS\)$", makefile,
                      re.M), "the Makefile's run target is no longer scripts/default_job.sh: update this test"
 
 

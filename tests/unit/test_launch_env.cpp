@@ -89,6 +89,26 @@ TEST(LaunchEnv, NothingSetIsOneProcess) {
   EXPECT_FALSE(process({{"SLURM_JOB_ID", "7"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}).has_value());
 }
 
+TEST(LaunchEnv, SlurmTaskVariablesWithoutTheStepSayWhy) {
+  // slurm.md's table set by hand, without SLURM_STEP_ID: one process, and a line saying why.
+  const Vars table = {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"},
+                      {"SLURM_JOB_ID", "7"}};
+  EXPECT_FALSE(process(table).has_value());
+  const auto why = fsdpp::unused_launcher_variables(lookup(table));
+  EXPECT_NE(why.find("SLURM_PROCID=1 and SLURM_NTASKS=4 were not used: SLURM_STEP_ID is not set"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("srun"), std::string::npos) << why;
+  // With the step id they place the process; nothing left unused.
+  EXPECT_EQ(process(merged(table, {{"SLURM_STEP_ID", "0"}}))->environment, "SLURM srun");
+  EXPECT_EQ(fsdpp::unused_launcher_variables(lookup(kSrunTask)), "");
+  EXPECT_EQ(fsdpp::unused_launcher_variables(lookup({})), "");
+  // RANK by hand beside them: the error says why SLURM's were not read either.
+  const auto e = process_error(merged(table, {{"RANK", "1"}}));
+  EXPECT_NE(e.find("RANK is set but WORLD_SIZE is not"), std::string::npos) << e;
+  EXPECT_NE(e.find("SLURM_STEP_ID is not set"), std::string::npos) << e;
+}
+
 TEST(LaunchEnv, SrunTaskPerRank) {
   const auto p = process(kSrunTask);
   ASSERT_TRUE(p);

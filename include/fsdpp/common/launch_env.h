@@ -51,6 +51,10 @@ struct ProcessPlacement {
 // variables are set (a single process). Throws ConfigError naming the variable, its value and
 // what is accepted, or the two sources that disagree.
 std::optional<ProcessPlacement> detect_process(const EnvLookup& env, std::string_view component);
+// When detect_process found no launcher but some launcher's variables are set, why they were not
+// used: SLURM_PROCID/SLURM_NTASKS without SLURM_STEP_ID (srun sets it in each task; an sbatch
+// script running a program without srun has the others). Empty when nothing needs saying.
+std::string unused_launcher_variables(const EnvLookup& env);
 
 // A node launcher's settings: what its flags gave, then what the environment filled in.
 struct NodePlacement {
