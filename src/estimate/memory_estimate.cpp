@@ -577,7 +577,11 @@ MemoryEstimate estimate_every_layer(const ModelDescription& whole, const Estimat
   e.peak_at = l.peak_where();
   if (!have_shape) e.notes.push_back("activations not estimated: the model was given as a parameter count");
   if (mp) e.notes.push_back("mixed precision: bf16/fp16 gathers and compute, fp32 master shards");
-  if (o.activation_checkpointing) e.notes.push_back("activation checkpointing per TransformerBlock");
+  if (o.activation_checkpointing)  // the model's own unit class, as fsdp_transformer_layer_cls_to_wrap names it
+    e.notes.push_back(fmt::format("activation checkpointing per {}",
+                                  !have_shape         ? "unit"
+                                  : model.shape->moe ? "Qwen3MoeDecoderLayer"
+                                                     : "TransformerBlock"));
   if (teacher)
     e.notes.push_back(fmt::format("distillation teacher: {:.2f} M parameters in {}, FULL_SHARD over {} rank(s), "
                                   "forward under no-grad after the student's, its logits and probabilities in fp32{}",

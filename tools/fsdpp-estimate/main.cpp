@@ -74,7 +74,7 @@ const Alias kAliases[] = {
      "full_shard | shard_grad_op | no_shard (ddp) | zero1 | hybrid_shard (hybrid) | hybrid_shard_zero2"},
     {"--shard-group-size", "training.fsdp_config.fsdp_hybrid_shard_group_size", nullptr,
      "HYBRID: ranks per shard group (default min(N, 8))"},
-    {"--activation-checkpointing", "training.gradient_checkpointing", "true", "re-compute every TransformerBlock in backward"},
+    {"--activation-checkpointing", "training.gradient_checkpointing", "true", "re-compute every decoder layer (TransformerBlock, Qwen3MoeDecoderLayer) in backward"},
     {"--cpu-offload", "training.fsdp_config.fsdp_offload_params", "true",
      "parameter/gradient shards and optimizer state on the host"},
     {"--backward-prefetch-post", "training.fsdp_config.fsdp_backward_prefetch", "BACKWARD_POST",
