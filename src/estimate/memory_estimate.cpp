@@ -413,23 +413,22 @@ MemoryEstimate estimate_every_layer(const ModelDescription& whole, const Estimat
     if (pre) prefetch(backward_order, 0, bwd_prefetch);
     const GradAlloc root_grad{&l, pb, &us[0].grads};
     if (have_shape) {
-      // The root's outputs are the logits and the loss; fsdpp's pre-backward function gets a
-      // gradient for both, and autograd materialises the logits' missing one as zeros. They are
-      // summed into the output layer's incoming gradient.
+      // The root's output is the logits: the cross entropy (or the distillation objective) is
+      // taken of them outside the model (parallel::Parallelized::one_stage_loss), so its
+      // backward hands the output layer its incoming gradient directly.
       for (Id id : lb_saved) l.free(id);  // the load-balancing loss's backward (small)
-      Id zeros = -1;
+      Id glogits = -1;  // the logits' gradient
       if (!kd_saved.empty()) {
         // The objective's backward gives the logits their gradient; the student's own loss
         // (its log_softmax) is not backwarded and stays with the output until the step ends.
-        zeros = distill_loss_backward(l, d.BT, d.V, kd_saved);
+        glogits = distill_loss_backward(l, d.BT, d.V, kd_saved);
         if (mp) {
           Id ge = l.alloc(kActs, d.e * d.BT * d.V);
-          l.free(zeros);
-          zeros = ge;
+          l.free(glogits);
+          glogits = ge;
         }
         l.at("backward of the loss and output layer");
       } else {
-        zeros = l.alloc(kActs, d.e * d.BT * d.V);
         Id g1 = l.alloc(kActs, f32 * d.BT * d.V);  // nll_loss backward
         Id g2 = l.alloc(kActs, f32 * d.BT * d.V);  // log_softmax backward
         l.free(lsm);
@@ -439,11 +438,11 @@ MemoryEstimate estimate_every_layer(const ModelDescription& whole, const Estimat
           l.free(g2);
           g2 = g2e;
         }
-        l.free(g2);  // added into `zeros` in place
+        glogits = g2;
       }
       Id gnf = l.alloc(kActs, d.e * d.BT * d.C);
       root_grad(d.V * d.C);  // output.weight (or the tied embedding's first gradient)
-      l.free(zeros);
+      l.free(glogits);
       const Id nf = head.back();
       l.free(nf);
       gnf = tp_enter_backward(l, d, gnf);

@@ -29,15 +29,23 @@ class LlamaLM final : public CausalLM {
   explicit LlamaLM(Llama model) : model_(std::move(model)) {}
   torch::nn::Module& module() override { return *model_; }
   const char* architecture() const override { return "llama"; }
-  CausalLMOutput forward(const at::Tensor& tokens, const at::Tensor& targets) override {
+  CausalLMOutput forward(const at::Tensor& tokens, const at::Tensor& targets,
+                         const at::Tensor& positions = {}) override {
+    if (positions.defined()) {
+      auto out = fsdpp::forward(model_, tokens, targets, std::vector<int64_t>{}, positions);
+      return {out.logits, out.loss, at::Tensor(), {}};
+    }
     // No targets (a distillation teacher): the logits alone.
     if (!targets.defined()) return {fsdpp::forward(model_, tokens), at::Tensor(), at::Tensor(), {}};
     auto out = fsdpp::forward(model_, tokens, targets);
     return {out.logits, out.loss, at::Tensor(), {}};
   }
   CausalLMOutput forward_features(const at::Tensor& tokens, bool /*aux_loss*/,
-                                  const std::vector<int64_t>& hidden_layers) override {
-    auto out = fsdpp::forward(model_, tokens, at::Tensor(), hidden_layers);
+                                  const std::vector<int64_t>& hidden_layers,
+                                  const at::Tensor& positions = {}) override {
+    auto out = positions.defined()
+                   ? fsdpp::forward(model_, tokens, at::Tensor(), hidden_layers, positions)
+                   : fsdpp::forward(model_, tokens, at::Tensor(), hidden_layers);
     return {out.logits, at::Tensor(), at::Tensor(), std::move(out.hidden_states)};
   }
   at::Tensor generate(const at::Tensor& prompt, const GenerateOptions& options) override {
@@ -73,15 +81,24 @@ class Qwen3MoeLM final : public CausalLM {
   explicit Qwen3MoeLM(Qwen3Moe model) : model_(std::move(model)) {}
   torch::nn::Module& module() override { return *model_; }
   const char* architecture() const override { return "qwen3_moe"; }
-  CausalLMOutput forward(const at::Tensor& tokens, const at::Tensor& targets) override {
+  CausalLMOutput forward(const at::Tensor& tokens, const at::Tensor& targets,
+                         const at::Tensor& positions = {}) override {
     // The router logits are asked for in training: transformers adds the load-balancing loss
     // then (output_router_logits), and the metrics report it.
-    auto out = fsdpp::forward(model_, tokens, targets, /*output_router_logits=*/targets.defined());
+    auto out = positions.defined()
+                   ? fsdpp::forward(model_, tokens, targets, targets.defined(),
+                                    std::vector<int64_t>{}, positions)
+                   : fsdpp::forward(model_, tokens, targets,
+                                    /*output_router_logits=*/targets.defined());
     return {out.logits, out.loss, out.aux_loss, {}};
   }
   CausalLMOutput forward_features(const at::Tensor& tokens, bool aux_loss,
-                                  const std::vector<int64_t>& hidden_layers) override {
-    auto out = fsdpp::forward(model_, tokens, at::Tensor(), aux_loss, hidden_layers);
+                                  const std::vector<int64_t>& hidden_layers,
+                                  const at::Tensor& positions = {}) override {
+    auto out = positions.defined()
+                   ? fsdpp::forward(model_, tokens, at::Tensor(), aux_loss, hidden_layers,
+                                    positions)
+                   : fsdpp::forward(model_, tokens, at::Tensor(), aux_loss, hidden_layers);
     return {out.logits, at::Tensor(), out.aux_loss, std::move(out.hidden_states)};
   }
   at::Tensor generate(const at::Tensor& prompt, const GenerateOptions& options) override {
@@ -128,6 +145,12 @@ class Qwen3MoeLM final : public CausalLM {
 };
 
 }  // namespace
+
+at::Tensor CausalLM::cross_entropy(const at::Tensor& logits, const at::Tensor& targets,
+                                   double divisor) {
+  auto* tp = tensor_parallel();
+  return tp ? tp->loss(logits, targets, divisor) : token_cross_entropy(logits, targets, divisor);
+}
 
 std::unique_ptr<CausalLM> causal_lm(Llama model) { return std::make_unique<LlamaLM>(std::move(model)); }
 std::unique_ptr<CausalLM> causal_lm(Qwen3Moe model) {

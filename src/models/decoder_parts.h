@@ -5,8 +5,35 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string_view>
 
 namespace fsdpp::models::detail {
+
+// ---- document masking (packed sequences: TRL's padding_free, transformers' position_ids) ----
+//
+// positions (B,T) int64 hold each token's position in its document, restarting at 0 where a
+// document starts; a document is a run of tokens that starts at a position 0 (tokens before a
+// row's first 0 are one more). With positions, token i attends to the tokens j <= i of its own
+// document only, and RoPE rotates it by its position: each document computes what it would alone.
+
+// Throws ConfigError naming `model` unless positions is (B,T) int64 of the tokens' sizes with
+// values in [0, limit) (`limit_name`: the config field that sets limit). Returns the largest
+// position. One host sync: the caller does it once per forward.
+int64_t check_positions(const at::Tensor& positions, at::IntArrayRef tokens, int64_t limit,
+                        std::string_view model, std::string_view limit_name);
+
+// (B,T) positions -> (B,1,T,T) bool, true where query i may attend to key j: j <= i in the same
+// document. Made once per forward and handed to every layer (it does not depend on the layer).
+at::Tensor document_causal_mask(const at::Tensor& positions);
+
+// Attention of q, k, v (B,H,T,D): causal (SDPA's is_causal, its fastest kernels) when `mask` is
+// undefined, else with the boolean mask of document_causal_mask. Scaled by D^-0.5.
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& mask);
+
+// The rows of a RoPE table (P, ...) at each token's position: (B,T) -> (B,T, ...). The same
+// values as the rows 0 .. T-1 that a document alone reads, so its rotations are bit-equal.
+at::Tensor rows_at(const at::Tensor& table, const at::Tensor& positions);
 
 // (B,T,Hkv,D) -> (B,T,Hkv*n_rep,D): kv head j serves query heads j*n_rep .. (j+1)*n_rep-1.
 at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep);

@@ -19,9 +19,12 @@
 namespace fsdpp::models {
 namespace {
 
-// Every block runs through here so that a block made an FSDP unit gathers its parameters.
-at::Tensor run_block(TransformerBlockImpl& block, const at::Tensor& x) {
-  return fsdpp::forward(block, x);
+// Every block runs through here so that a block made an FSDP unit gathers its parameters. With
+// document masking the positions and the mask are arguments, so that activation checkpointing
+// keeps them for the recomputation.
+at::Tensor run_block(TransformerBlockImpl& block, const at::Tensor& x, const at::Tensor& positions,
+                     const at::Tensor& mask) {
+  return positions.defined() ? fsdpp::forward(block, x, positions, mask) : fsdpp::forward(block, x);
 }
 
 // Normalisation and rotary maths in at least float32, as Meta's reference does for bf16.
@@ -41,6 +44,17 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
   auto xc = x.to(compute_dtype(x)).unflatten(-1, {half, 2});  // (B,T,H,D/2,2)
   auto c = cos.narrow(0, start, T).view({1, T, 1, half}).to(xc.scalar_type());
   auto s = sin.narrow(0, start, T).view({1, T, 1, half}).to(xc.scalar_type());
+  const auto out = x.is_cuda() ? detail::rotate_pairs_complex(xc, c, s) : detail::rotate_pairs(xc, c, s);
+  return out.to(x.scalar_type());
+}
+
+// The same with each token at its own position (B,T) (document masking): the table's rows at the
+// positions, which the model checked against max_seq_len.
+at::Tensor apply_rope_at(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                         const at::Tensor& positions) {
+  auto xc = x.to(compute_dtype(x)).unflatten(-1, {x.size(3) / 2, 2});  // (B,T,H,D/2,2)
+  auto c = detail::rows_at(cos, positions).unsqueeze(2).to(xc.scalar_type());  // (B,T,1,D/2)
+  auto s = detail::rows_at(sin, positions).unsqueeze(2).to(xc.scalar_type());
   const auto out = x.is_cuda() ? detail::rotate_pairs_complex(xc, c, s) : detail::rotate_pairs(xc, c, s);
   return out.to(x.scalar_type());
 }
@@ -131,20 +145,28 @@ AttentionImpl::AttentionImpl(const LlamaConfig& cfg, at::Device device)
   rope_sin = register_buffer("rope_sin", angles.sin().to(torch::kFloat));
 }
 
-at::Tensor AttentionImpl::forward(const at::Tensor& input) {
+at::Tensor AttentionImpl::forward(const at::Tensor& input) { return forward(input, {}, {}); }
+
+at::Tensor AttentionImpl::forward(const at::Tensor& input, const at::Tensor& positions,
+                                  const at::Tensor& mask) {
+  // Under sequence parallelism enter gathers the sequence: attention sees every position, and
+  // positions and mask are the whole sequence's on every rank.
   const auto x = parallel ? parallel->enter(input, "attention") : input;
   const int64_t B = x.size(0), T = x.size(1);
   auto q = wq(x).view({B, T, n_heads, head_dim});
   auto k = wk(x).view({B, T, n_kv_heads, head_dim});
   auto v = wv(x).view({B, T, n_kv_heads, head_dim});
-  q = apply_rope(q, rope_cos, rope_sin);
-  k = apply_rope(k, rope_cos, rope_sin);
+  if (positions.defined()) {
+    q = apply_rope_at(q, rope_cos, rope_sin, positions);
+    k = apply_rope_at(k, rope_cos, rope_sin, positions);
+  } else {
+    q = apply_rope(q, rope_cos, rope_sin);
+    k = apply_rope(k, rope_cos, rope_sin);
+  }
   k = detail::repeat_kv(k, n_heads / n_kv_heads);
   v = detail::repeat_kv(v, n_heads / n_kv_heads);
-  // (B,H,T,D) for attention; is_causal masks position j > i.
-  auto y = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                            v.transpose(1, 2), /*attn_mask=*/{},
-                                            /*dropout_p=*/0.0, /*is_causal=*/true);
+  // (B,H,T,D) for attention: causal, within each document when masked.
+  auto y = detail::causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask);
   auto out = wo(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
   return parallel ? parallel->exit(out, "attention") : out;
 }
@@ -190,8 +212,13 @@ TransformerBlockImpl::TransformerBlockImpl(const LlamaConfig& cfg, at::Device de
 
 // attention and feed_forward go through fsdpp::forward too, so that a size-based wrap policy
 // may make them units of their own (a plain call when they are not).
-at::Tensor TransformerBlockImpl::forward(const at::Tensor& x) {
-  auto h = x + fsdpp::forward(attention, attention_norm(x));
+at::Tensor TransformerBlockImpl::forward(const at::Tensor& x) { return forward(x, {}, {}); }
+
+at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, const at::Tensor& positions,
+                                         const at::Tensor& mask) {
+  const auto normed = attention_norm(x);
+  auto h = x + (positions.defined() ? fsdpp::forward(attention, normed, positions, mask)
+                                    : fsdpp::forward(attention, normed));
   fsdpp::ResidualTail tail(*this);  // feed_forward ends in tail_linear (fsdp/checkpoint_tail.h)
   return h + fsdpp::forward(feed_forward, ffn_norm(h));
 }
@@ -256,7 +283,8 @@ void LlamaImpl::init_weights() {
 
 at::Tensor LlamaImpl::hidden_to_logits(const at::Tensor& tokens,
                                        const std::vector<int64_t>& hidden_layers,
-                                       std::vector<at::Tensor>* hidden, KVCache* cache) {
+                                       std::vector<at::Tensor>* hidden, KVCache* cache,
+                                       const at::Tensor& positions_in) {
   FSDPP_CHECK_AS(ConfigError, tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
                  "[models] Llama tokens must be (B,T) int64; got {} dims of {}", tokens.dim(),
                  c10::toString(tokens.scalar_type()));
@@ -271,12 +299,20 @@ at::Tensor LlamaImpl::hidden_to_logits(const at::Tensor& tokens,
                    "< n_layers={}",
                    layer, cfg_.n_layers);
   }
+  // Document masking: the positions checked and the mask made once, for every block.
+  at::Tensor positions, mask;
+  if (positions_in.defined()) {
+    positions = positions_in.to(tokens.device());
+    detail::check_positions(positions, tokens.sizes(), cfg_.max_seq_len, "Llama", "max_seq_len");
+    mask = detail::document_causal_mask(positions);
+  }
   auto h = parallel ? parallel->embed(tokens, tok_embeddings->weight)
                     : tok_embeddings(tokens);  // (B,T,C)
   std::vector<at::Tensor> outputs(layers->size());
   for (size_t i = 0; i < layers->size(); ++i) {
     auto& block = *layers->ptr<TransformerBlockImpl>(i);
-    h = cache ? fsdpp::forward(block, h, cache->layers.at(i)) : run_block(block, h);
+    h = cache ? fsdpp::forward(block, h, cache->layers.at(i))
+              : run_block(block, h, positions, mask);
     outputs[i] = h;
   }
   if (cache) cache->length += tokens.size(1);
@@ -296,14 +332,15 @@ LlamaOutput LlamaImpl::forward(const at::Tensor& tokens, const at::Tensor& targe
 }
 
 LlamaOutput LlamaImpl::forward(const at::Tensor& tokens, const at::Tensor& targets,
-                               const std::vector<int64_t>& hidden_layers) {
+                               const std::vector<int64_t>& hidden_layers,
+                               const at::Tensor& positions) {
   FSDPP_CHECK_AS(ConfigError, !targets.defined() || targets.sizes() == tokens.sizes(),
                  "[models] Llama targets have shape {}; expected the tokens' shape {}",
                  targets.sizes(), tokens.sizes());
   LlamaOutput out;
-  out.logits = hidden_to_logits(tokens, hidden_layers, &out.hidden_states);
+  out.logits = hidden_to_logits(tokens, hidden_layers, &out.hidden_states, nullptr, positions);
   if (!targets.defined()) return out;
-  out.loss = parallel ? parallel->loss(out.logits, targets)
+  out.loss = parallel ? parallel->loss(out.logits, targets, 0)
                       : token_cross_entropy(out.logits, targets);
   return out;
 }
@@ -317,12 +354,17 @@ at::Tensor LlamaImpl::forward(const at::Tensor& tokens, KVCache& cache) {
 
 // ---- free functions ----
 
-at::Tensor token_cross_entropy(const at::Tensor& logits, const at::Tensor& targets) {
+at::Tensor token_cross_entropy(const at::Tensor& logits, const at::Tensor& targets,
+                               double divisor) {
+  FSDPP_CHECK_AS(ConfigError, divisor >= 0 && std::isfinite(divisor),
+                 "[models] token_cross_entropy: divisor={}; expected 0 (the mean) or > 0", divisor);
   auto flat = logits.reshape({-1, logits.size(-1)});
   flat = flat.to(compute_dtype(flat));
   namespace F = torch::nn::functional;
-  return F::cross_entropy(flat, targets.reshape({-1}),
-                          F::CrossEntropyFuncOptions().ignore_index(-100));
+  auto o = F::CrossEntropyFuncOptions().ignore_index(-100);
+  if (divisor == 0) return F::cross_entropy(flat, targets.reshape({-1}), o);
+  // A sum (0 without loss tokens, where a mean would be 0/0) over the caller's count.
+  return F::cross_entropy(flat, targets.reshape({-1}), o.reduction(torch::kSum)) / divisor;
 }
 
 bool is_non_persistent_buffer(std::string_view name) {

@@ -3,6 +3,7 @@
 #include <numeric>
 #include <string>
 
+#include "decoder_parts.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/fully_shard.h"
 
@@ -68,7 +69,9 @@ LlamaStageImpl::LlamaStageImpl(LlamaImpl& model, int64_t first_unit, int64_t num
   }
 }
 
-at::Tensor LlamaStageImpl::forward(const at::Tensor& x) {
+at::Tensor LlamaStageImpl::forward(const at::Tensor& x) { return forward(x, at::Tensor()); }
+
+at::Tensor LlamaStageImpl::forward(const at::Tensor& x, const at::Tensor& positions_in) {
   at::Tensor h = x;
   if (has_embedding()) {
     FSDPP_CHECK_AS(ConfigError, x.dim() == 2 && x.scalar_type() == at::kLong,
@@ -80,8 +83,20 @@ at::Tensor LlamaStageImpl::forward(const at::Tensor& x) {
                    x.size(1), max_seq_len_);
     h = parallel ? parallel->embed(x, tok_embeddings->weight) : tok_embeddings(x);  // (B,T,C)
   }
+  // Document masking: every stage checks its microbatch's positions (the whole sequence's under
+  // sequence parallelism, where h holds this rank's chunk) and makes the mask once.
+  at::Tensor positions, mask;
+  if (positions_in.defined() && !blocks.empty()) {
+    positions = positions_in.to(h.device());
+    const int64_t T = has_embedding() ? x.size(1)
+                                      : h.size(1) * (parallel ? parallel->sequence_multiple() : 1);
+    detail::check_positions(positions, {h.size(0), T}, max_seq_len_, "Llama", "max_seq_len");
+    mask = detail::document_causal_mask(positions);
+  }
   // Through fsdpp::forward, so that a block made an FSDP unit gathers its parameters.
-  for (auto& block : blocks) h = fsdpp::forward(block, h);
+  for (auto& block : blocks) {
+    h = positions.defined() ? fsdpp::forward(block, h, positions, mask) : fsdpp::forward(block, h);
+  }
   if (has_head()) {
     h = norm(h);
     if (parallel) h = parallel->enter(h, "output");
@@ -93,7 +108,7 @@ at::Tensor LlamaStageImpl::forward(const at::Tensor& x) {
 at::Tensor LlamaStageImpl::loss(const at::Tensor& logits, const at::Tensor& targets) const {
   FSDPP_CHECK(has_head(), "[models] loss on a Llama stage without the head (units [{}, {}))",
               first_unit_, first_unit_ + num_units_);
-  return parallel ? parallel->loss(logits, targets) : token_cross_entropy(logits, targets);
+  return parallel ? parallel->loss(logits, targets, 0) : token_cross_entropy(logits, targets);
 }
 
 std::vector<LlamaStage> split_llama(Llama& model, const std::vector<int>& counts) {

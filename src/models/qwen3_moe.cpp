@@ -43,6 +43,25 @@ std::pair<at::Tensor, at::Tensor> qwen3_moe_rope(const Qwen3MoeConfig& cfg, int6
   return {emb.cos().to(like.scalar_type()), emb.sin().to(like.scalar_type())};
 }
 
+std::pair<at::Tensor, at::Tensor> qwen3_moe_rope(const Qwen3MoeConfig& cfg,
+                                                 const at::Tensor& positions, int64_t max_position,
+                                                 const at::Tensor& like) {
+  // The table's rows at the positions: each row is the one a document alone computes.
+  auto [cos, sin] = qwen3_moe_rope(cfg, max_position + 1, like);
+  return {detail::rows_at(cos, positions), detail::rows_at(sin, positions)};  // (B,T,D)
+}
+
+Qwen3MoeDocumentMask qwen3_moe_document_mask(const Qwen3MoeConfig& cfg, const at::Tensor& positions,
+                                         at::IntArrayRef tokens, const at::Tensor& like) {
+  Qwen3MoeDocumentMask out;
+  const auto on_device = positions.to(like.device());
+  const int64_t top = detail::check_positions(on_device, tokens, cfg.max_position_embeddings,
+                                              "Qwen3Moe", "max_position_embeddings");
+  std::tie(out.cos, out.sin) = qwen3_moe_rope(cfg, on_device, top, like);
+  out.mask = detail::document_causal_mask(on_device);
+  return out;
+}
+
 // ---- config ----
 
 void Qwen3MoeConfig::validate() const {
@@ -123,8 +142,10 @@ std::array<at::Tensor, 3> rotated_qkv(Qwen3MoeAttentionImpl& a, const at::Tensor
   auto q = a.q_norm(a.q_proj(x).view({B, T, a.n_heads, a.head_dim}));
   auto k = a.k_norm(a.k_proj(x).view({B, T, a.n_kv_heads, a.head_dim}));
   auto v = a.v_proj(x).view({B, T, a.n_kv_heads, a.head_dim});
-  auto c = cos.view({1, T, 1, a.head_dim}).to(q.scalar_type());
-  auto s = sin.view({1, T, 1, a.head_dim}).to(q.scalar_type());
+  // (T, head_dim), or each token's own row (B, T, head_dim) under document masking.
+  const int64_t rows = cos.dim() == 3 ? B : 1;
+  auto c = cos.view({rows, T, 1, a.head_dim}).to(q.scalar_type());
+  auto s = sin.view({rows, T, 1, a.head_dim}).to(q.scalar_type());
   return {q * c + rotate_half(q) * s, k * c + rotate_half(k) * s, v};
 }
 
@@ -132,15 +153,21 @@ std::array<at::Tensor, 3> rotated_qkv(Qwen3MoeAttentionImpl& a, const at::Tensor
 
 at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& input, const at::Tensor& cos,
                                           const at::Tensor& sin) {
+  return forward(input, cos, sin, at::Tensor());
+}
+
+at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& input, const at::Tensor& cos,
+                                          const at::Tensor& sin, const at::Tensor& mask) {
+  // Under sequence parallelism enter gathers the sequence: the tables and the mask are the
+  // whole sequence's.
   const auto x = tensor_parallel ? tensor_parallel->enter(input, "self_attn") : input;
   const int64_t B = x.size(0), T = x.size(1);
   auto [q, k, v] = rotated_qkv(*this, x, cos, sin);
   k = detail::repeat_kv(k, n_heads / n_kv_heads);
   v = detail::repeat_kv(v, n_heads / n_kv_heads);
-  // SDPA's default scale is head_dim^-0.5, transformers' `scaling`.
-  auto y = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                            v.transpose(1, 2), /*attn_mask=*/{},
-                                            /*dropout_p=*/0.0, /*is_causal=*/true);
+  // SDPA's default scale is head_dim^-0.5, transformers' `scaling`; causal, within each
+  // document when masked.
+  auto y = detail::causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask);
   auto out = o_proj(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
   return tensor_parallel ? tensor_parallel->exit(out, "self_attn") : out;
 }
@@ -312,7 +339,15 @@ Qwen3MoeDecoderLayerImpl::Qwen3MoeDecoderLayerImpl(const Qwen3MoeConfig& cfg, in
 // The sub-modules go through fsdpp::forward so that a size-based policy may make them units.
 Qwen3MoeLayerOutput Qwen3MoeDecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos,
                                                       const at::Tensor& sin) {
-  auto h = x + fsdpp::forward(self_attn, input_layernorm(x), cos, sin);
+  return forward(x, cos, sin, at::Tensor());
+}
+
+Qwen3MoeLayerOutput Qwen3MoeDecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos,
+                                                      const at::Tensor& sin,
+                                                      const at::Tensor& mask) {
+  const auto normed_x = input_layernorm(x);
+  auto h = x + (mask.defined() ? fsdpp::forward(self_attn, normed_x, cos, sin, mask)
+                               : fsdpp::forward(self_attn, normed_x, cos, sin));
   auto normed = post_attention_layernorm(h);
   if (moe) {
     auto out = fsdpp::forward(moe, normed);
@@ -379,7 +414,8 @@ at::Tensor Qwen3MoeImpl::forward(const at::Tensor& tokens) {
 
 Qwen3MoeOutput Qwen3MoeImpl::forward(const at::Tensor& tokens, const at::Tensor& targets,
                                      bool output_router_logits,
-                                     const std::vector<int64_t>& hidden_layers) {
+                                     const std::vector<int64_t>& hidden_layers,
+                                     const at::Tensor& positions) {
   FSDPP_CHECK_AS(ConfigError, tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
                  "[models] Qwen3Moe tokens must be (B,T) int64; got {} dims of {}", tokens.dim(),
                  c10::toString(tokens.scalar_type()));
@@ -398,12 +434,21 @@ Qwen3MoeOutput Qwen3MoeImpl::forward(const at::Tensor& tokens, const at::Tensor&
   }
   auto h = tensor_parallel ? tensor_parallel->embed(tokens, embed_tokens->weight)
                            : embed_tokens(tokens);  // (B,T,D), or this rank's sequence chunk
-  // Made once per forward, as transformers does, in the activations' dtype.
-  auto [cos, sin] = qwen3_moe_rope(cfg_, T, h);
+  // Made once per forward, as transformers does, in the activations' dtype: the tables of
+  // positions 0 .. T-1, or with document masking each token's rows and the mask.
+  at::Tensor cos, sin, mask;
+  if (positions.defined()) {
+    auto d = qwen3_moe_document_mask(cfg_, positions, tokens.sizes(), h);
+    cos = d.cos, sin = d.sin, mask = d.mask;
+  } else {
+    std::tie(cos, sin) = qwen3_moe_rope(cfg_, T, h);
+  }
   Qwen3MoeOutput out;
   std::vector<at::Tensor> outputs(layers->size());
   for (size_t i = 0; i < layers->size(); ++i) {
-    auto o = fsdpp::forward(*layers->ptr<Qwen3MoeDecoderLayerImpl>(i), h, cos, sin);
+    auto& layer = *layers->ptr<Qwen3MoeDecoderLayerImpl>(i);
+    auto o = mask.defined() ? fsdpp::forward(layer, h, cos, sin, mask)
+                            : fsdpp::forward(layer, h, cos, sin);
     h = outputs[i] = o.hidden;
     if (output_router_logits && o.router_logits.defined()) {
       out.router_logits.push_back(o.router_logits);
@@ -419,7 +464,7 @@ Qwen3MoeOutput Qwen3MoeImpl::forward(const at::Tensor& tokens, const at::Tensor&
     out.aux_loss = load_balancing_loss(stats, cfg_.num_experts);
   }
   if (targets.defined()) {
-    out.loss = tensor_parallel ? tensor_parallel->loss(out.logits, targets)
+    out.loss = tensor_parallel ? tensor_parallel->loss(out.logits, targets, 0)
                                : token_cross_entropy(out.logits, targets);
     if (output_router_logits) {
       out.loss = out.loss + cfg_.router_aux_loss_coef * out.aux_loss.to(out.loss.scalar_type());

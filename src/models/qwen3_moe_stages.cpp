@@ -79,7 +79,9 @@ Qwen3MoeStageImpl::Qwen3MoeStageImpl(Qwen3MoeImpl& model, int64_t first_unit, in
   }
 }
 
-at::Tensor Qwen3MoeStageImpl::forward(const at::Tensor& x) {
+at::Tensor Qwen3MoeStageImpl::forward(const at::Tensor& x) { return forward(x, at::Tensor()); }
+
+at::Tensor Qwen3MoeStageImpl::forward(const at::Tensor& x, const at::Tensor& positions) {
   at::Tensor h, stats;
   if (has_embedding()) {
     FSDPP_CHECK_AS(ConfigError, x.dim() == 2 && x.scalar_type() == at::kLong,
@@ -96,11 +98,20 @@ at::Tensor Qwen3MoeStageImpl::forward(const at::Tensor& x) {
   }
   // Under sequence parallelism h holds this rank's chunk of the positions.
   const int64_t T = h.size(1) * (tensor_parallel_ ? tensor_parallel_->sequence_multiple() : 1);
-  auto [cos, sin] = qwen3_moe_rope(cfg_, T, h);
+  // Document masking: every stage its microbatch's positions, checked, their rows and the mask
+  // made once for its layers.
+  at::Tensor cos, sin, mask;
+  if (positions.defined() && !layers.empty()) {
+    auto d = qwen3_moe_document_mask(cfg_, positions, {h.size(0), T}, h);
+    cos = d.cos, sin = d.sin, mask = d.mask;
+  } else {
+    std::tie(cos, sin) = qwen3_moe_rope(cfg_, T, h);
+  }
   std::vector<at::Tensor> router_logits;
   // Through fsdpp::forward, so that a layer made an FSDP unit gathers its parameters.
   for (auto& layer : layers) {
-    auto out = fsdpp::forward(layer, h, cos, sin);
+    auto out = mask.defined() ? fsdpp::forward(layer, h, cos, sin, mask)
+                              : fsdpp::forward(layer, h, cos, sin);
     h = out.hidden;
     if (out.router_logits.defined()) router_logits.push_back(out.router_logits);
   }
@@ -125,7 +136,7 @@ at::Tensor Qwen3MoeStageImpl::loss(const at::Tensor& logits, const at::Tensor& t
               "(units [{}, {}))",
               first_unit_, first_unit_ + num_units_);
   auto ce = token_loss            ? token_loss(logits, targets)
-            : tensor_parallel_ ? tensor_parallel_->loss(logits, targets)
+            : tensor_parallel_ ? tensor_parallel_->loss(logits, targets, 0)
                                : token_cross_entropy(logits, targets);
   auto stats = parallel_ ? parallel_->global_statistics(statistics_) : statistics_;
   statistics_ = at::Tensor();

@@ -27,8 +27,9 @@ at::Tensor TensorParallelHooks::norm_weight(const at::Tensor& weight) {
   return sp_ || per_head_ ? copy_to_region(weight, group_, "norm") : weight;
 }
 
-at::Tensor TensorParallelHooks::loss(const at::Tensor& logits, const at::Tensor& targets) {
-  return vocab_parallel_cross_entropy(logits, targets, vocab_offset_, group_);
+at::Tensor TensorParallelHooks::loss(const at::Tensor& logits, const at::Tensor& targets,
+                                     double divisor) {
+  return vocab_parallel_cross_entropy(logits, targets, vocab_offset_, group_, divisor);
 }
 
 at::Tensor TensorParallelHooks::whole_logits(const at::Tensor& logits) {

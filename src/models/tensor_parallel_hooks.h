@@ -28,7 +28,7 @@ class TensorParallelHooks : public LlamaParallelHooks {
   // On sequence shards (or per head) a norm's weight gradient covers this rank's part only:
   // summed over the group in backward. Otherwise every rank sees everything.
   at::Tensor norm_weight(const at::Tensor& weight) override;
-  at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets) override;
+  at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets, double divisor) override;
   at::Tensor whole_logits(const at::Tensor& logits) override;
   int64_t sequence_multiple() const override { return sp_ ? group_->size() : 1; }
 

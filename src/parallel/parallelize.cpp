@@ -187,6 +187,7 @@ std::unique_ptr<Parallelized> parallelize(std::shared_ptr<models::ModelPlan> mod
       s.index = p->stage_index_[i];
       s.module = p->stages_[i].module;
       s.forward = p->stages_[i].forward;
+      s.forward_shared = p->stages_[i].forward_positions;  // a language model's: positions
       if (auto loss = p->stages_[i].loss) {
         // The model's own loss; forward_backward gives each step's (scaled, its objective).
         s.loss = [loss](const at::Tensor& y, const at::Tensor& t) { return loss(y, t, {}).loss; };
@@ -241,36 +242,93 @@ void Parallelized::make_record() {
   }
 }
 
+double token_loss_divisor(int64_t loss_tokens, int64_t dp, int microbatches) {
+  if (loss_tokens <= 0) return 1.0;  // every token loss is 0: any divisor keeps it so
+  return static_cast<double>(loss_tokens) / static_cast<double>(dp * microbatches);
+}
+
+int64_t Parallelized::count_loss_tokens(const at::Tensor& targets) {
+  if (model_->causal_lm() == nullptr || (runtime_ && last_stage() == nullptr)) return 0;
+  FSDPP_CHECK_AS(ConfigError, targets.defined(),
+                 "[parallel] forward_backward: no targets on a rank that computes the loss");
+  // Every data-parallel rank of this (pp, tp) coordinate counts: the whole group or none (a
+  // pipeline's last stage is on the same pp rank in every one of them). tp ranks hold the same
+  // targets and count in their own dp groups, so nothing is counted twice.
+  // Summed over dp_shard, then dp_replicate (HSDP): the dims whose traffic the trainer and the
+  // mesh count (the flattened "dp" group is a group of its own that neither counts).
+  auto n = (targets != -100).sum().to(at::kLong).reshape({1});
+  for (const char* dim : {"dp_shard", "dp_replicate"}) {
+    const auto& group = mesh_->group(dim);
+    if (group->size() > 1) group->all_reduce(n, dist::ReduceOp::SUM, {"loss tokens"});
+  }
+  return n.cpu().item<int64_t>();
+}
+
 StepLoss Parallelized::forward_backward(const at::Tensor& inputs, const at::Tensor& targets,
                                         double loss_scale, const MicrobatchCalls& calls) {
+  return forward_backward(inputs, targets, at::Tensor(), loss_scale, calls);
+}
+
+StepLoss Parallelized::forward_backward(const at::Tensor& inputs, const at::Tensor& targets,
+                                        const at::Tensor& positions, double loss_scale,
+                                        const MicrobatchCalls& calls) {
   const int m = options_.microbatches;
   FSDPP_CHECK_AS(ConfigError, inputs.dim() >= 1 && inputs.size(0) % m == 0,
                  "[parallel] forward_backward: {} rows do not divide into {} microbatches",
                  inputs.dim() >= 1 ? inputs.size(0) : 0, m);
-  if (!runtime_) return one_stage_step(inputs, targets, loss_scale, calls);
+  FSDPP_CHECK_AS(ConfigError, !positions.defined() || model_->causal_lm() != nullptr,
+                 "[parallel] forward_backward: token positions (document masking) for {}, which "
+                 "is not a language model; expected no positions",
+                 model_->name());
+  FSDPP_CHECK_AS(ConfigError, !positions.defined() || positions.sizes() == inputs.sizes(),
+                 "[parallel] forward_backward: positions of shape {} for inputs of shape {}; "
+                 "expected one position per token",
+                 positions.sizes(), inputs.sizes());
+  // Before the forward: the global batch's loss-bearing tokens, so that every microbatch's
+  // token losses are summed over one divisor (the loss of one process over the whole batch).
+  const int64_t tokens = count_loss_tokens(targets);
+  const double divisor = token_loss_divisor(tokens, dims().dp(), m);
+  auto out = runtime_ ? pipeline_step(inputs, targets, positions, divisor, loss_scale, calls)
+                      : one_stage_step(inputs, targets, positions, divisor, loss_scale, calls);
+  out.loss_tokens = tokens;
+  return out;
+}
+
+StepLoss Parallelized::pipeline_step(const at::Tensor& inputs, const at::Tensor& targets,
+                                     const at::Tensor& positions, double divisor,
+                                     double loss_scale, const MicrobatchCalls& calls) {
+  const int m = options_.microbatches;
   FSDPP_CHECK_AS(ConfigError, !calls.after_loss && calls.hidden_layers.empty(),
                  "[parallel] forward_backward: {} under a pipeline (pp={}): each microbatch's "
                  "loss is computed inside the last stage, which holds only its own layers; "
                  "expected neither after_loss nor hidden_layers",
                  calls.after_loss ? "an after_loss hook" : "hidden layers for the objective",
                  dims().pp);
-  // The last stage's loss of microbatch k: the model's, with the objective's token loss, times
-  // the gradient scaler's scale; its load-balancing loss kept for the step's mean.
+  // The last stage's loss of microbatch k: the model's, with its cross entropy over the step's
+  // divisor or the objective's token loss, times the gradient scaler's scale; its load-balancing
+  // loss kept for the step's mean.
   StepLoss out;
   std::vector<double> aux(static_cast<size_t>(m), 0.0);
   const auto* last = last_stage();
   const auto& objective = calls.objective;
+  auto* lm = model_->causal_lm();
   auto loss_of = [&](const at::Tensor& y, const at::Tensor& t, int k) {
     models::TokenLoss token;
     if (objective) {
-      token = [&objective, k](const at::Tensor& l, const at::Tensor& tt) { return objective(l, tt, k, {}); };
+      token = [&objective, k, divisor](const at::Tensor& l, const at::Tensor& tt) {
+        return objective(l, tt, k, {}, divisor);
+      };
+    } else if (lm) {
+      token = [lm, divisor](const at::Tensor& l, const at::Tensor& tt) {
+        return lm->cross_entropy(l, tt, divisor);
+      };
     }
     auto r = last->loss(y, t, token);
     if (r.aux_loss.defined()) aux[static_cast<size_t>(k)] = r.aux_loss.item<double>();
     return loss_scale == 1.0 ? r.loss : r.loss * loss_scale;
   };
-  const auto step = runtime_->step(inputs, targets, last ? pipeline::MicrobatchLoss(loss_of)
-                                                         : pipeline::MicrobatchLoss());
+  const auto loss = last ? pipeline::MicrobatchLoss(loss_of) : pipeline::MicrobatchLoss();
+  const auto step = runtime_->step(inputs, targets, loss, positions);
   out.loss = step.loss / loss_scale;
   if (model_->has_experts()) {
     double sum = 0;
@@ -283,14 +341,16 @@ StepLoss Parallelized::forward_backward(const at::Tensor& inputs, const at::Tens
 }
 
 StepLoss Parallelized::one_stage_step(const at::Tensor& inputs, const at::Tensor& targets,
+                                      const at::Tensor& positions, double divisor,
                                       double loss_scale, const MicrobatchCalls& calls) {
   const int m = options_.microbatches;
   const int64_t rows = inputs.size(0) / m;
   double loss_sum = 0, aux_sum = 0;
   for (int k = 0; k < m; ++k) {
     dist::TraceSpan forward_span(calls.trace, "forward");
-    auto r = one_stage_loss(inputs.narrow(0, k * rows, rows), targets.narrow(0, k * rows, rows), k,
-                            calls);
+    auto r = one_stage_loss(inputs.narrow(0, k * rows, rows), targets.narrow(0, k * rows, rows),
+                            positions.defined() ? positions.narrow(0, k * rows, rows) : positions,
+                            divisor, k, calls);
     forward_span.end();
     dist::TraceSpan backward_span(calls.trace, "backward");
     if (calls.after_loss) calls.after_loss(k, r.loss);
@@ -303,8 +363,15 @@ StepLoss Parallelized::one_stage_step(const at::Tensor& inputs, const at::Tensor
 }
 
 models::StageLoss Parallelized::one_stage_loss(const at::Tensor& inputs, const at::Tensor& targets,
-                                               int k, const MicrobatchCalls& calls) {
-  if (!calls.objective) {
+                                               const at::Tensor& positions, double divisor, int k,
+                                               const MicrobatchCalls& calls) {
+  auto* lm = model_->causal_lm();
+  if (!lm) {
+    FSDPP_CHECK_AS(ConfigError, !calls.objective,
+                   "[parallel] forward_backward: an objective in place of the cross entropy needs "
+                   "the logits of a language model without a pipeline, and {} is not one (a "
+                   "pipelined model's last stage gives them)",
+                   model_->name());
     FSDPP_CHECK_AS(ConfigError, calls.hidden_layers.empty(),
                    "[parallel] forward_backward: hidden layers without an objective to read them");
     auto r = model_->loss(inputs, targets);
@@ -317,15 +384,16 @@ models::StageLoss Parallelized::one_stage_loss(const at::Tensor& inputs, const a
                                  : std::string("undefined"));
     return r;
   }
-  auto* lm = model_->causal_lm();
-  FSDPP_CHECK_AS(ConfigError, lm != nullptr,
-                 "[parallel] forward_backward: an objective in place of the cross entropy needs "
-                 "the logits of a language model without a pipeline, and {} is not one (a "
-                 "pipelined model's last stage gives them)",
-                 model_->name());
-  auto out = lm->forward_features(inputs, /*aux_loss=*/true, calls.hidden_layers);
-  auto loss = calls.objective(out.logits, targets, k, out.hidden_states);
-  if (out.aux_loss.defined()) loss = loss + model_->aux_loss_coef() * out.aux_loss;
+  FSDPP_CHECK_AS(ConfigError, calls.objective || calls.hidden_layers.empty(),
+                 "[parallel] forward_backward: hidden layers without an objective to read them");
+  // A language model: its features, then the cross entropy over the step's divisor (or the
+  // objective) and the model's own terms, as its forward with targets adds them.
+  auto out = lm->forward_features(inputs, /*aux_loss=*/true, calls.hidden_layers, positions);
+  auto loss = calls.objective ? calls.objective(out.logits, targets, k, out.hidden_states, divisor)
+                              : lm->cross_entropy(out.logits, targets, divisor);
+  if (out.aux_loss.defined()) {
+    loss = loss + model_->aux_loss_coef() * out.aux_loss.to(loss.scalar_type());
+  }
   return {loss, out.aux_loss};
 }
 
@@ -376,13 +444,12 @@ int Parallelized::last_stage_rank() const {
   return runtime_ ? cut_.schedule.rank_of(cut_.schedule.num_stages - 1) : 0;
 }
 
-at::Tensor Parallelized::forward_stages(const at::Tensor& tokens) {
-  if (!runtime_) {
-    auto* lm = model_->causal_lm();
-    FSDPP_CHECK(lm != nullptr, "[parallel] forward_stages: {} is not a language model (no logits)",
-                model_->name());
-    return lm->forward_features(tokens, false, {}).logits;
-  }
+at::Tensor Parallelized::forward_stages(const at::Tensor& tokens, const at::Tensor& positions) {
+  auto* lm = model_->causal_lm();
+  FSDPP_CHECK(lm != nullptr || (runtime_ && !positions.defined()),
+              "[parallel] forward_stages: {} is not a language model ({})", model_->name(),
+              positions.defined() ? "no token positions" : "no logits");
+  if (!runtime_) return lm->forward_features(tokens, false, {}, positions).logits;
   const auto& sched = cut_.schedule;
   auto& pp = *mesh_->group("pp");
   const int me = pp.rank();
@@ -397,7 +464,9 @@ at::Tensor Parallelized::forward_stages(const at::Tensor& tokens) {
                                        : recv_tensor(pp, sched.rank_of(st - 1), kForwardTag + 2 * st, device);
     }
     for (size_t i = 0; i < stages_.size(); ++i) {
-      if (stage_index_[i] == st) h = stages_[i].forward(in);
+      if (stage_index_[i] != st) continue;
+      h = positions.defined() ? stages_[i].forward_positions(in, positions.to(device))
+                              : stages_[i].forward(in);
     }
     if (st + 1 < sched.num_stages && sched.rank_of(st + 1) != me) {
       send_tensor(pp, h, sched.rank_of(st + 1), kForwardTag + 2 * (st + 1));
@@ -406,10 +475,19 @@ at::Tensor Parallelized::forward_stages(const at::Tensor& tokens) {
   return sched.rank_of(sched.num_stages - 1) == me ? h : at::Tensor();
 }
 
-double Parallelized::eval_loss(const at::Tensor& inputs, const at::Tensor& targets) {
+double Parallelized::eval_loss(const at::Tensor& inputs, const at::Tensor& targets,
+                               const at::Tensor& positions) {
   at::NoGradGuard no_grad;
-  if (!runtime_) return model_->loss(inputs, targets).loss.item<double>();
-  const auto out = forward_stages(inputs);
+  if (!runtime_ && !positions.defined()) return model_->loss(inputs, targets).loss.item<double>();
+  if (!runtime_) {
+    auto* lm = model_->causal_lm();
+    FSDPP_CHECK_AS(ConfigError, lm != nullptr,
+                   "[parallel] eval_loss: token positions (document masking) for {}, which is "
+                   "not a language model; expected no positions",
+                   model_->name());
+    return lm->forward(inputs, targets, positions).loss.item<double>();
+  }
+  const auto out = forward_stages(inputs, positions);
   at::Device device = inputs.device();
   for (const auto& p : parameters()) device = p.device();
   auto loss = torch::zeros({1}, torch::TensorOptions(torch::kDouble).device(device));

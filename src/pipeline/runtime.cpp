@@ -67,6 +67,7 @@ struct PipelineRuntime::State {
   int m = 0;
   std::vector<Slot> slots;  // (num_stages * m)
   std::vector<at::Tensor> inputs, targets;
+  std::vector<at::Tensor> shared;  // every stage's microbatch rows of step()'s `shared`; or none
   std::vector<std::pair<dist::Work, at::Tensor>> sends;
   std::map<size_t, std::pair<dist::Work, at::Tensor>> posted;  // recvs by action index
   std::vector<double> losses;
@@ -176,7 +177,7 @@ int meta_tag(const PipelineSchedule& s, int stage) {
 }  // namespace
 
 StepOutput PipelineRuntime::step(const at::Tensor& inputs, const at::Tensor& targets,
-                                 const MicrobatchLoss& loss_of) {
+                                 const MicrobatchLoss& loss_of, const at::Tensor& shared) {
   const int rank = pp_->rank();
   const int m = schedule_.num_microbatches;
   const int last = schedule_.num_stages - 1;
@@ -207,6 +208,15 @@ StepOutput PipelineRuntime::step(const at::Tensor& inputs, const at::Tensor& tar
   size_t i = list.size() + 1;  // none yet: the batch is being split
   try {
     if (local_[0] >= 0) st.inputs = split(inputs, "inputs");
+    if (shared.defined()) {
+      for (const auto& s : stages_) {
+        FSDPP_CHECK_AS(ConfigError, static_cast<bool>(s.forward_shared),
+                       "[pipeline] the step has rows shared by every stage but stage {} has no "
+                       "forward_shared to take them",
+                       s.index);
+      }
+      st.shared = split(shared, "shared rows");
+    }
     if (local_[static_cast<size_t>(last)] >= 0) {
       st.targets = split(targets, "targets");
       st.losses.assign(static_cast<size_t>(m), 0.0);
@@ -362,7 +372,9 @@ void PipelineRuntime::run_action(size_t index, const Action& a, State& st) {
       FSDPP_CHECK(x.defined(), "[pipeline] the input has not arrived");
       if (s > 0 && x.is_floating_point()) x = x.detach().requires_grad_(true);
       slot.input = x;
-      at::Tensor y = stage.forward(x);
+      at::Tensor y = st.shared.empty()
+                         ? stage.forward(x)
+                         : stage.forward_shared(x, st.shared.at(static_cast<size_t>(mb)));
       if (s == last) {
         const auto& t = st.targets.at(static_cast<size_t>(mb));
         y = st.loss ? st.loss(y, t, mb) : stage.loss(y, t);

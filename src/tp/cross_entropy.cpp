@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <cmath>
+
 #include "fsdpp/common/error.h"
 
 namespace fsdpp::tp {
@@ -16,7 +18,7 @@ constexpr int64_t kIgnoreIndex = -100;
 struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits,
                             const at::Tensor& targets, int64_t vocab_offset,
-                            const GroupPtr& group) {
+                            const GroupPtr& group, double divisor) {
     const int64_t v_local = logits.size(-1);
     auto x = logits.reshape({-1, v_local}).to(at::promote_types(logits.scalar_type(), at::kFloat));
     auto t = targets.reshape({-1});  // (M)
@@ -38,7 +40,8 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     group->all_reduce(sums, dist::ReduceOp::SUM, {"tp.vocab_parallel_cross_entropy"});
     auto sum_exp = sums[0], target_logit = sums[1];
     auto valid = (t != kIgnoreIndex).to(shifted.scalar_type());  // (M)
-    auto count = valid.sum();
+    // The mean's count, or the caller's divisor (a sum over it: 0 without kept targets).
+    auto count = divisor > 0 ? at::full({}, divisor, valid.options()) : valid.sum();
     auto per_token = (at::log(sum_exp) - target_logit) * valid;
     ctx->save_for_backward({exp / sum_exp.unsqueeze(1), local_t, in_range, valid, count});
     ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
@@ -57,15 +60,19 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     grad = grad * (valid / count * grads[0].to(grad.scalar_type())).unsqueeze(1);
     auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
     auto shape = ctx->saved_data["shape"].toIntVector();
-    return {grad.to(dtype).reshape(shape), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad.to(dtype).reshape(shape), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& local_logits, const at::Tensor& targets,
-                                        int64_t vocab_offset, const GroupPtr& group) {
-  return VocabParallelCrossEntropy::apply(local_logits, targets, vocab_offset, group);
+                                        int64_t vocab_offset, const GroupPtr& group,
+                                        double divisor) {
+  FSDPP_CHECK_AS(ConfigError, divisor >= 0 && std::isfinite(divisor),
+                 "[tp] vocab_parallel_cross_entropy: divisor={}; expected 0 (the mean) or > 0",
+                 divisor);
+  return VocabParallelCrossEntropy::apply(local_logits, targets, vocab_offset, group, divisor);
 }
 
 }  // namespace fsdpp::tp

@@ -21,7 +21,7 @@ Batch TokenBatches::next(int64_t batch_size) {
               options_.batch_size);
   if (!loader_) loader_.emplace(sampler_, options_);
   auto b = loader_->next_batch();
-  return {std::move(b.inputs), std::move(b.targets), std::move(b.starts)};
+  return {std::move(b.inputs), std::move(b.targets), std::move(b.starts), std::move(b.positions)};
 }
 
 data::SamplerState TokenBatches::state() const {
@@ -36,7 +36,7 @@ void TokenBatches::load_state(const data::SamplerState& state) {
 Batch SamplerBatches::next(int64_t batch_size) {
   auto starts = sampler_->plan_batch(batch_size);
   auto b = sampler_->load_batch(starts);
-  return {std::move(b.inputs), std::move(b.targets), std::move(starts)};
+  return {std::move(b.inputs), std::move(b.targets), std::move(starts), std::move(b.positions)};
 }
 
 namespace {

@@ -71,7 +71,7 @@ struct ChunkedObjective : public torch::autograd::Function<ChunkedObjective> {
                                const at::Tensor& teacher_in, const at::Tensor& values_in,
                                const at::Tensor& ids_in, const at::Tensor& labels,
                                const at::Tensor& kd_mask, const DistillLossOptions& o,
-                               int64_t chunk, bool dense) {
+                               int64_t chunk, bool dense, const TokenDivisors& divisors) {
     const at::Tensor teacher = dense ? teacher_in : at::Tensor();
     const at::Tensor values = dense ? at::Tensor() : values_in, ids = dense ? at::Tensor() : ids_in;
     const int64_t N = student.size(0);
@@ -85,9 +85,14 @@ struct ChunkedObjective : public torch::autograd::Function<ChunkedObjective> {
       d.narrow(0, begin, n).copy_(dc);
       ce.narrow(0, begin, n).copy_(cc);
     }
-    // The unchunked loss's means: over the KD positions, and over the labelled ones.
-    const auto n_kd = kd_mask.sum().to(dtype).clamp_min(1);
-    const auto n_ce = (labels != o.ignore_index).sum().to(dtype).clamp_min(1);
+    // The unchunked loss's means: over the KD positions, and over the labelled ones (or the
+    // caller's divisors, a global batch's counts).
+    const auto count = [&](const at::Tensor& keep, double divisor) {
+      return divisor > 0 ? at::full({}, divisor, student.options().dtype(dtype))
+                         : keep.sum().to(dtype).clamp_min(1);
+    };
+    const auto n_kd = count(kd_mask, divisors.kd);
+    const auto n_ce = count(labels != o.ignore_index, divisors.ce);
     auto kd = d.masked_fill(kd_mask.logical_not(), 0).sum() / n_kd;
     auto ce_mean = ce.sum() / n_ce;
     ctx->save_for_backward({student, teacher_in, values_in, ids_in, labels, kd_mask});
@@ -126,7 +131,7 @@ struct ChunkedObjective : public torch::autograd::Function<ChunkedObjective> {
       grad.narrow(0, begin, n).copy_(torch::autograd::grad({local}, {s})[0]);
     }
     // One gradient per input of forward (the non-tensor ones included).
-    return {grad, {}, {}, {}, {}, {}, {}, {}, {}};
+    return {grad, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   }
 };
 
@@ -142,8 +147,10 @@ DistillObjective chunked_distillation_objective(const at::Tensor& student_logits
                                                 const at::Tensor& labels,
                                                 const at::Tensor& kd_mask,
                                                 const DistillLossOptions& options,
-                                                double kd_ratio, int64_t chunk_positions) {
+                                                double kd_ratio, int64_t chunk_positions,
+                                                const TokenDivisors& divisors) {
   options.validate();
+  divisors.validate();
   FSDPP_CHECK_AS(ConfigError, kd_ratio >= 0 && kd_ratio <= 1,
                  "[distill] kd_ratio={}: expected a number in [0, 1] (0: cross-entropy only, 1: "
                  "distillation only)",
@@ -192,7 +199,8 @@ DistillObjective chunked_distillation_objective(const at::Tensor& student_logits
   const auto student = student_logits.reshape({-1, vocab});
   const bool dense = t.defined();
   auto out = ChunkedObjective::apply(student, or_none(t, student), or_none(values, student),
-                                     or_none(ids, flat_labels), flat_labels, mask, o, chunk, dense);
+                                     or_none(ids, flat_labels), flat_labels, mask, o, chunk, dense,
+                                     divisors);
   DistillObjective parts;
   parts.kd = out[0];
   parts.ce = out[1];

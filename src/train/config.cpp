@@ -211,14 +211,6 @@ void validate_model_sections(const TrainConfig& cfg) {
   check(data.tokenizer_vocab_size >= 1, "[config] data.tokenizer_vocab_size={}: expected >= 1",
         data.tokenizer_vocab_size);
   check(data.seq_len >= 1, "[config] data.seq_len={}: expected >= 1", data.seq_len);
-  // Each packed document attended to alone needs its positions in the attention (a mask per
-  // document), which the decoders do not take yet: refused rather than trained across documents.
-  check(!data.padding_free.value_or(false),
-        "[config] data.padding_free=true (each packed document attending only to itself) is not "
-        "supported yet: fsdpp's attention takes no per-document positions. Leave it out or set "
-        "data.padding_free=false: packed documents then attend to the earlier documents of their "
-        "row, as TRL's packing does without padding_free; or data.packing=false (one document a "
-        "row)");
   check(data.seq_len <= model.max_seq_len,
         "[config] data.seq_len={} is longer than model.max_seq_len={}; expected 1 <= seq_len <= "
         "max_seq_len",

@@ -68,7 +68,7 @@ Key fsdp_key() {
   return key<TrainConfig>("fsdp", read, emit);
 }
 
-// data.padding_free: true, false, or null / absent (off; true is refused by validate for now).
+// data.padding_free: true, false, or null / absent (TRL's rule: on for bfd packing, else off).
 Key padding_free_key() {
   auto read = [](TrainConfig& c, const YAML::Node& value, const Loc& loc) {
     if (value.IsNull()) {

@@ -80,7 +80,12 @@ class CustomLM : public models::CausalLM {
       : model_(model), module_(std::move(module)), plan_(std::move(plan)), blocks_(std::move(blocks)) {}
   torch::nn::Module& module() override { return *module_; }
   const char* architecture() const override { return "custom"; }
-  models::CausalLMOutput forward(const at::Tensor& inputs, const at::Tensor& targets) override {
+  models::CausalLMOutput forward(const at::Tensor& inputs, const at::Tensor& targets,
+                                 const at::Tensor& positions = {}) override {
+    FSDPP_CHECK_AS(ConfigError, !positions.defined(),
+                   "[train] custom model '{}' got token positions (document masking), which only "
+                   "fsdpp's language models read; expected batches without positions",
+                   model_.name);
     models::CausalLMOutput out;
     out.loss = plan_->loss(inputs, targets).loss;
     FSDPP_CHECK(out.loss.defined() && out.loss.numel() == 1 && out.loss.is_floating_point(),
@@ -90,8 +95,8 @@ class CustomLM : public models::CausalLM {
                                                 : std::string("an undefined tensor"));
     return out;
   }
-  models::CausalLMOutput forward_features(const at::Tensor&, bool,
-                                          const std::vector<int64_t>&) override {
+  models::CausalLMOutput forward_features(const at::Tensor&, bool, const std::vector<int64_t>&,
+                                          const at::Tensor& = {}) override {
     FSDPP_THROW(Error, "[train] custom model '{}' is not a language model: it has no features", model_.name);
   }
   at::Tensor generate(const at::Tensor&, const models::GenerateOptions&) override {

@@ -77,6 +77,11 @@ at::Tensor masked_mean(const at::Tensor& per_position, const at::Tensor& keep) {
   return per_position.masked_fill(keep.logical_not(), 0).sum() / kept.clamp_min(1);
 }
 
+at::Tensor masked_mean(const at::Tensor& per_position, const at::Tensor& keep, double divisor) {
+  if (divisor <= 0) return masked_mean(per_position, keep);
+  return per_position.masked_fill(keep.logical_not(), 0).sum() / divisor;
+}
+
 void DistillLossOptions::validate() const {
   FSDPP_CHECK_AS(ConfigError, beta >= 0 && beta <= 1,
                  "[distill] beta={}: expected a number in [0, 1] (0: forward_kl, 1: reverse_kl)",
@@ -149,16 +154,32 @@ at::Tensor distillation_loss(const at::Tensor& student_logits, const at::Tensor&
   return masked_mean(d, labels != options.ignore_index);
 }
 
+void TokenDivisors::validate() const {
+  FSDPP_CHECK_AS(ConfigError, ce >= 0 && kd >= 0 && std::isfinite(ce) && std::isfinite(kd),
+                 "[distill] token divisors ce={} kd={}: expected 0 (the batch's own count) or a "
+                 "finite number > 0",
+                 ce, kd);
+}
+
 DistillObjective distillation_objective(const at::Tensor& student_logits,
                                         const at::Tensor& teacher_logits,
                                         const at::Tensor& labels,
-                                        const DistillLossOptions& options, double kd_ratio) {
+                                        const DistillLossOptions& options, double kd_ratio,
+                                        const TokenDivisors& divisors) {
   FSDPP_CHECK_AS(ConfigError, kd_ratio >= 0 && kd_ratio <= 1,
                  "[distill] kd_ratio={}: expected a number in [0, 1] (0: cross-entropy only, 1: "
                  "distillation only)",
                  kd_ratio);
+  divisors.validate();
   DistillObjective out;
-  out.kd = distillation_loss(student_logits, teacher_logits, labels, options);
+  if (divisors.kd > 0) {
+    check_distill_shapes(student_logits, teacher_logits);
+    check_distill_labels(student_logits, labels);
+    const auto d = distillation_divergence(student_logits, teacher_logits, options);
+    out.kd = masked_mean(d, labels != options.ignore_index, divisors.kd);
+  } else {
+    out.kd = distillation_loss(student_logits, teacher_logits, labels, options);
+  }
   const int64_t vocab = student_logits.size(-1);
   const auto logits = student_logits.to(distill_compute_dtype(student_logits)).reshape({-1, vocab});
   const auto flat = labels.reshape({-1});
@@ -166,7 +187,9 @@ DistillObjective distillation_objective(const at::Tensor& student_logits,
   // than NaN when every label is ignored.
   const auto ce_sum = at::cross_entropy_loss(logits, flat, {}, at::Reduction::Sum,
                                              options.ignore_index);
-  out.ce = ce_sum / (flat != options.ignore_index).sum().to(ce_sum.scalar_type()).clamp_min(1);
+  out.ce = divisors.ce > 0
+               ? ce_sum / divisors.ce
+               : ce_sum / (flat != options.ignore_index).sum().to(ce_sum.scalar_type()).clamp_min(1);
   out.loss = (1 - kd_ratio) * out.ce + kd_ratio * out.kd;
   return out;
 }

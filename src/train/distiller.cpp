@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iterator>
@@ -129,44 +130,88 @@ PolicyBatch Distiller::policy_batch(const Sampler& student, const data::BatchLoa
   return pb;
 }
 
+void Distiller::check_positions(const std::vector<at::Tensor>& positions) const {
+  const bool any = std::any_of(positions.begin(), positions.end(),
+                               [](const at::Tensor& p) { return p.defined(); });
+  if (!any) return;
+  FSDPP_CHECK_AS(ConfigError, !cache_,
+                 "[config] data.padding_free (document masking) with distillation.teacher_cache: "
+                 "the cached teacher logits were computed over whole rows, not within each "
+                 "document; distil from the live teacher (distillation.teacher) or without "
+                 "data.padding_free");
+  FSDPP_CHECK_AS(ConfigError, !policy_.active(),
+                 "[config] data.padding_free (document masking) with on-policy distillation "
+                 "(distillation.lmbda > 0 or distillation.seq_kd): sampled continuations are "
+                 "single sequences, not packed documents; set lmbda=0 and seq_kd=false, or "
+                 "train without data.padding_free");
+  for (const auto& p : positions) {
+    FSDPP_CHECK(p.defined(), "[train] some micro-batches of a step have token positions and "
+                             "others none; expected all or none");
+  }
+}
+
 Distiller::StepRows Distiller::rows(const std::vector<data::BatchLoader::Batch>& micro_batches,
-                                    int64_t step, const Sampler& student, int microbatches,
-                                    bool pipelined, bool last_stage) {
+                                    const std::vector<at::Tensor>& positions, int64_t step,
+                                    const Sampler& student, int microbatches, bool pipelined,
+                                    bool last_stage) {
+  check_positions(positions);
   // Each micro-batch's rows, in order: the data's, or sampled (collective).
   std::vector<PolicyBatch> batches;
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     batches.push_back(policy_batch(student, micro_batches[m], step, static_cast<int64_t>(m)));
   }
-  return pipelined ? pipeline_rows(micro_batches, std::move(batches), microbatches, last_stage)
-                   : stage_rows(micro_batches, std::move(batches));
+  if (pipelined) {
+    return pipeline_rows(micro_batches, std::move(batches), positions, microbatches, last_stage);
+  }
+  return stage_rows(micro_batches, std::move(batches), positions);
 }
 
+namespace {
+
+// The step's positions (document masking): the micro-batches' concatenated, or undefined.
+at::Tensor cat_positions(const std::vector<at::Tensor>& positions) {
+  if (positions.empty() || !positions.front().defined()) return at::Tensor();
+  return at::cat(positions);
+}
+
+// Where an objective's means divide by the step's divisor: the cross-entropy always; the KD loss
+// on the data's rows, whose KD positions are the cross-entropy's (the same global count).
+TokenDivisors divisors_of(const PolicyBatch& pb, double divisor) {
+  return {.ce = divisor, .kd = pb.source == BatchSource::DATA ? divisor : 0.0};
+}
+
+}  // namespace
+
 Distiller::StepRows Distiller::stage_rows(const std::vector<data::BatchLoader::Batch>& micro_batches,
-                                          std::vector<PolicyBatch> batches) {
+                                          std::vector<PolicyBatch> batches,
+                                          const std::vector<at::Tensor>& positions) {
   std::vector<at::Tensor> inputs, targets;
   for (const auto& pb : batches) {
     inputs.push_back(pb.inputs);
     targets.push_back(pb.targets);
   }
-  StepRows out{at::cat(inputs), at::cat(targets), {}, student_layers_};
+  StepRows out{at::cat(inputs), at::cat(targets), {}, student_layers_, cat_positions(positions)};
   // Micro-batch k's objective: the teacher's side of its rows then, one micro-batch's at a time
   // (the cache's top-K on the data's windows, else the live teacher's forward: collective, and
   // every rank computes every micro-batch's objective).
   auto rows = std::make_shared<std::vector<PolicyBatch>>(std::move(batches));
   auto windows = std::make_shared<std::vector<data::BatchLoader::Batch>>(micro_batches);
-  out.objective = [this, rows, windows](const at::Tensor& logits, const at::Tensor&, int k,
-                                        const std::vector<at::Tensor>& hidden) {
+  auto places = std::make_shared<std::vector<at::Tensor>>(positions);
+  out.objective = [this, rows, windows, places](const at::Tensor& logits, const at::Tensor&, int k,
+                                                const std::vector<at::Tensor>& hidden,
+                                                double divisor) {
     const auto pb = std::exchange(rows->at(static_cast<size_t>(k)), PolicyBatch{});
     TeacherTargets targets;
     std::vector<at::Tensor> teacher_hidden;
     if (cache_ && pb.source == BatchSource::DATA && student_layers_.empty()) {
       targets = cached_teacher(windows->at(static_cast<size_t>(k)));
     } else {
-      auto t = teacher_->forward(pb.inputs, teacher_layers_);
+      const auto where = places->empty() ? at::Tensor() : places->at(static_cast<size_t>(k));
+      auto t = teacher_->forward(pb.inputs, teacher_layers_, where);
       targets.logits = t.logits;
       teacher_hidden = std::move(t.hidden_states);
     }
-    const auto parts = objective(logits, targets, pb);
+    const auto parts = objective(logits, targets, pb, divisors_of(pb, divisor));
     kd_sum_ += parts.kd.item<double>();
     ce_sum_ += parts.ce.item<double>();
     ++objectives_;
@@ -184,10 +229,11 @@ Distiller::StepRows Distiller::stage_rows(const std::vector<data::BatchLoader::B
 }
 
 DistillObjective Distiller::objective(const at::Tensor& logits, const TeacherTargets& teacher,
-                                      const PolicyBatch& batch) const {
+                                      const PolicyBatch& batch,
+                                      const TokenDivisors& divisors) const {
   if (!tp_group_) {
     return chunked_distillation_objective(logits, teacher, batch.targets, batch.kd_mask, options_,
-                                          kd_ratio_, chunk_);
+                                          kd_ratio_, chunk_, divisors);
   }
   // This rank's columns of both: the teacher's logits are whole (it is not tensor parallel).
   FSDPP_CHECK(logits.size(-1) == columns_.size && teacher.logits.defined(),
@@ -197,7 +243,7 @@ DistillObjective Distiller::objective(const at::Tensor& logits, const TeacherTar
               teacher.logits.defined() ? "whole logits" : "a cache's top-K");
   return vocab_parallel_distillation_objective(
       logits, teacher.logits.narrow(-1, columns_.offset, columns_.size), batch.targets,
-      batch.kd_mask, options_, kd_ratio_, columns_.offset, tp_group_);
+      batch.kd_mask, options_, kd_ratio_, columns_.offset, tp_group_, divisors);
 }
 
 namespace {
@@ -208,9 +254,10 @@ struct Piece {
   int64_t offset = 0, n = 0;
   TeacherTargets teacher;
   at::Tensor kd_mask;
-  // These rows' share of the micro-batch's kept positions (cross-entropy, KD) and of its rows
-  // (the metrics' count of micro-batches).
-  double ce_weight = 0, kd_weight = 0, share = 0;
+  BatchSource source = BatchSource::DATA;  // of its micro-batch
+  // These rows' share of the micro-batch's KD positions (a mean per micro-batch: sampled rows)
+  // and of its rows (the metrics' count of micro-batches).
+  double kd_weight = 0, share = 0;
 };
 
 double kept(const at::Tensor& mask) { return static_cast<double>(mask.sum().item<int64_t>()); }
@@ -224,7 +271,7 @@ TeacherTargets rows_of(const TeacherTargets& t, int64_t begin, int64_t n) {
 // micro-batch m the rows [m B, (m + 1) B): each k's pieces, one per micro-batch it meets.
 std::vector<std::vector<Piece>> pieces_of(const std::vector<PolicyBatch>& batches,
                                           const std::vector<TeacherTargets>& teacher,
-                                          int microbatches, int64_t ignore_index) {
+                                          int microbatches) {
   const int64_t B = batches.front().inputs.size(0);
   const int64_t per = B * static_cast<int64_t>(batches.size()) / microbatches;
   std::vector<std::vector<Piece>> pieces(static_cast<size_t>(microbatches));
@@ -233,10 +280,8 @@ std::vector<std::vector<Piece>> pieces_of(const std::vector<PolicyBatch>& batche
       const auto m = static_cast<size_t>(row / B);
       const int64_t begin = row % B;
       const int64_t n = std::min((k + 1) * per, (row / B + 1) * B) - row;
-      const auto ce_mask = batches[m].targets != ignore_index;
       Piece p{row - k * per, n, rows_of(teacher[m], begin, n),
-              batches[m].kd_mask.narrow(0, begin, n)};
-      p.ce_weight = kept(ce_mask.narrow(0, begin, n)) / std::max(1.0, kept(ce_mask));
+              batches[m].kd_mask.narrow(0, begin, n), batches[m].source};
       p.kd_weight = kept(p.kd_mask) / std::max(1.0, kept(batches[m].kd_mask));
       p.share = static_cast<double>(n) / static_cast<double>(B);
       pieces[static_cast<size_t>(k)].push_back(std::move(p));
@@ -250,7 +295,7 @@ std::vector<std::vector<Piece>> pieces_of(const std::vector<PolicyBatch>& batche
 
 Distiller::StepRows Distiller::pipeline_rows(
     const std::vector<data::BatchLoader::Batch>& micro_batches, std::vector<PolicyBatch> batches,
-    int microbatches, bool last_stage) {
+    const std::vector<at::Tensor>& positions, int microbatches, bool last_stage) {
   FSDPP_CHECK(student_layers_.empty(),
               "[train] a pipelined student distils from the teacher's logits alone "
               "(distillation.layer_map is refused with pipeline_parallel_degree > 1)");
@@ -258,18 +303,19 @@ Distiller::StepRows Distiller::pipeline_rows(
   // micro-batches, else the live teacher's, one forward over all such rows (collective: on
   // every rank).
   std::vector<TeacherTargets> teacher(micro_batches.size());
-  std::vector<at::Tensor> inputs, targets, live;
+  std::vector<at::Tensor> inputs, targets, live, live_positions;
   std::vector<bool> cached(batches.size());
   for (size_t m = 0; m < batches.size(); ++m) {
     const auto& pb = batches[m];
     cached[m] = cache_ && pb.source == BatchSource::DATA;
     if (cached[m] && last_stage) teacher[m] = cached_teacher(micro_batches[m]);
     if (!cached[m]) live.push_back(pb.inputs);
+    if (!cached[m] && !positions.empty()) live_positions.push_back(positions[m]);
     inputs.push_back(pb.inputs);
     targets.push_back(pb.targets);
   }
   if (!live.empty()) {
-    const auto logits = teacher_->forward(at::cat(live)).logits;
+    const auto logits = teacher_->forward(at::cat(live), {}, cat_positions(live_positions)).logits;
     int64_t row = 0;
     for (size_t m = 0; m < batches.size(); ++m) {
       if (cached[m]) continue;
@@ -278,26 +324,31 @@ Distiller::StepRows Distiller::pipeline_rows(
       row += n;
     }
   }
-  StepRows out{at::cat(inputs), at::cat(targets), {}, {}};
+  StepRows out{at::cat(inputs), at::cat(targets), {}, {}, cat_positions(positions)};
   if (!last_stage) return out;
-  // Each piece's terms weighted by its share of its micro-batch's kept positions, times
-  // microbatches / micro-batches: the pipeline's mean over its microbatches is then the mean
-  // over the micro-batches of their objectives.
+  // Each piece's sums over the step's divisor, made for the pipeline's microbatches (the
+  // cross-entropy, and the data's KD loss): the pipeline's mean over its microbatches is then
+  // the global batch's token mean however its microbatches cut the micro-batches. A sampled
+  // micro-batch's KD loss is its own mean: each piece's part of it weighted by its share of the
+  // micro-batch's KD positions, times microbatches / micro-batches (`scale`), so that it counts
+  // as one micro-batch's mean. The metrics' sums are per micro-batch: the divided parts times
+  // 1 / scale.
   auto pieces = std::make_shared<std::vector<std::vector<Piece>>>(
-      pieces_of(batches, teacher, microbatches, options_.ignore_index));
+      pieces_of(batches, teacher, microbatches));
   const double scale = static_cast<double>(microbatches) / static_cast<double>(batches.size());
   out.objective = [this, pieces, scale](const at::Tensor& logits, const at::Tensor& targets,
-                                        int k, const std::vector<at::Tensor>&) {
+                                        int k, const std::vector<at::Tensor>&, double divisor) {
     at::Tensor loss;
     auto& mine = pieces->at(static_cast<size_t>(k));
     for (const auto& p : mine) {
-      PolicyBatch rows{at::Tensor(), targets.narrow(0, p.offset, p.n), p.kd_mask};
-      const auto parts = objective(logits.narrow(0, p.offset, p.n), p.teacher, rows);
-      const auto part =
-          (1 - kd_ratio_) * p.ce_weight * parts.ce + kd_ratio_ * p.kd_weight * parts.kd;
-      loss = loss.defined() ? loss + scale * part : scale * part;
-      kd_sum_ += p.kd_weight * parts.kd.item<double>();
-      ce_sum_ += p.ce_weight * parts.ce.item<double>();
+      PolicyBatch rows{at::Tensor(), targets.narrow(0, p.offset, p.n), p.kd_mask, p.source};
+      const auto d = divisors_of(rows, divisor);
+      const auto parts = objective(logits.narrow(0, p.offset, p.n), p.teacher, rows, d);
+      const double kd_weight = d.kd > 0 ? 1.0 : scale * p.kd_weight;
+      const auto part = (1 - kd_ratio_) * parts.ce + kd_ratio_ * kd_weight * parts.kd;
+      loss = loss.defined() ? loss + part : part;
+      kd_sum_ += kd_weight / scale * parts.kd.item<double>();
+      ce_sum_ += parts.ce.item<double>() / scale;
       objectives_ += p.share;
     }
     mine.clear();  // used once: the teacher's rows back before the next microbatch's

@@ -8,8 +8,8 @@
 //
 //   Distiller distiller(cfg, world, vocab, *lm, init);    // collective: loads the teacher
 //   distiller.begin_step();
-//   auto rows = distiller.rows(micro_batches, step, sampler, accum, false, true);  // collective
-//   parallelized.forward_backward(rows.inputs, rows.targets, 1.0,
+//   auto rows = distiller.rows(micro_batches, positions, step, sampler, accum, false, true);
+//   parallelized.forward_backward(rows.inputs, rows.targets, rows.positions, 1.0,
 //                                 {rows.objective, rows.hidden_layers});
 //   distiller.log_step(line, world);
 
@@ -68,13 +68,22 @@ class Distiller {
   //    weighs each part of a micro-batch by its share of that micro-batch's kept positions:
   //    the step's loss is the mean over the micro-batches of their objectives however the
   //    pipeline's microbatches cut them.
+  //  Each objective's cross-entropy, and its KD loss on the data's rows (whose KD positions are
+  //  the cross-entropy's), is a sum over forward_backward's divisor: the global batch's token
+  //  mean; the KD loss of sampled rows stays the mean over its micro-batch's KD positions.
+  //  `positions`: each micro-batch's token positions (document masking, data.padding_free), or
+  //  undefined ones; the live teacher gets them too. ConfigError with distillation.teacher_cache
+  //  (its logits were computed without the masks) and with on-policy rows (distillation.lmbda,
+  //  seq_kd: sampled continuations are not packed documents).
   struct StepRows {
     at::Tensor inputs, targets;               // the step's rows (B x micro-batches, T)
     parallel::MicrobatchObjective objective;  // empty on the ranks without the last stage
     std::vector<int64_t> hidden_layers;       // the student's layers it reads (layer_map)
+    at::Tensor positions;                     // the rows' token positions, or undefined
   };
-  StepRows rows(const std::vector<data::BatchLoader::Batch>& micro_batches, int64_t step,
-                const Sampler& student, int microbatches, bool pipelined, bool last_stage);
+  StepRows rows(const std::vector<data::BatchLoader::Batch>& micro_batches,
+                const std::vector<at::Tensor>& positions, int64_t step, const Sampler& student,
+                int microbatches, bool pipelined, bool last_stage);
 
   // A tensor-parallel student: its logits are this rank's columns of the vocabulary
   // (tp::shard_range over `group`), and the loss is vocab_parallel_distillation_objective over
@@ -101,13 +110,16 @@ class Distiller {
                            int64_t step, int64_t micro);
   // rows()' two cases, given the micro-batches' sampled rows.
   StepRows stage_rows(const std::vector<data::BatchLoader::Batch>& micro_batches,
-                      std::vector<PolicyBatch> batches);
+                      std::vector<PolicyBatch> batches, const std::vector<at::Tensor>& positions);
   StepRows pipeline_rows(const std::vector<data::BatchLoader::Batch>& micro_batches,
-                         std::vector<PolicyBatch> batches, int microbatches, bool last_stage);
+                         std::vector<PolicyBatch> batches, const std::vector<at::Tensor>& positions,
+                         int microbatches, bool last_stage);
+  // ConfigError for document masking with what does not support it (rows()).
+  void check_positions(const std::vector<at::Tensor>& positions) const;
   // The distillation objective of the student's logits (this rank's columns under tp) against
-  // the teacher's.
+  // the teacher's, its means over `divisors` where they are set.
   DistillObjective objective(const at::Tensor& logits, const TeacherTargets& teacher,
-                             const PolicyBatch& batch) const;
+                             const PolicyBatch& batch, const TokenDivisors& divisors) const;
 
   std::unique_ptr<Teacher> teacher_;    // live; null with a cache alone
   std::optional<TeacherCache> cache_;

@@ -29,5 +29,7 @@ void check_distill_labels(const at::Tensor& logits, const at::Tensor& labels);
 
 // The mean over positions whose `keep` is true; 0 (with a zero gradient) when none is.
 at::Tensor masked_mean(const at::Tensor& per_position, const at::Tensor& keep);
+// The same over `divisor` instead of keep's count when divisor > 0 (TokenDivisors).
+at::Tensor masked_mean(const at::Tensor& per_position, const at::Tensor& keep, double divisor);
 
 }  // namespace fsdpp::train

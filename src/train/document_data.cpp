@@ -138,8 +138,10 @@ void prepare_record_batches(TrainSession& s) {
                     d.mixture.empty() ? d.path : "data.mixture", manifest.records, n,
                     manifest.tokens(), manifest.loss_tokens(), skips, s.tokenizer->name(), n_train,
                     p.num_rows(), d.seq_len,
-                    d.packing ? fmt::format("packed {}: a document attends to the earlier ones in its row", d.packing_strategy.name()) : "one document a row",
-                    plan.padding_free ? ", each document attended to alone" : "",
+                    d.packing ? fmt::format("packed {}", d.packing_strategy.name()) : "one document a row",
+                    !d.packing ? ""
+                    : plan.padding_free ? ": each document attended to alone"
+                                        : ": a document attends to the earlier ones in its row",
                     p.split_documents() + p.truncated_documents() > 0
                         ? fmt::format(", {} long documents split, {} truncated ({} tokens dropped)",
                                       p.split_documents(), p.truncated_documents(), p.dropped_tokens())

@@ -28,10 +28,12 @@ double evaluate(TrainSession& s, int64_t step, bool* stopped) {
       *stopped = true;
       return std::nan("");
     }
-    auto [x, y, starts] = val.next(eb);
+    auto [x, y, starts, positions] = val.next(eb);
     x = x.to(world.device());
     y = y.to(world.device());
-    sum += s.parallel ? s.parallel->eval_loss(x, y) : s.lm->forward(x, y).loss.item<double>();
+    if (positions.defined()) positions = positions.to(world.device());
+    sum += s.parallel ? s.parallel->eval_loss(x, y, positions)
+                      : s.lm->forward(x, y, positions).loss.item<double>();
   }
   auto v = torch::tensor({sum / batches}, torch::kDouble);
   world.group()->all_reduce(v, dist::ReduceOp::AVG, {"eval"});

@@ -71,7 +71,9 @@ std::pair<uint64_t, uint64_t> comm_split(TrainSession& s);
 // What one optimizer step did (train_step.cpp).
 struct StepOutcome {
   double lr = 0;
-  double loss_sum = 0;  // this rank's loss summed over the micro-batches
+  // This rank's share of the step's loss (parallel::StepLoss::loss: its mean over the ranks is
+  // the global batch's token mean) times the micro-batches.
+  double loss_sum = 0;
   double grad_norm = 0;
   bool stepped = true;  // false: the fp16 loss scaler skipped the step (an overflow)
   double loss_scale = 1;

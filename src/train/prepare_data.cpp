@@ -204,6 +204,12 @@ void LanguageModels::prepare_data(TrainSession& s) const {
     prepare_record_batches(s);
     return;
   }
+  // Text is one token stream cut into windows: it has no documents to pack or to mask apart.
+  FSDPP_CHECK_AS(ConfigError, !cfg.data.packing && !cfg.data.padding_free.value_or(false),
+                 "[train] data.{}=true packs or masks the documents of records, and data.path {} "
+                 "is text, whose training windows are cut from one token stream. Give records "
+                 "(JSON Lines, Parquet, Arrow, a save_to_disk directory) or leave it out",
+                 cfg.data.packing ? "packing" : "padding_free", cfg.data.path);
   data::TokenDatasetOptions dopts;
   dopts.cache_dir = cache_dir;
   // Rank 0 encodes; the others then map the cached token file.

@@ -99,9 +99,10 @@ std::string Teacher::describe() const {
 }
 
 models::CausalLMOutput Teacher::forward(const at::Tensor& x,
-                                       const std::vector<int64_t>& hidden_layers) {
+                                       const std::vector<int64_t>& hidden_layers,
+                                       const at::Tensor& positions) {
   at::NoGradGuard no_grad;
-  return lm_->forward_features(x, /*aux_loss=*/false, hidden_layers);
+  return lm_->forward_features(x, /*aux_loss=*/false, hidden_layers, positions);
 }
 
 void Teacher::begin_step() { comm_before_ = comm_counters(lm_->module()); }

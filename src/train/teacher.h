@@ -53,8 +53,11 @@ class Teacher {
   std::string describe() const;
 
   // The teacher's logits (and the outputs of its layers `hidden_layers`, in hidden_states) for
-  // x, under no-grad: constants for the student's loss. Collective.
-  models::CausalLMOutput forward(const at::Tensor& x, const std::vector<int64_t>& hidden_layers = {});
+  // x, under no-grad: constants for the student's loss. positions: the rows' document masking,
+  // as the student's. Collective.
+  models::CausalLMOutput forward(const at::Tensor& x,
+                                 const std::vector<int64_t>& hidden_layers = {},
+                                 const at::Tensor& positions = {});
   models::CausalLM& lm() { return *lm_; }
 
   // Starts a step's count of the teacher's collectives; log_step adds them to a metrics.jsonl

@@ -65,13 +65,22 @@ double clip_together(TrainSession& s, const std::vector<at::Tensor>& extra, doub
 }
 
 // The step's accumulation micro-batches, on the rank's device (asynchronously from pinned
-// batches, training.dataloader_pin_memory).
-std::vector<data::BatchLoader::Batch> next_batches(TrainSession& s) {
+// batches, training.dataloader_pin_memory), and their token positions (document masking; each
+// undefined without it).
+std::vector<data::BatchLoader::Batch> next_batches(TrainSession& s,
+                                                   std::vector<at::Tensor>& positions) {
   std::vector<data::BatchLoader::Batch> out;
   for (int64_t micro = 0; micro < s.accum; ++micro) {
     auto batch = s.batches->next(s.B);
     batch.inputs = batch.inputs.to(s.world.device(), /*non_blocking=*/true);
     batch.targets = batch.targets.to(s.world.device(), /*non_blocking=*/true);
+    if (batch.positions.defined()) {
+      batch.positions = batch.positions.to(s.world.device(), /*non_blocking=*/true);
+    }
+    FSDPP_CHECK(micro == 0 || batch.positions.defined() == positions.front().defined(),
+                "[train] some micro-batches of a step have token positions and others none; "
+                "expected all or none");
+    positions.push_back(batch.positions);
     out.push_back({batch.inputs, batch.targets, batch.starts});
   }
   return out;
@@ -82,14 +91,16 @@ std::vector<data::BatchLoader::Batch> next_batches(TrainSession& s) {
 // stages, or by the teacher) and its objective. Collective.
 Distiller::StepRows step_rows(TrainSession& s, int64_t step) {
   dist::TraceSpan data_span(s.trace.get(), "data");
-  const auto batches = next_batches(s);
+  std::vector<at::Tensor> positions;
+  const auto batches = next_batches(s, positions);
   if (!s.distiller) {
     std::vector<at::Tensor> xs, ys;
     for (const auto& b : batches) {
       xs.push_back(b.inputs);
       ys.push_back(b.targets);
     }
-    return {at::cat(xs), at::cat(ys), {}, {}};
+    return {at::cat(xs), at::cat(ys), {}, {},
+            positions.front().defined() ? at::cat(positions) : at::Tensor()};
   }
   data_span.end();
   dist::TraceSpan teacher_span(s.trace.get(), "teacher");
@@ -100,7 +111,7 @@ Distiller::StepRows step_rows(TrainSession& s, int64_t step) {
   };
   const int microbatches = s.pipelined() ? p.runtime().schedule().num_microbatches
                                          : static_cast<int>(s.accum);
-  return s.distiller->rows(batches, step, student, microbatches, s.pipelined(), last);
+  return s.distiller->rows(batches, positions, step, student, microbatches, s.pipelined(), last);
 }
 
 }  // namespace
@@ -128,9 +139,11 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   // their forward and backward spans.
   dist::TraceSpan pipeline_span(s.pipelined() ? trace.get() : nullptr, "pipeline");
   const double scale = scaler.is_enabled() ? scaler.get_scale() : 1.0;
-  const auto out = s.parallel->forward_backward(rows.inputs, rows.targets, scale, calls);
+  const auto out =
+      s.parallel->forward_backward(rows.inputs, rows.targets, rows.positions, scale, calls);
   pipeline_span.end();
-  // Sums over the accumulation micro-batches: the means times their count.
+  // This rank's share of the step's loss (its mean over the ranks is the global batch's token
+  // mean, parallel::StepLoss) times the micro-batches, as train_loop reads it.
   const double loss_sum = out.loss * static_cast<double>(s.accum);
   dist::TraceSpan clip_span(trace.get(), "clip_grad_norm");
   // distillation.layer_projection's maps, whole on every rank: their gradients averaged over the

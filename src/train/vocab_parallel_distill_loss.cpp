@@ -94,7 +94,9 @@ DistillObjective vocab_parallel_distillation_objective(const at::Tensor& student
                                                        const at::Tensor& kd_mask,
                                                        const DistillLossOptions& options,
                                                        double kd_ratio, int64_t vocab_offset,
-                                                       const tp::GroupPtr& group) {
+                                                       const tp::GroupPtr& group,
+                                                       const TokenDivisors& divisors) {
+  divisors.validate();
   check_distill_shapes(student_local, teacher_local);
   check_distill_labels(student_local, labels);
   FSDPP_CHECK_AS(ConfigError, !kd_mask.defined() || kd_mask.sizes() == labels.sizes(),
@@ -102,12 +104,14 @@ DistillObjective vocab_parallel_distillation_objective(const at::Tensor& student
                  kd_mask.sizes(), labels.sizes());
   const auto d = vocab_parallel_distillation_divergence(student_local, teacher_local, options, group);
   DistillObjective out;
-  out.kd = masked_mean(d, kd_mask.defined() ? kd_mask : labels != options.ignore_index);
+  out.kd = masked_mean(d, kd_mask.defined() ? kd_mask : labels != options.ignore_index,
+                       divisors.kd);
   auto ce_labels = labels;
   if (options.ignore_index != -100) {  // vocab_parallel_cross_entropy ignores -100
     ce_labels = labels.masked_fill(labels == options.ignore_index, -100);
   }
-  out.ce = tp::vocab_parallel_cross_entropy(student_local, ce_labels, vocab_offset, group);
+  out.ce = tp::vocab_parallel_cross_entropy(student_local, ce_labels, vocab_offset, group,
+                                            divisors.ce);
   out.loss = (1 - kd_ratio) * out.ce + kd_ratio * out.kd;
   return out;
 }

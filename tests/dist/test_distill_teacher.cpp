@@ -95,10 +95,13 @@ void check_teacher(const std::string& dtype) {
   distiller.begin_step();
   // One micro-batch of the data (no sampling), its objective on the student's features and the
   // load-balancing term added, as Parallelized::forward_backward does over one stage.
-  auto rows = distiller.rows({{x, y, {0, 16}}}, /*step=*/1, train::detail::Sampler(),
-                             /*microbatches=*/1, /*pipelined=*/false, /*last_stage=*/true);
+  auto rows = distiller.rows({{x, y, {0, 16}}}, {at::Tensor()}, /*step=*/1,
+                             train::detail::Sampler(), /*microbatches=*/1, /*pipelined=*/false,
+                             /*last_stage=*/true);
   auto out = lm->forward_features(rows.inputs, /*aux_loss=*/true, rows.hidden_layers);
-  auto loss = rows.objective(out.logits, rows.targets, 0, out.hidden_states) + 0.01 * out.aux_loss;
+  // Divisor 0: the micro-batch's own means (one micro-batch, the same rows on every rank).
+  auto loss = rows.objective(out.logits, rows.targets, 0, out.hidden_states, /*divisor=*/0) +
+              0.01 * out.aux_loss;
   loss.backward();
   opt.step();
   nlohmann::json line;

@@ -171,7 +171,7 @@ TEST(ParallelizeMatrix2, Objective) {
   ASSERT_EQ(w.size(), 2) << "this test needs 2 ranks";
   const parallel::MicrobatchObjective weighted = [](const at::Tensor& logits,
                                                     const at::Tensor& targets, int k,
-                                                    const std::vector<at::Tensor>&) {
+                                                    const std::vector<at::Tensor>&, double) {
     return (k + 1) * models::token_cross_entropy(logits, targets);
   };
   for (Arch a : {Arch::kLlama, Arch::kQwen3Moe}) {
@@ -182,7 +182,7 @@ TEST(ParallelizeMatrix2, Objective) {
     for (int m = 0; m < kMicro; ++m) {
       auto t = micro_tokens(0, m);
       auto out = plan->causal_lm()->forward_features(t.narrow(1, 0, kSeq), true, {});
-      auto loss = weighted(out.logits, t.narrow(1, 1, kSeq), m, {});
+      auto loss = weighted(out.logits, t.narrow(1, 1, kSeq), m, {}, 0);
       if (out.aux_loss.defined()) {
         loss = loss + coef * out.aux_loss;
         want_aux += out.aux_loss.item<double>() / kMicro;
@@ -219,7 +219,7 @@ TEST(ParallelizeMatrix2, Objective) {
   parallel::MicrobatchCalls calls;
   calls.hidden_layers = {0, 1};
   calls.objective = [&](const at::Tensor& logits, const at::Tensor& targets, int,
-                        const std::vector<at::Tensor>& hidden) {
+                        const std::vector<at::Tensor>& hidden, double) {
     for (const auto& h : hidden) widths.push_back(h.size(-1));
     return models::token_cross_entropy(logits, targets);
   };

@@ -119,14 +119,16 @@ assert all(m["comm_bytes_inter"] > 0 and m["comm_bytes_intra"] > 0 for m in nn),
 assert inter == sum(m["comm_bytes_inter"] for m in h4) and intra == sum(m["comm_bytes_intra"] for m in h4)
 # Theory per rank per step (S padded parameter bytes, F = 2 ranks per shard group, R = 2 groups):
 # intra 3*S*(F-1)/F = 1.5 S, inter 2*(S/F)*(R-1)/R = 0.5 S, so intra = 3 x inter, plus the one
-# all-reduce of a double by clip_grad_norm_ inside the shard group (2*8*(F-1)/F = 8 B). The last
-# step also evaluates (all-gathers only, inside the node), so it is left out.
+# all-reduce of a double by clip_grad_norm_ inside the shard group (2*8*(F-1)/F = 8 B) and the
+# step's loss-token count, an int64 all-reduced inside the shard group (8 B) and across the
+# replicas (2*8*(R-1)/R = 8 B): intra = 3 x (inter - 8) + 16. The last step also evaluates
+# (all-gathers only, inside the node), so it is left out.
 for m in nn[:-1]:
-    assert m["comm_bytes_intra"] == 3 * m["comm_bytes_inter"] + 8, m
+    assert m["comm_bytes_intra"] == 3 * (m["comm_bytes_inter"] - 8) + 16, m
 per_step = nn[0]
 print(f"[multinode] per step rank 0 sent {per_step['comm_bytes_intra']} B inside its node and "
-      f"{per_step['comm_bytes_inter']} B across: intra = 3 x inter + 8 as theory says "
-      f"(S = {per_step['comm_bytes_inter'] * 2} B); {steps} steps: {intra} B intra, {inter} B inter")
+      f"{per_step['comm_bytes_inter']} B across: intra = 3 x (inter - 8) + 16 as theory says "
+      f"(S = {(per_step['comm_bytes_inter'] - 8) * 2} B); {steps} steps: {intra} B intra, {inter} B inter")
 node_across = 2 * inter  # node 0's two ranks, each to its replica on node 1, and back as much
 print(f"[multinode] veth {veth} B in+out during the run; node 0's ranks sent {node_across} B "
       f"across by the counters (x2 with what node 1 sent back = {2 * node_across} B)")

@@ -13,7 +13,8 @@ transformers computing the same documents another way.
 3. fsdpp-train on 2 ranks from each file (and a save_to_disk directory, a mixture) prepares the
    same documents into its cache: the log's document, token and loss-token counts equal the ones
    computed here, and training from the prepared directory gives the same loss at every step,
-   bit for bit, as training from the file.
+   bit for bit, as training from the file. Packed bfd rows with document masking give one
+   document a row's first loss over the same documents; without the mask they do not.
 4. Refusals: a prepared directory with other loss options, a tokenizer other than the one it was
    prepared with, sentencepiece training on records.
 
@@ -142,6 +143,50 @@ def data_line(log):
     return tuple(int(x) for x in m.groups())
 
 
+def first_loss(d, name, data_path, tok_dir, *extra):
+    """The first step's loss on one rank with every training row in that one step."""
+    def one_rank(tag, batch):
+        _, log = sh(run, "--nproc-per-node", "1", "--timeout-s", "180", train,
+                    os.path.join(src, "configs/default.yaml"), f"data.path={data_path}",
+                    f"data.tokenizer={tok_dir}", "data.seq_len=64", "data.val_fraction=0",
+                    "model.dim=32", "model.n_layers=2", "model.n_heads=4", "model.n_kv_heads=2",
+                    "model.max_seq_len=128", "training.eval_steps=0", "training.sample_tokens=0",
+                    f"training.per_device_train_batch_size={batch}", "training.max_steps=1",
+                    "training.save_steps=0", "training.logging_steps=1", f"data.cache_dir={d}/cache",
+                    f"training.output_dir={d}/run-{name}-{tag}", *extra)
+        return log
+    m = re.search(r"train \d+ documents in (\d+) rows of 64 \(([^)]*)\)", one_rank("rows", 1))
+    if not m:
+        sys.exit(f"{name}: no row count in the log")
+    rows = int(m.group(1))
+    one_rank("all", rows)
+    return rows, m.group(2), losses(f"{d}/run-{name}-all")[0][1]
+
+
+def check_masking(d, data_path, tok_dir):
+    """Packed rows with document masking (bfd packing's default, TRL's padding_free) compute each
+    document as alone: over every document in one step, the first loss equals one document a row's
+    (the global token mean over the same tokens at the same initial weights); without the mask
+    the documents of a row attend to each other and the loss differs."""
+    rows1, how1, alone = first_loss(d, "doc-a-row", data_path, tok_dir)
+    rows2, how2, masked = first_loss(d, "bfd-masked", data_path, tok_dir, "data.packing=true")
+    rows3, how3, crossed = first_loss(d, "bfd-crossed", data_path, tok_dir, "data.packing=true",
+                                      "data.padding_free=false")
+    if "each document attended to alone" not in how2 or "attends to the earlier" not in how3:
+        sys.exit(f"the data lines do not say how the packed documents attend: {how2!r}, {how3!r}")
+    if not rows2 < rows1 or abs(masked - alone) > 1e-6 * abs(alone):
+        sys.exit(f"document masking: packed ({rows2} rows) first loss {masked!r}, one document a row "
+                 f"({rows1} rows) {alone!r}; expected equal within 1e-6 relative")
+    # A small model at its first step: attending across documents moves the loss little, but far
+    # more than the masked rows' rounding does.
+    if abs(crossed - alone) < 20 * max(abs(masked - alone), 1e-7 * abs(alone)):
+        sys.exit(f"packed without the mask gave {crossed!r}, with it {masked!r}, alone {alone!r}: the "
+                 f"mask changed nothing beyond rounding")
+    print(f"  document masking: {rows1} rows of one document and {rows2} packed bfd rows give the "
+          f"first loss {alone:.6f} and {masked:.6f} (difference {abs(masked - alone):.1e}); packed "
+          f"without the mask {crossed:.6f}")
+
+
 def check_trains(d, name, data_path, tok_dir, want, *extra):
     _, log, out = job(d, name, data_path, tok_dir, *extra)
     records, docs, tokens, counted = data_line(log)
@@ -188,6 +233,7 @@ with tempfile.TemporaryDirectory() as d:
         sys.exit(f"training from the prepared directory gave other losses: {a} vs {b}")
     print("  the prepared directory trains to the same losses as the file, bit for bit")
     check_trains(d, "pc-packed", f"{d}/pc.parquet", tok_dir, want["pc"], "data.packing=true")
+    check_masking(d, f"{d}/pc.parquet", tok_dir)
     # save_to_disk's directory, with another text field.
     import datasets
     datasets.Dataset.from_list([{"body": t["text"]} for t in texts]).save_to_disk(f"{d}/saved")

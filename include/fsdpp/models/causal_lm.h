@@ -33,14 +33,22 @@ class CausalLM {
   virtual ~CausalLM() = default;
   virtual torch::nn::Module& module() = 0;
   virtual const char* architecture() const = 0;  // model.architecture: "llama", "qwen3_moe"
-  // Through fsdpp::forward: a sharded model works when every rank calls it.
-  virtual CausalLMOutput forward(const at::Tensor& tokens, const at::Tensor& targets) = 0;
+  // Through fsdpp::forward: a sharded model works when every rank calls it. positions (B,T)
+  // int64, when defined: document masking (each document's positions restart at 0; it attends
+  // within itself and rotates by its own positions: LlamaImpl::forward).
+  virtual CausalLMOutput forward(const at::Tensor& tokens, const at::Tensor& targets,
+                                 const at::Tensor& positions = {}) = 0;
   // What a distillation loss needs, without the cross-entropy: the logits, a MoE's
   // load-balancing loss when `aux_loss` (as forward with targets computes it), and the outputs
   // of the decoder layers `hidden_layers` in hidden_states, in that order. Through
   // fsdpp::forward.
   virtual CausalLMOutput forward_features(const at::Tensor& tokens, bool aux_loss,
-                                          const std::vector<int64_t>& hidden_layers) = 0;
+                                          const std::vector<int64_t>& hidden_layers,
+                                          const at::Tensor& positions = {}) = 0;
+  // The cross entropy of its logits (forward_features', this rank's vocabulary columns under
+  // tensor parallelism) against targets, as forward computes it: the mean over the loss-bearing
+  // tokens (targets != -100), or with divisor > 0 their sum over divisor (token_cross_entropy).
+  at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets, double divisor = 0);
   virtual at::Tensor generate(const at::Tensor& prompt, const GenerateOptions& options) = 0;
   virtual std::string describe() const = 0;  // one line for the log
   virtual int64_t vocab_size() const = 0;

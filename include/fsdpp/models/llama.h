@@ -77,8 +77,9 @@ class LlamaParallelHooks {
   virtual at::Tensor embed(const at::Tensor& tokens, const at::Tensor& table) = 0;
   // A norm's weight as the forward uses it.
   virtual at::Tensor norm_weight(const at::Tensor& weight) = 0;
-  // The mean cross entropy of the logits the head produced.
-  virtual at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets) = 0;
+  // The cross entropy of the logits the head produced: the mean (divisor 0) or the sum over
+  // divisor, as token_cross_entropy.
+  virtual at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets, double divisor) = 0;
   // The logits over the whole vocabulary from what the head produced (for sampling, which
   // needs every token's probability; training never gathers them). Collective.
   virtual at::Tensor whole_logits(const at::Tensor& logits) = 0;
@@ -105,6 +106,11 @@ class AttentionImpl : public torch::nn::Module {
   // meta device too: derived from the config, not drawn).
   explicit AttentionImpl(const LlamaConfig& cfg, at::Device device = at::kCPU);
   at::Tensor forward(const at::Tensor& x);  // (B,T,C) -> (B,T,C)
+  // Document masking: each token rotated by its position (B,T) int64 and attending within its
+  // document only, through `mask` (B,1,T,T) bool (models' document_causal_mask, made once per
+  // forward). Undefined positions: forward(x). Under sequence parallelism both are the whole
+  // sequence's (attention gathers it).
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& positions, const at::Tensor& mask);
   // The same for tokens at positions cache.k's length onwards, attending to the cached ones
   // too, whose keys and values x's are appended to (kv_cache.h). Not under tensor parallelism.
   at::Tensor forward(const at::Tensor& x, KVCache::Layer& cache);
@@ -135,6 +141,8 @@ class TransformerBlockImpl : public torch::nn::Module {
  public:
   explicit TransformerBlockImpl(const LlamaConfig& cfg, at::Device device = at::kCPU);
   at::Tensor forward(const at::Tensor& x);  // (B,T,C) -> (B,T,C)
+  // Document masking: attention's forward(x, positions, mask).
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& positions, const at::Tensor& mask);
   at::Tensor forward(const at::Tensor& x, KVCache::Layer& cache);  // attention over the cache
 
   RMSNorm attention_norm{nullptr};
@@ -170,8 +178,12 @@ class LlamaImpl : public torch::nn::Module {
   // The same (no loss when targets is undefined) with the outputs of the blocks
   // `hidden_layers` (ids in [0, n_layers), the residual stream after each) in that order:
   // transformers' output_hidden_states[i + 1], for a distillation loss on intermediate layers.
+  // positions (B,T) int64, when defined: document masking (packed sequences, transformers'
+  // position_ids as DataCollatorWithFlattening makes them): each document's positions restart at
+  // 0, its tokens attend within it only and are rotated by their positions, so each document's
+  // logits are those it has alone. Undefined: positions 0 .. T-1 and causal attention over the row.
   LlamaOutput forward(const at::Tensor& tokens, const at::Tensor& targets,
-                      const std::vector<int64_t>& hidden_layers);
+                      const std::vector<int64_t>& hidden_layers, const at::Tensor& positions = {});
   // The logits (B,t,V) of tokens (B,t) at positions cache.length onwards, attending to the
   // cached tokens too; their keys and values are appended and cache.length grows by t
   // (kv_cache.h). Sampling's forward; not under tensor parallelism.
@@ -199,7 +211,8 @@ class LlamaImpl : public torch::nn::Module {
  private:
   // The blocks' outputs `hidden_layers` go to *hidden; with a cache, attention over it.
   at::Tensor hidden_to_logits(const at::Tensor& tokens, const std::vector<int64_t>& hidden_layers = {},
-                              std::vector<at::Tensor>* hidden = nullptr, KVCache* cache = nullptr);
+                              std::vector<at::Tensor>* hidden = nullptr, KVCache* cache = nullptr,
+                              const at::Tensor& positions = {});
 
   LlamaConfig cfg_;
   InitPlan plan_;
@@ -207,8 +220,12 @@ class LlamaImpl : public torch::nn::Module {
 TORCH_MODULE(Llama);
 
 // Mean cross entropy of logits (..., V) against targets (...), ignoring targets == -100;
-// computed in float32 or wider whatever the logits' dtype.
-at::Tensor token_cross_entropy(const at::Tensor& logits, const at::Tensor& targets);
+// computed in float32 or wider whatever the logits' dtype. With divisor > 0: the sum over the
+// tokens that are not ignored divided by `divisor` instead of their count (transformers'
+// num_items_in_batch): a part of a batch divided by the batch's count, so that the parts' losses
+// add up to the batch's mean (0 for a part without loss tokens).
+at::Tensor token_cross_entropy(const at::Tensor& logits, const at::Tensor& targets,
+                               double divisor = 0);
 
 // True for buffers that are derived from the config (the rotary tables) and so belong in no
 // checkpoint, as PyTorch's register_buffer(persistent=False).

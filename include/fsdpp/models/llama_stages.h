@@ -46,6 +46,9 @@ class LlamaStageImpl : public torch::nn::Module {
   // The first stage takes tokens (B,T) int64, the others hidden states (B,T,C); the last
   // returns logits (B,T,V), the others hidden states (B,T,C).
   at::Tensor forward(const at::Tensor& x);
+  // The same with document masking: the microbatch's token positions (B,T) int64, which every
+  // stage is given (LlamaImpl::forward's positions; undefined: forward(x)).
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& positions);
   // The mean cross entropy of the last stage's logits, as LlamaImpl::forward(tokens, targets).
   at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets) const;
 

@@ -42,6 +42,9 @@ struct StageLoss {
 struct ModelStage {
   std::shared_ptr<torch::nn::Module> module;
   std::function<at::Tensor(const at::Tensor&)> forward;
+  // A language model's stages: the forward with the microbatch's token positions (B,T) int64,
+  // which every stage is given (document masking; undefined: forward). Unset for other models.
+  std::function<at::Tensor(const at::Tensor& x, const at::Tensor& positions)> forward_positions;
   std::function<StageLoss(const at::Tensor& output, const at::Tensor& targets,
                           const TokenLoss& token_loss)>
       loss;  // last stage only

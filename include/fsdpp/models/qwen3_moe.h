@@ -69,6 +69,10 @@ class Qwen3MoeAttentionImpl : public torch::nn::Module {
   explicit Qwen3MoeAttentionImpl(const Qwen3MoeConfig& cfg, at::Device device = at::kCPU);
   // x (B,T,D); cos, sin (T, head_dim) in rotate-half layout -> (B,T,D)
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  // Document masking: cos, sin (B,T,head_dim) at each token's position and the mask (B,1,T,T)
+  // bool of qwen3_moe_document_mask (undefined mask: causal over the row).
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                     const at::Tensor& mask);
   // The same for tokens after the cached ones (cos, sin of their positions), attending to them
   // too; x's keys and values are appended to the cache (kv_cache.h).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
@@ -193,6 +197,9 @@ class Qwen3MoeDecoderLayerImpl : public torch::nn::Module {
  public:
   Qwen3MoeDecoderLayerImpl(const Qwen3MoeConfig& cfg, int64_t layer, at::Device device = at::kCPU);
   Qwen3MoeLayerOutput forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  // Document masking: attention's forward(x, cos, sin, mask).
+  Qwen3MoeLayerOutput forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                              const at::Tensor& mask);
   // Attention over a KV cache (sampling).
   Qwen3MoeLayerOutput forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                               KVCache::Layer& cache);
@@ -234,9 +241,12 @@ class Qwen3MoeImpl : public torch::nn::Module {
   // hidden_layers: the outputs of these decoder layers (ids in [0, num_hidden_layers), the
   // residual stream after each) in hidden_states, in that order (transformers'
   // output_hidden_states[i + 1]), for a distillation loss on intermediate layers.
+  // positions (B,T) int64, when defined: document masking, as LlamaImpl::forward's (each
+  // document's positions restart at 0; its tokens attend within it and rotate by their positions).
   Qwen3MoeOutput forward(const at::Tensor& tokens, const at::Tensor& targets,
                          bool output_router_logits,
-                         const std::vector<int64_t>& hidden_layers = {});
+                         const std::vector<int64_t>& hidden_layers = {},
+                         const at::Tensor& positions = {});
   // The logits (B,t,V) of tokens (B,t) at positions cache.length onwards, attending to the
   // cached tokens too; their keys and values are appended (kv_cache.h). Sampling's forward.
   at::Tensor forward(const at::Tensor& tokens, KVCache& cache);
@@ -271,6 +281,21 @@ TORCH_MODULE(Qwen3Moe);
 // device, as the model computes them once per forward (pipeline stages do too).
 std::pair<at::Tensor, at::Tensor> qwen3_moe_rope(const Qwen3MoeConfig& cfg, int64_t T,
                                                  const at::Tensor& like);
+// The same at each token's position (B,T) (all below max_position + 1): (B,T,head_dim) each.
+std::pair<at::Tensor, at::Tensor> qwen3_moe_rope(const Qwen3MoeConfig& cfg,
+                                                 const at::Tensor& positions, int64_t max_position,
+                                                 const at::Tensor& like);
+
+// Document masking's per-forward part (the model's and a pipeline stage's): the positions
+// (B,T) int64 checked against `tokens` (the sizes of the whole sequence's tokens) and
+// max_position_embeddings (ConfigError), their RoPE rows in like's dtype and the mask
+// (B,1,T,T) bool, all on like's device.
+struct Qwen3MoeDocumentMask {
+  at::Tensor cos, sin;  // (B,T,head_dim)
+  at::Tensor mask;      // (B,1,T,T)
+};
+Qwen3MoeDocumentMask qwen3_moe_document_mask(const Qwen3MoeConfig& cfg, const at::Tensor& positions,
+                                         at::IntArrayRef tokens, const at::Tensor& like);
 
 // transformers' load_balancing_loss_func without an attention mask (Switch Transformer eq. 4-6
 // over all sparse layers' tokens together): num_experts * sum_e f_e * P_e, with f_e the fraction

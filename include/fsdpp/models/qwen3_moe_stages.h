@@ -39,6 +39,9 @@ class Qwen3MoeStageImpl : public torch::nn::Module {
   // The first stage takes tokens (B,T) int64; the others what the previous one returned; the
   // last returns logits (B,T,V) (this rank's vocabulary columns under tensor parallelism).
   at::Tensor forward(const at::Tensor& x);
+  // The same with document masking: the microbatch's token positions (B,T) int64, which every
+  // stage is given (Qwen3MoeImpl::forward's positions; undefined: forward(x)).
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& positions);
   // The last stage: the mean cross entropy of its logits plus router_aux_loss_coef times the
   // load-balancing loss of the forward just run (it must be the last forward of this stage).
   at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets);

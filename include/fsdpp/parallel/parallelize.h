@@ -105,23 +105,43 @@ struct ParamRecord {
 };
 
 struct StepLoss {
-  // The mean over the microbatches of this rank's rows of the model's training loss (MoE: with
-  // router_aux_loss_coef times the load-balancing loss); on every rank of the pp group.
+  // This rank's share of the step's loss, the one its backward started from: its mean over the
+  // data-parallel ranks (what FSDP's averaging of the gradients makes of it) is the step's loss.
+  // For a language model that is the sum of the token losses over every loss-bearing token
+  // (targets != -100) of the global batch (all microbatches, all data-parallel ranks) divided by
+  // their number, as one process computes it over the whole batch; plus, for MoE,
+  // router_aux_loss_coef times the mean over the microbatches of the load-balancing loss. For
+  // other models (sequential_plan, train()'s custom ones) the mean over the microbatches of
+  // their loss. On every rank of the pp group.
   double loss = 0;
   // The mean over the microbatches of the load-balancing loss (MoE, unscaled; 0 for dense
   // models), on every rank of the pp group.
   double aux_loss = 0;
+  // A language model's loss-bearing tokens in the global batch (0 for other models, and on the
+  // ranks of a pipeline without its last stage).
+  int64_t loss_tokens = 0;
 };
+
+// A language model's token losses of one microbatch are summed and divided by `divisor` =
+// N / (dp x microbatches), N the loss-bearing tokens of the global batch (counted from the
+// targets with one all-reduce over dp before the forward): the microbatch's mean when every
+// microbatch of every data-parallel rank holds as many, and in every case the losses that,
+// averaged over the microbatches and the data-parallel ranks, give the global batch's mean over
+// its tokens (transformers' num_items_in_batch). 1 when the global batch has no loss token.
+double token_loss_divisor(int64_t loss_tokens, int64_t dp, int microbatches);
 
 // The token loss of microbatch `microbatch` of a step (0 .. microbatches - 1) in place of the
 // model's cross entropy: of its logits (this rank's vocabulary columns under tp) and targets, and
 // without a pipeline (the one stage) the outputs of the decoder layers MicrobatchCalls::
 // hidden_layers names (models::CausalLM::forward_features'; empty with a pipeline). The model's
 // own terms (MoE's load-balancing loss) are still added. E.g. the distillation objective against
-// the teacher's rows of that microbatch.
+// the teacher's rows of that microbatch. `divisor`: the step's token_loss_divisor, which a sum
+// over the microbatch's loss-bearing tokens is divided by to be part of the global batch's
+// token mean (the model's own cross entropy is); an objective that returns a mean over its
+// microbatch may ignore it.
 using MicrobatchObjective = std::function<at::Tensor(
     const at::Tensor& logits, const at::Tensor& targets, int microbatch,
-    const std::vector<at::Tensor>& hidden_states)>;
+    const std::vector<at::Tensor>& hidden_states, double divisor)>;
 
 // What forward_backward calls for each microbatch besides the model; every member optional.
 struct MicrobatchCalls {
@@ -161,12 +181,21 @@ class Parallelized {
 
   // Forward and backward of this data-parallel rank's rows (inputs, targets: one example per row
   // of dim 0; a language model's (B,T) int64), in options.microbatches equal microbatches:
-  // gradient accumulation over the one stage (a model without a pipeline: the plan's loss(), or
-  // the objective on its language model's forward_features), or the pipeline's step. loss_scale
-  // multiplies the loss that backward starts from (a gradient scaler's). `calls`: each
-  // microbatch's objective, hook and trace spans.
+  // gradient accumulation over the one stage (a language model's forward_features and its cross
+  // entropy, or the objective; another model's plan loss()), or the pipeline's step. A language
+  // model's loss is the global batch's token mean (StepLoss::loss, token_loss_divisor), its
+  // gradients those of one process over the whole batch. loss_scale multiplies the loss that
+  // backward starts from (a gradient scaler's). `calls`: each microbatch's objective, hook and
+  // trace spans.
   StepLoss forward_backward(const at::Tensor& inputs, const at::Tensor& targets,
                             double loss_scale = 1.0, const MicrobatchCalls& calls = {});
+  // The same with document masking (a language model's packed rows): positions (B,T) int64, each
+  // document's positions restarting at 0 (models::LlamaImpl::forward), split into the
+  // microbatches with the rows; with a pipeline every stage gets its microbatch's. Undefined:
+  // the overload above. ConfigError for a model that is not a language model.
+  StepLoss forward_backward(const at::Tensor& inputs, const at::Tensor& targets,
+                            const at::Tensor& positions, double loss_scale = 1.0,
+                            const MicrobatchCalls& calls = {});
 
   // The whole model's gradient norm from the record: each part summed over the groups that
   // split it, then over pp; clips to max_norm; returns the norm before clipping.
@@ -176,8 +205,9 @@ class Parallelized {
 
   // Forward only, for evaluation and sampling: this rank's stages in order, the activations
   // passed along pp; the last stage's output (logits) on the ranks that hold it, undefined on
-  // the others (every rank without a pipeline). Collective over pp.
-  at::Tensor forward_stages(const at::Tensor& tokens);
+  // the others (every rank without a pipeline). positions: document masking, every stage given
+  // them (as forward_backward's). Collective over pp.
+  at::Tensor forward_stages(const at::Tensor& tokens, const at::Tensor& positions = {});
   // The rank of the pp group that holds the last stage (0 without a pipeline).
   int last_stage_rank() const;
   // models::ModelPlan::expert_load of the last loss computed: pipelined, the last stage's (the
@@ -185,8 +215,11 @@ class Parallelized {
   // Collective over pp when pipelined; empty for a model without experts.
   std::vector<int64_t> expert_load();
   // The mean loss of (inputs, targets) without gradients, on every rank of the pp group (the
-  // model's training loss: MoE's includes its load-balancing term). Collective over pp.
-  double eval_loss(const at::Tensor& inputs, const at::Tensor& targets);
+  // model's training loss: MoE's includes its load-balancing term; a language model's cross
+  // entropy the mean over these rows' loss-bearing tokens). positions: document masking.
+  // Collective over pp.
+  double eval_loss(const at::Tensor& inputs, const at::Tensor& targets,
+                   const at::Tensor& positions = {});
   // The traffic of every dim of the mesh (both meshes), summed: the bytes the run moved.
   dist::CommCounters comm_counters() const;
   // FSDP units made on this rank's stages.
@@ -203,13 +236,22 @@ class Parallelized {
   const models::ModelStage* last_stage() const;
   // `value` from the rank of the pp group that holds the last stage to every rank of it.
   void from_last_stage(at::Tensor& value, const char* what);
-  // forward_backward without a pipeline: microbatch by microbatch over the one stage.
-  StepLoss one_stage_step(const at::Tensor& inputs, const at::Tensor& targets, double loss_scale,
+  // forward_backward without a pipeline: microbatch by microbatch over the one stage; with a
+  // pipeline, its step. divisor: token_loss_divisor of the step (language models).
+  StepLoss one_stage_step(const at::Tensor& inputs, const at::Tensor& targets,
+                          const at::Tensor& positions, double divisor, double loss_scale,
                           const MicrobatchCalls& calls);
-  // One microbatch's loss on the one stage: the plan's, or the objective's (and the model's own
-  // terms) on its language model's features.
-  models::StageLoss one_stage_loss(const at::Tensor& inputs, const at::Tensor& targets, int k,
+  StepLoss pipeline_step(const at::Tensor& inputs, const at::Tensor& targets,
+                         const at::Tensor& positions, double divisor, double loss_scale,
+                         const MicrobatchCalls& calls);
+  // One microbatch's loss on the one stage: a language model's cross entropy over divisor, or
+  // the objective's, and the model's own terms, on its features; another model's plan loss.
+  models::StageLoss one_stage_loss(const at::Tensor& inputs, const at::Tensor& targets,
+                                   const at::Tensor& positions, double divisor, int k,
                                    const MicrobatchCalls& calls);
+  // The global batch's loss-bearing tokens (an all-reduce over dp): 0 for a model that is not a
+  // language model and on the ranks of a pipeline without its last stage.
+  int64_t count_loss_tokens(const at::Tensor& targets);
 
   std::shared_ptr<models::ModelPlan> model_;
   std::unique_ptr<ParallelMesh> mesh_;

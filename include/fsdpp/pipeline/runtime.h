@@ -113,9 +113,11 @@ class PipelineRuntime {
   // One forward and backward of the global batch. `inputs` is read on the rank holding stage
   // 0 and `targets` on the rank holding the last stage (others may pass undefined tensors);
   // dim 0 must divide into num_microbatches. `loss`, when given, is this step's loss of each
-  // microbatch on the last stage instead of the stage's own. Collective over the pp group.
+  // microbatch on the last stage instead of the stage's own. `shared`, when defined, is read on
+  // every rank and split like inputs: each stage's forward_shared gets its microbatch's rows
+  // (ConfigError for a stage without one). Collective over the pp group.
   StepOutput step(const at::Tensor& inputs, const at::Tensor& targets,
-                  const MicrobatchLoss& loss = {});
+                  const MicrobatchLoss& loss = {}, const at::Tensor& shared = {});
 
   const PipelineSchedule& schedule() const { return schedule_; }
   const std::vector<PipelineStage>& stages() const { return stages_; }

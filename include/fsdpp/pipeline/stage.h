@@ -32,6 +32,10 @@ struct PipelineStage {
   int index = -1;                          // the stage's number in the schedule
   std::shared_ptr<torch::nn::Module> module;
   std::function<at::Tensor(const at::Tensor&)> forward;
+  // Optional: the forward of a step that carries rows every stage reads besides its input
+  // (PipelineRuntime::step's `shared`; a language model's token positions, which the attention
+  // of every block needs): x and this microbatch's rows of them.
+  std::function<at::Tensor(const at::Tensor& x, const at::Tensor& shared)> forward_shared;
   // The last stage only: the mean loss of one microbatch's output against its targets.
   std::function<at::Tensor(const at::Tensor& output, const at::Tensor& targets)> loss;
   // Optional: what this stage expects from the previous one, checked against the previous

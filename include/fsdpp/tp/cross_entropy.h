@@ -11,7 +11,9 @@
 // MAX of M floats (the row maxima) and one all-reduce SUM of 2M floats (sum of exp and the
 // target logit, fused). Backward needs no communication: the gradient of each rank's columns is
 // (softmax - one_hot) / count on those columns, from what forward saved. Uneven vocab shards
-// (V not divisible by the degree) work: only the M-sized reductions cross ranks.
+// (V not divisible by the degree) work: only the M-sized reductions cross ranks. With divisor
+// > 0 the sum over the kept targets is divided by it instead of their count (as
+// models::token_cross_entropy's divisor: a part of a batch over the whole batch's count).
 
 #include <ATen/Tensor.h>
 
@@ -22,6 +24,7 @@
 namespace fsdpp::tp {
 
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& local_logits, const at::Tensor& targets,
-                                        int64_t vocab_offset, const GroupPtr& group);
+                                        int64_t vocab_offset, const GroupPtr& group,
+                                        double divisor = 0);
 
 }  // namespace fsdpp::tp

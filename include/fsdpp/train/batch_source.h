@@ -31,6 +31,10 @@ struct Batch {
   at::Tensor inputs;   // one example per row of the first dimension
   at::Tensor targets;  // the same number of rows
   std::vector<int64_t> starts;  // token windows: where each starts in the token file; else empty
+  // Packed rows of a language model (data.padding_free): each token's position in its document,
+  // (B,T) int64 restarting at 0 where a document starts; the model then masks attention to each
+  // document and rotates by these positions (document masking). Undefined: none (0 .. T-1).
+  at::Tensor positions;
 };
 
 class BatchSource {

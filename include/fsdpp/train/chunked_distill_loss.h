@@ -37,13 +37,15 @@ struct TeacherTargets {
 // `kd_mask` (bool, the labels' shape; undefined: the same positions as the cross-entropy).
 // With options.top_k > 0 and whole-vocabulary logits, the teacher's top k per position are
 // taken once (the KD loss then keeps (N..., k) of the teacher). `chunk_positions` positions
-// per chunk; 0 picks as many as hold 64 MiB of float32 probabilities (at least 1).
+// per chunk; 0 picks as many as hold 64 MiB of float32 probabilities (at least 1). `divisors`:
+// what the two means divide by instead of their counts (distill_loss.h's TokenDivisors).
 DistillObjective chunked_distillation_objective(const at::Tensor& student_logits,
                                                 const TeacherTargets& teacher,
                                                 const at::Tensor& labels,
                                                 const at::Tensor& kd_mask,
                                                 const DistillLossOptions& options,
-                                                double kd_ratio, int64_t chunk_positions = 0);
+                                                double kd_ratio, int64_t chunk_positions = 0,
+                                                const TokenDivisors& divisors = {});
 
 // The positions per chunk that `chunk_positions` = 0 picks for a vocabulary of `vocab`.
 int64_t default_chunk_positions(int64_t vocab);

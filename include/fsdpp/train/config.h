@@ -110,16 +110,19 @@ struct DataSection {
   bool completion_only_loss = true;
   bool assistant_only_loss = false;
   // Records into rows of seq_len: packed several to a row (TRL's packing, best-fit decreasing
-  // or wrapped), documents longer than seq_len split or truncated. padding_free (each document
-  // attended to alone) is refused until the attention takes document positions.
+  // or wrapped), documents longer than seq_len split or truncated. padding_free: each document
+  // attended to alone (document masking); unset, TRL's rule: on for bfd packing, else off.
   bool packing = false;
   Choice<data::PackingStrategy> packing_strategy = data::PackingStrategy::BFD;
   std::optional<bool> padding_free;
   Choice<data::LongDocuments> long_documents = data::LongDocuments::SPLIT;
 
   bool tokenizer_is(std::string_view kind) const { return tokenizer == kind; }
-  // padding_free as it applies (validate refuses true for now).
-  bool document_masking() const { return padding_free.value_or(false); }
+  // padding_free as it applies: unset, on for bfd packing (TRL's SFTTrainer: padding_free or
+  // packing with the bfd strategy), else off.
+  bool document_masking() const {
+    return padding_free.value_or(packing && packing_strategy == data::PackingStrategy::BFD);
+  }
 };
 
 // `training.fsdp_config:` (keys spelled with Hugging Face's `fsdp_` prefix, which is optional).

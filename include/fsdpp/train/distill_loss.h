@@ -88,8 +88,20 @@ at::Tensor distillation_loss(const at::Tensor& student_logits, const at::Tensor&
 
 struct DistillObjective {
   at::Tensor loss;  // (1 - kd_ratio) * ce + kd_ratio * kd
-  at::Tensor ce;    // the student's cross-entropy against labels (mean over kept positions)
+  at::Tensor ce;    // the student's cross-entropy against labels (mean over kept positions,
+                    // or their sum over TokenDivisors::ce)
   at::Tensor kd;    // distillation_loss
+};
+
+// What the objective's masked means divide their sums by instead of their own counts: 0 keeps
+// the count (the mean over this batch's positions); > 0 is a global batch's count made per
+// microbatch (parallel::token_loss_divisor), so that the microbatches and data-parallel ranks of
+// a step add up to the global batch's mean over its tokens (transformers' num_items_in_batch).
+struct TokenDivisors {
+  double ce = 0;  // the cross-entropy's (its positions: labels != ignore_index)
+  double kd = 0;  // the KD loss's (its positions: kd_mask's, or the cross-entropy's)
+  // ConfigError for a negative or non-finite divisor.
+  void validate() const;
 };
 
 // torchtune's knowledge-distillation recipe's mix (kd_ratio, DistillKit's alpha): kd_ratio in
@@ -97,6 +109,7 @@ struct DistillObjective {
 DistillObjective distillation_objective(const at::Tensor& student_logits,
                                         const at::Tensor& teacher_logits,
                                         const at::Tensor& labels,
-                                        const DistillLossOptions& options, double kd_ratio);
+                                        const DistillLossOptions& options, double kd_ratio,
+                                        const TokenDivisors& divisors = {});
 
 }  // namespace fsdpp::train

@@ -48,13 +48,15 @@ at::Tensor vocab_parallel_distillation_loss(const at::Tensor& student_local,
 // positions whose label is not ignore_index) + kd_ratio * the divergence's mean over kd_mask's
 // positions (undefined: the cross-entropy's). `vocab_offset`: the first column this rank holds.
 // What fsdpp-train's distillation computes when the student is tensor parallel; every tensor is
-// (N..., V_r), positions x this rank's columns, never the whole vocabulary.
+// (N..., V_r), positions x this rank's columns, never the whole vocabulary. `divisors`: what the
+// two means divide by instead of their counts (distill_loss.h's TokenDivisors).
 DistillObjective vocab_parallel_distillation_objective(const at::Tensor& student_local,
                                                        const at::Tensor& teacher_local,
                                                        const at::Tensor& labels,
                                                        const at::Tensor& kd_mask,
                                                        const DistillLossOptions& options,
                                                        double kd_ratio, int64_t vocab_offset,
-                                                       const tp::GroupPtr& group);
+                                                       const tp::GroupPtr& group,
+                                                       const TokenDivisors& divisors = {});
 
 }  // namespace fsdpp::train
