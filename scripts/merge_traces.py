@@ -86,7 +86,8 @@ def main():
         summarize(events)
 
 
-PHASES = ("data", "forward", "backward", "clip_grad_norm", "optimizer")
+# loss_tokens: the all-reduce of the global batch's loss-bearing tokens, between data and forward.
+PHASES = ("data", "loss_tokens", "forward", "backward", "clip_grad_norm", "optimizer")
 
 
 def step_waits(events):

@@ -45,6 +45,8 @@ def kind(name):
     if first in ("step", "data", "forward", "backward", "recompute", "wait", "optimizer",
                  "all_gather", "reduce_scatter", "all_reduce"):
         return first
+    if first == "loss_tokens":  # the count of the batch's loss tokens, part of getting the data
+        return "data"
     if first.startswith("clip"):
         return "clip"
     if first.startswith(("eval", "checkpoint")):

@@ -14,14 +14,15 @@ namespace {
 // (split by tp under sequence parallelism, whole otherwise); rotary on q and k (in and out);
 // Qwen3's norm on every q and k head; attention's own reads of q, k, v and write of its output
 // (a fused kernel's, beside the FLOPs counted as compute); SwiGLU's silu(gate) x up (two in,
-// one out) over the layer's FFN width (top_k experts' for a sparse layer).
+// one out) over a dense layer's FFN width (a sparse layer's experts are timed with their own
+// kernels, expert_kernels.h).
 double forward_elements_per_token(const DecoderShape& s, int64_t layer, const EstimateOptions& o) {
   const double tp = o.tensor_parallel;
   const double stream = double(s.dim) / (o.sequence_parallel ? tp : 1.0);
   const double q = double(s.n_heads * s.head_dim()) / tp;
   const double kv = double(s.n_kv_heads * s.head_dim()) / tp;
   const bool sparse = s.moe && layer < static_cast<int64_t>(s.moe->sparse.size()) && s.moe->sparse[layer];
-  const double ffn = (sparse ? double(s.moe->top_k * s.moe->moe_intermediate) : double(s.ffn_hidden)) / tp;
+  const double ffn = sparse ? 0.0 : double(s.ffn_hidden) / tp;
   double e = 2 * 2 * stream + 2 * 3 * stream;  // norms, residual adds
   e += 2 * (q + kv);                           // rotary
   if (s.qk_norm) e += 2 * (q + kv);

@@ -286,7 +286,10 @@ StepLoss Parallelized::forward_backward(const at::Tensor& inputs, const at::Tens
                  positions.sizes(), inputs.sizes());
   // Before the forward: the global batch's loss-bearing tokens, so that every microbatch's
   // token losses are summed over one divisor (the loss of one process over the whole batch).
+  // Its own span: the all-reduce is where a rank waits for one that is still loading its batch.
+  dist::TraceSpan tokens_span(calls.trace, "loss_tokens");
   const int64_t tokens = count_loss_tokens(targets);
+  tokens_span.end();
   const double divisor = token_loss_divisor(tokens, dims().dp(), m);
   auto out = runtime_ ? pipeline_step(inputs, targets, positions, divisor, loss_scale, calls)
                       : one_stage_step(inputs, targets, positions, divisor, loss_scale, calls);

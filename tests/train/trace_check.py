@@ -4,8 +4,8 @@
 
 For each rank's traces/rank<R>.trace.json: the JSON loads as a Chrome trace; every track's
 complete events nest or are disjoint; each profiled step has its event, whose duration is
-within 3% (or 2 ms) of metrics.jsonl's step_ms, whose phases (data, forward, backward, clipping,
-optimizer) cover it, and in which every collective that the counters saw (the calls per kind
+within 3% (or 2 ms) of metrics.jsonl's step_ms, whose phases (data, loss_tokens, forward, backward,
+clipping, optimizer) cover it, and in which every collective that the counters saw (the calls per kind
 the trainer put on the step's event) has its event on a comm track, with the same bytes; every
 unit ran forward and backward; every wait lies on the main track. Also
 traces/merged.trace.json (scripts/merge_traces.py) holds both ranks' events.
@@ -78,10 +78,11 @@ for rank in range(nranks):
             check(abs(st["dur"] / 1000 - ms) <= max(0.03 * ms, 2.0),
                   f"step {s}: traced {st['dur'] / 1000:.2f} ms, metrics.jsonl step_ms {ms:.2f}")
         phases = [e for e in xs if e["tid"] == main and e["name"] in
-                  ("data", "forward", "backward", "clip_grad_norm", "optimizer")
+                  ("data", "loss_tokens", "forward", "backward", "clip_grad_norm", "optimizer")
                   and begin <= e["ts"] and e["ts"] + e["dur"] <= end]
         covered = sum(e["dur"] for e in phases)
-        check({e["name"] for e in phases} == {"data", "forward", "backward", "clip_grad_norm", "optimizer"},
+        check({e["name"] for e in phases} ==
+              {"data", "loss_tokens", "forward", "backward", "clip_grad_norm", "optimizer"},
               f"rank {rank} step {s}: phases {sorted({e['name'] for e in phases})}")
         check(covered >= 0.97 * st["dur"] - 1000,
               f"rank {rank} step {s}: phases cover {covered} of {st['dur']} us")

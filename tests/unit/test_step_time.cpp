@@ -7,6 +7,8 @@
 #include "fsdpp/estimate/memory_traffic.h"
 #include "fsdpp/estimate/step_time.h"
 
+#include "../support/gpu_run_options.h"
+
 namespace {
 
 fsdpp::DecoderShape llama3_8b() {
@@ -15,15 +17,7 @@ fsdpp::DecoderShape llama3_8b() {
 }
 
 fsdpp::EstimateOptions bf16(int world, int64_t batch, int64_t seq) {
-  fsdpp::EstimateOptions o;
-  o.world_size = world;
-  o.batch = batch;
-  o.seq_len = seq;
-  o.param_dtype = fsdpp::EstimateDType::BF16;
-  o.reduce_dtype = fsdpp::EstimateDType::FP32;
-  o.device_is_gpu = true;
-  o.runtime_baseline_bytes = 0;
-  return o;
+  return fsdpp::testing::gpu_bf16_options(world, batch, seq);
 }
 
 TEST(StepTime, FlopsPerTokenAsTorchtitanCounts) {

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iterator>
 #include <optional>
 #include <string>
@@ -26,9 +27,12 @@
 #include "fsdpp/dist/device.h"
 #include "fsdpp/estimate/llama_shape.h"
 #include "fsdpp/estimate/memory_estimate.h"
+#include "fsdpp/estimate/plan_answer.h"
+#include "fsdpp/estimate/step_time.h"
 #include "fsdpp/models/llama.h"
 #include "fsdpp/train/config.h"
 #include "fsdpp/train/memory_check.h"
+#include "fsdpp/train/plan_overrides.h"
 
 namespace {
 
@@ -211,6 +215,8 @@ struct EstimateFlags {
   std::optional<int> forward_prefetch, backward_prefetch, limit_all_gathers, microbatches, stages_per_rank, stage;
   bool optimizer_on_disk = false, as_json = false, budget_gpu = false;
   std::optional<double> runtime_mb;
+  std::string cluster;
+  std::optional<int64_t> global_batch;
   double budget_gb = 0;
   CLI::Option* budget_option = nullptr;
 
@@ -235,8 +241,13 @@ struct EstimateFlags {
     app.add_option("--stage", stage, "pipeline: report the rank of this stage (default: the most loaded rank)");
     app.add_option("--runtime-baseline-mb", runtime_mb,
                    "the runtime's own memory per rank in MiB (default: measured by fsdpp-bench baseline)");
-    budget_option =
-        app.add_option("--budget", budget_gb, "memory per rank in GiB: recommend the fastest configuration that fits");
+    budget_option = app.add_option("--budget", budget_gb,
+                                   "memory per rank in GiB: recommend a layout that fits, fsdpp-plan's answer (its "
+                                   "layouts ranked by step time within that memory; docs/planner.md)");
+    app.add_option("--cluster", cluster, "with --budget: fsdpp-plan's cluster preset whose step time ranks the layouts "
+                   "(default: h100-sxm with --device cuda, cpu without)");
+    app.add_option("--global-batch", global_batch, "with --budget: sequences per step over all data-parallel ranks "
+                   "(default: the config's, per-device batch x accumulation x data-parallel ranks)");
     app.add_flag("--budget-gpu", budget_gpu,
                  "the budget is this machine's first GPU's memory (cudaMemGetInfo's total); implies --device cuda");
     app.add_flag("--json", as_json, "machine-readable output");
@@ -249,6 +260,9 @@ struct EstimateFlags {
                    budget_option->count() == 0 || (std::isfinite(budget_gb) && budget_gb > 0 && budget_gb <= 1e9),
                    "[estimate] --budget {}: expected the memory per rank in GiB, a number > 0 (such as 80)",
                    budget_gb);
+    FSDPP_CHECK_AS(ConfigError, (cluster.empty() && !global_batch) || budget_option->count() > 0 || budget_gpu,
+                   "[estimate] --cluster and --global-batch choose how --budget's answer is timed; give --budget "
+                   "(or --budget-gpu) with them");
     if (!mixed.empty()) o.param_dtype = o.reduce_dtype = fsdpp::parse_estimate_dtype(mixed);
     if (!param_dtype.empty()) o.param_dtype = fsdpp::parse_estimate_dtype(param_dtype);
     if (!reduce_dtype.empty()) o.reduce_dtype = fsdpp::parse_estimate_dtype(reduce_dtype);
@@ -334,6 +348,78 @@ std::pair<fsdpp::ModelDescription, std::string> parameter_count_model(const Esti
                       static_cast<double>(p), units)};
 }
 
+// --budget's answer at one world size: fsdpp-plan's layouts of the model on a cluster whose
+// devices have the budget, and its answer (plan_answer.h), so that the two tools give one answer.
+// Beside it, the config's own layout strategy by strategy (fsdpp::recommend), which is also the
+// answer without a shape to time (--params) or when no planned layout fits (CPU offload).
+struct BudgetAnswer {
+  fsdpp::Recommendation config_layout;
+  std::string cluster;
+  std::string layout, why, command;  // layout empty: nothing fits
+};
+
+// The cluster whose step time ranks the layouts, its devices' memory the budget (a CPU node's
+// memory is its ranks' together).
+fsdpp::Cluster budget_cluster(const EstimateFlags& flags, int world) {
+  const bool gpu = flags.device == "cuda";
+  auto c = fsdpp::cluster_preset(!flags.cluster.empty() ? flags.cluster : gpu ? "h100-sxm" : "cpu");
+  FSDPP_CHECK_AS(ConfigError, c.device_is_gpu == gpu,
+                 "[estimate] --cluster {} is a {} cluster but the estimate is for --device {}; expected a {} preset",
+                 c.name, c.device_is_gpu ? "GPU" : "CPU", flags.device, gpu ? "GPU" : "CPU");
+  const auto bytes = static_cast<int64_t>(flags.budget_gb * 1024 * 1024 * 1024);
+  c.memory_bytes = gpu ? bytes : bytes * std::min(world, c.devices_per_node);
+  c.memory_from = "--budget";
+  return c;
+}
+
+// `args` minus the keys `overrides` sets (a layout's keys replace the config's).
+std::vector<std::string> without_keys(const std::vector<std::string>& args, const std::vector<std::string>& overrides) {
+  std::vector<std::string> out;
+  for (const auto& a : args) {
+    const auto key = a.substr(0, a.find('='));
+    const bool replaced = std::any_of(overrides.begin(), overrides.end(),
+                                      [&](const std::string& o) { return o.substr(0, o.find('=')) == key; });
+    if (!replaced) out.push_back(a);
+  }
+  return out;
+}
+
+// A layout's fsdpp-train overrides: for a config, those that change it.
+using KeysOf = std::function<std::vector<std::string>(const fsdpp::EstimateOptions&)>;
+
+BudgetAnswer budget_answer(const fsdpp::ModelDescription& model, const fsdpp::EstimateOptions& o,
+                           const EstimateFlags& flags, int64_t global_batch, const std::vector<std::string>& run,
+                           const KeysOf& keys_of) {
+  BudgetAnswer b;
+  b.config_layout = fsdpp::recommend(model, o, static_cast<int64_t>(flags.budget_gb * 1024 * 1024 * 1024));
+  if (model.shape) {
+    const auto c = budget_cluster(flags, o.world_size);
+    b.cluster = c.name;
+    const auto plan = fsdpp::plan_layouts(model, o, c, o.world_size, global_batch);
+    const auto answer = fsdpp::plan_answer(plan, c);
+    if (answer.chosen >= 0) {
+      const auto& e = plan.fitting[static_cast<size_t>(answer.chosen)];
+      b.layout = e.layout;
+      b.why = fmt::format("fsdpp-plan's answer on {} for a global batch of {} ({:.3f} s a step, {:.2f} GiB): {}",
+                          c.name, global_batch, e.time.total_s, e.memory.total / 1073741824.0, answer.why);
+      try {
+        const auto keys = keys_of(e.options);
+        b.command = fsdpp::train::layout_command(o.world_size, c.devices_per_node, run.front(),
+                                                 without_keys({run.begin() + 1, run.end()}, keys), keys);
+      } catch (const fsdpp::ConfigError& error) {
+        b.command = fmt::format("(no fsdpp-run line: {})", error.what());
+      }
+      return b;
+    }
+  }
+  if (b.config_layout.chosen >= 0) {
+    b.layout = b.config_layout.candidates[static_cast<size_t>(b.config_layout.chosen)].name;
+    b.why = model.shape ? "none of fsdpp-plan's layouts fits: the config's layout with the least sharding that does"
+                        : "no step time without the model's shape: the config's layout with the least sharding that fits";
+  }
+  return b;
+}
+
 // What is printed: an estimate per world size and, with a budget, a recommendation per world size.
 struct Report {
   fsdpp::ModelDescription model;
@@ -342,7 +428,7 @@ struct Report {
   fsdpp::EstimateOptions o;
   std::vector<int> world_sizes;
   std::vector<fsdpp::MemoryEstimate> ests;
-  std::vector<fsdpp::Recommendation> recs;
+  std::vector<BudgetAnswer> recs;
   std::string optimizer, device;
   double budget_gb;
   // The ZeRO paper's parameters: under TP its data-parallel accounting applies to a rank's slice
@@ -398,8 +484,11 @@ void print_json(const Report& rep) {
   for (size_t i = 0; i < recs.size(); ++i) {
     json r;
     r["world_size"] = world_sizes[i];
-    r["chosen"] = recs[i].chosen >= 0 ? json(recs[i].candidates[recs[i].chosen].name) : json(nullptr);
-    for (const auto& c : recs[i].candidates)
+    r["chosen"] = recs[i].layout.empty() ? json(nullptr) : json(recs[i].layout);
+    r["why"] = recs[i].why;
+    r["command"] = recs[i].command;
+    r["cluster"] = recs[i].cluster;
+    for (const auto& c : recs[i].config_layout.candidates)
       r["candidates"].push_back({{"name", c.name}, {"total_bytes", c.estimate.total}, {"fits", c.fits},
                                  {"why", c.why}});
     j["recommendations"].push_back(r);
@@ -491,11 +580,14 @@ void print_text(const Report& rep) {
   for (size_t i = 0; i < recs.size(); ++i) {
   const auto& r = recs[i];
   std::printf("\nbudget %.2f GiB per rank, N=%d: %s\n", rep.budget_gb, world_sizes[i],
-              r.chosen >= 0 ? ("use " + r.candidates[r.chosen].name).c_str()
-                            : "nothing fits: add ranks, shorten sequences or shrink the batch");
-  for (size_t k = 0; k < r.candidates.size(); ++k) {
-    const auto& c = r.candidates[k];
-    std::printf("  %s %-42s %s\n", static_cast<int>(k) == r.chosen ? "->" : "  ", c.name.c_str(), c.why.c_str());
+              !r.layout.empty() ? ("use " + r.layout).c_str()
+                                : "nothing fits: add ranks, shorten sequences or shrink the batch");
+  if (!r.why.empty()) std::printf("  %s\n", r.why.c_str());
+  if (!r.command.empty()) std::printf("  %s\n", r.command.c_str());
+  std::printf("  the config's layout, strategy by strategy:\n");
+  for (size_t k = 0; k < r.config_layout.candidates.size(); ++k) {
+    const auto& c = r.config_layout.candidates[k];
+    std::printf("  %s %-42s %s\n", c.name == r.layout ? "->" : "  ", c.name.c_str(), c.why.c_str());
   }
   }
 }
@@ -575,12 +667,21 @@ int main(int argc, char** argv) {
     const auto world_sizes = parse_world_sizes(flags.world_text.empty()
         ? std::to_string(o.tensor_parallel * o.expert_parallel * o.pipeline.degree) : flags.world_text);
     Report rep{model, model_line, notes, o, world_sizes, {}, {}, flags.optimizer, flags.device, flags.budget_gb};
+    // What the fsdpp-run line of --budget's answer trains.
+    std::vector<std::string> run = {from_config ? config_path : "YOUR_CONFIG.yaml"};
+    run.insert(run.end(), all.begin(), all.end());
     for (int n : world_sizes) {
       auto oo = o;
       oo.world_size = n;
       rep.ests.push_back(fsdpp::estimate_memory(model, oo));
-      if (flags.budget_gb > 0)
-        rep.recs.push_back(fsdpp::recommend(model, oo, static_cast<int64_t>(flags.budget_gb * 1024 * 1024 * 1024)));
+      if (flags.budget_gb <= 0) continue;
+      const int64_t dp = std::max(1, n / (o.tensor_parallel * std::max(1, o.pipeline.degree)));
+      const int64_t global_batch = flags.global_batch ? *flags.global_batch
+          : cfg.training.per_device_train_batch_size * cfg.training.gradient_accumulation_steps * dp;
+      FSDPP_CHECK_AS(ConfigError, global_batch >= 1, "[estimate] --global-batch {}: expected >= 1", global_batch);
+      rep.recs.push_back(budget_answer(model, oo, flags, global_batch, run, [&](const fsdpp::EstimateOptions& e) {
+        return from_config ? fsdpp::train::layout_overrides_for(config_path, all, e) : fsdpp::train::layout_overrides(e);
+      }));
     }
     if (flags.as_json) {
       print_json(rep);

@@ -15,49 +15,25 @@
 //                overlaps (GPU streams), less one unit's gather and one unit's reduction;
 //   TP           four all-reduces of the activations per layer and microbatch, not overlapped;
 //   PP           the bubble of the verified schedule (pipeline::simulate) and the p2p sends;
-//   EP           four all-to-alls of the routed tokens per sparse layer.
+//   EP           four all-to-alls of the routed tokens per sparse layer;
+//   experts      a MoE layer's experts as fsdpp runs them, one expert after another: small GEMMs
+//                in waves over the SMs, their copies, each op at least an eager op's overhead
+//                (expert_kernels.h), in place of their FLOPs at the dense rate.
 // What it leaves out is listed in docs/planner.md#what-the-model-leaves-out.
 
 #include <string>
 #include <vector>
 
+#include "fsdpp/estimate/cluster.h"
 #include "fsdpp/estimate/flops.h"
 #include "fsdpp/estimate/memory_estimate.h"
 
 namespace fsdpp {
 
-struct Cluster {
-  std::string name;
-  int devices_per_node = 8;
-  int64_t memory_bytes = 0;         // per device
-  double peak_flops = 0;            // dense, in the compute dtype, per device
-  double compute_efficiency = 0.5;  // achieved fraction of peak on the model's matmuls
-  double intra_bandwidth = 0;       // bytes/s per device, collectives inside a node (bus bandwidth)
-  double inter_bandwidth = 0;       // bytes/s per device, collectives across nodes
-  double latency_s = 0;             // per step of a ring
-  // Bytes/s of the device's own memory (HBM) for the work outside the matmuls; 0: that work is
-  // folded into peak_flops x compute_efficiency (the cpu preset, fitted to whole steps).
-  double memory_bandwidth = 0;
-  bool overlap = true;              // FSDP's collectives run beside compute (GPU streams)
-  // CPU clusters: cores per node; ranks beyond it share them (compute and collectives slow down
-  // by ranks / cores). 0: each device computes on its own.
-  int cores_per_node = 0;
-  bool device_is_gpu = true;
-  std::string source;               // the hardware the preset describes
-  // Where memory_bytes and compute_efficiency come from ("assumed", "--memory-gb"): fsdpp-plan's
-  // header states the values it ranks with and their origin.
-  std::string memory_from, efficiency_from;
-};
-
-// Presets (docs/planner.md#clusters): "h100-sxm" (8 x H100 SXM 80 GB, NVLink 4, 8 x 400 Gb/s
-// InfiniBand), "h100-sxm-500w" (torchtitan's, power-capped), "a100-sxm" (8 x A100 80 GB, 8 x 200
-// Gb/s), "cpu" (this development machine, calibrated by bench/plan_calibration.py). ConfigError
-// lists the names for another.
-Cluster cluster_preset(const std::string& name);
-std::vector<std::string> cluster_preset_names();
-
 struct StepTime {
-  double compute_s = 0;
+  double compute_s = 0;       // the matmuls and attention, the experts' kernels included
+  double experts_s = 0;       // of which the experts' kernels (expert_kernels.h)
+  int64_t expert_ops = 0;     // the ops they issue
   double memory_bound_s = 0;  // the non-matmul work at the memory bandwidth (memory_traffic.h)
   double fsdp_comm_s = 0;     // all of it
   double fsdp_exposed_s = 0;  // what compute does not hide
