@@ -253,7 +253,7 @@ TrainerState trainer_state_from_json(const std::string& text, const std::string&
       sch.min_lr_ratio = l.at("min_lr_ratio").get<double>();
       s.schedule = sch;
       s.lr = l.at("lr").get<double>();
-      check(Choice<LrSchedulerType>::find(sch.type).has_value(), "lr_schedule.type",
+      check(config::Choice<LrSchedulerType>::find(sch.type).has_value(), "lr_schedule.type",
             "'" + sch.type + "'", "cosine, linear or constant");
       check(std::isfinite(sch.base_lr) && sch.base_lr > 0, "lr_schedule.base_lr", sch.base_lr,
             "a finite number > 0");

@@ -1,5 +1,5 @@
 // TrainConfig's checks and what it hands out to the trainer, its checkpointer, the memory check
-// and fsdpp-estimate. Its keys are in config_keys.cpp, the schema engine in config_schema.h.
+// and fsdpp-estimate. Its keys are in config_keys.cpp, the schema engine in fsdpp/config/schema.h.
 #include "fsdpp/train/config.h"
 #include "fsdpp/train/parallel_dims.h"
 
@@ -9,7 +9,7 @@
 #include <string_view>
 #include <utility>
 
-#include "config_schema.h"
+#include "fsdpp/config/schema.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/models/llama_tp_plan.h"
 #include "fsdpp/models/qwen3_moe_ep.h"
@@ -18,9 +18,9 @@ namespace fsdpp::train {
 
 namespace {
 
-using schema::edit_distance;
-using schema::join;
-using schema::quote;
+using config::schema::edit_distance;
+using config::schema::join;
+using config::schema::quote;
 
 // ---------------------------------------------------------------------------------------------
 // validate() helpers.

@@ -1,5 +1,5 @@
 // fsdpp's configuration keys: the schema of TrainConfig (config.h, docs/config.md) and its
-// reading and writing through the schema engine (config_schema.h).
+// reading and writing through the schema engine (fsdpp/config/schema.h).
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -7,22 +7,22 @@
 #include <sstream>
 
 #include "config_read.h"
-#include "config_schema.h"
+#include "fsdpp/config/schema.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/train/config.h"
 
 namespace fsdpp::train {
 namespace {
 
-using schema::key;
-using schema::Key;
-using schema::leaf;
-using schema::Loc;
-using schema::lower;
-using schema::Schema;
-using schema::section;
-using schema::trim;
-using schema::type_error;
+using config::schema::key;
+using config::schema::Key;
+using config::schema::leaf;
+using config::schema::Loc;
+using config::schema::lower;
+using config::schema::Schema;
+using config::schema::section;
+using config::schema::trim;
+using config::schema::type_error;
 
 constexpr std::string_view kStrategies =
     "full_shard, shard_grad_op, zero1, no_shard, hybrid_shard or hybrid_shard_zero2";
@@ -75,11 +75,11 @@ Key padding_free_key() {
       c.data.padding_free.reset();
       return;
     }
-    c.data.padding_free = schema::read_value<bool>(value, loc);
+    c.data.padding_free = config::schema::read_value<bool>(value, loc);
   };
   auto emit = [](const TrainConfig& c, YAML::Emitter& out) {
     if (c.data.padding_free) {
-      schema::emit_value(out, *c.data.padding_free);
+      config::schema::emit_value(out, *c.data.padding_free);
     } else {
       out << YAML::Null;
     }
@@ -104,9 +104,9 @@ Key mixture_key() {
         const std::string k = kv.first.Scalar();
         const Loc field{fmt::format("{}.{}", at.path, k), loc.where};
         if (k == "path") {
-          m.path = schema::read_value<std::string>(kv.second, field);
+          m.path = config::schema::read_value<std::string>(kv.second, field);
         } else if (k == "weight") {
-          m.weight = schema::read_value<double>(kv.second, field);
+          m.weight = config::schema::read_value<double>(kv.second, field);
         } else {
           type_error(field, kv.second, "no such key: a mixture entry has path and weight");
         }
@@ -123,9 +123,9 @@ Key mixture_key() {
     out << YAML::BeginSeq;
     for (const auto& m : c.data.mixture) {
       out << YAML::BeginMap << YAML::Key << "path" << YAML::Value;
-      schema::emit_value(out, m.path);
+      config::schema::emit_value(out, m.path);
       out << YAML::Key << "weight" << YAML::Value;
-      schema::emit_value(out, m.weight);
+      config::schema::emit_value(out, m.weight);
       out << YAML::EndMap;
     }
     out << YAML::EndSeq;
@@ -323,7 +323,7 @@ const Schema& train_schema() {
 TrainConfig detail::read_config(const std::string& yaml, const std::vector<std::string>& overrides,
                                 const std::string& source_name) {
   TrainConfig cfg;
-  schema::read_document(train_schema(), &cfg, yaml, overrides, source_name);
+  config::schema::read_document(train_schema(), &cfg, yaml, overrides, source_name);
   return cfg;
 }
 
@@ -354,7 +354,7 @@ TrainConfig TrainConfig::from_file(const std::string& path,
 }
 
 std::string TrainConfig::to_yaml() const {
-  return schema::write_document(
+  return config::schema::write_document(
       train_schema(), this, "fsdpp effective configuration (docs/config.md describes every key)");
 }
 

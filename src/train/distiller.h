@@ -126,7 +126,7 @@ class Distiller {
   OnPolicy policy_;
   DistillLossOptions options_;
   double kd_ratio_ = 0, layer_weight_ = 0;
-  Choice<LayerLossType> layer_loss_ = LayerLossType::COSINE;
+  config::Choice<LayerLossType> layer_loss_ = LayerLossType::COSINE;
   int64_t chunk_ = 0, seq_len_ = 0, vocab_ = 0;
   tp::GroupPtr tp_group_;  // shard_vocabulary's; null: whole logits
   tp::ShardRange columns_;

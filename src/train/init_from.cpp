@@ -101,7 +101,7 @@ std::vector<std::string> ModelSource::apply_shape(ModelSection& m) const {
   const auto arch = architecture();
   if (m.architecture != arch) {
     notes.push_back(fmt::format("model.architecture: {} in the config, {} in {}",
-                                m.architecture.name(), Choice<ModelArchitecture>(arch).name(),
+                                m.architecture.name(), config::Choice<ModelArchitecture>(arch).name(),
                                 dir_.string()));
     m.architecture = arch;
   }

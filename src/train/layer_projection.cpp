@@ -23,7 +23,7 @@ std::string key(const std::pair<int64_t, int64_t>& pair, const std::string& what
 
 }  // namespace
 
-LayerProjections::LayerProjections(Choice<LayerProjection> mode,
+LayerProjections::LayerProjections(config::Choice<LayerProjection> mode,
                                    std::vector<std::pair<int64_t, int64_t>> pairs,
                                    int64_t student_width, int64_t teacher_width, uint64_t seed,
                                    at::Device device)

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "fsdpp/dist/process_group.h"
-#include "fsdpp/train/choice.h"
+#include "fsdpp/config/choice.h"
 #include "fsdpp/train/layer_distill_loss.h"
 
 namespace fsdpp::train::detail {
@@ -42,7 +42,7 @@ class LayerProjections {
   // the key. Initialised as torch.nn.Linear's (uniform in +-1/sqrt(student_width)), drawn in
   // pair order from a generator of their own seeded with `seed`: the same on every rank and at
   // any world size, and the run's other draws are not moved.
-  LayerProjections(Choice<LayerProjection> mode, std::vector<std::pair<int64_t, int64_t>> pairs,
+  LayerProjections(config::Choice<LayerProjection> mode, std::vector<std::pair<int64_t, int64_t>> pairs,
                    int64_t student_width, int64_t teacher_width, uint64_t seed, at::Device device);
 
   // Per pair: its weight (requires grad), or undefined (compared as they are).

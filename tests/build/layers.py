@@ -19,6 +19,7 @@ commands = json.loads((build / "compile_commands.json").read_text())
 
 # layer -> (a header it may include, a header of a layer above it)
 CASES = {
+    "config": ("fsdpp/common/error.h", "fsdpp/dist/world.h"),
     "dist": ("fsdpp/common/error.h", "fsdpp/fsdp/fully_shard.h"),
     "fsdp": ("fsdpp/dist/process_group.h", "fsdpp/state/state_dict.h"),
     "moe": ("fsdpp/fsdp/fully_shard.h", "fsdpp/models/qwen3_moe.h"),

@@ -278,7 +278,7 @@ TEST(DistillLoss, RefusesWhatCannotBeComputed) {
   EXPECT_THROW(distillation_loss(s, t, labels.narrow(1, 0, 2), {}), ConfigError);
   EXPECT_THROW(distillation_objective(s, t, labels, {}, 1.5), ConfigError);
   // The names as a config reads them.
-  EXPECT_EQ(fsdpp::train::Choice<DistillLossType>("generalized_jsd"),
+  EXPECT_EQ(fsdpp::config::Choice<DistillLossType>("generalized_jsd"),
             DistillLossType::GENERALIZED_JSD);
-  EXPECT_THROW(fsdpp::train::Choice<DistillLossType>("kl"), ConfigError);
+  EXPECT_THROW(fsdpp::config::Choice<DistillLossType>("kl"), ConfigError);
 }

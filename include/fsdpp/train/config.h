@@ -44,7 +44,7 @@ namespace fsdpp::train {
 // `model:` -> models::LlamaConfig, or models::Qwen3MoeConfig (Hugging Face's names for the
 // MoE keys; dim, n_layers, ... are its hidden_size, num_hidden_layers, ...).
 struct ModelSection {
-  Choice<ModelArchitecture> architecture = ModelArchitecture::LLAMA;
+  config::Choice<ModelArchitecture> architecture = ModelArchitecture::LLAMA;
   int64_t vocab_size = 0;  // 0: the tokenizer's vocabulary size
   int64_t dim = 128;
   int64_t n_layers = 4;
@@ -74,7 +74,7 @@ struct ModelSection {
   // the whole model's values (bit for bit those of `off`), or reads them (init_from, a resume);
   // per_shard: the same, the values counter-based per parameter and element (not those of one
   // process); off: every rank builds the whole model in fp32 first, then shards it.
-  Choice<DeferredInit> deferred_init = DeferredInit::EXACT;
+  config::Choice<DeferredInit> deferred_init = DeferredInit::EXACT;
 };
 
 // `data:`
@@ -113,9 +113,9 @@ struct DataSection {
   // or wrapped), documents longer than seq_len split or truncated. padding_free: each document
   // attended to alone (document masking); unset, TRL's rule: on for bfd packing, else off.
   bool packing = false;
-  Choice<data::PackingStrategy> packing_strategy = data::PackingStrategy::BFD;
+  config::Choice<data::PackingStrategy> packing_strategy = data::PackingStrategy::BFD;
   std::optional<bool> padding_free;
-  Choice<data::LongDocuments> long_documents = data::LongDocuments::SPLIT;
+  config::Choice<data::LongDocuments> long_documents = data::LongDocuments::SPLIT;
 
   bool tokenizer_is(std::string_view kind) const { return tokenizer == kind; }
   // padding_free as it applies: unset, on for bfd packing (TRL's SFTTrainer: padding_free or
@@ -127,11 +127,11 @@ struct DataSection {
 
 // `training.fsdp_config:` (keys spelled with Hugging Face's `fsdp_` prefix, which is optional).
 struct FsdpSection {
-  Choice<AutoWrapPolicy> auto_wrap_policy = AutoWrapPolicy::TRANSFORMER_BASED_WRAP;
+  config::Choice<AutoWrapPolicy> auto_wrap_policy = AutoWrapPolicy::TRANSFORMER_BASED_WRAP;
   std::vector<std::string> transformer_layer_cls_to_wrap = {"TransformerBlock"};
   int64_t min_num_params = 100000000;  // SIZE_BASED_WRAP: a unit per subtree of this many params
   // YAML null is NO_PREFETCH (Hugging Face's None).
-  Choice<BackwardPrefetch> backward_prefetch = BackwardPrefetch::BACKWARD_PRE;
+  config::Choice<BackwardPrefetch> backward_prefetch = BackwardPrefetch::BACKWARD_PRE;
   bool forward_prefetch = false;
   // Broadcast rank 0's parameters and buffers to every rank before sharding
   // (FullyShardOptions::sync_module_states): fsdpp's ranks already start from the same weights
@@ -146,7 +146,7 @@ struct FsdpSection {
   // Gradient elements per reduce-scatter bucket, issued as soon as computed
   // (FullyShardOptions::reduce_bucket_size); 0: one reduction per unit.
   int64_t reduce_bucket_size = 0;
-  Choice<state::StateDictType> state_dict_type = state::StateDictType::SHARDED;
+  config::Choice<state::StateDictType> state_dict_type = state::StateDictType::SHARDED;
   bool offload_params = false;
   // Disk offload of the optimizer state (DiskOffloadedOptimizer): a directory for the per-rank
   // memory-mapped state files; empty: the state stays in memory.
@@ -191,7 +191,7 @@ struct TrainingSection {
   int64_t eval_max_batches = 20;
   // Hugging Face's names. steps: every save_steps (0: none on the way); epoch: at the end of each
   // pass over the data; no: never. Unless no, the run also saves its last step when it ends.
-  Choice<SaveStrategy> save_strategy = SaveStrategy::STEPS;
+  config::Choice<SaveStrategy> save_strategy = SaveStrategy::STEPS;
   int64_t save_steps = 0;        // with save_strategy steps: <output_dir>/checkpoint-<step>
   bool save_only_model = false;  // checkpoints without optimizer state (smaller; resumes warn)
   int64_t save_total_limit = 0;  // 0: keep every checkpoint
@@ -224,7 +224,7 @@ struct TrainingSection {
   std::string logging_dir;  // empty: <output_dir>/runs
   // Whether report_to names tensorboard (or all).
   bool report_to_tensorboard() const;
-  Choice<LrSchedulerType> lr_scheduler_type = LrSchedulerType::COSINE;
+  config::Choice<LrSchedulerType> lr_scheduler_type = LrSchedulerType::COSINE;
   double min_lr_ratio = 0.1;                 // the schedule decays to learning_rate * this
   int64_t sample_tokens = 200;               // text sampled after training; 0: none
   std::string sample_prompt = "\n";
@@ -267,12 +267,12 @@ struct DistillationSection {
   // An fsdpp checkpoint directory (any layout) or a Hugging Face model directory, of a Llama or
   // a Qwen3-MoE with the student's vocabulary; its config.json / model_config.json gives its shape.
   std::string teacher;
-  Choice<DistillLossType> loss = DistillLossType::FORWARD_KL;
+  config::Choice<DistillLossType> loss = DistillLossType::FORWARD_KL;
   double beta = 0.5;         // generalized_jsd: the teacher's weight in the mixture, in [0, 1]
   double temperature = 1.0;  // logits / T, the divergence times T^2
   double kd_ratio = 0.5;     // (1 - kd_ratio) * cross-entropy + kd_ratio * KD
   int64_t top_k = 0;         // > 0: both distributions over the teacher's k most likely tokens
-  Choice<TeacherDtype> teacher_dtype = TeacherDtype::FLOAT32;  // the teacher's stored parameters
+  config::Choice<TeacherDtype> teacher_dtype = TeacherDtype::FLOAT32;  // the teacher's stored parameters
   // An offline teacher (fsdpp-train teacher-logits, teacher_cache.h): data batches read its
   // top-K log-probabilities instead of running it.
   std::string teacher_cache;
@@ -285,10 +285,10 @@ struct DistillationSection {
   // Intermediate layers: "S:T" pairs, the student's layer S pulled towards the teacher's layer
   // T; [auto]: the layers model.init_from's compress.json kept.
   std::vector<std::string> layer_map;
-  Choice<LayerLossType> layer_loss = LayerLossType::COSINE;
+  config::Choice<LayerLossType> layer_loss = LayerLossType::COSINE;
   // A learned linear map from the student's width to the teacher's per pair (layer_projection.h):
   // auto where the widths differ, linear always, none never.
-  Choice<LayerProjection> layer_projection = LayerProjection::AUTO;
+  config::Choice<LayerProjection> layer_projection = LayerProjection::AUTO;
   double layer_loss_weight = 1.0;
   int64_t loss_chunk_tokens = 0;  // positions per chunk of the KD loss; 0: 64 MiB of probabilities
 

@@ -9,7 +9,7 @@
 #include "fsdpp/data/row_plan.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/state/state_dict.h"
-#include "fsdpp/train/choice.h"
+#include "fsdpp/config/choice.h"
 
 namespace fsdpp::train {
 
@@ -34,15 +34,20 @@ enum class TeacherDtype { FLOAT32, BFLOAT16 };
 // whole model, then shards it (fsdpp/fsdp/deferred_init.h).
 enum class DeferredInit { EXACT, PER_SHARD, OFF };
 
+}  // namespace fsdpp::train
+
+namespace fsdpp::config {
+
 template <>
-struct ChoiceNames<ModelArchitecture> {
+struct ChoiceNames<train::ModelArchitecture> {
   static constexpr std::string_view kWhat = "model architecture";
   static constexpr bool kAnyCase = false;
-  static constexpr std::array<std::pair<ModelArchitecture, std::string_view>, 2> kNames{{
-      {ModelArchitecture::LLAMA, "llama"},
-      {ModelArchitecture::QWEN3_MOE, "qwen3_moe"},
+  static constexpr std::array<std::pair<train::ModelArchitecture, std::string_view>, 2> kNames{{
+      {train::ModelArchitecture::LLAMA, "llama"},
+      {train::ModelArchitecture::QWEN3_MOE, "qwen3_moe"},
   }};
 };
+
 
 // data.packing_strategy: TRL's names.
 template <>
@@ -55,6 +60,7 @@ struct ChoiceNames<data::PackingStrategy> {
   }};
 };
 
+
 // data.long_documents: what a document longer than seq_len becomes.
 template <>
 struct ChoiceNames<data::LongDocuments> {
@@ -66,16 +72,18 @@ struct ChoiceNames<data::LongDocuments> {
   }};
 };
 
+
 template <>
-struct ChoiceNames<AutoWrapPolicy> {
+struct ChoiceNames<train::AutoWrapPolicy> {
   static constexpr std::string_view kWhat = "auto wrap policy";
   static constexpr bool kAnyCase = true;
-  static constexpr std::array<std::pair<AutoWrapPolicy, std::string_view>, 3> kNames{{
-      {AutoWrapPolicy::TRANSFORMER_BASED_WRAP, "TRANSFORMER_BASED_WRAP"},
-      {AutoWrapPolicy::SIZE_BASED_WRAP, "SIZE_BASED_WRAP"},
-      {AutoWrapPolicy::NO_WRAP, "NO_WRAP"},
+  static constexpr std::array<std::pair<train::AutoWrapPolicy, std::string_view>, 3> kNames{{
+      {train::AutoWrapPolicy::TRANSFORMER_BASED_WRAP, "TRANSFORMER_BASED_WRAP"},
+      {train::AutoWrapPolicy::SIZE_BASED_WRAP, "SIZE_BASED_WRAP"},
+      {train::AutoWrapPolicy::NO_WRAP, "NO_WRAP"},
   }};
 };
+
 
 // Hugging Face's spelling of fully_shard's BackwardPrefetch (NONE is NO_PREFETCH, and YAML's
 // null, which Accelerate takes as None: no prefetch).
@@ -91,6 +99,7 @@ struct ChoiceNames<BackwardPrefetch> {
   }};
 };
 
+
 // PyTorch FSDP's StateDictType names of fsdpp::state's layouts.
 template <>
 struct ChoiceNames<state::StateDictType> {
@@ -103,47 +112,52 @@ struct ChoiceNames<state::StateDictType> {
   }};
 };
 
+
 template <>
-struct ChoiceNames<SaveStrategy> {
+struct ChoiceNames<train::SaveStrategy> {
   static constexpr std::string_view kWhat = "save strategy";
   static constexpr bool kAnyCase = false;
-  static constexpr std::array<std::pair<SaveStrategy, std::string_view>, 3> kNames{{
-      {SaveStrategy::STEPS, "steps"},
-      {SaveStrategy::EPOCH, "epoch"},
-      {SaveStrategy::NO, "no"},
+  static constexpr std::array<std::pair<train::SaveStrategy, std::string_view>, 3> kNames{{
+      {train::SaveStrategy::STEPS, "steps"},
+      {train::SaveStrategy::EPOCH, "epoch"},
+      {train::SaveStrategy::NO, "no"},
   }};
 };
 
+
 template <>
-struct ChoiceNames<LrSchedulerType> {
+struct ChoiceNames<train::LrSchedulerType> {
   static constexpr std::string_view kWhat = "learning-rate schedule";
   static constexpr bool kAnyCase = false;
-  static constexpr std::array<std::pair<LrSchedulerType, std::string_view>, 3> kNames{{
-      {LrSchedulerType::COSINE, "cosine"},
-      {LrSchedulerType::LINEAR, "linear"},
-      {LrSchedulerType::CONSTANT, "constant"},
+  static constexpr std::array<std::pair<train::LrSchedulerType, std::string_view>, 3> kNames{{
+      {train::LrSchedulerType::COSINE, "cosine"},
+      {train::LrSchedulerType::LINEAR, "linear"},
+      {train::LrSchedulerType::CONSTANT, "constant"},
   }};
 };
 
+
 template <>
-struct ChoiceNames<TeacherDtype> {
+struct ChoiceNames<train::TeacherDtype> {
   static constexpr std::string_view kWhat = "teacher dtype";
   static constexpr bool kAnyCase = false;
-  static constexpr std::array<std::pair<TeacherDtype, std::string_view>, 2> kNames{{
-      {TeacherDtype::FLOAT32, "float32"},
-      {TeacherDtype::BFLOAT16, "bfloat16"},
+  static constexpr std::array<std::pair<train::TeacherDtype, std::string_view>, 2> kNames{{
+      {train::TeacherDtype::FLOAT32, "float32"},
+      {train::TeacherDtype::BFLOAT16, "bfloat16"},
   }};
 };
+
 
 template <>
-struct ChoiceNames<DeferredInit> {
+struct ChoiceNames<train::DeferredInit> {
   static constexpr std::string_view kWhat = "deferred initialisation";
   static constexpr bool kAnyCase = false;
-  static constexpr std::array<std::pair<DeferredInit, std::string_view>, 3> kNames{{
-      {DeferredInit::EXACT, "exact"},
-      {DeferredInit::PER_SHARD, "per_shard"},
-      {DeferredInit::OFF, "off"},
+  static constexpr std::array<std::pair<train::DeferredInit, std::string_view>, 3> kNames{{
+      {train::DeferredInit::EXACT, "exact"},
+      {train::DeferredInit::PER_SHARD, "per_shard"},
+      {train::DeferredInit::OFF, "off"},
   }};
 };
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::config
+

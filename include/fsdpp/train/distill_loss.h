@@ -34,25 +34,33 @@
 #include <string_view>
 #include <utility>
 
-#include "fsdpp/train/choice.h"
+#include "fsdpp/config/choice.h"
 
 namespace fsdpp::train {
 
 enum class DistillLossType { FORWARD_KL, REVERSE_KL, GENERALIZED_JSD };
 
+}  // namespace fsdpp::train
+
+namespace fsdpp::config {
+
 template <>
-struct ChoiceNames<DistillLossType> {
+struct ChoiceNames<train::DistillLossType> {
   static constexpr std::string_view kWhat = "distillation loss";
   static constexpr bool kAnyCase = false;
-  static constexpr std::array<std::pair<DistillLossType, std::string_view>, 3> kNames{{
-      {DistillLossType::FORWARD_KL, "forward_kl"},
-      {DistillLossType::REVERSE_KL, "reverse_kl"},
-      {DistillLossType::GENERALIZED_JSD, "generalized_jsd"},
+  static constexpr std::array<std::pair<train::DistillLossType, std::string_view>, 3> kNames{{
+      {train::DistillLossType::FORWARD_KL, "forward_kl"},
+      {train::DistillLossType::REVERSE_KL, "reverse_kl"},
+      {train::DistillLossType::GENERALIZED_JSD, "generalized_jsd"},
   }};
 };
 
+}  // namespace fsdpp::config
+
+namespace fsdpp::train {
+
 struct DistillLossOptions {
-  Choice<DistillLossType> type = DistillLossType::FORWARD_KL;
+  config::Choice<DistillLossType> type = DistillLossType::FORWARD_KL;
   double beta = 0.5;         // generalized_jsd: the teacher's weight in the mixture, in [0, 1]
   double temperature = 1.0;  // > 0
   int64_t top_k = 0;         // 0: the whole vocabulary

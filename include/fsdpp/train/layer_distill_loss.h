@@ -18,36 +18,52 @@
 #include <utility>
 #include <vector>
 
-#include "fsdpp/train/choice.h"
+#include "fsdpp/config/choice.h"
 
 namespace fsdpp::train {
 
 enum class LayerLossType { COSINE, MSE };
 
+}  // namespace fsdpp::train
+
+namespace fsdpp::config {
+
 template <>
-struct ChoiceNames<LayerLossType> {
+struct ChoiceNames<train::LayerLossType> {
   static constexpr std::string_view kWhat = "layer loss";
   static constexpr bool kAnyCase = false;
-  static constexpr std::array<std::pair<LayerLossType, std::string_view>, 2> kNames{{
-      {LayerLossType::COSINE, "cosine"},
-      {LayerLossType::MSE, "mse"},
+  static constexpr std::array<std::pair<train::LayerLossType, std::string_view>, 2> kNames{{
+      {train::LayerLossType::COSINE, "cosine"},
+      {train::LayerLossType::MSE, "mse"},
   }};
 };
+
+}  // namespace fsdpp::config
+
+namespace fsdpp::train {
 
 // distillation.layer_projection: auto, a linear map for each pair whose widths differ; linear,
 // one for every pair; none, the states compared as they are (the widths must agree).
 enum class LayerProjection { AUTO, LINEAR, NONE };
 
+}  // namespace fsdpp::train
+
+namespace fsdpp::config {
+
 template <>
-struct ChoiceNames<LayerProjection> {
+struct ChoiceNames<train::LayerProjection> {
   static constexpr std::string_view kWhat = "layer projection";
   static constexpr bool kAnyCase = false;
-  static constexpr std::array<std::pair<LayerProjection, std::string_view>, 3> kNames{{
-      {LayerProjection::AUTO, "auto"},
-      {LayerProjection::LINEAR, "linear"},
-      {LayerProjection::NONE, "none"},
+  static constexpr std::array<std::pair<train::LayerProjection, std::string_view>, 3> kNames{{
+      {train::LayerProjection::AUTO, "auto"},
+      {train::LayerProjection::LINEAR, "linear"},
+      {train::LayerProjection::NONE, "none"},
   }};
 };
+
+}  // namespace fsdpp::config
+
+namespace fsdpp::train {
 
 // student[i] (B, T, D_s) and teacher[i] (B, T, D_t), mask (B, T) bool: the positions averaged
 // over (none: 0 with a zero gradient). The teacher's states are constants. `projections`:

@@ -1,15 +1,15 @@
 // The schema engine's documents: loading one YAML document, reading its sections key by key
 // (unknown keys with suggestions, keys given twice), applying overrides, writing it back. See
-// config_schema.h.
+// fsdpp/config/schema.h.
 #include <yaml-cpp/eventhandler.h>
 
 #include <set>
 #include <sstream>
 
-#include "config_schema.h"
+#include "fsdpp/config/schema.h"
 #include "fsdpp/common/error.h"
 
-namespace fsdpp::train::schema {
+namespace fsdpp::config::schema {
 namespace {
 
 // Offset of the first byte that is not UTF-8 text (invalid UTF-8, or a control character other
@@ -370,4 +370,4 @@ std::string write_document(const Schema& schema, const void* config, const std::
   return std::string(out.c_str()) + "\n";
 }
 
-}  // namespace fsdpp::train::schema
+}  // namespace fsdpp::config::schema

@@ -1,6 +1,6 @@
 // The schema engine's values: strict reads of scalars and lists, their error messages, and
-// writing them back. See config_schema.h.
-#include "config_schema.h"
+// writing them back. See fsdpp/config/schema.h.
+#include "fsdpp/config/schema.h"
 
 #include <algorithm>
 #include <cctype>
@@ -9,7 +9,7 @@
 
 #include "fsdpp/common/error.h"
 
-namespace fsdpp::train::schema {
+namespace fsdpp::config::schema {
 
 // ---------------------------------------------------------------------------------------------
 // Small string helpers.
@@ -356,4 +356,4 @@ Key section(std::string name, std::vector<Key> children) {
   return k;
 }
 
-}  // namespace fsdpp::train::schema
+}  // namespace fsdpp::config::schema

@@ -1,7 +1,7 @@
 #pragma once
-// The schema engine behind TrainConfig, apart from fsdpp's own keys (config_keys.cpp): a tree of
-// sections and keys, each key knowing how to read its value strictly from YAML and how to write
-// it back. It reads one YAML document plus `key.path=value` overrides into a config struct; every
+// The config layer's schema engine, generic over the struct it reads (TrainConfig's keys are
+// train's config_keys.cpp): a tree of sections and keys, each key knowing how to read its value
+// strictly from YAML and how to write it back. It reads one YAML document plus `key.path=value` overrides into a config struct; every
 // error is a ConfigError "[config] ..." naming the key's full path, the value found, where it came
 // from ("(config.yaml, line 12)" or "(override 'a.b=c')") and what is accepted, with "did you
 // mean" suggestions for unknown keys and names.
@@ -12,8 +12,6 @@
 //   Cfg cfg;
 //   read_document(s, &cfg, text, overrides, "config.yaml");
 //   std::string yaml = write_document(s, &cfg, "the effective configuration");
-//
-// Private to src/train.
 
 #include <yaml-cpp/yaml.h>
 
@@ -26,9 +24,9 @@
 #include <utility>
 #include <vector>
 
-#include "fsdpp/train/choice.h"
+#include "fsdpp/config/choice.h"
 
-namespace fsdpp::train::schema {
+namespace fsdpp::config::schema {
 
 // Small string helpers, shared with the key table's checks.
 std::string lower(std::string s);
@@ -175,4 +173,4 @@ void read_document(const Schema& schema, void* config, const std::string& text,
 // Every key of `config`, sections as maps in schema order, after a comment line.
 std::string write_document(const Schema& schema, const void* config, const std::string& comment);
 
-}  // namespace fsdpp::train::schema
+}  // namespace fsdpp::config::schema

@@ -29,7 +29,7 @@
 
 #include "fsdpp/common/error.h"
 
-namespace fsdpp::train {
+namespace fsdpp::config {
 
 template <class E>
 struct ChoiceNames;  // specialised per enum, see above
@@ -111,12 +111,12 @@ class Choice {
   E value_;
 };
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::config
 
 template <class E>
-struct fmt::formatter<fsdpp::train::Choice<E>> : fmt::formatter<std::string_view> {
+struct fmt::formatter<fsdpp::config::Choice<E>> : fmt::formatter<std::string_view> {
   template <class Ctx>
-  auto format(const fsdpp::train::Choice<E>& c, Ctx& ctx) const {
+  auto format(const fsdpp::config::Choice<E>& c, Ctx& ctx) const {
     return fmt::formatter<std::string_view>::format(c.name(), ctx);
   }
 };
