@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/parallel/shard_group.h"
 
 namespace fsdpp::estimate_detail {
 
@@ -18,6 +19,21 @@ void check_tensor_parallel(const ModelDescription& whole, const EstimateOptions&
   FSDPP_CHECK_AS(ConfigError, !o.sequence_parallel || o.seq_len % tp == 0,
                  "[estimate] sequence parallelism: seq_len={} is not divisible by the tensor-parallel degree {}",
                  o.seq_len, tp);
+}
+
+parallel::ParallelDims estimate_dims(const EstimateOptions& o) {
+  const int pp = std::max(1, o.pipeline.degree), tp = o.tensor_parallel;
+  parallel::ParallelDims dims{.pp = pp, .tp = tp, .ep = o.expert_parallel};  // dp_shard: the ranks left
+  if (traits_of(o.strategy).hybrid) {
+    const int dp_ranks = o.world_size / (pp * tp);
+    const int given = pp > 1 ? std::min(o.shard_group_size, dp_ranks) : o.shard_group_size;
+    dims.dp_shard = o.shard_group_size > 0 ? given : parallel::default_shard_group(dp_ranks);
+    FSDPP_CHECK_AS(ConfigError, dp_ranks % dims.dp_shard == 0,
+                   "[estimate] {} over {} data-parallel ranks{}: shard groups of {} ranks do not divide them",
+                   to_string(o.strategy), dp_ranks, pp > 1 ? " per stage" : "", dims.dp_shard);
+    dims.dp_replicate = dp_ranks / dims.dp_shard;
+  }
+  return dims.resolved(o.world_size);
 }
 
 namespace {
@@ -49,17 +65,8 @@ DataParallelLayout data_parallel_layout(const ModelDescription& whole, const Est
                  "[estimate] forward_prefetch={} and backward_prefetch={} must be >= 0", o.forward_prefetch,
                  o.backward_prefetch);
   a.traits = &traits_of(o.strategy);
-  a.shard_world = a.traits->shards ? a.dp_world : 1;
-  if (a.traits->hybrid) {
-    a.shard_world = o.shard_group_size > 0 ? o.shard_group_size : std::min(a.dp_world, 8);
-    FSDPP_CHECK_AS(ConfigError, a.dp_world % a.shard_world == 0,
-                   "[estimate] {} over {} data-parallel ranks: shard groups of {} ranks do not divide them",
-                   to_string(o.strategy), a.dp_world, a.shard_world);
-  }
-  a.dims = parallel::ParallelDims{.pp = 1, .dp_replicate = a.traits->hybrid ? a.dp_world / a.shard_world : 1,
-                                  .dp_shard = a.traits->hybrid ? a.shard_world : a.dp_world, .tp = a.tp,
-                                  .ep = a.ep}
-               .resolved(o.world_size);
+  a.dims = estimate_dims(o);
+  a.shard_world = a.traits->shards ? a.dims.dp_shard : 1;
   a.unit_shard_world = unit_shard_worlds(a);
   a.expert_shard_world = a.shard_world;
   for (size_t i = 0; i < a.model.units.size(); ++i)

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include "estimate_layout.h"
 #include "teacher_activations.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/models/llama_stages.h"
@@ -194,21 +195,10 @@ void measure(StagePlan& s, const DecoderLayers& layers, int64_t teacher_e) {
 
 PipelineLayout pipeline_layout(const ModelDescription& model, const EstimateOptions& o) {
   check_pipeline(model, o);
-  const int degree = o.pipeline.degree, tp = o.tensor_parallel, ep = o.expert_parallel;
+  const int tp = o.tensor_parallel, ep = o.expert_parallel;
   PipelineLayout a;
   a.traits = &traits_of(o.strategy);
-  a.dims = parallel::ParallelDims{.pp = degree, .tp = tp, .ep = ep};
-  if (a.traits->hybrid) {
-    const int dp_ranks = o.world_size / (degree * tp);
-    // A node's ranks at most, and at most a stage's data-parallel ranks (as fsdpp-train's
-    // parallel_dims takes them under a pipeline).
-    a.dims.dp_shard = std::min(o.shard_group_size > 0 ? o.shard_group_size : 8, dp_ranks);
-    FSDPP_CHECK_AS(ConfigError, dp_ranks % a.dims.dp_shard == 0,
-                   "[estimate] {} over {} data-parallel ranks per stage: shard groups of {} ranks do not divide them",
-                   to_string(o.strategy), dp_ranks, a.dims.dp_shard);
-    a.dims.dp_replicate = dp_ranks / a.dims.dp_shard;
-  }
-  a.dims = a.dims.resolved(o.world_size);
+  a.dims = estimate_dims(o);
   a.shard_world = a.traits->shards ? a.dims.dp_shard : 1;
   a.expert_shard_world = a.traits->shards ? a.dims.efsdp() : 1;
   a.split_experts = o.split_experts.value_or(ep == 1);
