@@ -122,6 +122,13 @@ BlockSaved block_forward(Ledger& l, const Dims& d, Id x) {
   Id v = l.alloc(kActs, d.e * d.BT * d.K);
   Id rq = rope_forward(l, d, q, d.Q);
   Id rk = rope_forward(l, d, k, d.K);
+  sdpa_forward(l, d, s, gathered, rq, rk, v);
+  norm_forward(l, d, s.ffn);
+  swiglu_forward(l, d, s);
+  return s;
+}
+
+void sdpa_forward(Ledger& l, const Dims& d, BlockSaved& s, Id gathered, Id rq, Id rk, Id v) {
   Id kk = rk, vv = v;
   if (d.rep > 1) {  // repeat_kv: expand + reshape copies the kv heads
     kk = l.alloc(kActs, d.e * d.BT * d.Q);
@@ -136,14 +143,15 @@ BlockSaved block_forward(Ledger& l, const Dims& d, Id x) {
   l.free(gathered);
   s.h = l.alloc(kActs, d.e * d.S * d.C);  // h = x + attention(...)
   l.free(o);
-  norm_forward(l, d, s.ffn);
-  gathered = enter_linears(l, d, s.ffn, 2);
+}
+
+void swiglu_forward(Ledger& l, const Dims& d, BlockSaved& s) {
+  const Id gathered = enter_linears(l, d, s.ffn, 2);
   for (int i = 0; i < 4; ++i) s.ffn.push_back(l.alloc(kActs, d.e * d.BT * d.F));  // w1 x, silu, w3 x, product
   Id f = tp_exit(l, d, l.alloc(kActs, d.e * d.BT * d.C));
   l.free(gathered);
   s.out = l.alloc(kActs, d.e * d.S * d.C);
   l.free(f);
-  return s;
 }
 
 // RMSNorm's backward: the gradients of normed, of the input through the multiply, and of the
@@ -159,14 +167,13 @@ Id norm_backward(Ledger& l, const Dims& d, Id grad_in) {
 }
 
 
-// Backward of one block from the gradient of its output; returns the gradient of its input.
-Id block_backward(Ledger& l, const Dims& d, BlockSaved& s, Id g, const GradAlloc& grad) {
-  auto free_all = [&](std::vector<Id>& ids) {
-    for (Id id : ids) l.free(id);
-    ids.clear();
-  };
-  const std::vector<Id> ffn = s.ffn;  // [xc?] r normed n | a silu b m
-  const size_t nf = ffn.size();
+void free_all(Ledger& l, std::vector<Id>& ids) {
+  for (Id id : ids) l.free(id);
+  ids.clear();
+}
+
+Id swiglu_backward(Ledger& l, const Dims& d, const std::vector<Id>& ffn, Id g, const GradAlloc& grad) {
+  const size_t nf = ffn.size();  // [xc?] r normed n | a silu b m
   const Id a = ffn[nf - 4], si = ffn[nf - 3], b = ffn[nf - 2], m = ffn[nf - 1];
   // w2: grad of the product; then the product's backward: grads of silu(a) and of b.
   Id gw2 = tp_exit_backward(l, d, g);  // SP: the output's gradient gathered along the sequence
@@ -187,33 +194,50 @@ Id block_backward(Ledger& l, const Dims& d, BlockSaved& s, Id g, const GradAlloc
   l.touch(kActs, d.e * d.BT * d.C);  // w1's input gradient, added into gn
   grad(d.C * d.F);
   l.free(ga);
-  free_all(s.ffn);
-  gn = tp_enter_backward(l, d, gn);
-  Id gh = norm_backward(l, d, gn);
+  return gn;
+}
+
+Id norm_residual_backward(Ledger& l, const Dims& d, Id gn, const GradAlloc& grad, std::vector<Id>& saved, Id input,
+                          Id g) {
+  Id gin = norm_backward(l, d, gn);
   grad(d.C);
-  l.free(s.h);
-  Id ghh = l.alloc(kActs, d.e * d.S * d.C);  // residual: g + norm's gradient
-  l.free(gh);
+  free_all(l, saved);
+  l.free(input);
+  Id out = l.alloc(kActs, d.e * d.S * d.C);  // residual: g + the norm's gradient
+  l.free(gin);
   l.free(g);
-  // Attention: wo, SDPA (grads of q, k, v at full head count), repeat_kv, rotary, projections.
+  return out;
+}
+
+SdpaGrads sdpa_backward(Ledger& l, const Dims& d, const std::vector<Id>& attn, Id ghh, const GradAlloc& grad) {
   Id gwo = tp_exit_backward(l, d, ghh);
-  Id gy = l.alloc(kActs, d.e * d.BT * d.Q);
+  Id gy = l.alloc(kActs, d.e * d.BT * d.Q);  // wo's input gradient
   grad(d.Q * d.C);
   if (gwo != ghh) l.free(gwo);
-  Id gq = l.alloc(kActs, d.e * d.BT * d.Q), gk = l.alloc(kActs, d.e * d.BT * d.Q),
-     gv = l.alloc(kActs, d.e * d.BT * d.Q);
-  const std::vector<Id> attn = s.attn;
+  SdpaGrads g{l.alloc(kActs, d.e * d.BT * d.Q), l.alloc(kActs, d.e * d.BT * d.Q), l.alloc(kActs, d.e * d.BT * d.Q)};
   const size_t na = attn.size();
   for (size_t i = na - 5; i < na; ++i) l.free(attn[i]);  // rq kk vv y lse
   l.free(gy);
   if (d.rep > 1) {
     Id k2 = l.alloc(kActs, d.e * d.BT * d.K);
-    l.free(gk);
-    gk = k2;
+    l.free(g.k);
+    g.k = k2;
     Id v2 = l.alloc(kActs, d.e * d.BT * d.K);
-    l.free(gv);
-    gv = v2;
+    l.free(g.v);
+    g.v = v2;
   }
+  return g;
+}
+
+// Backward of one block from the gradient of its output; returns the gradient of its input.
+Id block_backward(Ledger& l, const Dims& d, BlockSaved& s, Id g, const GradAlloc& grad) {
+  Id gn = swiglu_backward(l, d, s.ffn, g, grad);
+  free_all(l, s.ffn);
+  gn = tp_enter_backward(l, d, gn);
+  std::vector<Id> none;
+  Id ghh = norm_residual_backward(l, d, gn, grad, none, s.h, g);
+  // Attention: wo, SDPA (grads of q, k, v at full head count), repeat_kv, rotary, projections.
+  SdpaGrads gq = sdpa_backward(l, d, s.attn, ghh, grad);
   // Rotary backward: select/stack backward materialise full-size gradients (3 x width at most);
   // on a GPU the gradient in fp32 and its complex product.
   const int64_t rope_grads = d.gpu ? 2 : 3;
@@ -221,22 +245,15 @@ Id block_backward(Ledger& l, const Dims& d, BlockSaved& s, Id g, const GradAlloc
   l.touch(kActs, rope_grads * 4 * d.BT * d.K);
   Id gn1 = l.alloc(kActs, d.e * d.BT * d.C);
   grad(d.C * d.Q);
-  l.free(gq);
+  l.free(gq.q);
   l.touch(kActs, d.e * d.BT * d.C);
   grad(d.C * d.K);
-  l.free(gk);
+  l.free(gq.k);
   l.touch(kActs, d.e * d.BT * d.C);
   grad(d.C * d.K);
-  l.free(gv);
+  l.free(gq.v);
   gn1 = tp_enter_backward(l, d, gn1);
-  Id gx1 = norm_backward(l, d, gn1);
-  grad(d.C);
-  free_all(s.attn);
-  l.free(s.x);
-  Id gx = l.alloc(kActs, d.e * d.S * d.C);
-  l.free(gx1);
-  l.free(ghh);
-  return gx;
+  return norm_residual_backward(l, d, gn1, grad, s.attn, s.x, ghh);
 }
 
 }  // namespace fsdpp::estimate_detail

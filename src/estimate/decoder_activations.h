@@ -77,4 +77,27 @@ Id norm_backward(Ledger& l, const Dims& d, Id grad_in);
 // Backward of one block from the gradient of its output; returns the gradient of its input.
 Id block_backward(Ledger& l, const Dims& d, BlockSaved& s, Id g, const GradAlloc& grad);
 
+// The parts both architectures' layers share (Llama's TransformerBlock, Qwen3-MoE's decoder layer):
+// The attention after its rotary embeddings: repeat_kv (kv heads copied up to the query heads),
+// SDPA with its logsumexp, the output projection and the residual; fills s.attn (rq kk vv y lse
+// last) and s.h, and frees `gathered` (enter_linears').
+void sdpa_forward(Ledger& l, const Dims& d, BlockSaved& s, Id gathered, Id rq, Id rk, Id v);
+// A dense SwiGLU MLP after its norm (whose output is s.ffn.back()): w1 x, silu, w3 x and their
+// product saved, w2 and the residual; fills s.out.
+void swiglu_forward(Ledger& l, const Dims& d, BlockSaved& s);
+// Its backward from the output's gradient g (s.ffn's last four freed): returns the gradient of its
+// input, before tensor parallelism's enter backward.
+Id swiglu_backward(Ledger& l, const Dims& d, const std::vector<Id>& ffn, Id g, const GradAlloc& grad);
+// The backward of the attention's output projection and SDPA from the residual's gradient ghh:
+// the gradients of q, k and v (k and v back to the kv heads); frees the last five of `attn`.
+struct SdpaGrads {
+  Id q, k, v;
+};
+SdpaGrads sdpa_backward(Ledger& l, const Dims& d, const std::vector<Id>& attn, Id ghh, const GradAlloc& grad);
+// A sub-layer's norm backward from its output's gradient gn, then the residual: frees `saved`,
+// the sub-layer's input and the incoming gradient g; returns the gradient of the input.
+Id norm_residual_backward(Ledger& l, const Dims& d, Id gn, const GradAlloc& grad, std::vector<Id>& saved, Id input,
+                          Id g);
+void free_all(Ledger& l, std::vector<Id>& ids);
+
 }  // namespace fsdpp::estimate_detail

@@ -132,20 +132,7 @@ BlockSaved qwen3_attention_forward(Ledger& l, const Dims& d, const MoeDims& m, I
   Id kn = head_norm_forward(l, d, d.K, Hkv, s.attn);
   Id rk = rotate_half_rope(l, d, kn, d.K);
   Id v = l.alloc(kActs, d.e * d.BT * d.K);
-  Id kk = rk, vv = v;
-  if (d.rep > 1) {  // repeat_kv: expand + reshape copies
-    kk = l.alloc(kActs, d.e * d.BT * d.Q);
-    l.free(rk);
-    vv = l.alloc(kActs, d.e * d.BT * d.Q);
-    l.free(v);
-  }
-  Id y = l.alloc(kActs, d.e * d.BT * d.Q);
-  Id lse = l.alloc(kActs, 4 * d.B * H * d.T);
-  s.attn.insert(s.attn.end(), {rq, kk, vv, y, lse});
-  Id o = tp_exit(l, d, l.alloc(kActs, d.e * d.BT * d.C));
-  l.free(gathered);
-  s.h = l.alloc(kActs, d.e * d.S * d.C);
-  l.free(o);
+  sdpa_forward(l, d, s, gathered, rq, rk, v);
   return s;
 }
 
@@ -154,12 +141,7 @@ void qwen3_mlp_forward(Ledger& l, const Dims& d, const MoeDims& m, bool sparse, 
   norm_forward(l, d, s.ffn);  // post_attention_layernorm; output saved by the router / gate and up
   const int64_t C = d.C;
   if (!sparse) {
-    const Id gathered = enter_linears(l, d, s.ffn, 2);
-    for (int i = 0; i < 4; ++i) s.ffn.push_back(l.alloc(kActs, d.e * d.BT * d.F));
-    Id f = tp_exit(l, d, l.alloc(kActs, d.e * d.BT * C));
-    l.free(gathered);
-    s.out = l.alloc(kActs, d.e * d.S * C);
-    l.free(f);
+    swiglu_forward(l, d, s);
     return;
   }
   // Under tp: the rows this rank routes (whole experts without SP: a copy of its chunk), and the
@@ -244,166 +226,151 @@ std::vector<Id> load_balancing_forward(Ledger& l, const Dims& d, const MoeDims& 
   return saved;
 }
 
+namespace {
+
+// The experts' backward on this rank (no expert parallelism), per expert, last first: the
+// output's gradient rows (index_add backward), times the weight, the SwiGLU backward, the input
+// rows scattered back into an (N, C) zeros. Returns the experts' input gradient, summed.
+Id local_experts_backward(Ledger& l, const Dims& d, const MoeDims& m, const std::vector<Id>& experts,
+                          const GradAlloc& expert_grad) {
+  const int64_t C = d.C, NE = m.expert_rows(d.BT), Nk = NE * m.k;
+  Id gsum = -1;
+  const auto split = split_rows(Nk, m.E);
+  size_t pos = experts.size();
+  bool first = true;
+  for (auto it = split.rbegin(); it != split.rend(); ++it) {
+    const int64_t rows = *it;
+    if (rows == 0) continue;
+    pos -= 7;  // xe, four SwiGLU tensors, y, y weighted
+    std::vector<Id> sw(experts.begin() + static_cast<long>(pos) + 1, experts.begin() + static_cast<long>(pos) + 5);
+    Id gy = l.alloc(kActs, d.e * rows * C);
+    l.free(experts[pos + 6]);
+    Id gd = l.alloc(kActs, d.e * rows * C);
+    l.free(gy);
+    l.free(experts[pos + 5]);
+    Id gx = expert_backward(l, d, m, rows, sw, expert_grad, first, m.E);
+    first = false;
+    l.free(gd);
+    l.free(experts[pos]);
+    Id scattered = l.alloc(kActs, d.e * NE * C);  // index_select backward: zeros + index_add
+    l.free(gx);
+    if (gsum < 0) {
+      gsum = scattered;
+    } else {
+      l.free(scattered);  // added into gsum
+    }
+  }
+  return gsum;
+}
+
+// The local experts' backward on the rows the all-to-all brought (expert parallelism), last
+// first; returns the gradient of the whole received input (narrow's backward, summed).
+Id received_rows_backward(Ledger& l, const Dims& d, const MoeDims& m, const std::vector<Id>& experts,
+                          const GradAlloc& expert_grad) {
+  const int64_t C = d.C, M = m.expert_rows(d.BT) * m.k, local = m.E / m.ep;
+  const auto split = split_rows(M, local);
+  size_t pos = experts.size() - 2;
+  Id gtokens = -1;
+  bool first = true;
+  for (auto it = split.rbegin(); it != split.rend(); ++it) {
+    const int64_t rows = *it;
+    if (rows == 0) continue;
+    pos -= 4;
+    std::vector<Id> sw(experts.begin() + static_cast<long>(pos), experts.begin() + static_cast<long>(pos) + 4);
+    Id gx = expert_backward(l, d, m, rows, sw, expert_grad, first, local);
+    first = false;
+    Id whole = l.alloc(kActs, d.e * M * C);  // narrow backward: zeros of the whole input
+    l.free(gx);
+    if (gtokens < 0) {
+      gtokens = whole;
+    } else {
+      l.free(whole);
+    }
+  }
+  return gtokens;
+}
+
+// Under expert parallelism (moe::ExpertDispatch's backward): the weighted sum's and the
+// all-to-all's backward, the local experts', and back to the token rows. Returns the experts'
+// input gradient.
+Id dispatched_experts_backward(Ledger& l, const Dims& d, const MoeDims& m, const std::vector<Id>& experts,
+                               const GradAlloc& expert_grad) {
+  const int64_t C = d.C, NE = m.expert_rows(d.BT), Nk = NE * m.k, M = Nk;
+  const Id tokens = experts[0], back = experts[experts.size() - 2];
+  Id gw = l.alloc(kActs, d.e * Nk * C);     // index_add backward
+  l.free(experts.back());
+  Id gback = l.alloc(kActs, d.e * Nk * C);  // times the weights
+  l.free(gw);
+  l.free(back);
+  Id gyi = l.alloc(kActs, d.e * M * C);     // the all-to-all's backward
+  l.free(gback);
+  Id gy = l.alloc(kActs, d.e * M * C);      // index_select backward: zeros + index_add
+  l.free(gyi);
+  Id gtokens = received_rows_backward(l, d, m, experts, expert_grad);
+  l.free(gy);
+  l.free(tokens);
+  Id grecv = l.alloc(kActs, d.e * M * C);  // permutation's index_select backward
+  l.free(gtokens);
+  Id grows = l.alloc(kActs, d.e * Nk * C);  // the all-to-all's backward
+  l.free(grecv);
+  Id gsum = l.alloc(kActs, d.e * NE * C);  // token rows' index_select backward
+  l.free(grows);
+  return gsum;
+}
+
+// A sparse layer's MLP backward down to the gradient of post_attention_layernorm's output: the
+// experts' (their unit gathered and reduced around them by the hooks), then the router's.
+Id sparse_mlp_backward(Ledger& l, const Dims& d, const MoeDims& m, BlockSaved& s, const GradAlloc& grad,
+                       const GradAlloc& expert_grad, const ExpertUnitHooks& hooks) {
+  const int64_t C = d.C, N = m.route_rows(d.BT), NE = m.expert_rows(d.BT);
+  // Under tp with whole experts and no SP the experts' gradient is this rank's chunk of g.
+  Id gchunk = m.tp > 1 && !m.split && !m.sp ? l.alloc(kActs, d.e * NE * C) : -1;
+  // s.ffn: [xc?] rsqrt normed n | probs topk weights_sorted | experts' tensors ...
+  const size_t base = (d.mp ? 4 : 3) + 3;  // the norm's tensors, then probs, top-k, sorted pairs
+  std::vector<Id> experts(s.ffn.begin() + static_cast<long>(base), s.ffn.end());
+  if (hooks.before_backward) hooks.before_backward();
+  // The gradient of the experts' input (N x C), summed over experts.
+  Id gsum = m.ep <= 1 ? local_experts_backward(l, d, m, experts, expert_grad)
+                      : dispatched_experts_backward(l, d, m, experts, expert_grad);
+  if (hooks.after_backward) hooks.after_backward();
+  l.free(gchunk);
+  if (m.tp > 1 && (m.split || !m.sp)) {
+    // Split: the experts' input gradient summed over tp (all-reduce's clone, or SP's
+    // reduce-scatter); whole: every rank's chunk gathered back (chunk_of_whole's backward).
+    Id whole = m.split ? tp_enter_backward(l, d, gsum) : l.alloc(kActs, d.e * d.BT * C);
+    if (!m.split) l.free(gsum);
+    gsum = whole;
+  }
+  // The router: the gradients of the weights and of the fp32 probabilities, of the logits; its
+  // input's gradient and weight's.
+  l.touch(kActs, 4 * N * m.E * 2 + d.e * N * m.E);
+  Id gn = l.alloc(kActs, d.e * N * C);
+  grad(m.E * C);
+  if (m.tp > 1 && !m.sp && !m.split) {  // the router's input gradient: this rank's chunk, gathered
+    Id whole = l.alloc(kActs, d.e * d.BT * C);
+    l.free(gn);
+    gn = whole;
+  }
+  l.free(gsum);  // added into gn
+  return gn;
+}
+
+}  // namespace
+
 Id qwen3_mlp_backward(Ledger& l, const Dims& d, const MoeDims& m, bool sparse, BlockSaved& s, Id g,
                       const GradAlloc& grad, const GradAlloc& expert_grad, const ExpertUnitHooks& hooks) {
-  const int64_t C = d.C;
-  auto free_all = [&](std::vector<Id>& ids) {
-    for (Id id : ids) l.free(id);
-    ids.clear();
-  };
-  Id gn = -1;  // the gradient of post_attention_layernorm's output
-  if (!sparse) {
-    const int64_t N = d.BT;
-    const std::vector<Id> ffn = s.ffn;
-    const size_t nf = ffn.size();
-    const Id a = ffn[nf - 4], si = ffn[nf - 3], b = ffn[nf - 2], mm = ffn[nf - 1];
-    Id gout = tp_exit_backward(l, d, g);  // SP: the output's gradient gathered along the sequence
-    Id gm = l.alloc(kActs, d.e * N * d.F);
-    grad(C * d.F);
-    if (gout != g) l.free(gout);
-    l.free(mm);
-    Id gs = l.alloc(kActs, d.e * N * d.F), gb = l.alloc(kActs, d.e * N * d.F);
-    l.free(si);
-    l.free(b);
-    l.free(gm);
-    gn = l.alloc(kActs, d.e * N * C);
-    grad(C * d.F);
-    l.free(gb);
-    Id ga = l.alloc(kActs, d.e * N * d.F);
-    l.free(a);
-    l.free(gs);
-    l.touch(kActs, d.e * N * C);
-    grad(C * d.F);
-    l.free(ga);
-    gn = tp_enter_backward(l, d, gn);
-  } else {
-    const int64_t N = m.route_rows(d.BT), NE = m.expert_rows(d.BT), Nk = NE * m.k;
-    // Under tp with whole experts and no SP the experts' gradient is this rank's chunk of g.
-    Id gchunk = m.tp > 1 && !m.split && !m.sp ? l.alloc(kActs, d.e * NE * C) : -1;
-    // s.ffn: [xc?] rsqrt normed n | probs topk weights_sorted | experts' tensors ...
-    const size_t base = (d.mp ? 4 : 3) + 3;  // the norm's tensors, then probs, top-k, sorted pairs
-    std::vector<Id> experts(s.ffn.begin() + static_cast<long>(base), s.ffn.end());
-    if (hooks.before_backward) hooks.before_backward();
-    Id gsum = -1;  // gradient of the experts' input (N x C), summed over experts
-    if (m.ep <= 1) {
-      // Per expert, last first: the output's gradient rows (index_add backward), times the
-      // weight, the SwiGLU backward, the input rows scattered back into an (N, C) zeros.
-      const auto split = split_rows(Nk, m.E);
-      size_t pos = experts.size();
-      bool first = true;
-      for (auto it = split.rbegin(); it != split.rend(); ++it) {
-        const int64_t rows = *it;
-        if (rows == 0) continue;
-        pos -= 7;  // xe, four SwiGLU tensors, y, y weighted
-        std::vector<Id> sw(experts.begin() + static_cast<long>(pos) + 1, experts.begin() + static_cast<long>(pos) + 5);
-        Id gy = l.alloc(kActs, d.e * rows * C);
-        l.free(experts[pos + 6]);
-        Id gd = l.alloc(kActs, d.e * rows * C);
-        l.free(gy);
-        l.free(experts[pos + 5]);
-        Id gx = expert_backward(l, d, m, rows, sw, expert_grad, first, m.E);
-        first = false;
-        l.free(gd);
-        l.free(experts[pos]);
-        Id scattered = l.alloc(kActs, d.e * NE * C);  // index_select backward: zeros + index_add
-        l.free(gx);
-        if (gsum < 0) {
-          gsum = scattered;
-        } else {
-          l.free(scattered);  // added into gsum
-        }
-      }
-    } else {
-      const int64_t M = Nk, local = m.E / m.ep;
-      const Id tokens = experts[0], back = experts[experts.size() - 2];
-      Id gw = l.alloc(kActs, d.e * Nk * C);     // index_add backward
-      l.free(experts.back());
-      Id gback = l.alloc(kActs, d.e * Nk * C);  // times the weights
-      l.free(gw);
-      l.free(back);
-      Id gyi = l.alloc(kActs, d.e * M * C);     // the all-to-all's backward
-      l.free(gback);
-      Id gy = l.alloc(kActs, d.e * M * C);      // index_select backward: zeros + index_add
-      l.free(gyi);
-      const auto split = split_rows(M, local);
-      size_t pos = experts.size() - 2;
-      Id gtokens = -1;
-      bool first = true;
-      for (auto it = split.rbegin(); it != split.rend(); ++it) {
-        const int64_t rows = *it;
-        if (rows == 0) continue;
-        pos -= 4;
-        std::vector<Id> sw(experts.begin() + static_cast<long>(pos), experts.begin() + static_cast<long>(pos) + 4);
-        Id gx = expert_backward(l, d, m, rows, sw, expert_grad, first, local);
-        first = false;
-        Id whole = l.alloc(kActs, d.e * M * C);  // narrow backward: zeros of the whole input
-        l.free(gx);
-        if (gtokens < 0) {
-          gtokens = whole;
-        } else {
-          l.free(whole);
-        }
-      }
-      l.free(gy);
-      l.free(tokens);
-      Id grecv = l.alloc(kActs, d.e * M * C);  // permutation's index_select backward
-      l.free(gtokens);
-      Id grows = l.alloc(kActs, d.e * Nk * C);  // the all-to-all's backward
-      l.free(grecv);
-      gsum = l.alloc(kActs, d.e * NE * C);  // token rows' index_select backward
-      l.free(grows);
-    }
-    if (hooks.after_backward) hooks.after_backward();
-    l.free(gchunk);
-    if (m.tp > 1 && (m.split || !m.sp)) {
-      // Split: the experts' input gradient summed over tp (all-reduce's clone, or SP's
-      // reduce-scatter); whole: every rank's chunk gathered back (chunk_of_whole's backward).
-      Id whole = m.split ? tp_enter_backward(l, d, gsum) : l.alloc(kActs, d.e * d.BT * C);
-      if (!m.split) l.free(gsum);
-      gsum = whole;
-    }
-    // The router: the gradients of the weights and of the fp32 probabilities, of the logits; its
-    // input's gradient and weight's.
-    l.touch(kActs, 4 * N * m.E * 2 + d.e * N * m.E);
-    gn = l.alloc(kActs, d.e * N * C);
-    grad(m.E * C);
-    if (m.tp > 1 && !m.sp && !m.split) {  // the router's input gradient: this rank's chunk, gathered
-      Id whole = l.alloc(kActs, d.e * d.BT * C);
-      l.free(gn);
-      gn = whole;
-    }
-    l.free(gsum);  // added into gn
-  }
-  free_all(s.ffn);
-  Id gh = norm_backward(l, d, gn);
-  grad(C);
-  l.free(s.h);
-  Id ghh = l.alloc(kActs, d.e * d.S * C);  // residual: g + the norm's gradient
-  l.free(gh);
-  l.free(g);
-  return ghh;
+  // The gradient of post_attention_layernorm's output.
+  const Id gn = sparse ? sparse_mlp_backward(l, d, m, s, grad, expert_grad, hooks)
+                       : tp_enter_backward(l, d, swiglu_backward(l, d, s.ffn, g, grad));
+  free_all(l, s.ffn);
+  std::vector<Id> none;
+  return norm_residual_backward(l, d, gn, grad, none, s.h, g);
 }
 
 Id qwen3_attention_backward(Ledger& l, const Dims& d, const MoeDims& m, BlockSaved& s, Id ghh,
                             const GradAlloc& grad) {
   const int64_t C = d.C;
-  Id go = tp_exit_backward(l, d, ghh);
-  Id gy = l.alloc(kActs, d.e * d.BT * d.Q);  // o_proj's input gradient
-  grad(C * d.Q);
-  if (go != ghh) l.free(go);
-  Id gq = l.alloc(kActs, d.e * d.BT * d.Q), gk = l.alloc(kActs, d.e * d.BT * d.Q),
-     gv = l.alloc(kActs, d.e * d.BT * d.Q);
-  const size_t na = s.attn.size();
-  for (size_t i = na - 5; i < na; ++i) l.free(s.attn[i]);  // rq kk vv y lse
-  l.free(gy);
-  if (d.rep > 1) {
-    Id k2 = l.alloc(kActs, d.e * d.BT * d.K);
-    l.free(gk);
-    gk = k2;
-    Id v2 = l.alloc(kActs, d.e * d.BT * d.K);
-    l.free(gv);
-    gv = v2;
-  }
+  const auto [gq, gk, gv] = sdpa_backward(l, d, s.attn, ghh, grad);
   // Rotary backward (the multiplies, cat and neg), then the head norm's backward, then the
   // projection; for q, then k; v's projection last.
   auto qk = [&](Id gr, int64_t width) {
@@ -427,15 +394,7 @@ Id qwen3_attention_backward(Ledger& l, const Dims& d, const MoeDims& m, BlockSav
   grad(C * d.K);
   l.free(gv);
   gn1 = tp_enter_backward(l, d, gn1);
-  Id gx1 = norm_backward(l, d, gn1);
-  grad(C);
-  for (Id id : s.attn) l.free(id);
-  s.attn.clear();
-  l.free(s.x);
-  Id gx = l.alloc(kActs, d.e * d.S * C);
-  l.free(gx1);
-  l.free(ghh);
-  return gx;
+  return norm_residual_backward(l, d, gn1, grad, s.attn, s.x, ghh);
 }
 
 }  // namespace fsdpp::estimate_detail

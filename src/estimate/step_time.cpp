@@ -9,6 +9,7 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/estimate/expert_kernels.h"
 #include "fsdpp/estimate/memory_traffic.h"
+#include "fsdpp/parallel/shard_group.h"
 #include "fsdpp/pipeline/schedules.h"
 #include "fsdpp/pipeline/simulate.h"
 
@@ -41,7 +42,7 @@ std::string layout_name(const EstimateOptions& o, const Cluster& c) {
     case ShardingStrategy::NO_SHARD: dp_part = fmt::format("DDP {}", dp); break;
     case ShardingStrategy::HYBRID_SHARD:
     case ShardingStrategy::HYBRID_SHARD_ZERO2: {
-      const int f = o.shard_group_size > 0 ? o.shard_group_size : std::min(dp, c.devices_per_node);
+      const int f = o.shard_group_size > 0 ? o.shard_group_size : parallel::default_shard_group(dp, c.devices_per_node);
       dp_part = fmt::format("HSDP {}x{}", dp / f, f);
       break;
     }

@@ -1,0 +1,77 @@
+// The layout the estimate plays one rank of. See estimate_layout.h.
+#include "estimate_layout.h"
+
+#include <algorithm>
+
+#include "fsdpp/common/error.h"
+#include "fsdpp/parallel/shard_group.h"
+
+namespace fsdpp::estimate_detail {
+
+void check_tensor_parallel(const ModelDescription& whole, const EstimateOptions& o) {
+  FSDPP_CHECK_AS(ConfigError, !whole.units.empty(), "[estimate] the model has no units");
+  FSDPP_CHECK_AS(ConfigError, o.world_size >= 1, "[estimate] world size {} is not positive", o.world_size);
+  const int tp = o.tensor_parallel;
+  FSDPP_CHECK_AS(ConfigError, tp >= 1 && o.world_size % tp == 0,
+                 "[estimate] tensor-parallel degree {} does not divide the world size {}", tp, o.world_size);
+  FSDPP_CHECK_AS(ConfigError, !o.sequence_parallel || tp > 1,
+                 "[estimate] sequence parallelism needs a tensor-parallel degree > 1");
+  FSDPP_CHECK_AS(ConfigError, !o.sequence_parallel || o.seq_len % tp == 0,
+                 "[estimate] sequence parallelism: seq_len={} is not divisible by the tensor-parallel degree {}",
+                 o.seq_len, tp);
+}
+
+parallel::ParallelDims estimate_dims(const EstimateOptions& o) {
+  const int pp = std::max(1, o.pipeline.degree), tp = o.tensor_parallel;
+  parallel::ParallelDims dims{.pp = pp, .tp = tp, .ep = o.expert_parallel};  // dp_shard: the ranks left
+  if (traits_of(o.strategy).hybrid) {
+    const int dp_ranks = o.world_size / (pp * tp);
+    const int given = pp > 1 ? std::min(o.shard_group_size, dp_ranks) : o.shard_group_size;
+    dims.dp_shard = o.shard_group_size > 0 ? given : parallel::default_shard_group(dp_ranks);
+    FSDPP_CHECK_AS(ConfigError, dp_ranks % dims.dp_shard == 0,
+                   "[estimate] {} over {} data-parallel ranks{}: shard groups of {} ranks do not divide them",
+                   to_string(o.strategy), dp_ranks, pp > 1 ? " per stage" : "", dims.dp_shard);
+    dims.dp_replicate = dp_ranks / dims.dp_shard;
+  }
+  return dims.resolved(o.world_size);
+}
+
+namespace {
+
+// The ranks each unit of `model` is sharded over: the dense ones over shard_world, the experts'
+// over efsdp (1 without sharding).
+std::vector<int> unit_shard_worlds(const DataParallelLayout& a) {
+  std::vector<int> usw(a.model.units.size(), a.shard_world);
+  for (size_t i = 0; i < a.model.units.size(); ++i)
+    if (a.model.units[i].experts) usw[i] = a.traits->shards ? a.dims.efsdp() : 1;
+  return usw;
+}
+
+}  // namespace
+
+DataParallelLayout data_parallel_layout(const ModelDescription& whole, const EstimateOptions& o) {
+  DataParallelLayout a;
+  a.tp = o.tensor_parallel;
+  a.ep = o.expert_parallel;
+  FSDPP_CHECK_AS(ConfigError, a.ep >= 1 && o.world_size % a.ep == 0,
+                 "[estimate] expert-parallel degree {} does not divide the world size {}", a.ep, o.world_size);
+  a.split_experts = o.split_experts.value_or(a.ep == 1);
+  a.pre_ep = tensor_parallel_slice(whole, a.tp, a.split_experts);
+  a.model = rank_slice(whole, a.tp, a.ep, a.split_experts);
+  a.dp_world = o.world_size / a.tp;
+  FSDPP_CHECK_AS(ConfigError, o.batch >= 1 && o.seq_len >= 1,
+                 "[estimate] batch={} and seq_len={} must be positive", o.batch, o.seq_len);
+  FSDPP_CHECK_AS(ConfigError, o.forward_prefetch >= 0 && o.backward_prefetch >= 0,
+                 "[estimate] forward_prefetch={} and backward_prefetch={} must be >= 0", o.forward_prefetch,
+                 o.backward_prefetch);
+  a.traits = &traits_of(o.strategy);
+  a.dims = estimate_dims(o);
+  a.shard_world = a.traits->shards ? a.dims.dp_shard : 1;
+  a.unit_shard_world = unit_shard_worlds(a);
+  a.expert_shard_world = a.shard_world;
+  for (size_t i = 0; i < a.model.units.size(); ++i)
+    if (a.model.units[i].experts) a.expert_shard_world = a.unit_shard_world[i];
+  return a;
+}
+
+}  // namespace fsdpp::estimate_detail
