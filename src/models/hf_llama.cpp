@@ -191,8 +191,9 @@ RowReader llama_rows_from_hf(const LlamaConfig& cfg, std::shared_ptr<const detai
 
 NamedTensors llama_tensors_from_hf(const LlamaConfig& cfg, const NamedTensors& hf) {
   const auto read = llama_rows_from_hf(cfg, std::make_shared<detail::HfMemory>(hf));
+  const HfModel model = hf_model(cfg);
   NamedTensors out;
-  for (const auto& [n, shape] : hf_model(cfg).shapes.list()) out.emplace_back(n, read(n, 0, shape[0]));
+  for (const auto& [n, shape] : model.shapes.list()) out.emplace_back(n, read(n, 0, shape[0]));
   return out;
 }
 
@@ -206,13 +207,14 @@ NamedTensors llama_tensors_to_hf(const LlamaConfig& cfg, const NamedTensors& fsd
   for (const auto& [name, t] : fsdpp) {
     if (!is_non_persistent_buffer(name)) parameters.emplace_back(name, t);
   }
-  return tensors_to_hf(hf_model(cfg), parameters,
-                       [&cfg](const std::string& n, const std::string& hf_name, at::Tensor t,
-                              NamedTensors& out) {
-                         if (n.ends_with("attention.wq.weight")) t = to_hf_rows(t, cfg.n_heads, cfg.head_dim());
-                         if (n.ends_with("attention.wk.weight")) t = to_hf_rows(t, cfg.kv_heads(), cfg.head_dim());
-                         out.emplace_back(hf_name, t);
-                       });
+  // wq and wk in Hugging Face's rotate-half row order.
+  auto emit = [&cfg](const std::string& n, const std::string& hf_name, at::Tensor t,
+                     NamedTensors& out) {
+    if (n.ends_with("attention.wq.weight")) t = to_hf_rows(t, cfg.n_heads, cfg.head_dim());
+    if (n.ends_with("attention.wk.weight")) t = to_hf_rows(t, cfg.kv_heads(), cfg.head_dim());
+    out.emplace_back(hf_name, t);
+  };
+  return tensors_to_hf(hf_model(cfg), parameters, emit);
 }
 
 HfLlama load_hf_llama(const fs::path& dir) {

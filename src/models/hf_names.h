@@ -57,7 +57,8 @@ struct HfModel {
 struct DecoderEnds {
   std::string embedding, norm, head;
 };
-using AddLayer = std::function<void(TensorShapes& shapes, const std::string& prefix, int64_t layer)>;
+using AddLayer =
+    std::function<void(TensorShapes& shapes, const std::string& prefix, int64_t layer)>;
 HfModel hf_decoder(const std::string& name, const DecoderEnds& ends, int64_t vocab, int64_t dim,
                    int64_t n_layers, bool tied, const AddLayer& add_layer);
 

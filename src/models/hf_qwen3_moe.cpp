@@ -187,7 +187,8 @@ RowReader qwen3_moe_rows_from_hf(const Qwen3MoeConfig& cfg,
     experts[name] = src;
   }
   check_no_other_hf_tensors(*hf, used, cfg.tie_word_embeddings, "a Qwen3Moe of this config");
-  return [hf, want, experts, I](const std::string& name, int64_t first, int64_t rows) -> at::Tensor {
+  return [hf, want, experts, I](const std::string& name, int64_t first,
+                                int64_t rows) -> at::Tensor {
     check_known_parameter(want, name);
     const auto it = experts.find(name);
     if (it == experts.end()) return hf->rows(want.names.to_hf(name), first, rows);
@@ -210,8 +211,9 @@ RowReader qwen3_moe_rows_from_hf(const Qwen3MoeConfig& cfg,
 
 NamedTensors qwen3_moe_tensors_from_hf(const Qwen3MoeConfig& cfg, const NamedTensors& hf) {
   const auto read = qwen3_moe_rows_from_hf(cfg, std::make_shared<detail::HfMemory>(hf));
+  const HfModel model = hf_model(cfg);
   NamedTensors out;
-  for (const auto& [name, shape] : hf_model(cfg).shapes.list()) {
+  for (const auto& [name, shape] : model.shapes.list()) {
     out.emplace_back(name, read(name, 0, shape[0]));
   }
   return out;
@@ -224,18 +226,19 @@ void load_hf_qwen3_moe_rows(const fs::path& dir, const Qwen3MoeConfig& cfg,
 }
 
 NamedTensors qwen3_moe_tensors_to_hf(const Qwen3MoeConfig& cfg, const NamedTensors& fsdpp) {
-  return tensors_to_hf(hf_model(cfg), fsdpp,
-                       [&cfg](const std::string& name, const std::string& hf_name,
-                              const at::Tensor& t, NamedTensors& out) {
-                         if (!is_stacked_expert(name)) {
-                           out.emplace_back(hf_name, t);
-                           return;
-                         }
-                         const auto [prefix, proj] = split_expert_name(name);
-                         for (int64_t e = 0; e < cfg.num_experts; ++e) {
-                           out.emplace_back(fmt::format("{}{}.{}.weight", prefix, e, proj), t[e].contiguous());
-                         }
-                       });
+  // A stacked expert tensor as one tensor per expert, as published checkpoints hold them.
+  auto emit = [&cfg](const std::string& name, const std::string& hf_name, const at::Tensor& t,
+                     NamedTensors& out) {
+    if (!is_stacked_expert(name)) {
+      out.emplace_back(hf_name, t);
+      return;
+    }
+    const auto [prefix, proj] = split_expert_name(name);
+    for (int64_t e = 0; e < cfg.num_experts; ++e) {
+      out.emplace_back(fmt::format("{}{}.{}.weight", prefix, e, proj), t[e].contiguous());
+    }
+  };
+  return tensors_to_hf(hf_model(cfg), fsdpp, emit);
 }
 
 HfQwen3Moe load_hf_qwen3_moe(const fs::path& dir) {

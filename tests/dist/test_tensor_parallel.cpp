@@ -195,7 +195,9 @@ namespace {
 
 // Small enough for seconds: uneven vocab (61) and FFN (90) for 2 and 4 ranks, grouped-query
 // attention (8 heads, 4 kv heads).
-models::LlamaConfig tiny_llama() { return fsdpp::test::uneven_llama(/*n_layers=*/2, /*max_seq_len=*/32, /*seed=*/3); }
+models::LlamaConfig tiny_llama() {
+  return fsdpp::test::uneven_llama(/*n_layers=*/2, /*max_seq_len=*/32, /*seed=*/3);
+}
 constexpr int64_t kBatch = 2, kSeq = 16;
 constexpr int kSteps = 10;
 constexpr double kClip = 0.5;

@@ -55,6 +55,17 @@ inline models::Qwen3MoeConfig tiny_moe(int64_t n_layers, int64_t num_experts, ui
   return c;
 }
 
+// Narrower still, for the model's own tests: 40 tokens, width 16, three layers of which the middle
+// one is dense, 4 experts of 8 with renormalised top-2, router logits spread (0.2).
+inline models::Qwen3MoeConfig narrow_moe() {
+  return models::Qwen3MoeConfig{.vocab_size = 40, .hidden_size = 16, .intermediate_size = 24,
+                                .moe_intermediate_size = 8, .num_hidden_layers = 3,
+                                .num_attention_heads = 4, .num_key_value_heads = 2, .head_dim = 8,
+                                .num_experts = 4, .num_experts_per_tok = 2, .norm_topk_prob = true,
+                                .decoder_sparse_step = 1, .mlp_only_layers = {1},
+                                .initializer_range = 0.2};
+}
+
 // The expert-parallel tests' model: 2 sparse layers of 8 experts, renormalised top-2, a router
 // that the load-balancing loss moves and whose logits are spread well apart (a rounding
 // difference of a split batch never flips a top-k choice).

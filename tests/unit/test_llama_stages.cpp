@@ -16,7 +16,9 @@ using fsdpp::test::error_of;
 
 namespace {
 
-LlamaConfig config(int64_t n_layers) { return fsdpp::test::tiny_llama(n_layers, /*max_seq_len=*/16, /*seed=*/3); }
+LlamaConfig config(int64_t n_layers) {
+  return fsdpp::test::tiny_llama(n_layers, /*max_seq_len=*/16, /*seed=*/3);
+}
 
 }  // namespace
 
