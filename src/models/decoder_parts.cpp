@@ -4,11 +4,23 @@
 #include <ATen/ATen.h>
 #include <ATen/core/Tensor.h>
 
+#include <cmath>
 #include <mutex>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/fully_shard.h"
 
 namespace fsdpp::models::detail {
+
+void check_positive(std::string_view config, std::string_view field, int64_t value) {
+  FSDPP_CHECK_AS(ConfigError, value > 0, "[models] {}.{}={} is not positive; expected > 0", config,
+                 field, value);
+}
+
+void check_positive_number(std::string_view config, std::string_view field, double value) {
+  FSDPP_CHECK_AS(ConfigError, value > 0 && std::isfinite(value),
+                 "[models] {}.{}={} is not a positive number; expected > 0", config, field, value);
+}
 
 int64_t check_positions(const at::Tensor& positions, at::IntArrayRef tokens, int64_t limit,
                         std::string_view model, std::string_view limit_name) {
@@ -68,6 +80,14 @@ at::Tensor rotate_pairs(const at::Tensor& xc, const at::Tensor& c, const at::Ten
 at::Tensor rotate_pairs_complex(const at::Tensor& xc, const at::Tensor& c, const at::Tensor& s) {
   const auto z = at::view_as_complex(xc.contiguous());  // (B,T,H,D/2): x0 + i x1
   return at::view_as_real(z * at::complex(c, s)).flatten(-2);
+}
+
+void draw_weights(torch::nn::Module& model, const InitPlan& plan) {
+  if (fsdpp::detail::unit_of(model)) {
+    init_exact(model, plan);
+  } else {
+    init_whole(model, plan);
+  }
 }
 
 GlobalRngRestorer::GlobalRngRestorer() {

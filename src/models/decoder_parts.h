@@ -3,11 +3,24 @@
 // of a module.
 
 #include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
 
 #include <cstdint>
 #include <string_view>
 
+#include "fsdpp/fsdp/deferred_init.h"
+
 namespace fsdpp::models::detail {
+
+// Normalisation, rotary and loss maths in at least float32, as Meta's reference does for bf16.
+inline at::ScalarType compute_dtype(const at::Tensor& x) {
+  return at::promote_types(x.scalar_type(), at::kFloat);
+}
+
+// ConfigError "[models] <config>.<field>=<value> is not positive; expected > 0" unless
+// value > 0; the floating-point form says "is not a positive number" (and refuses NaN and inf).
+void check_positive(std::string_view config, std::string_view field, int64_t value);
+void check_positive_number(std::string_view config, std::string_view field, double value);
 
 // ---- document masking (packed sequences: TRL's padding_free, transformers' position_ids) ----
 //
@@ -46,6 +59,12 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep);
 // was a sixth of a 1B Llama's step). The two agree to float32 rounding (a fused multiply-add).
 at::Tensor rotate_pairs(const at::Tensor& xc, const at::Tensor& c, const at::Tensor& s);
 at::Tensor rotate_pairs_complex(const at::Tensor& xc, const at::Tensor& c, const at::Tensor& s);
+
+// Draws every weight of a model by its plan (fsdpp/fsdp/deferred_init.h), in float32 on the CPU
+// from a private generator whatever the parameters' dtype and device, so that the values depend
+// on the seed alone: on an FSDP root (fully_shard-ed, tensor or expert parallel or not) each
+// rank draws its shards' rows only, bit for bit those of the whole model (init_exact).
+void draw_weights(torch::nn::Module& model, const InitPlan& plan);
 
 // torch::nn::Linear and Embedding draw their default init from the global generator; a model's
 // weights come from its own generator, so its constructor puts the global one back as it found

@@ -13,29 +13,18 @@
 
 #include "fsdpp/common/error.h"
 #include "hf_directory.h"
+#include "hf_names.h"
 
 namespace fs = std::filesystem;
-using namespace fsdpp::models::detail;  // hf_directory.h: json, field, ...
+using namespace fsdpp::models::detail;  // hf_directory.h, hf_names.h: json, field, ...
 
 namespace fsdpp::models {
 namespace {
 
-struct Shapes {
-  std::map<std::string, std::vector<int64_t>> by_name;  // fsdpp name -> shape
-  std::vector<std::string> order;
-  void add(const std::string& n, std::vector<int64_t> s) {
-    by_name[n] = std::move(s);
-    order.push_back(n);
-  }
-};
-
-// Every parameter a Llama of this config has, with its shape.
-Shapes expected_shapes(const LlamaConfig& c) {
-  Shapes s;
+// Every parameter a Llama of this config has, with its shape, and their Hugging Face names.
+HfModel hf_model(const LlamaConfig& c) {
   const int64_t D = c.dim, hd = c.head_dim(), H = c.n_heads, Hkv = c.kv_heads(), F = c.ffn_hidden_dim();
-  s.add("tok_embeddings.weight", {c.vocab_size, D});
-  for (int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string p = fmt::format("layers.{}.", i);
+  auto layer = [&](TensorShapes& s, const std::string& p, int64_t) {
     s.add(p + "attention.wq.weight", {H * hd, D});
     s.add(p + "attention.wk.weight", {Hkv * hd, D});
     s.add(p + "attention.wv.weight", {Hkv * hd, D});
@@ -45,15 +34,10 @@ Shapes expected_shapes(const LlamaConfig& c) {
     s.add(p + "feed_forward.w3.weight", {F, D});
     s.add(p + "attention_norm.weight", {D});
     s.add(p + "ffn_norm.weight", {D});
-  }
-  s.add("norm.weight", {D});
-  if (!c.tie_embeddings) s.add("output.weight", {c.vocab_size, D});
-  return s;
-}
-
-// fsdpp name -> HF name.
-std::string hf_name(const std::string& name) {
-  static const std::vector<std::pair<std::string, std::string>> kLayer = {
+  };
+  HfModel m = hf_decoder("Llama", {"tok_embeddings.weight", "norm.weight", "output.weight"},
+                         c.vocab_size, D, c.n_layers, c.tie_embeddings, layer);
+  m.names.layer_parts = {
       {"attention.wq.weight", "self_attn.q_proj.weight"},
       {"attention.wk.weight", "self_attn.k_proj.weight"},
       {"attention.wv.weight", "self_attn.v_proj.weight"},
@@ -64,17 +48,7 @@ std::string hf_name(const std::string& name) {
       {"attention_norm.weight", "input_layernorm.weight"},
       {"ffn_norm.weight", "post_attention_layernorm.weight"},
   };
-  if (name == "tok_embeddings.weight") return "model.embed_tokens.weight";
-  if (name == "norm.weight") return "model.norm.weight";
-  if (name == "output.weight") return "lm_head.weight";
-  if (name.rfind("layers.", 0) == 0) {
-    const auto dot = name.find('.', 7);
-    const std::string rest = name.substr(dot + 1);
-    for (const auto& [ours, theirs] : kLayer) {
-      if (rest == ours) return "model." + name.substr(0, dot + 1) + theirs;
-    }
-  }
-  FSDPP_THROW(ConfigError, "[models] no Hugging Face name for '{}'", name);
+  return m;
 }
 
 // (heads*hd, in): fsdpp (interleaved pairs) -> HF (halves), and back.
@@ -85,10 +59,6 @@ at::Tensor to_hf_rows(const at::Tensor& w, int64_t heads, int64_t hd) {
 at::Tensor from_hf_rows(const at::Tensor& w, int64_t heads, int64_t hd) {
   const int64_t in = w.size(1);
   return w.reshape({heads, 2, hd / 2, in}).transpose(1, 2).reshape({heads * hd, in}).contiguous();
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -193,29 +163,22 @@ namespace {
 // wq and wk come in rotate-half row order: a range of fsdpp rows reads the whole heads it
 // touches and permutes them.
 RowReader llama_rows_from_hf(const LlamaConfig& cfg, std::shared_ptr<const detail::HfSource> hf) {
-  const Shapes want = expected_shapes(cfg);
-  std::map<std::string, std::string> ours_of;  // HF name -> fsdpp name
-  for (const auto& n : want.order) ours_of[hf_name(n)] = n;
-  for (const auto& name : hf->names()) {
-    if (ends_with(name, "rotary_emb.inv_freq")) continue;  // derived, as fsdpp's rope tables
-    if (name == "lm_head.weight" && cfg.tie_embeddings) continue;  // tied: the embedding is it
-    FSDPP_CHECK_AS(ConfigError, ours_of.count(name),
-                   "[models] unexpected tensor '{}' in the Hugging Face checkpoint: fsdpp's Llama "
-                   "has no counterpart", name);
-  }
-  for (const auto& n : want.order) {
-    FSDPP_CHECK_AS(ConfigError, hf->contains(hf_name(n)),
+  const HfModel want = hf_model(cfg);
+  std::set<std::string> theirs;
+  for (const auto& [n, shape] : want.shapes.list()) theirs.insert(want.names.to_hf(n));
+  check_no_other_hf_tensors(*hf, theirs, cfg.tie_embeddings, "fsdpp's Llama");
+  for (const auto& [n, shape] : want.shapes.list()) {
+    const std::string hf_name = want.names.to_hf(n);
+    FSDPP_CHECK_AS(ConfigError, hf->contains(hf_name),
                    "[models] tensor '{}' (fsdpp '{}') is missing from the Hugging Face checkpoint",
-                   hf_name(n), n);
-    check_shape(hf_name(n), hf->shape(hf_name(n)), want.by_name.at(n));
+                   hf_name, n);
+    check_shape(hf_name, hf->shape(hf_name), shape);
   }
   const int64_t hd = cfg.head_dim();
   return [hf, want, hd](const std::string& name, int64_t first, int64_t rows) -> at::Tensor {
-    FSDPP_CHECK_AS(ConfigError, want.by_name.count(name),
-                   "[models] the model has parameter '{}', which a Llama of this config does not",
-                   name);
-    const std::string theirs = hf_name(name);
-    if (!ends_with(name, "attention.wq.weight") && !ends_with(name, "attention.wk.weight")) {
+    check_known_parameter(want, name);
+    const std::string theirs = want.names.to_hf(name);
+    if (!name.ends_with("attention.wq.weight") && !name.ends_with("attention.wk.weight")) {
       return hf->rows(theirs, first, rows);
     }
     const int64_t h0 = first / hd, h1 = (first + rows + hd - 1) / hd;
@@ -228,9 +191,9 @@ RowReader llama_rows_from_hf(const LlamaConfig& cfg, std::shared_ptr<const detai
 
 NamedTensors llama_tensors_from_hf(const LlamaConfig& cfg, const NamedTensors& hf) {
   const auto read = llama_rows_from_hf(cfg, std::make_shared<detail::HfMemory>(hf));
-  const Shapes want = expected_shapes(cfg);
+  const HfModel model = hf_model(cfg);
   NamedTensors out;
-  for (const auto& n : want.order) out.emplace_back(n, read(n, 0, want.by_name.at(n)[0]));
+  for (const auto& [n, shape] : model.shapes.list()) out.emplace_back(n, read(n, 0, shape[0]));
   return out;
 }
 
@@ -240,26 +203,18 @@ void load_hf_llama_rows(const fs::path& dir, const LlamaConfig& cfg,
 }
 
 NamedTensors llama_tensors_to_hf(const LlamaConfig& cfg, const NamedTensors& fsdpp) {
-  const Shapes want = expected_shapes(cfg);
-  std::map<std::string, at::Tensor> got;
+  NamedTensors parameters;  // the rotary tables are derived, in no checkpoint
   for (const auto& [name, t] : fsdpp) {
-    if (is_non_persistent_buffer(name)) continue;
-    FSDPP_CHECK_AS(ConfigError, want.by_name.count(name),
-                   "[models] unexpected tensor '{}': a Llama of this config has no such parameter",
-                   name);
-    got[name] = t;
+    if (!is_non_persistent_buffer(name)) parameters.emplace_back(name, t);
   }
-  NamedTensors out;
-  for (const auto& n : want.order) {
-    auto it = got.find(n);
-    FSDPP_CHECK_AS(ConfigError, it != got.end(), "[models] parameter '{}' is missing", n);
-    check_shape(n, it->second.sizes().vec(), want.by_name.at(n));
-    at::Tensor t = it->second;
-    if (ends_with(n, "attention.wq.weight")) t = to_hf_rows(t, cfg.n_heads, cfg.head_dim());
-    if (ends_with(n, "attention.wk.weight")) t = to_hf_rows(t, cfg.kv_heads(), cfg.head_dim());
-    out.emplace_back(hf_name(n), t);
-  }
-  return out;
+  // wq and wk in Hugging Face's rotate-half row order.
+  auto emit = [&cfg](const std::string& n, const std::string& hf_name, at::Tensor t,
+                     NamedTensors& out) {
+    if (n.ends_with("attention.wq.weight")) t = to_hf_rows(t, cfg.n_heads, cfg.head_dim());
+    if (n.ends_with("attention.wk.weight")) t = to_hf_rows(t, cfg.kv_heads(), cfg.head_dim());
+    out.emplace_back(hf_name, t);
+  };
+  return tensors_to_hf(hf_model(cfg), parameters, emit);
 }
 
 HfLlama load_hf_llama(const fs::path& dir) {

@@ -12,6 +12,7 @@
 
 #include "fsdpp/common/error.h"
 #include "hf_directory.h"
+#include "hf_names.h"
 
 namespace fs = std::filesystem;
 using namespace fsdpp::models::detail;  // hf_directory.h: json, field, ...
@@ -19,41 +20,33 @@ using namespace fsdpp::models::detail;  // hf_directory.h: json, field, ...
 namespace fsdpp::models {
 namespace {
 
-// Every fsdpp parameter of this config with its shape, in the model's order.
-std::vector<std::pair<std::string, std::vector<int64_t>>> expected_shapes(const Qwen3MoeConfig& c) {
-  std::vector<std::pair<std::string, std::vector<int64_t>>> s;
+// Every fsdpp parameter of this config with its shape, in the model's order, and their Hugging
+// Face names: "model." + fsdpp's (experts apart: split_expert_name).
+HfModel hf_model(const Qwen3MoeConfig& c) {
   const int64_t D = c.hidden_size, hd = c.head_dim, H = c.num_attention_heads;
   const int64_t Hkv = c.num_key_value_heads, E = c.num_experts, I = c.moe_intermediate_size;
-  s.push_back({"embed_tokens.weight", {c.vocab_size, D}});
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = fmt::format("layers.{}.", i);
-    s.push_back({p + "self_attn.q_proj.weight", {H * hd, D}});
-    s.push_back({p + "self_attn.k_proj.weight", {Hkv * hd, D}});
-    s.push_back({p + "self_attn.v_proj.weight", {Hkv * hd, D}});
-    s.push_back({p + "self_attn.o_proj.weight", {D, H * hd}});
-    s.push_back({p + "self_attn.q_norm.weight", {hd}});
-    s.push_back({p + "self_attn.k_norm.weight", {hd}});
+  auto layer = [&](TensorShapes& s, const std::string& p, int64_t i) {
+    s.add(p + "self_attn.q_proj.weight", {H * hd, D});
+    s.add(p + "self_attn.k_proj.weight", {Hkv * hd, D});
+    s.add(p + "self_attn.v_proj.weight", {Hkv * hd, D});
+    s.add(p + "self_attn.o_proj.weight", {D, H * hd});
+    s.add(p + "self_attn.q_norm.weight", {hd});
+    s.add(p + "self_attn.k_norm.weight", {hd});
     if (c.is_sparse_layer(i)) {
-      s.push_back({p + "mlp.experts.gate_proj", {E, I, D}});
-      s.push_back({p + "mlp.experts.up_proj", {E, I, D}});
-      s.push_back({p + "mlp.experts.down_proj", {E, D, I}});
-      s.push_back({p + "mlp.gate.weight", {E, D}});
+      s.add(p + "mlp.experts.gate_proj", {E, I, D});
+      s.add(p + "mlp.experts.up_proj", {E, I, D});
+      s.add(p + "mlp.experts.down_proj", {E, D, I});
+      s.add(p + "mlp.gate.weight", {E, D});
     } else {
-      s.push_back({p + "mlp.gate_proj.weight", {c.intermediate_size, D}});
-      s.push_back({p + "mlp.up_proj.weight", {c.intermediate_size, D}});
-      s.push_back({p + "mlp.down_proj.weight", {D, c.intermediate_size}});
+      s.add(p + "mlp.gate_proj.weight", {c.intermediate_size, D});
+      s.add(p + "mlp.up_proj.weight", {c.intermediate_size, D});
+      s.add(p + "mlp.down_proj.weight", {D, c.intermediate_size});
     }
-    s.push_back({p + "input_layernorm.weight", {D}});
-    s.push_back({p + "post_attention_layernorm.weight", {D}});
-  }
-  s.push_back({"norm.weight", {D}});
-  if (!c.tie_word_embeddings) s.push_back({"lm_head.weight", {c.vocab_size, D}});
-  return s;
-}
-
-// fsdpp name of a non-expert tensor -> HF name.
-std::string hf_name(const std::string& name) {
-  return name == "lm_head.weight" ? name : "model." + name;
+    s.add(p + "input_layernorm.weight", {D});
+    s.add(p + "post_attention_layernorm.weight", {D});
+  };
+  return hf_decoder("Qwen3Moe", {"embed_tokens.weight", "norm.weight", "lm_head.weight"},
+                    c.vocab_size, D, c.num_hidden_layers, c.tie_word_embeddings, layer);
 }
 
 bool is_stacked_expert(const std::string& name) {
@@ -166,13 +159,13 @@ RowReader qwen3_moe_rows_from_hf(const Qwen3MoeConfig& cfg,
     used.insert(name);
   };
   const int64_t E = cfg.num_experts, I = cfg.moe_intermediate_size;
-  std::map<std::string, std::vector<int64_t>> shapes;
+  const HfModel want = hf_model(cfg);
   std::map<std::string, ExpertSource> experts;
-  for (const auto& [name, shape] : expected_shapes(cfg)) {
-    shapes[name] = shape;
+  for (const auto& [name, shape] : want.shapes.list()) {
     if (!is_stacked_expert(name)) {
-      take(hf_name(name));
-      check_shape(hf_name(name), hf->shape(hf_name(name)), shape);
+      const std::string theirs = want.names.to_hf(name);
+      take(theirs);
+      check_shape(theirs, hf->shape(theirs), shape);
       continue;
     }
     const auto [prefix, proj] = split_expert_name(name);
@@ -193,20 +186,12 @@ RowReader qwen3_moe_rows_from_hf(const Qwen3MoeConfig& cfg,
     }
     experts[name] = src;
   }
-  for (const auto& name : hf->names()) {
-    if (used.count(name) || name.ends_with("rotary_emb.inv_freq")) continue;
-    // transformers may write the tied head; it is the embedding, so it must equal it.
-    if (name == "lm_head.weight" && cfg.tie_word_embeddings) continue;
-    FSDPP_THROW(ConfigError,
-                "[models] unexpected tensor '{}' in the Hugging Face checkpoint: a Qwen3Moe of "
-                "this config has no counterpart", name);
-  }
-  return [hf, shapes, experts, I](const std::string& name, int64_t first, int64_t rows) -> at::Tensor {
-    FSDPP_CHECK_AS(ConfigError, shapes.count(name),
-                   "[models] the model has parameter '{}', which a Qwen3Moe of this config does "
-                   "not", name);
+  check_no_other_hf_tensors(*hf, used, cfg.tie_word_embeddings, "a Qwen3Moe of this config");
+  return [hf, want, experts, I](const std::string& name, int64_t first,
+                                int64_t rows) -> at::Tensor {
+    check_known_parameter(want, name);
     const auto it = experts.find(name);
-    if (it == experts.end()) return hf->rows(hf_name(name), first, rows);
+    if (it == experts.end()) return hf->rows(want.names.to_hf(name), first, rows);
     const ExpertSource& src = it->second;
     if (src.fused) {
       if (src.proj == "down_proj") return hf->rows(src.prefix + "down_proj", first, rows);
@@ -226,8 +211,9 @@ RowReader qwen3_moe_rows_from_hf(const Qwen3MoeConfig& cfg,
 
 NamedTensors qwen3_moe_tensors_from_hf(const Qwen3MoeConfig& cfg, const NamedTensors& hf) {
   const auto read = qwen3_moe_rows_from_hf(cfg, std::make_shared<detail::HfMemory>(hf));
+  const HfModel model = hf_model(cfg);
   NamedTensors out;
-  for (const auto& [name, shape] : expected_shapes(cfg)) {
+  for (const auto& [name, shape] : model.shapes.list()) {
     out.emplace_back(name, read(name, 0, shape[0]));
   }
   return out;
@@ -240,31 +226,19 @@ void load_hf_qwen3_moe_rows(const fs::path& dir, const Qwen3MoeConfig& cfg,
 }
 
 NamedTensors qwen3_moe_tensors_to_hf(const Qwen3MoeConfig& cfg, const NamedTensors& fsdpp) {
-  std::map<std::string, at::Tensor> got(fsdpp.begin(), fsdpp.end());
-  const auto want = expected_shapes(cfg);
-  std::set<std::string> known;
-  for (const auto& [name, shape] : want) known.insert(name);
-  for (const auto& [name, t] : fsdpp) {
-    FSDPP_CHECK_AS(ConfigError, known.count(name),
-                   "[models] unexpected tensor '{}': a Qwen3Moe of this config has no such "
-                   "parameter", name);
-  }
-  NamedTensors out;
-  for (const auto& [name, shape] : want) {
-    auto it = got.find(name);
-    FSDPP_CHECK_AS(ConfigError, it != got.end(), "[models] parameter '{}' is missing", name);
-    check_shape(name, it->second.sizes().vec(), shape);
-    if (is_stacked_expert(name)) {
-      const auto [prefix, proj] = split_expert_name(name);
-      for (int64_t e = 0; e < cfg.num_experts; ++e) {
-        out.emplace_back(fmt::format("{}{}.{}.weight", prefix, e, proj),
-                         it->second[e].contiguous());
-      }
-    } else {
-      out.emplace_back(hf_name(name), it->second);
+  // A stacked expert tensor as one tensor per expert, as published checkpoints hold them.
+  auto emit = [&cfg](const std::string& name, const std::string& hf_name, const at::Tensor& t,
+                     NamedTensors& out) {
+    if (!is_stacked_expert(name)) {
+      out.emplace_back(hf_name, t);
+      return;
     }
-  }
-  return out;
+    const auto [prefix, proj] = split_expert_name(name);
+    for (int64_t e = 0; e < cfg.num_experts; ++e) {
+      out.emplace_back(fmt::format("{}{}.{}.weight", prefix, e, proj), t[e].contiguous());
+    }
+  };
+  return tensors_to_hf(hf_model(cfg), fsdpp, emit);
 }
 
 HfQwen3Moe load_hf_qwen3_moe(const fs::path& dir) {

@@ -27,10 +27,7 @@ at::Tensor run_block(TransformerBlockImpl& block, const at::Tensor& x, const at:
   return positions.defined() ? fsdpp::forward(block, x, positions, mask) : fsdpp::forward(block, x);
 }
 
-// Normalisation and rotary maths in at least float32, as Meta's reference does for bf16.
-at::ScalarType compute_dtype(const at::Tensor& x) {
-  return at::promote_types(x.scalar_type(), at::kFloat);
-}
+using detail::compute_dtype;
 
 // Rotates each interleaved pair (x[2i], x[2i+1]) of every head by angle t * theta^(-2i/D), for
 // positions t = start .. start + T - 1.
@@ -60,8 +57,7 @@ at::Tensor apply_rope_at(const at::Tensor& x, const at::Tensor& cos, const at::T
 }
 
 void check_positive(std::string_view field, int64_t value) {
-  FSDPP_CHECK_AS(ConfigError, value > 0, "[models] LlamaConfig.{}={} is not positive; expected > 0",
-                 field, value);
+  detail::check_positive("LlamaConfig", field, value);
 }
 
 }  // namespace
@@ -92,12 +88,8 @@ void LlamaConfig::validate() const {
                  "[models] LlamaConfig.n_kv_heads={} does not divide n_heads={}; expected n_heads "
                  "% n_kv_heads == 0",
                  n_kv_heads, n_heads);
-  FSDPP_CHECK_AS(ConfigError, norm_eps > 0 && std::isfinite(norm_eps),
-                 "[models] LlamaConfig.norm_eps={} is not a positive number; expected > 0",
-                 norm_eps);
-  FSDPP_CHECK_AS(ConfigError, rope_theta > 0 && std::isfinite(rope_theta),
-                 "[models] LlamaConfig.rope_theta={} is not a positive number; expected > 0",
-                 rope_theta);
+  detail::check_positive_number("LlamaConfig", "norm_eps", norm_eps);
+  detail::check_positive_number("LlamaConfig", "rope_theta", rope_theta);
   FSDPP_CHECK_AS(ConfigError, init_std >= 0 && std::isfinite(init_std),
                  "[models] LlamaConfig.init_std={} is not a number >= 0; expected >= 0", init_std);
 }
@@ -108,34 +100,24 @@ int64_t LlamaConfig::ffn_hidden_dim() const {
   return multiple_of * ((hidden + multiple_of - 1) / multiple_of);
 }
 
-// ---- RMSNorm ----
-
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps, at::Device device) : eps(eps) {
-  weight = register_parameter(
-      "weight", torch::ones({dim}, at::TensorOptions().device(device.is_meta() ? device : at::kCPU)));
-}
-
-// On a GPU, LibTorch's fused kernel (one pass forward and backward, fp32 inside, as
-// torch.nn.RMSNorm runs there); elsewhere the same formula in ops, bit-equal to Hugging Face's
-// LlamaRMSNorm (x in fp32, normalised, cast back, times the weight), which the parity tests hold.
-at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
-  const auto w = parallel ? parallel->norm_weight(weight) : weight;
-  if (x.is_cuda() && w.scalar_type() == x.scalar_type()) return at::rms_norm(x, {x.size(-1)}, w, eps);
-  auto xc = x.to(compute_dtype(x));
-  auto normed = xc * at::rsqrt(xc.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return normed.to(x.scalar_type()) * w;
-}
-
 // ---- Attention ----
 
-AttentionImpl::AttentionImpl(const LlamaConfig& cfg, at::Device device)
-    : n_heads(cfg.n_heads), n_kv_heads(cfg.kv_heads()), head_dim(cfg.head_dim()) {
-  using detail::make_linear;
-  wq = register_module("wq", make_linear(cfg.dim, n_heads * head_dim, device));
-  wk = register_module("wk", make_linear(cfg.dim, n_kv_heads * head_dim, device));
-  wv = register_module("wv", make_linear(cfg.dim, n_kv_heads * head_dim, device));
-  wo = register_module("wo", make_linear(n_heads * head_dim, cfg.dim, device));
+namespace {
 
+DecoderAttentionOptions attention_options(const LlamaConfig& cfg) {
+  return {.dim = cfg.dim,
+          .n_heads = cfg.n_heads,
+          .n_kv_heads = cfg.kv_heads(),
+          .head_dim = cfg.head_dim(),
+          .names = {"wq", "wk", "wv", "wo"},
+          .where = "attention"};
+}
+
+}  // namespace
+
+AttentionImpl::AttentionImpl(const LlamaConfig& cfg, at::Device device)
+    : DecoderAttentionImpl(attention_options(cfg), device),
+      wq(q_proj), wk(k_proj), wv(v_proj), wo(o_proj) {
   // Angles in double, stored in float32: position t, pair i -> t * theta^(-2i/D).
   auto i = torch::arange(0, head_dim, 2, torch::kDouble);                   // (D/2)
   auto inv_freq = torch::pow(cfg.rope_theta, -i / static_cast<double>(head_dim));
@@ -149,57 +131,28 @@ at::Tensor AttentionImpl::forward(const at::Tensor& input) { return forward(inpu
 
 at::Tensor AttentionImpl::forward(const at::Tensor& input, const at::Tensor& positions,
                                   const at::Tensor& mask) {
-  // Under sequence parallelism enter gathers the sequence: attention sees every position, and
-  // positions and mask are the whole sequence's on every rank.
-  const auto x = parallel ? parallel->enter(input, "attention") : input;
-  const int64_t B = x.size(0), T = x.size(1);
-  auto q = wq(x).view({B, T, n_heads, head_dim});
-  auto k = wk(x).view({B, T, n_kv_heads, head_dim});
-  auto v = wv(x).view({B, T, n_kv_heads, head_dim});
   if (positions.defined()) {
-    q = apply_rope_at(q, rope_cos, rope_sin, positions);
-    k = apply_rope_at(k, rope_cos, rope_sin, positions);
-  } else {
-    q = apply_rope(q, rope_cos, rope_sin);
-    k = apply_rope(k, rope_cos, rope_sin);
+    return attend(input, [&](const at::Tensor& x) { return apply_rope_at(x, rope_cos, rope_sin, positions); },
+                  mask);
   }
-  k = detail::repeat_kv(k, n_heads / n_kv_heads);
-  v = detail::repeat_kv(v, n_heads / n_kv_heads);
-  // (B,H,T,D) for attention: causal, within each document when masked.
-  auto y = detail::causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask);
-  auto out = wo(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
-  return parallel ? parallel->exit(out, "attention") : out;
+  return attend(input, [&](const at::Tensor& x) { return apply_rope(x, rope_cos, rope_sin); }, mask);
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, KVCache::Layer& cache) {
   FSDPP_CHECK(!parallel, "[models] Llama attention with a KV cache under tensor parallelism is "
                          "not supported; sample without the cache");
-  const int64_t B = x.size(0), T = x.size(1);
   const int64_t start = cache.k.defined() ? cache.k.size(2) : 0;
-  auto q = apply_rope(wq(x).view({B, T, n_heads, head_dim}), rope_cos, rope_sin, start);
-  auto k = apply_rope(wk(x).view({B, T, n_kv_heads, head_dim}), rope_cos, rope_sin, start);
-  auto v = wv(x).view({B, T, n_kv_heads, head_dim});
-  auto y = cached_attention(cache, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
-  return wo(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
+  return attend_cached(x, [&](const at::Tensor& t) { return apply_rope(t, rope_cos, rope_sin, start); },
+                       cache);
 }
 
 // ---- FeedForward ----
 
-FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden, at::Device device) {
-  using detail::make_linear;
-  w1 = register_module("w1", make_linear(dim, hidden, device));
-  w2 = register_module("w2", make_linear(hidden, dim, device));
-  w3 = register_module("w3", make_linear(dim, hidden, device));
-}
-
-at::Tensor FeedForwardImpl::forward(const at::Tensor& input) {
-  const auto x = parallel ? parallel->enter(input, "feed_forward") : input;
-  const auto g = at::silu(w1(x)) * w3(x);
-  // The block's residual tail (not recomputed under checkpointing); under TP the output goes
-  // through exit's collective, which reads it.
-  if (!parallel) return fsdpp::tail_linear(w2, g);
-  return parallel->exit(w2(g), "feed_forward");
-}
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden, at::Device device)
+    : SwiGLUImpl({.dim = dim, .hidden = hidden, .gate = "w1", .up = "w3", .down = "w2",
+                  .down_before_up = true, .where = "feed_forward"},
+                 device),
+      w1(gate_proj), w2(down_proj), w3(up_proj) {}
 
 // ---- TransformerBlock ----
 
@@ -271,15 +224,7 @@ LlamaImpl::LlamaImpl(const LlamaConfig& cfg, at::Device device) : cfg_(cfg) {
   detail::place_on(*this, device);
 }
 
-void LlamaImpl::init_weights() {
-  // Drawn in float32 on the CPU whatever the parameter's dtype and device, so the values
-  // depend on the seed alone.
-  if (fsdpp::detail::unit_of(*this)) {
-    init_exact(*this, plan_);
-  } else {
-    init_whole(*this, plan_);
-  }
-}
+void LlamaImpl::init_weights() { detail::draw_weights(*this, plan_); }
 
 at::Tensor LlamaImpl::hidden_to_logits(const at::Tensor& tokens,
                                        const std::vector<int64_t>& hidden_layers,

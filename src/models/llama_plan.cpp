@@ -1,40 +1,29 @@
 // The Llama's plan for parallelize: its stages, its tensor-parallel plan, its blocks. See
 // include/fsdpp/models/model_plan.h.
+#include "decoder_plan.h"
 #include "fsdpp/models/llama_stages.h"
 #include "fsdpp/models/llama_tp_plan.h"
-#include "fsdpp/models/model_plan.h"
-#include "model_stage.h"
 
 namespace fsdpp::models {
 namespace {
 
-class LlamaPlan final : public ModelPlan {
+struct LlamaTraits {
+  static constexpr const char* kName = "Llama";
+  static constexpr const char* kBlock = "TransformerBlock";
+  static int64_t layers(const LlamaConfig& cfg) { return cfg.n_layers; }
+  static int64_t pipeline_units(const LlamaConfig& cfg) { return llama_pipeline_units(cfg); }
+  static std::vector<LlamaStage> split(Llama& model, const std::vector<int>& counts) {
+    return split_llama(model, counts);
+  }
+};
+
+class LlamaPlan final : public detail::DecoderPlan<Llama, LlamaTraits> {
  public:
-  explicit LlamaPlan(Llama model) : model_(model), lm_(models::causal_lm(std::move(model))) {}
-
-  torch::nn::Module& module() override { return *model_; }
-  std::string name() const override { return "Llama"; }
-  CausalLM* causal_lm() override { return lm_.get(); }
-  int64_t pipeline_units() const override { return llama_pipeline_units(model_->config()); }
-  std::string describe_pipeline_units() const override {
-    return language_model_units(model_->config().n_layers);
-  }
-
-  std::vector<ModelStage> split(const std::vector<int>& units_per_stage) override {
-    std::vector<ModelStage> out;
-    for (auto& stage : split_llama(model_, units_per_stage)) out.push_back(detail::model_stage(stage));
-    return out;
-  }
-
-  std::vector<std::string> block_classes() const override { return {"TransformerBlock"}; }
+  using DecoderPlan::DecoderPlan;
 
   tp::TensorParallel apply_tensor_parallel(const TensorParallelSpec& spec) override {
     return parallelize_llama(*model_, spec.group, {.sequence_parallel = spec.sequence_parallel});
   }
-
- private:
-  Llama model_;
-  std::unique_ptr<CausalLM> lm_;
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "decoder_parts.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/fully_shard.h"
+#include "model_stage.h"
 
 namespace fsdpp::models {
 
@@ -116,18 +117,10 @@ std::vector<LlamaStage> split_llama(Llama& model, const std::vector<int>& counts
   FSDPP_CHECK_AS(ConfigError, !cfg.tie_embeddings,
                  "[models] a Llama with tie_embeddings cannot be split into pipeline stages: its "
                  "embedding table is also the head, on the first and the last stage");
-  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  FSDPP_CHECK_AS(ConfigError, total == llama_pipeline_units(cfg),
-                 "[models] pipeline stage sizes add up to {} units; the Llama has {} (the "
-                 "embedding, {} blocks and the head)",
-                 total, llama_pipeline_units(cfg), cfg.n_layers);
-  std::vector<LlamaStage> stages;
-  int64_t first = 0;
-  for (int c : counts) {
-    stages.emplace_back(std::make_shared<LlamaStageImpl>(*model, first, c));
-    first += c;
-  }
-  return stages;
+  return detail::cut_into_stages<LlamaStage>(
+      counts, llama_pipeline_units(cfg), "Llama",
+      fmt::format("the embedding, {} blocks and the head", cfg.n_layers),
+      [&](int64_t first, int c) { return LlamaStage(std::make_shared<LlamaStageImpl>(*model, first, c)); });
 }
 
 }  // namespace fsdpp::models

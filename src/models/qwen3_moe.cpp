@@ -6,7 +6,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 
 #include "fsdpp/common/error.h"
@@ -18,8 +17,7 @@ namespace fsdpp::models {
 namespace {
 
 void check_positive(std::string_view field, int64_t value) {
-  FSDPP_CHECK_AS(ConfigError, value > 0,
-                 "[models] Qwen3MoeConfig.{}={} is not positive; expected > 0", field, value);
+  detail::check_positive("Qwen3MoeConfig", field, value);
 }
 
 // transformers' rotate_half: (x1, x2) -> (-x2, x1) over the two halves of the last dim.
@@ -96,12 +94,8 @@ void Qwen3MoeConfig::validate() const {
                    "[models] Qwen3MoeConfig.mlp_only_layers holds {}, which is not a layer; "
                    "expected 0 <= layer < num_hidden_layers={}", layer, num_hidden_layers);
   }
-  FSDPP_CHECK_AS(ConfigError, rms_norm_eps > 0 && std::isfinite(rms_norm_eps),
-                 "[models] Qwen3MoeConfig.rms_norm_eps={} is not a positive number; expected > 0",
-                 rms_norm_eps);
-  FSDPP_CHECK_AS(ConfigError, rope_theta > 0 && std::isfinite(rope_theta),
-                 "[models] Qwen3MoeConfig.rope_theta={} is not a positive number; expected > 0",
-                 rope_theta);
+  detail::check_positive_number("Qwen3MoeConfig", "rms_norm_eps", rms_norm_eps);
+  detail::check_positive_number("Qwen3MoeConfig", "rope_theta", rope_theta);
   FSDPP_CHECK_AS(ConfigError, router_aux_loss_coef >= 0 && std::isfinite(router_aux_loss_coef),
                  "[models] Qwen3MoeConfig.router_aux_loss_coef={} is not a number >= 0",
                  router_aux_loss_coef);
@@ -120,33 +114,25 @@ bool Qwen3MoeConfig::is_sparse_layer(int64_t layer) const {
 // ---- attention ----
 
 Qwen3MoeAttentionImpl::Qwen3MoeAttentionImpl(const Qwen3MoeConfig& cfg, at::Device device)
-    : n_heads(cfg.num_attention_heads), n_kv_heads(cfg.num_key_value_heads),
-      head_dim(cfg.head_dim) {
-  using detail::make_linear;
-  q_proj = register_module("q_proj", make_linear(cfg.hidden_size, n_heads * head_dim, device));
-  k_proj = register_module("k_proj", make_linear(cfg.hidden_size, n_kv_heads * head_dim, device));
-  v_proj = register_module("v_proj", make_linear(cfg.hidden_size, n_kv_heads * head_dim, device));
-  o_proj = register_module("o_proj", make_linear(n_heads * head_dim, cfg.hidden_size, device));
-  q_norm = register_module("q_norm", RMSNorm(head_dim, cfg.rms_norm_eps, device));
-  k_norm = register_module("k_norm", RMSNorm(head_dim, cfg.rms_norm_eps, device));
-}
+    : DecoderAttentionImpl({.dim = cfg.hidden_size,
+                            .n_heads = cfg.num_attention_heads,
+                            .n_kv_heads = cfg.num_key_value_heads,
+                            .head_dim = cfg.head_dim,
+                            .qk_norm_eps = cfg.rms_norm_eps},
+                           device) {}
 
 namespace {
 
-// q, k, v (B, T, heads, head_dim) of x, q and k normed per head and rotated (RoPE) by cos, sin
-// (T, head_dim): what both forwards of the attention start with.
-std::array<at::Tensor, 3> rotated_qkv(Qwen3MoeAttentionImpl& a, const at::Tensor& x,
-                                      const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t B = x.size(0), T = x.size(1);
-  // The norms act on each head's vector, before RoPE (Qwen3's q_norm / k_norm).
-  auto q = a.q_norm(a.q_proj(x).view({B, T, a.n_heads, a.head_dim}));
-  auto k = a.k_norm(a.k_proj(x).view({B, T, a.n_kv_heads, a.head_dim}));
-  auto v = a.v_proj(x).view({B, T, a.n_kv_heads, a.head_dim});
-  // (T, head_dim), or each token's own row (B, T, head_dim) under document masking.
-  const int64_t rows = cos.dim() == 3 ? B : 1;
-  auto c = cos.view({rows, T, 1, a.head_dim}).to(q.scalar_type());
-  auto s = sin.view({rows, T, 1, a.head_dim}).to(q.scalar_type());
-  return {q * c + rotate_half(q) * s, k * c + rotate_half(k) * s, v};
+// transformers' apply_rotary_pos_emb of q or k (B, T, heads, head_dim) by cos, sin (T, head_dim),
+// or each token's own rows (B, T, head_dim) under document masking.
+DecoderAttentionImpl::Rotate rotate_half_by(const at::Tensor& cos, const at::Tensor& sin) {
+  return [&cos, &sin](const at::Tensor& x) {
+    const int64_t B = x.size(0), T = x.size(1), D = x.size(3);
+    const int64_t rows = cos.dim() == 3 ? B : 1;
+    auto c = cos.view({rows, T, 1, D}).to(x.scalar_type());
+    auto s = sin.view({rows, T, 1, D}).to(x.scalar_type());
+    return x * c + rotate_half(x) * s;
+  };
 }
 
 }  // namespace
@@ -158,42 +144,18 @@ at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& input, const at::Ten
 
 at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& input, const at::Tensor& cos,
                                           const at::Tensor& sin, const at::Tensor& mask) {
-  // Under sequence parallelism enter gathers the sequence: the tables and the mask are the
-  // whole sequence's.
-  const auto x = tensor_parallel ? tensor_parallel->enter(input, "self_attn") : input;
-  const int64_t B = x.size(0), T = x.size(1);
-  auto [q, k, v] = rotated_qkv(*this, x, cos, sin);
-  k = detail::repeat_kv(k, n_heads / n_kv_heads);
-  v = detail::repeat_kv(v, n_heads / n_kv_heads);
-  // SDPA's default scale is head_dim^-0.5, transformers' `scaling`; causal, within each
-  // document when masked.
-  auto y = detail::causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask);
-  auto out = o_proj(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
-  return tensor_parallel ? tensor_parallel->exit(out, "self_attn") : out;
+  return attend(input, rotate_half_by(cos, sin), mask);
 }
 
 at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
                                           const at::Tensor& sin, KVCache::Layer& cache) {
-  const int64_t B = x.size(0), T = x.size(1);
-  const auto [q, k, v] = rotated_qkv(*this, x, cos, sin);
-  auto y = cached_attention(cache, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
-  return o_proj(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
+  return attend_cached(x, rotate_half_by(cos, sin), cache);
 }
 
 // ---- dense MLP ----
 
-Qwen3MoeMLPImpl::Qwen3MoeMLPImpl(int64_t hidden, int64_t intermediate, at::Device device) {
-  using detail::make_linear;
-  gate_proj = register_module("gate_proj", make_linear(hidden, intermediate, device));
-  up_proj = register_module("up_proj", make_linear(hidden, intermediate, device));
-  down_proj = register_module("down_proj", make_linear(intermediate, hidden, device));
-}
-
-at::Tensor Qwen3MoeMLPImpl::forward(const at::Tensor& input) {
-  const auto x = tensor_parallel ? tensor_parallel->enter(input, "mlp") : input;
-  auto out = down_proj(at::silu(gate_proj(x)) * up_proj(x));
-  return tensor_parallel ? tensor_parallel->exit(out, "mlp") : out;
-}
+Qwen3MoeMLPImpl::Qwen3MoeMLPImpl(int64_t hidden, int64_t intermediate, at::Device device)
+    : SwiGLUImpl({.dim = hidden, .hidden = intermediate}, device) {}
 
 // ---- experts ----
 
@@ -336,6 +298,20 @@ Qwen3MoeDecoderLayerImpl::Qwen3MoeDecoderLayerImpl(const Qwen3MoeConfig& cfg, in
       "post_attention_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, device));
 }
 
+namespace {
+
+// A layer's second residual branch: h + mlp(post_attention_layernorm(h)), sparse or dense.
+Qwen3MoeLayerOutput add_mlp(Qwen3MoeDecoderLayerImpl& layer, const at::Tensor& h) {
+  auto normed = layer.post_attention_layernorm(h);
+  if (layer.moe) {
+    auto out = fsdpp::forward(layer.moe, normed);
+    return {h + out.hidden, out.router_logits};
+  }
+  return {h + fsdpp::forward(layer.dense, normed), at::Tensor()};
+}
+
+}  // namespace
+
 // The sub-modules go through fsdpp::forward so that a size-based policy may make them units.
 Qwen3MoeLayerOutput Qwen3MoeDecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos,
                                                       const at::Tensor& sin) {
@@ -348,24 +324,14 @@ Qwen3MoeLayerOutput Qwen3MoeDecoderLayerImpl::forward(const at::Tensor& x, const
   const auto normed_x = input_layernorm(x);
   auto h = x + (mask.defined() ? fsdpp::forward(self_attn, normed_x, cos, sin, mask)
                                : fsdpp::forward(self_attn, normed_x, cos, sin));
-  auto normed = post_attention_layernorm(h);
-  if (moe) {
-    auto out = fsdpp::forward(moe, normed);
-    return {h + out.hidden, out.router_logits};
-  }
-  return {h + fsdpp::forward(dense, normed), at::Tensor()};
+  return add_mlp(*this, h);
 }
 
 Qwen3MoeLayerOutput Qwen3MoeDecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos,
                                                       const at::Tensor& sin,
                                                       KVCache::Layer& cache) {
   auto h = x + fsdpp::forward(self_attn, input_layernorm(x), cos, sin, cache);
-  auto normed = post_attention_layernorm(h);
-  if (moe) {
-    auto out = fsdpp::forward(moe, normed);
-    return {h + out.hidden, out.router_logits};
-  }
-  return {h + fsdpp::forward(dense, normed), at::Tensor()};
+  return add_mlp(*this, h);
 }
 
 // ---- the model ----
@@ -399,14 +365,7 @@ Qwen3MoeImpl::Qwen3MoeImpl(const Qwen3MoeConfig& cfg, at::Device device) : cfg_(
   detail::place_on(*this, device);
 }
 
-// Drawn in float32 on the CPU from a private generator, so the values depend on the seed alone.
-void Qwen3MoeImpl::init_weights() {
-  if (fsdpp::detail::unit_of(*this)) {
-    init_exact(*this, plan_);
-  } else {
-    init_whole(*this, plan_);
-  }
-}
+void Qwen3MoeImpl::init_weights() { detail::draw_weights(*this, plan_); }
 
 at::Tensor Qwen3MoeImpl::forward(const at::Tensor& tokens) {
   return forward(tokens, at::Tensor(), /*output_router_logits=*/false).logits;

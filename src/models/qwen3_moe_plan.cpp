@@ -2,35 +2,27 @@
 // layers. See include/fsdpp/models/model_plan.h.
 #include <optional>
 
-#include "fsdpp/models/llama_stages.h"
-#include "fsdpp/models/model_plan.h"
+#include "decoder_plan.h"
 #include "fsdpp/models/qwen3_moe_ep.h"
 #include "fsdpp/models/qwen3_moe_stages.h"
 #include "fsdpp/models/qwen3_moe_tp_plan.h"
-#include "model_stage.h"
 
 namespace fsdpp::models {
 namespace {
 
-class Qwen3MoePlan final : public ModelPlan {
+struct Qwen3MoeTraits {
+  static constexpr const char* kName = "Qwen3-MoE";
+  static constexpr const char* kBlock = "Qwen3MoeDecoderLayer";
+  static int64_t layers(const Qwen3MoeConfig& cfg) { return cfg.num_hidden_layers; }
+  static int64_t pipeline_units(const Qwen3MoeConfig& cfg) { return qwen3_moe_pipeline_units(cfg); }
+  static std::vector<Qwen3MoeStage> split(Qwen3Moe& model, const std::vector<int>& counts) {
+    return split_qwen3_moe(model, counts);
+  }
+};
+
+class Qwen3MoePlan final : public detail::DecoderPlan<Qwen3Moe, Qwen3MoeTraits> {
  public:
-  explicit Qwen3MoePlan(Qwen3Moe model) : model_(model), lm_(models::causal_lm(std::move(model))) {}
-
-  torch::nn::Module& module() override { return *model_; }
-  std::string name() const override { return "Qwen3-MoE"; }
-  CausalLM* causal_lm() override { return lm_.get(); }
-  int64_t pipeline_units() const override { return qwen3_moe_pipeline_units(model_->config()); }
-  std::string describe_pipeline_units() const override {
-    return language_model_units(model_->config().num_hidden_layers);
-  }
-
-  std::vector<ModelStage> split(const std::vector<int>& units_per_stage) override {
-    std::vector<ModelStage> out;
-    for (auto& stage : split_qwen3_moe(model_, units_per_stage)) out.push_back(detail::model_stage(stage));
-    return out;
-  }
-
-  std::vector<std::string> block_classes() const override { return {"Qwen3MoeDecoderLayer"}; }
+  using DecoderPlan::DecoderPlan;
 
   tp::TensorParallel apply_tensor_parallel(const TensorParallelSpec& spec) override {
     return parallelize_qwen3_moe(*model_, spec.group,
@@ -64,8 +56,6 @@ class Qwen3MoePlan final : public ModelPlan {
   }
 
  private:
-  Qwen3Moe model_;
-  std::unique_ptr<CausalLM> lm_;
   std::optional<Qwen3MoeExpertParallel> ep_;
   std::shared_ptr<const std::vector<int64_t>> load_;
 };

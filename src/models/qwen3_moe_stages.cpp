@@ -8,6 +8,7 @@
 #include <numeric>
 #include <string>
 
+#include "model_stage.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/fully_shard.h"
 
@@ -152,18 +153,12 @@ std::vector<Qwen3MoeStage> split_qwen3_moe(Qwen3Moe& model, const std::vector<in
   FSDPP_CHECK_AS(ConfigError, !cfg.tie_word_embeddings,
                  "[models] a Qwen3-MoE with tie_word_embeddings cannot be split into pipeline "
                  "stages: its embedding table is also the head, on the first and the last stage");
-  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  FSDPP_CHECK_AS(ConfigError, total == qwen3_moe_pipeline_units(cfg),
-                 "[models] pipeline stage sizes add up to {} units; the Qwen3-MoE has {} (the "
-                 "embedding, {} decoder layers and the head)",
-                 total, qwen3_moe_pipeline_units(cfg), cfg.num_hidden_layers);
-  std::vector<Qwen3MoeStage> stages;
-  int64_t first = 0;
-  for (int c : counts) {
-    stages.emplace_back(std::make_shared<Qwen3MoeStageImpl>(*model, first, c));
-    first += c;
-  }
-  return stages;
+  return detail::cut_into_stages<Qwen3MoeStage>(
+      counts, qwen3_moe_pipeline_units(cfg), "Qwen3-MoE",
+      fmt::format("the embedding, {} decoder layers and the head", cfg.num_hidden_layers),
+      [&](int64_t first, int c) {
+        return Qwen3MoeStage(std::make_shared<Qwen3MoeStageImpl>(*model, first, c));
+      });
 }
 
 }  // namespace fsdpp::models

@@ -101,12 +101,12 @@ TensorParallel parallelize_qwen3_moe(Qwen3MoeImpl& model, const GroupPtr& group,
     auto& attn = *layer.self_attn;
     attn.n_heads = cfg.num_attention_heads / n;
     attn.n_kv_heads = cfg.num_key_value_heads / n;
-    attn.tensor_parallel = hooks;
+    attn.parallel = hooks;
     attn.q_norm->parallel = per_head;
     attn.k_norm->parallel = per_head;
     layer.input_layernorm->parallel = hooks;
     layer.post_attention_layernorm->parallel = hooks;
-    if (layer.dense) layer.dense->tensor_parallel = hooks;
+    if (layer.dense) layer.dense->parallel = hooks;
   }
   layout.tp = group;
   layout.sequence_parallel = options.sequence_parallel;

@@ -23,6 +23,7 @@
 #include "fsdpp/parallel/parallelize.h"
 #include "fsdpp/state/state_dict.h"
 #include "full_checkpoint.h"
+#include "tiny_models.h"
 #include "world_fixture.h"
 
 namespace fsdpp::test::cells {
@@ -38,35 +39,21 @@ constexpr double kMaxNorm = 0.5;  // small enough that clipping acts on every st
 constexpr double kTol = 1e-5;
 
 inline models::LlamaConfig llama_config() {
-  models::LlamaConfig c;
-  c.vocab_size = 61;  // uneven over 2 and 4 ranks, as is the FFN
-  c.dim = 32;
-  c.n_layers = 4;
-  c.n_heads = 8;
-  c.n_kv_heads = 4;
+  auto c = fsdpp::test::uneven_llama(/*n_layers=*/4, kSeq, /*seed=*/11);
   c.ffn_hidden = 42;
-  c.max_seq_len = kSeq;
-  c.seed = 11;
   return c;
 }
 
 inline models::Qwen3MoeConfig qwen3_config() {
-  models::Qwen3MoeConfig c;
+  auto c = fsdpp::test::tiny_moe(/*n_layers=*/4, /*num_experts=*/8, /*seed=*/13);
   c.vocab_size = 61;
-  c.hidden_size = 32;
   c.intermediate_size = 42;
   c.moe_intermediate_size = 20;
-  c.num_hidden_layers = 4;
   c.mlp_only_layers = {1};  // one dense layer among the sparse ones
-  c.num_attention_heads = 4;
   c.num_key_value_heads = 4;
-  c.head_dim = 8;
-  c.num_experts = 8;
-  c.num_experts_per_tok = 2;
   c.norm_topk_prob = true;
   c.router_aux_loss_coef = 0.02;  // large enough to matter in the gradients
   c.max_position_embeddings = kSeq;
-  c.seed = 13;
   return c;
 }
 

@@ -21,6 +21,7 @@
 #include "fsdpp/pipeline/runtime.h"
 #include "fsdpp/pipeline/schedules.h"
 #include "fsdpp/pipeline/simulate.h"
+#include "tiny_models.h"
 #include "world_fixture.h"
 
 namespace fsdpp::test::pipeline_llama {
@@ -35,14 +36,7 @@ constexpr double kMaxNorm = 0.5;  // small enough that clipping acts
 constexpr double kTol = 1e-5;
 
 inline models::LlamaConfig tiny_llama(int64_t n_layers, int64_t dim = 32, int64_t seq = kSeq) {
-  models::LlamaConfig c;
-  c.vocab_size = 64;
-  c.dim = dim;
-  c.n_layers = n_layers;
-  c.n_heads = 4;
-  c.max_seq_len = seq;
-  c.seed = 17;
-  return c;
+  return fsdpp::test::tiny_llama(n_layers, seq, /*seed=*/17, dim);
 }
 
 struct Batch {

@@ -31,6 +31,7 @@
 #include "fsdpp/state/atomic_dir.h"
 #include "fsdpp/state/state_dict.h"
 #include "full_checkpoint.h"
+#include "tiny_models.h"
 #include "world_fixture.h"
 
 using namespace fsdpp;
@@ -38,36 +39,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Uneven everywhere: 61 vocabulary rows, an FFN of 90, 8 query and 4 kv heads of 4, so that no
-// split (FSDP over 3 ranks, TP over 2 or 4) divides every parameter.
 models::LlamaConfig tiny_llama(int64_t n_layers = 3) {
-  models::LlamaConfig c;
-  c.vocab_size = 61;
-  c.dim = 32;
-  c.n_layers = n_layers;
-  c.n_heads = 8;
-  c.n_kv_heads = 4;
-  c.ffn_hidden = 90;
-  c.max_seq_len = 16;
-  c.seed = 11;
-  return c;
+  return fsdpp::test::uneven_llama(n_layers, /*max_seq_len=*/16, /*seed=*/11);
 }
 
 models::Qwen3MoeConfig tiny_moe() {
-  models::Qwen3MoeConfig c;
+  auto c = fsdpp::test::tiny_moe(/*n_layers=*/3, /*num_experts=*/8, /*seed=*/5);
   c.vocab_size = 61;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.moe_intermediate_size = 16;
-  c.num_hidden_layers = 3;
   c.mlp_only_layers = {1};
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.num_experts = 8;
-  c.num_experts_per_tok = 2;
   c.initializer_range = 0.1;
-  c.seed = 5;
   return c;
 }
 

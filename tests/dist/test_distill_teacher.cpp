@@ -18,6 +18,7 @@
 #include "fsdpp/models/hf_qwen3_moe.h"
 #include "fsdpp/state/atomic_dir.h"
 #include "full_checkpoint.h"
+#include "tiny_models.h"
 #include "world_fixture.h"
 
 using namespace fsdpp;
@@ -25,19 +26,8 @@ using namespace fsdpp;
 namespace {
 
 models::Qwen3MoeConfig tiny(int64_t layers, int64_t experts, uint64_t seed) {
-  models::Qwen3MoeConfig c;
-  c.vocab_size = 64;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.moe_intermediate_size = 16;
-  c.num_hidden_layers = layers;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.num_experts = experts;
-  c.num_experts_per_tok = 2;
+  auto c = fsdpp::test::tiny_moe(layers, experts, seed);
   c.max_position_embeddings = 16;
-  c.seed = seed;
   return c;
 }
 

@@ -15,6 +15,7 @@
 #include "fsdpp/models/qwen3_moe.h"
 #include "fsdpp/models/qwen3_moe_ep.h"
 #include "fsdpp/moe/dispatch.h"
+#include "tiny_models.h"
 #include "world_fixture.h"
 
 using namespace fsdpp;
@@ -163,26 +164,8 @@ TEST(ExpertParallel, DispatchMatchesOneProcess) {
 
 namespace {
 
-models::Qwen3MoeConfig tiny_moe() {
-  models::Qwen3MoeConfig c;
-  c.vocab_size = 64;
-  c.hidden_size = kD;
-  c.intermediate_size = 48;
-  c.moe_intermediate_size = kI;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.num_experts = kE;
-  c.num_experts_per_tok = 2;
-  c.norm_topk_prob = true;
-  c.router_aux_loss_coef = 0.01;  // large enough to move the router
-  // Router logits spread well apart: a rounding difference of the split batch never flips a
-  // top-k choice.
-  c.initializer_range = 0.1;
-  c.seed = 11;
-  return c;
-}
+// kE experts of width kI over kD: the shapes the expert tests above build by hand.
+models::Qwen3MoeConfig tiny_moe() { return fsdpp::test::routed_moe(/*seed=*/11); }
 constexpr int64_t kGlobalBatch = 4, kSeq = 16;
 constexpr int kSteps = 10;
 constexpr double kClip = 0.5;

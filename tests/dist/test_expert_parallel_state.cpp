@@ -21,6 +21,7 @@
 #include "fsdpp/state/safetensors.h"
 #include "fsdpp/state/state_dict.h"
 #include "full_checkpoint.h"
+#include "tiny_models.h"
 #include "world_fixture.h"
 
 using namespace fsdpp;
@@ -30,24 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // The model of test_expert_parallel.cpp: hidden 32, 2 sparse layers of 8 experts, top-2.
-models::Qwen3MoeConfig tiny_moe(uint64_t seed) {
-  models::Qwen3MoeConfig c;
-  c.vocab_size = 64;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.moe_intermediate_size = 16;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.num_experts = 8;
-  c.num_experts_per_tok = 2;
-  c.norm_topk_prob = true;
-  c.router_aux_loss_coef = 0.01;
-  c.initializer_range = 0.1;
-  c.seed = seed;
-  return c;
-}
+models::Qwen3MoeConfig tiny_moe(uint64_t seed) { return fsdpp::test::routed_moe(seed); }
 
 fs::path scratch(const std::string& what, int owner = -1) {
   return test::scratch_dir("fsdpp_ep_state", what, owner);

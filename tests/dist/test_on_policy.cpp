@@ -12,6 +12,7 @@
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/models/causal_lm.h"
+#include "tiny_models.h"
 #include "world_fixture.h"
 
 using namespace fsdpp;
@@ -19,20 +20,9 @@ using namespace fsdpp;
 namespace {
 
 models::Qwen3MoeConfig tiny_moe() {
-  models::Qwen3MoeConfig c;
-  c.vocab_size = 64;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.moe_intermediate_size = 16;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.num_experts = 4;
-  c.num_experts_per_tok = 2;
+  auto c = fsdpp::test::tiny_moe(/*n_layers=*/2, /*num_experts=*/4, /*seed=*/3);
   c.max_position_embeddings = 24;
   c.initializer_range = 0.2;  // peaked distributions: sampling differences would show
-  c.seed = 3;
   return c;
 }
 

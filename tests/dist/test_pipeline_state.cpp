@@ -22,6 +22,7 @@
 #include "fsdpp/state/atomic_dir.h"
 #include "fsdpp/state/state_dict.h"
 #include "full_checkpoint.h"
+#include "tiny_models.h"
 #include "world_fixture.h"
 
 using namespace fsdpp;
@@ -30,17 +31,9 @@ namespace pl = fsdpp::pipeline;
 
 namespace {
 
+// 2 layers, 4 units: 2 stages of 2 on pp 2, 4 of 1 on pp 4.
 models::LlamaConfig tiny_llama(uint64_t seed) {
-  models::LlamaConfig c;
-  c.vocab_size = 61;  // uneven over 2 and 4 ranks, as are the FFN (90) and FSDP's rows
-  c.dim = 32;
-  c.n_layers = 2;     // 4 units: 2 stages of 2 on pp 2, 4 of 1 on pp 4
-  c.n_heads = 8;
-  c.n_kv_heads = 4;
-  c.ffn_hidden = 90;
-  c.max_seq_len = 16;
-  c.seed = seed;
-  return c;
+  return fsdpp::test::uneven_llama(/*n_layers=*/2, /*max_seq_len=*/16, seed);
 }
 
 enum class Layout { kPp2Fsdp2, kPp4, kFsdp4, kOneProcess };

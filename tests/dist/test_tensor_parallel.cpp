@@ -17,6 +17,7 @@
 #include "fsdpp/tp/linear.h"
 #include "fsdpp/models/llama_tp_plan.h"
 #include "fsdpp/tp/plan.h"
+#include "tiny_models.h"
 #include "world_fixture.h"
 
 using namespace fsdpp;
@@ -195,16 +196,7 @@ namespace {
 // Small enough for seconds: uneven vocab (61) and FFN (90) for 2 and 4 ranks, grouped-query
 // attention (8 heads, 4 kv heads).
 models::LlamaConfig tiny_llama() {
-  models::LlamaConfig c;
-  c.vocab_size = 61;
-  c.dim = 32;
-  c.n_layers = 2;
-  c.n_heads = 8;
-  c.n_kv_heads = 4;
-  c.ffn_hidden = 90;
-  c.max_seq_len = 32;
-  c.seed = 3;
-  return c;
+  return fsdpp::test::uneven_llama(/*n_layers=*/2, /*max_seq_len=*/32, /*seed=*/3);
 }
 constexpr int64_t kBatch = 2, kSeq = 16;
 constexpr int kSteps = 10;

@@ -22,6 +22,7 @@
 #include "fsdpp/state/state_dict.h"
 #include "fsdpp/tp/plan.h"
 #include "full_checkpoint.h"
+#include "tiny_models.h"
 #include "world_fixture.h"
 
 using namespace fsdpp;
@@ -30,16 +31,7 @@ namespace fs = std::filesystem;
 namespace {
 
 models::LlamaConfig tiny_llama(uint64_t seed) {
-  models::LlamaConfig c;
-  c.vocab_size = 61;  // uneven over 2 and 4 ranks, as are the FFN (90) and, under FSDP, rows
-  c.dim = 32;
-  c.n_layers = 2;
-  c.n_heads = 8;
-  c.n_kv_heads = 4;
-  c.ffn_hidden = 90;
-  c.max_seq_len = 32;
-  c.seed = seed;
-  return c;
+  return fsdpp::test::uneven_llama(/*n_layers=*/2, /*max_seq_len=*/32, seed);
 }
 
 enum class Layout { kTp2Fsdp2, kFsdp4, kTp4, kOneProcess };

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "../support/tiny_models.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/models/compress.h"
 #include "fsdpp/models/qwen3_moe.h"
@@ -55,11 +56,10 @@ TEST(Compress, MostLoadedExpertsBreakTiesToTheLowerId) {
 
 TEST(Compress, RouterLoadEqualsTheBlocksOwnRouting) {
   torch::manual_seed(0);
-  Qwen3MoeConfig cfg{.vocab_size = 40, .hidden_size = 16, .intermediate_size = 24,
-                     .moe_intermediate_size = 8, .num_hidden_layers = 3,
-                     .num_attention_heads = 4, .num_key_value_heads = 2, .head_dim = 8,
-                     .num_experts = 6, .num_experts_per_tok = 3, .norm_topk_prob = true,
-                     .decoder_sparse_step = 1, .mlp_only_layers = {1}, .initializer_range = 0.3};
+  auto cfg = fsdpp::test::narrow_moe();
+  cfg.num_experts = 6;
+  cfg.num_experts_per_tok = 3;
+  cfg.initializer_range = 0.3;
   Qwen3Moe model(cfg);
   const std::vector<at::Tensor> rows = {torch::randint(40, {7}, torch::kLong),
                                         torch::randint(40, {7}, torch::kLong),

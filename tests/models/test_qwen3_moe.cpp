@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "../support/tiny_models.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/models/hf_qwen3_moe.h"
 #include "fsdpp/models/qwen3_moe.h"
@@ -17,14 +18,7 @@ using namespace fsdpp::models;
 
 namespace {
 
-Qwen3MoeConfig tiny() {
-  return Qwen3MoeConfig{.vocab_size = 40, .hidden_size = 16, .intermediate_size = 24,
-                        .moe_intermediate_size = 8, .num_hidden_layers = 3,
-                        .num_attention_heads = 4, .num_key_value_heads = 2, .head_dim = 8,
-                        .num_experts = 4, .num_experts_per_tok = 2, .norm_topk_prob = true,
-                        .decoder_sparse_step = 1, .mlp_only_layers = {1},
-                        .initializer_range = 0.2};
-}
+Qwen3MoeConfig tiny() { return fsdpp::test::narrow_moe(); }
 
 // One token and one choice at a time: sum_j w[n,j] * SwiGLU_{e(n,j)}(x[n]).
 at::Tensor per_token_reference(Qwen3MoeExpertsImpl& ex, const at::Tensor& x, const at::Tensor& ids,

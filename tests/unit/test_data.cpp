@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 
+#include "../support/error_of.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/data/sampler.h"
 #include "fsdpp/data/token_dataset.h"
@@ -24,6 +25,7 @@
 
 using namespace fsdpp::data;
 using fsdpp::ConfigError;
+using fsdpp::test::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -79,15 +81,6 @@ int64_t mtime_ns(const fs::path& p) {
   struct stat st {};
   ::stat(p.c_str(), &st);
   return int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // A byte tokenizer that claims a vocabulary too big for uint16 tokens.

@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 
+#include "../support/error_of.h"
+#include "../support/tiny_models.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/activation_checkpoint.h"
 #include "fsdpp/models/causal_lm.h"
@@ -21,6 +23,7 @@
 
 using namespace fsdpp;
 using namespace fsdpp::models;
+using fsdpp::test::error_of;
 
 namespace {
 
@@ -30,33 +33,19 @@ constexpr int64_t kSeq = 24;
 enum class Arch { kLlama, kQwen3Moe };
 
 LlamaConfig llama_config() {
-  LlamaConfig c;
+  auto c = fsdpp::test::tiny_llama(/*n_layers=*/3, kSeq, /*seed=*/5);
   c.vocab_size = kVocab;
-  c.dim = 32;
-  c.n_layers = 3;
-  c.n_heads = 4;
   c.n_kv_heads = 2;
   c.ffn_hidden = 40;
-  c.max_seq_len = kSeq;
-  c.seed = 5;
   return c;
 }
 
 Qwen3MoeConfig qwen3_config() {
-  Qwen3MoeConfig c;
+  auto c = fsdpp::test::tiny_moe(/*n_layers=*/3, /*num_experts=*/4, /*seed=*/7);
   c.vocab_size = kVocab;
-  c.hidden_size = 32;
   c.intermediate_size = 40;
-  c.moe_intermediate_size = 16;
-  c.num_hidden_layers = 3;
   c.mlp_only_layers = {1};
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.num_experts = 4;
-  c.num_experts_per_tok = 2;
   c.max_position_embeddings = kSeq;
-  c.seed = 7;
   return c;
 }
 
@@ -81,15 +70,6 @@ std::map<std::string, at::Tensor> grads_of(torch::nn::Module& m) {
         p.value().grad().defined() ? p.value().grad().clone() : at::zeros_like(p.value());
   }
   return out;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

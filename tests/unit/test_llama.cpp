@@ -9,6 +9,7 @@
 
 #include "../../src/models/decoder_parts.h"
 #include "../support/thread_world.h"
+#include "../support/tiny_models.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/activation_checkpoint.h"
 #include "fsdpp/fsdp/fully_shard.h"
@@ -21,8 +22,9 @@ using namespace fsdpp::models;
 namespace {
 
 LlamaConfig tiny(uint64_t seed = 0) {
-  return LlamaConfig{.vocab_size = 64, .dim = 32, .n_layers = 2, .n_heads = 4, .n_kv_heads = 0,
-                     .ffn_hidden = 0, .multiple_of = 16, .max_seq_len = 16, .seed = seed};
+  auto c = fsdpp::test::tiny_llama(/*n_layers=*/2, /*max_seq_len=*/16, seed);
+  c.multiple_of = 16;
+  return c;
 }
 
 at::Tensor random_tokens(int64_t B, int64_t T, int64_t V, uint64_t seed = 7) {

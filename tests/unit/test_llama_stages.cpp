@@ -5,32 +5,19 @@
 
 #include <set>
 
+#include "../support/error_of.h"
+#include "../support/tiny_models.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/models/llama_stages.h"
 
 using namespace fsdpp;
 using namespace fsdpp::models;
+using fsdpp::test::error_of;
 
 namespace {
 
 LlamaConfig config(int64_t n_layers) {
-  LlamaConfig c;
-  c.vocab_size = 64;
-  c.dim = 32;
-  c.n_layers = n_layers;
-  c.n_heads = 4;
-  c.max_seq_len = 16;
-  c.seed = 3;
-  return c;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  return fsdpp::test::tiny_llama(n_layers, /*max_seq_len=*/16, /*seed=*/3);
 }
 
 }  // namespace

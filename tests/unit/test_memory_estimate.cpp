@@ -17,6 +17,7 @@
 
 #include "../support/counting_allocator.h"
 #include "../support/thread_world.h"
+#include "../support/tiny_models.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/inspect.h"
@@ -53,18 +54,6 @@ TEST(MemoryEstimate, ModelStatesFollowZeroStagesInFp32) {
   EXPECT_EQ(fsdpp::estimate_memory(m, o).model_states, 16'000'000'000);
   o.strategy = ShardingStrategy::ZERO1;
   EXPECT_EQ(fsdpp::estimate_memory(m, o).model_states, 4'000'000'000 + 12'000'000'000 / 8);
-}
-
-fsdpp::models::LlamaConfig small_config(bool tie, int64_t kv) {
-  fsdpp::models::LlamaConfig c;
-  c.vocab_size = 97;  // rows that do not divide by 2 or 4: padding
-  c.dim = 48;
-  c.n_layers = 3;
-  c.n_heads = 4;
-  c.n_kv_heads = kv;
-  c.max_seq_len = 32;
-  c.tie_embeddings = tie;
-  return c;
 }
 
 fsdpp::DecoderShape shape_of(const fsdpp::models::LlamaConfig& c) {
@@ -134,7 +123,7 @@ TEST(MemoryEstimate, TensorParallelSliceHoldsThePlansShares) {
 TEST(MemoryEstimate, DescribeDecoderCountsTheRealModelsParameters) {
   for (bool tie : {false, true}) {
     for (int64_t kv : {0, 2}) {
-      auto cfg = small_config(tie, kv);
+      auto cfg = fsdpp::test::small_llama_config(tie, kv);
       fsdpp::models::Llama model(cfg);
       const auto d = fsdpp::describe_decoder(shape_of(cfg));
       EXPECT_EQ(d.num_params(), fsdpp::models::num_parameters(*model)) << "tie " << tie << " kv " << kv;
@@ -209,7 +198,7 @@ class EstimateVsAllocator : public ::testing::TestWithParam<Case> {};
 
 TEST_P(EstimateVsAllocator, PeakTensorBytesWithinFivePercent) {
   const Case c = GetParam();
-  const auto cfg = small_config(c.tie, c.kv);
+  const auto cfg = fsdpp::test::small_llama_config(c.tie, c.kv);
   const int64_t B = 8, T = 32;
   CountingScope scope;
   std::vector<Measured> got(c.ranks);

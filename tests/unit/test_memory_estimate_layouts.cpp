@@ -15,7 +15,7 @@
 #include <utility>
 
 #include "../support/counting_allocator.h"
-#include "../support/small_moe.h"
+#include "../support/tiny_models.h"
 #include "../support/thread_world.h"
 #include "fsdpp/estimate/llama_shape.h"
 #include "fsdpp/estimate/memory_estimate.h"
@@ -44,13 +44,8 @@ fsdpp::models::Qwen3MoeConfig moe_config() {
 
 // A Llama of the same width, as a witness for the pipeline's peak (below).
 fsdpp::models::LlamaConfig llama_config() {
-  fsdpp::models::LlamaConfig c;
+  auto c = fsdpp::test::small_llama_config(/*tie=*/false, /*kv=*/2);
   c.vocab_size = 96;
-  c.dim = 48;
-  c.n_layers = 3;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.max_seq_len = 32;
   return c;
 }
 

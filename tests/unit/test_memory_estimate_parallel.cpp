@@ -14,7 +14,7 @@
 #include <optional>
 
 #include "../support/counting_allocator.h"
-#include "../support/small_moe.h"
+#include "../support/tiny_models.h"
 #include "../support/thread_world.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/estimate/llama_shape.h"
@@ -37,18 +37,6 @@ namespace {
 
 using fsdpp::test::CountingScope;
 using fsdpp::test::tl_rank;
-
-fsdpp::models::LlamaConfig small_config(bool tie, int64_t kv) {
-  fsdpp::models::LlamaConfig c;
-  c.vocab_size = 97;
-  c.dim = 48;
-  c.n_layers = 3;
-  c.n_heads = 4;
-  c.n_kv_heads = kv;
-  c.max_seq_len = 32;
-  c.tie_embeddings = tie;
-  return c;
-}
 
 // ---- Qwen3-MoE: parameters, total vs active, and the live-tensor peak of the real model --------
 
@@ -291,7 +279,7 @@ INSTANTIATE_TEST_SUITE_P(Distillation, EstimateVsAllocatorTeacher,
 // are the textbook's: GPipe all m on every stage, 1F1B at most p - s on stage s, ZBH1 as 1F1B
 // plus weight gradients waiting (W); the reported rank is the most loaded one.
 TEST(MemoryEstimate, PipelineHoldsWhatTheScheduleSays) {
-  auto cfg = small_config(/*tie=*/false, /*kv=*/2);
+  auto cfg = fsdpp::test::small_llama_config(/*tie=*/false, /*kv=*/2);
   cfg.n_layers = 6;  // 8 units: 2 stages of 4, or 4 of 2
   const auto model = fsdpp::describe_decoder(fsdpp::decoder_shape_of(cfg));
   fsdpp::EstimateOptions o;
@@ -344,7 +332,7 @@ TEST(MemoryEstimate, PipelineHoldsWhatTheScheduleSays) {
   odd.pipeline.microbatches = 3;
   EXPECT_THROW(fsdpp::estimate_memory(model, odd), fsdpp::ConfigError);
   auto tied = o;
-  EXPECT_THROW(fsdpp::estimate_memory(fsdpp::describe_decoder(fsdpp::decoder_shape_of(small_config(true, 2))), tied),
+  EXPECT_THROW(fsdpp::estimate_memory(fsdpp::describe_decoder(fsdpp::decoder_shape_of(fsdpp::test::small_llama_config(true, 2))), tied),
                fsdpp::ConfigError);
 }
 
@@ -357,7 +345,7 @@ class EstimateVsAllocatorPipeline : public ::testing::TestWithParam<const char*>
 TEST_P(EstimateVsAllocatorPipeline, PeakTensorBytesWithinFivePercent) {
   const std::string schedule = GetParam();
   namespace pp = fsdpp::pipeline;
-  auto cfg = small_config(/*tie=*/false, /*kv=*/2);
+  auto cfg = fsdpp::test::small_llama_config(/*tie=*/false, /*kv=*/2);
   cfg.n_layers = 4;
   const int64_t B = 8, T = 32;
   const int m = 4;

@@ -2,6 +2,7 @@
 #include <torch/torch.h>
 
 #include "../support/thread_world.h"
+#include "../support/tiny_models.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/activation_checkpoint.h"
 #include "fsdpp/fsdp/inspect.h"
@@ -13,13 +14,9 @@ using namespace fsdpp;
 
 namespace {
 models::LlamaConfig tiny() {
-  models::LlamaConfig c;
+  auto c = fsdpp::test::tiny_llama(/*n_layers=*/2, /*max_seq_len=*/16, /*seed=*/0);
   c.vocab_size = 50;
-  c.dim = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
   c.n_kv_heads = 2;
-  c.max_seq_len = 16;
   return c;
 }
 

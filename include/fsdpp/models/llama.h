@@ -36,8 +36,12 @@
 #include <vector>
 
 #include "fsdpp/fsdp/deferred_init.h"
+#include "fsdpp/models/decoder_attention.h"
+#include "fsdpp/models/decoder_hooks.h"
 #include "fsdpp/models/generate.h"
 #include "fsdpp/models/kv_cache.h"
+#include "fsdpp/models/rms_norm.h"
+#include "fsdpp/models/swiglu.h"
 
 namespace fsdpp::models {
 
@@ -63,44 +67,9 @@ struct LlamaConfig {
   int64_t ffn_hidden_dim() const;  // ffn_hidden, or Llama's rule when it is 0
 };
 
-// Where tensor parallelism communicates inside the model. fsdpp::models::parallelize_llama
-// (fsdpp/models/llama_tp_plan.h) installs one on every module below; null, the default, runs the model
-// whole. Abstract so that the model knows nothing of process groups.
-class LlamaParallelHooks {
- public:
-  virtual ~LlamaParallelHooks() = default;
-  // Before the projections that read an activation (wq/wk/wv, w1/w3, the output head).
-  virtual at::Tensor enter(const at::Tensor& x, const char* where) = 0;
-  // After a projection whose outputs are partial sums (wo, w2).
-  virtual at::Tensor exit(const at::Tensor& y, const char* where) = 0;
-  // tokens (B,T) -> the embedding through `table`.
-  virtual at::Tensor embed(const at::Tensor& tokens, const at::Tensor& table) = 0;
-  // A norm's weight as the forward uses it.
-  virtual at::Tensor norm_weight(const at::Tensor& weight) = 0;
-  // The cross entropy of the logits the head produced: the mean (divisor 0) or the sum over
-  // divisor, as token_cross_entropy.
-  virtual at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets, double divisor) = 0;
-  // The logits over the whole vocabulary from what the head produced (for sampling, which
-  // needs every token's probability; training never gathers them). Collective.
-  virtual at::Tensor whole_logits(const at::Tensor& logits) = 0;
-  // What the sequence length must be a multiple of (sequence parallelism splits it evenly).
-  virtual int64_t sequence_multiple() const = 0;
-};
-
-// x * rsqrt(mean(x^2) + eps) * weight, normalised in at least float32.
-class RMSNormImpl : public torch::nn::Module {
- public:
-  RMSNormImpl(int64_t dim, double eps, at::Device device = at::kCPU);
-  at::Tensor forward(const at::Tensor& x);  // (..., dim) -> (..., dim)
-
-  at::Tensor weight;  // (dim)
-  double eps;
-  std::shared_ptr<LlamaParallelHooks> parallel;
-};
-TORCH_MODULE(RMSNorm);
-
-// Causal self-attention with grouped-query heads and rotary position embedding.
-class AttentionImpl : public torch::nn::Module {
+// Causal self-attention with grouped-query heads and rotary position embedding (interleaved
+// pairs), the decoders' attention (decoder_attention.h) under Meta's module names.
+class AttentionImpl : public DecoderAttentionImpl {
  public:
   // The rotary tables are computed on the CPU whatever `device` is (they have storage on the
   // meta device too: derived from the config, not drawn).
@@ -115,24 +84,21 @@ class AttentionImpl : public torch::nn::Module {
   // too, whose keys and values x's are appended to (kv_cache.h). Not under tensor parallelism.
   at::Tensor forward(const at::Tensor& x, KVCache::Layer& cache);
 
+  // q_proj .. o_proj under the names they are registered with (wq, wk, wv, wo).
   torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
   // (max_seq_len, head_dim/2): derived from the config, not learned. Registered as buffers so
   // that module.to(device) moves them; checkpoints skip them (see is_non_persistent_buffer).
   at::Tensor rope_cos, rope_sin;
-  // The heads this module computes: all of them, or this rank's under tensor parallelism.
-  int64_t n_heads, n_kv_heads, head_dim;
-  std::shared_ptr<LlamaParallelHooks> parallel;
 };
 TORCH_MODULE(Attention);
 
-// SwiGLU: w2(silu(w1 x) * w3 x).
-class FeedForwardImpl : public torch::nn::Module {
+// SwiGLU: w2(silu(w1 x) * w3 x), the decoders' MLP (swiglu.h) under Meta's module names.
+class FeedForwardImpl : public SwiGLUImpl {
  public:
   FeedForwardImpl(int64_t dim, int64_t hidden, at::Device device = at::kCPU);
-  at::Tensor forward(const at::Tensor& x);  // (B,T,C) -> (B,T,C)
 
+  // gate_proj, down_proj and up_proj under the names they are registered with.
   torch::nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
-  std::shared_ptr<LlamaParallelHooks> parallel;
 };
 TORCH_MODULE(FeedForward);
 

@@ -29,8 +29,11 @@
 #include <utility>
 #include <vector>
 
+#include "fsdpp/models/decoder_attention.h"
 #include "fsdpp/models/kv_cache.h"
-#include "fsdpp/models/llama.h"  // RMSNorm (the same maths as Qwen3MoeRMSNorm)
+#include "fsdpp/models/llama.h"  // token_cross_entropy, num_parameters
+#include "fsdpp/models/rms_norm.h"
+#include "fsdpp/models/swiglu.h"
 
 namespace fsdpp::models {
 
@@ -63,8 +66,11 @@ struct Qwen3MoeConfig {
 };
 
 // Qwen3 attention: q/k/v projections, RMSNorm over each head's head_dim on q and k, RoPE, causal
-// grouped-query attention scaled by head_dim^-0.5, output projection.
-class Qwen3MoeAttentionImpl : public torch::nn::Module {
+// grouped-query attention scaled by head_dim^-0.5, output projection: the decoders' attention
+// (decoder_attention.h) with its per-head norms and transformers' rotate-half RoPE. Under tensor
+// parallelism (fsdpp/models/qwen3_moe_tp_plan.h) `parallel` holds the Llama's hooks, the same
+// communication.
+class Qwen3MoeAttentionImpl : public DecoderAttentionImpl {
  public:
   explicit Qwen3MoeAttentionImpl(const Qwen3MoeConfig& cfg, at::Device device = at::kCPU);
   // x (B,T,D); cos, sin (T, head_dim) in rotate-half layout -> (B,T,D)
@@ -77,25 +83,14 @@ class Qwen3MoeAttentionImpl : public torch::nn::Module {
   // too; x's keys and values are appended to the cache (kv_cache.h).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                      KVCache::Layer& cache);
-
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
-  RMSNorm q_norm{nullptr}, k_norm{nullptr};
-  // The heads this module computes: all of them, or this rank's under tensor parallelism.
-  int64_t n_heads, n_kv_heads, head_dim;
-  // Tensor parallelism (fsdpp/models/qwen3_moe_tp_plan.h): the Llama's hooks, the same
-  // communication; null runs whole.
-  std::shared_ptr<LlamaParallelHooks> tensor_parallel;
 };
 TORCH_MODULE(Qwen3MoeAttention);
 
-// The dense SwiGLU MLP: down_proj(silu(gate_proj x) * up_proj x).
-class Qwen3MoeMLPImpl : public torch::nn::Module {
+// The dense SwiGLU MLP: down_proj(silu(gate_proj x) * up_proj x), the decoders' MLP (swiglu.h);
+// `parallel` as Qwen3MoeAttentionImpl's.
+class Qwen3MoeMLPImpl : public SwiGLUImpl {
  public:
   Qwen3MoeMLPImpl(int64_t hidden, int64_t intermediate, at::Device device = at::kCPU);
-  at::Tensor forward(const at::Tensor& x);
-
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
-  std::shared_ptr<LlamaParallelHooks> tensor_parallel;  // as Qwen3MoeAttentionImpl's
 };
 TORCH_MODULE(Qwen3MoeMLP);
 
