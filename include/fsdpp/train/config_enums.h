@@ -77,18 +77,20 @@ struct ChoiceNames<AutoWrapPolicy> {
   }};
 };
 
-// Hugging Face's spelling of fully_shard's BackwardPrefetch (NONE is NO_PREFETCH, and YAML's
-// null, which Accelerate takes as None: no prefetch).
+// Hugging Face's spelling of fully_shard's BackwardPrefetch, from its table (fsdp/prefetch.h:
+// NONE is NO_PREFETCH, and YAML's null, which Accelerate takes as None: no prefetch).
 template <>
 struct ChoiceNames<BackwardPrefetch> {
   static constexpr std::string_view kWhat = "backward prefetch";
   static constexpr bool kAnyCase = true;
   static constexpr BackwardPrefetch kNull = BackwardPrefetch::NONE;
-  static constexpr std::array<std::pair<BackwardPrefetch, std::string_view>, 3> kNames{{
-      {BackwardPrefetch::BACKWARD_PRE, "BACKWARD_PRE"},
-      {BackwardPrefetch::BACKWARD_POST, "BACKWARD_POST"},
-      {BackwardPrefetch::NONE, "NO_PREFETCH"},
-  }};
+  static constexpr auto kNames = [] {
+    std::array<std::pair<BackwardPrefetch, std::string_view>, std::size(kBackwardPrefetchNames)> out;
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i] = {kBackwardPrefetchNames[i].value, kBackwardPrefetchNames[i].hf_name};
+    }
+    return out;
+  }();
 };
 
 // PyTorch FSDP's StateDictType names of fsdpp::state's layouts.
