@@ -1,5 +1,5 @@
-// The one gradient-norm clipping: parts summed over the groups that split them. See
-// include/fsdpp/fsdp/clip.h.
+// The one gradient-norm clipping: the parameters grouped into parts by the groups their
+// placements split them over, each part summed over those groups. See include/fsdpp/fsdp/clip.h.
 #include "fsdpp/fsdp/clip.h"
 
 #include <ATen/ATen.h>
@@ -16,6 +16,14 @@ using GroupPtr = std::shared_ptr<dist::ProcessGroup>;
 
 namespace {
 
+// Parameters split over the same groups: their gradients are disjoint pieces of the whole over
+// each of `split_over` (null entries and groups of one rank are skipped); empty: every rank
+// holds them whole.
+struct GradNormPart {
+  std::vector<at::Tensor> params;
+  std::vector<GroupPtr> split_over;
+};
+
 bool counts(const GroupPtr& g) { return g && g->size() > 1; }
 
 // The groups the parts name, each once, in the order they first appear.
@@ -29,10 +37,27 @@ std::vector<GroupPtr> groups_in_order(const std::vector<GradNormPart>& parts) {
   return out;
 }
 
-}  // namespace
+// The parts of sharded parameters: grouped by the groups their placements split them over (in
+// placement order), each parameter once; replicas (replicate_group, outer_replicas) split
+// nothing and so count once.
+std::vector<GradNormPart> grad_norm_parts(const std::vector<ShardedParam>& params) {
+  std::vector<GradNormPart> parts;
+  for (const auto& p : params) {
+    std::vector<GroupPtr> split;
+    for (const auto& pl : p.placements) split.push_back(pl.group);
+    auto it = std::find_if(parts.begin(), parts.end(),
+                           [&](const GradNormPart& part) { return part.split_over == split; });
+    if (it == parts.end()) {
+      parts.push_back({{}, split});
+      it = parts.end() - 1;
+    }
+    it->params.push_back(p.param);
+  }
+  return parts;
+}
 
-double clip_grad_norm_(const std::vector<GradNormPart>& parts, double max_norm, double norm_type,
-                       const std::vector<GroupPtr>& across) {
+double clip_parts(const std::vector<GradNormPart>& parts, double max_norm, double norm_type,
+                  const std::vector<GroupPtr>& across) {
   FSDPP_CHECK_AS(ConfigError, norm_type == 2.0 || std::isinf(norm_type),
                  "[fsdp] clip_grad_norm_ supports norm_type 2 and inf; got {}", norm_type);
   const bool inf = std::isinf(norm_type);
@@ -90,20 +115,15 @@ double clip_grad_norm_(const std::vector<GradNormPart>& parts, double max_norm, 
   return norm;
 }
 
-std::vector<GradNormPart> grad_norm_parts(const std::vector<ShardedParam>& params) {
-  std::vector<GradNormPart> parts;
-  for (const auto& p : params) {
-    std::vector<GroupPtr> split;
-    for (const auto& pl : p.placements) split.push_back(pl.group);
-    auto it = std::find_if(parts.begin(), parts.end(),
-                           [&](const GradNormPart& part) { return part.split_over == split; });
-    if (it == parts.end()) {
-      parts.push_back({{}, split});
-      it = parts.end() - 1;
-    }
-    it->params.push_back(p.param);
-  }
-  return parts;
+}  // namespace
+
+double clip_grad_norm_(const std::vector<ShardedParam>& params, double max_norm, double norm_type,
+                       const std::vector<GroupPtr>& across) {
+  return clip_parts(grad_norm_parts(params), max_norm, norm_type, across);
+}
+
+double clip_grad_norm_(torch::nn::Module& root, double max_norm, double norm_type) {
+  return clip_grad_norm_(sharded_params(root, "clip_grad_norm_"), max_norm, norm_type);
 }
 
 }  // namespace fsdpp

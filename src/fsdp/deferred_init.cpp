@@ -34,17 +34,6 @@ struct Target {
   int64_t row_numel() const { return numel_of(view.global_shape) / std::max<int64_t>(rows(), 1); }
 };
 
-ShardedParam whole_view(const std::string& name, const at::Tensor& p) {
-  ShardedParam v;
-  v.fqn = name;
-  v.unit = "(not sharded)";
-  v.global_shape = p.sizes().vec();
-  v.param = p;
-  v.local_shard = p;
-  v.device = p.device();
-  return v;
-}
-
 // Every parameter of the parts by name: the views of a fully_shard-ed root's units, or a plain
 // module's parameters whole.
 std::map<std::string, Target> targets_of(const std::vector<torch::nn::Module*>& parts, const char* what) {
@@ -59,16 +48,8 @@ std::map<std::string, Target> targets_of(const std::vector<torch::nn::Module*>& 
     if (FSDPUnit* unit = find_unit(*part)) {
       FSDPP_CHECK(unit->is_root(), "[fsdp] {} needs the module given last to fully_shard; '{}' is "
                   "inside another unit", what, unit->name());
-      for (auto& v : sharded_params(*part, what)) add(std::move(v));
-      continue;
     }
-    for (const auto& item : part->named_modules("", /*include_self=*/false)) {
-      FSDPP_CHECK(!find_unit(*item.value()),
-                  "[fsdp] {}: module '{}' holds FSDP units ('{}') but is not one itself; "
-                  "fully_shard the root too, or pass the units' root",
-                  what, part->name(), item.key());
-    }
-    for (const auto& item : part->named_parameters(/*recurse=*/true)) add(whole_view(item.key(), item.value()));
+    for (auto& v : placed_params(*part, {}, what)) add(std::move(v));
   }
   return out;
 }

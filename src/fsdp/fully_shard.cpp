@@ -8,7 +8,6 @@
 
 #include "fsdp_unit.h"
 #include "fsdpp/common/error.h"
-#include "fsdpp/fsdp/clip.h"
 #include "fsdpp/fsdp/inspect.h"
 
 namespace fsdpp {
@@ -37,27 +36,6 @@ ShardingStrategy parse_sharding_strategy(const std::string& name) {
   FSDPP_THROW(ConfigError,
               "[fsdp] unknown sharding strategy '{}'; expected full_shard, shard_grad_op, zero1, "
               "no_shard, hybrid_shard or hybrid_shard_zero2",
-              name);
-}
-
-const char* to_string(BackwardPrefetch p) {
-  switch (p) {
-    case BackwardPrefetch::NONE: return "NONE";
-    case BackwardPrefetch::BACKWARD_PRE: return "BACKWARD_PRE";
-    case BackwardPrefetch::BACKWARD_POST: return "BACKWARD_POST";
-  }
-  return "?";
-}
-
-BackwardPrefetch parse_backward_prefetch(const std::string& name) {
-  std::string n;
-  for (char c : name) n += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (n == "NONE" || n == "NO_PREFETCH") return BackwardPrefetch::NONE;
-  if (n == "BACKWARD_PRE") return BackwardPrefetch::BACKWARD_PRE;
-  if (n == "BACKWARD_POST") return BackwardPrefetch::BACKWARD_POST;
-  FSDPP_THROW(ConfigError,
-              "[fsdp] unknown backward prefetch '{}'; expected backward_pre, backward_post or "
-              "none",
               name);
 }
 
@@ -164,12 +142,6 @@ void reduce_gradients(torch::nn::Module& root) {
 
 void reshard(torch::nn::Module& root) {
   for (auto* u : root_unit(root, "reshard").all_units()) u->release();
-}
-
-double clip_grad_norm_(torch::nn::Module& root, double max_norm, double norm_type) {
-  // Each part summed over the groups its placements name: FSDP's shard group, and tensor or
-  // expert parallelism's groups where they split a parameter first (clip.h).
-  return clip_grad_norm_(grad_norm_parts(sharded_params(root, "clip_grad_norm_")), max_norm, norm_type);
 }
 
 std::vector<UnitInfo> inspect_units(torch::nn::Module& root) {

@@ -138,6 +138,33 @@ std::vector<ShardedParam> sharded_params(torch::nn::Module& root, const char* wh
   return out;
 }
 
+std::vector<ShardedParam> placed_params(torch::nn::Module& root, const OuterLayoutOf& layout,
+                                        const char* what) {
+  if (find_unit(root)) return sharded_params(root, what);
+  for (const auto& item : root.named_modules("", /*include_self=*/false)) {
+    FSDPP_CHECK(!find_unit(*item.value()),
+                "[fsdp] {}: module '{}' holds FSDP units ('{}') but is not one itself; "
+                "fully_shard the root too, or pass the units' root",
+                what, root.name(), item.key());
+  }
+  std::vector<ShardedParam> out;
+  for (const auto& item : root.named_parameters(/*recurse=*/true)) {
+    const auto& param = item.value();
+    OuterLayout outer = layout ? layout(param) : OuterLayout{};
+    ShardedParam v;
+    v.fqn = item.key();
+    v.unit = "(not sharded)";
+    v.global_shape = whole_shape(param.sizes().vec(), outer.placements);
+    v.placements = std::move(outer.placements);
+    v.outer_replicas = std::move(outer.replicas);
+    v.param = param;
+    v.local_shard = param;
+    v.device = param.device();
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
 std::vector<int64_t> whole_shape(std::vector<int64_t> held, const std::vector<ShardPlacement>& outer) {
   if (held.empty()) return held;
   for (auto it = outer.rbegin(); it != outer.rend(); ++it) {

@@ -13,8 +13,8 @@
 
 #include "descendants.h"
 #include "multi_node.h"
+#include "pipe.h"
 #include "signal_watch.h"
-#include "unique_fd.h"
 #include "worker_group.h"
 
 namespace fsdpp::launch {

@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "pipe.h"
 #include "rendezvous.h"
 #include "signal_watch.h"
-#include "unique_fd.h"
 
 namespace fsdpp::launch {
 

@@ -15,7 +15,7 @@
 #include <fmt/ranges.h>
 
 #include "fsdpp/launch/launcher.h"
-#include "unique_fd.h"
+#include "pipe.h"
 
 namespace fsdpp::launch {
 

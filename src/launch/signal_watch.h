@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "unique_fd.h"
+#include "pipe.h"
 
 namespace fsdpp::launch {
 

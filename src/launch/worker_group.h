@@ -15,8 +15,8 @@
 
 #include "fsdpp/launch/launcher.h"
 #include "output_relay.h"
+#include "pipe.h"
 #include "signal_watch.h"
-#include "unique_fd.h"
 
 namespace fsdpp::launch {
 

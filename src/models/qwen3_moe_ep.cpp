@@ -1,5 +1,5 @@
 // Expert parallelism for Qwen3-MoE: the slice, the hooks that dispatch tokens and sum the
-// load-balancing statistics over the global batch, gradient sync, clipping and FSDP layout.
+// load-balancing statistics over the global batch, gradient sync and the experts' placements.
 // See include/fsdpp/models/qwen3_moe_ep.h and docs/moe.md#expert-parallelism.
 #include "fsdpp/models/qwen3_moe_ep.h"
 
@@ -8,10 +8,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_set>
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/sharded_param.h"
-#include "fsdpp/fsdp/clip.h"
 #include "qwen3_moe_hooks.h"
 
 namespace fsdpp::models {
@@ -46,6 +46,20 @@ OuterLayoutOf Qwen3MoeExpertParallel::outer_layout() const {
   return [group = ep_, E = num_experts_](const at::Tensor&) {
     OuterLayout layout;
     if (group->size() > 1) layout.placements.push_back(balanced_placement("ep", group, 0, E));
+    return layout;
+  };
+}
+
+OuterLayoutOf Qwen3MoeExpertParallel::model_layout(const Qwen3MoeImpl& model) const {
+  std::unordered_set<const void*> experts;
+  for (const auto& item : model.named_parameters()) {
+    if (is_expert(item.key())) experts.insert(item.value().unsafeGetTensorImpl());
+  }
+  auto expert = outer_layout();
+  return [experts = std::move(experts), expert, batch = batch_](const at::Tensor& p) {
+    if (experts.count(p.unsafeGetTensorImpl())) return expert(p);
+    OuterLayout layout;
+    if (batch->size() > 1) layout.replicas.push_back(batch);
     return layout;
   };
 }
@@ -154,16 +168,6 @@ void sync_expert_parallel_gradients(Qwen3MoeImpl& model, const Qwen3MoeExpertPar
     g.copy_(buffer.narrow(0, offset, g.numel()).view_as(g));
     offset += g.numel();
   }
-}
-
-double clip_grad_norm_(Qwen3MoeImpl& model, const Qwen3MoeExpertParallel& ep, double max_norm,
-                       const moe::GroupPtr& fsdp_group, const moe::GroupPtr& expert_fsdp_group) {
-  GradNormPart dense{{}, {fsdp_group}};
-  GradNormPart experts{{}, {expert_fsdp_group, ep.ep_group()}};
-  for (auto& item : model.named_parameters()) {
-    (Qwen3MoeExpertParallel::is_expert(item.key()) ? experts : dense).params.push_back(item.value());
-  }
-  return fsdpp::clip_grad_norm_({dense, experts}, max_norm);
 }
 
 void fully_shard_qwen3_moe(Qwen3MoeImpl& model, const Qwen3MoeExpertParallel& ep,

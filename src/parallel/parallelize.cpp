@@ -432,7 +432,7 @@ double Parallelized::clip_grad_norm_(double max_norm, double norm_type) {
   for (const auto& r : record_) views.push_back(r.view);
   std::vector<GroupPtr> across;
   if (dims().pp > 1) across.push_back(mesh_->group("pp"));
-  return fsdpp::clip_grad_norm_(grad_norm_parts(views), max_norm, norm_type, across);
+  return fsdpp::clip_grad_norm_(views, max_norm, norm_type, across);
 }
 
 std::unique_ptr<ShardedGradScaler> Parallelized::grad_scaler(GradScalerOptions options) const {

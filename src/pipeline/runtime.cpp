@@ -165,6 +165,16 @@ std::vector<at::Tensor> PipelineRuntime::parameters() const {
   return out;
 }
 
+std::vector<ShardedParam> PipelineRuntime::placed_params(const OuterLayoutOf& layout) const {
+  std::vector<ShardedParam> out;
+  for (const auto& s : stages_) {
+    for (auto& v : fsdpp::placed_params(*s.module, layout, "PipelineRuntime::placed_params")) {
+      out.push_back(std::move(v));
+    }
+  }
+  return out;
+}
+
 namespace {
 
 int tag_of(const PipelineSchedule& s, int direction, int stage, int mb) {

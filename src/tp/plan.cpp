@@ -6,7 +6,6 @@
 
 
 #include "fsdpp/common/error.h"
-#include "fsdpp/fsdp/clip.h"
 #include "fsdpp/tp/linear.h"
 #include "fsdpp/tp/split_dims.h"
 
@@ -192,15 +191,6 @@ void load_full_parameters(torch::nn::Module& root, const TensorParallel& tp,
   FSDPP_CHECK_AS(ConfigError, used == full.size(),
                  "[tp] load_full_parameters: {} tensors given for {} parameters", full.size(),
                  used);
-}
-
-double clip_grad_norm_(torch::nn::Module& root, const TensorParallel& tp, double max_norm,
-                       const GroupPtr& fsdp_group) {
-  GradNormPart split{{}, {fsdp_group, tp.group()}}, whole{{}, {fsdp_group}};
-  for (const auto& item : root.named_parameters()) {
-    (tp.placement(item.key()).sharded ? split : whole).params.push_back(item.value());
-  }
-  return fsdpp::clip_grad_norm_({split, whole}, max_norm);
 }
 
 }  // namespace fsdpp::tp

@@ -140,7 +140,7 @@ inline std::string run_case(const std::string& name, int m, const models::LlamaC
     auto b = batch(step, batch_size, cfg);
     opt.zero_grad();
     auto out = rt.step(b.tokens, b.targets);
-    pp::clip_grad_norm_(rt.parameters(), kMaxNorm, {group});
+    fsdpp::clip_grad_norm_(rt.placed_params(), kMaxNorm, 2.0, {group});
     opt.step();
     mm.check(fmt::format("step {} loss", step), out.loss, ref.losses[static_cast<size_t>(step)]);
   }

@@ -17,13 +17,13 @@
 #include <fmt/format.h>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/clip.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/sharded_param.h"
 #include "fsdpp/models/llama.h"
 #include "fsdpp/models/llama_stages.h"
 #include "fsdpp/models/llama_tp_plan.h"
 #include "fsdpp/pipeline/blocks.h"
-#include "fsdpp/pipeline/clip.h"
 #include "fsdpp/tp/plan.h"
 #include "fsdpp/pipeline/runtime.h"
 #include "fsdpp/pipeline/schedules.h"
@@ -318,7 +318,7 @@ TEST(PipelineFsdp, Pp2TimesFsdp2MatchesOneProcess) {
       auto out = rt.step(b.tokens.narrow(0, first, local), b.targets.narrow(0, first, local));
       auto loss = torch::full({1}, out.loss, torch::kDouble);
       dp_group->all_reduce(loss, dist::ReduceOp::AVG);
-      pp::clip_grad_norm_(rt.parameters(), kMaxNorm, {pp_group, dp_group});
+      fsdpp::clip_grad_norm_(rt.placed_params(), kMaxNorm, 2.0, {pp_group});
       opt.step();
       mm.check(fmt::format("step {} loss", step), loss.item<double>(),
                ref.losses[static_cast<size_t>(step)]);
@@ -413,13 +413,10 @@ TEST(PipelineTp, Pp2TimesTp2MatchesOneProcess) {
     std::vector<models::LlamaStage> all;
     auto mine = llama_stages(model, sched, pp_group->rank(), &all);
     pp::PipelineRuntime rt(sched, std::move(mine), pp_group, {.store = w.store()});
-    pp::TensorParallelParams clip{.tp = tp_group};
+    const auto layout = tp.outer_layout(*model);  // the tp placements, which clipping reads
     std::set<std::string> names;  // this rank's stages' parameters
     for (const auto& st : rt.stages()) {
-      for (const auto& p : st.module->named_parameters()) {
-        (tp.placement(p.key()).sharded ? clip.split : clip.replicated).push_back(p.value());
-        names.insert(p.key());
-      }
+      for (const auto& p : st.module->named_parameters()) names.insert(p.key());
     }
     auto opt = adamw(rt.parameters());
     Mismatch mm;
@@ -428,7 +425,7 @@ TEST(PipelineTp, Pp2TimesTp2MatchesOneProcess) {
       auto b = batch(step, global, cfg);
       opt.zero_grad();
       auto out = rt.step(b.tokens, b.targets);
-      pp::clip_grad_norm_(clip, kMaxNorm, {pp_group});
+      fsdpp::clip_grad_norm_(rt.placed_params(layout), kMaxNorm, 2.0, {pp_group});
       opt.step();
       mm.check(fmt::format("step {} loss", step), out.loss, ref.losses[static_cast<size_t>(step)]);
     }

@@ -16,7 +16,6 @@
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/models/llama.h"
 #include "fsdpp/models/llama_stages.h"
-#include "fsdpp/pipeline/clip.h"
 #include "fsdpp/pipeline/runtime.h"
 #include "fsdpp/pipeline/schedules.h"
 #include "fsdpp/state/atomic_dir.h"

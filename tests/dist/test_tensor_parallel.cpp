@@ -245,7 +245,8 @@ TEST(TensorParallel, LlamaTrainingEqualsSingleProcess) {
       auto b = batch(s);
       auto loss = model->forward(b.x, b.y).loss;
       loss.backward();
-      const double norm = tp::clip_grad_norm_(*model, tpi, kClip);
+      const double norm =
+          fsdpp::clip_grad_norm_(fsdpp::placed_params(*model, tpi.outer_layout(*model)), kClip);
       norm_diff = std::max(norm_diff, std::abs(norm - ref_norms[s]) / ref_norms[s]);
       norm_seen = std::max(norm_seen, norm);
       opt.step();
@@ -323,7 +324,7 @@ TEST(TensorParallel, LlamaTiedFrozenCheckpointedEqualsSingleProcess) {
         auto out = model->forward(b.x, b.y);
         graph = out.loss.grad_fn();
         out.loss.backward();
-        tp::clip_grad_norm_(*model, tpi, kClip);
+        fsdpp::clip_grad_norm_(fsdpp::placed_params(*model, tpi.outer_layout(*model)), kClip);
         opt.step();
         opt.zero_grad();
         loss_diff = std::max(loss_diff, std::abs(out.loss.item<double>() - ref_losses[s]));
@@ -374,7 +375,7 @@ TEST(TensorParallel, WholeParametersMoveBetweenLayouts) {
     for (int s = 0; s < steps; ++s) {
       auto b = batch(s);
       m->forward(b.x, b.y).loss.backward();
-      tp::clip_grad_norm_(*m, t, kClip);
+      fsdpp::clip_grad_norm_(fsdpp::placed_params(*m, t.outer_layout(*m)), kClip);
       opt.step();
       opt.zero_grad();
     }
@@ -448,7 +449,7 @@ TEST(TensorParallel, LlamaCommunicationMatchesFormulas) {
     }
     // Clipping: one all-reduce of one double.
     g->reset_counters();
-    tp::clip_grad_norm_(*model, tpi, 1.0);
+    fsdpp::clip_grad_norm_(fsdpp::placed_params(*model, tpi.outer_layout(*model)), 1.0);
     c = g->counters();
     EXPECT_EQ(c.calls_of(Collective::ALL_REDUCE), 1u);
     EXPECT_EQ(c.total_bytes(), ar * 8 / N);
@@ -571,6 +572,7 @@ TEST(TensorParallelFsdp, LlamaTp2Fsdp2EqualsSingleProcess) {
     FullyShardOptions o;
     o.mesh = mesh->sub({"dp_shard"});
     o.strategy = ShardingStrategy::FULL_SHARD;
+    o.outer_layout = tpi.outer_layout(*model);  // the tp placements, which clipping reads
     for (size_t i = 0; i < model->layers->size(); ++i) {
       fully_shard(*model->layers->ptr<models::TransformerBlockImpl>(i), o);
     }
@@ -583,7 +585,7 @@ TEST(TensorParallelFsdp, LlamaTp2Fsdp2EqualsSingleProcess) {
       auto y = b.y.narrow(0, dpg->rank() * local_batch, local_batch);
       auto out = fsdpp::forward(model, x, y);
       out.loss.backward();
-      const double norm = tp::clip_grad_norm_(*model, tpi, kClip, dpg);
+      const double norm = fsdpp::clip_grad_norm_(*model, kClip);
       norm_diff = std::max(norm_diff, std::abs(norm - ref_norms[s]) / ref_norms[s]);
       norm_seen = std::max(norm_seen, norm);
       opt.step();
@@ -693,6 +695,7 @@ TEST(TensorParallelFsdp, LlamaTp2Hybrid2EqualsSingleProcess) {
   FullyShardOptions o;
   o.mesh = mesh->sub({"replicate", "shard"});
   o.strategy = ShardingStrategy::HYBRID_SHARD;
+  o.outer_layout = tpi.outer_layout(*model);
   for (size_t i = 0; i < model->layers->size(); ++i) {
     fully_shard(*model->layers->ptr<models::TransformerBlockImpl>(i), o);
   }
@@ -705,8 +708,9 @@ TEST(TensorParallelFsdp, LlamaTp2Hybrid2EqualsSingleProcess) {
     auto y = b.y.narrow(0, dpg->rank() * local_batch, local_batch);
     auto out = fsdpp::forward(model, x, y);
     out.loss.backward();
-    // Gradients are equal on the replicas after FSDP's all-reduce: sum over "shard" only.
-    tp::clip_grad_norm_(*model, tpi, kClip, mesh->group("shard"));
+    // Gradients are equal on the replicas after FSDP's all-reduce: summed over "shard" and tp
+    // only, as the placements say.
+    fsdpp::clip_grad_norm_(*model, kClip);
     opt.step();
     opt.zero_grad();
     auto mean = out.loss.detach().reshape({1}).clone();

@@ -14,22 +14,23 @@
 //
 // LibTorch's C++ modules have no forward hooks, so a unit runs through fsdpp::forward(unit,
 // args...) instead of unit->forward(args...): in the root's call and inside the parent's
-// forward for every sharded child. On a module that is not a unit it is a plain call.
+// forward for every sharded child. On a module that is not a unit it is a plain call. Its
+// machinery (the unit's hooks around a call, activation checkpointing) is in
+// detail/unit_forward.h.
 
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
-#include <functional>
 #include <memory>
-#include <optional>
 #include <string>
-#include <tuple>
-#include <type_traits>
-#include <vector>
+#include <utility>
 
 #include "fsdpp/dist/device_mesh.h"
-#include "fsdpp/fsdp/sharded_param.h"
+#include "fsdpp/fsdp/clip.h"  // clip_grad_norm_(root, ...), which the example above calls
+#include "fsdpp/fsdp/detail/unit_forward.h"
 #include "fsdpp/fsdp/mixed_precision.h"
+#include "fsdpp/fsdp/prefetch.h"
+#include "fsdpp/fsdp/sharded_param.h"
 
 namespace fsdpp {
 
@@ -45,13 +46,6 @@ enum class ShardingStrategy {
 };
 const char* to_string(ShardingStrategy s);
 ShardingStrategy parse_sharding_strategy(const std::string& name);  // "full_shard", ...
-
-// When backward gathers the next unit's parameters (in the backward order of the last step):
-// BACKWARD_PRE as the current unit's backward begins (most overlap, one more unit gathered at
-// a time), BACKWARD_POST once its gradients are computed, NONE only when it is needed.
-enum class BackwardPrefetch { NONE, BACKWARD_PRE, BACKWARD_POST };
-const char* to_string(BackwardPrefetch p);
-BackwardPrefetch parse_backward_prefetch(const std::string& name);  // "backward_pre", ...
 
 struct FullyShardOptions {
   // The ranks to shard over (required): world->mesh() for 1-D strategies, a 2-D mesh for the
@@ -128,164 +122,12 @@ void reduce_gradients(torch::nn::Module& root);
 // Ends the hold: every unit back to its shard, its unsharded storage freed (ZERO1 keeps it).
 void reshard(torch::nn::Module& root);
 
-// Global gradient-norm clipping over every rank's shards; returns the total norm (the same
-// number single-process training would compute). Reads each parameter's placements
-// (sharded_param.h), so a model tensor or expert parallelism split before fully_shard is clipped
-// as one model too; norm_type 2 or inf. The general form, over parts, is in fsdpp/fsdp/clip.h.
-double clip_grad_norm_(torch::nn::Module& root, double max_norm, double norm_type = 2.0);
-
-class FSDPUnit;
-namespace detail {
-FSDPUnit* unit_of(torch::nn::Module& module);
-void pre_forward(FSDPUnit& unit);
-std::vector<at::Tensor> post_forward(FSDPUnit& unit, std::vector<at::Tensor> outputs);
-void forward_failed(FSDPUnit& unit);
-// Inside a catch: rethrows the exception a unit's forward threw. A LibTorch error (c10::Error)
-// becomes an fsdpp::Error naming the unit, with its first line only and, for mixed dtypes, the
-// units whose output_dtype handed this one another dtype than its parameters'; fsdpp's own
-// errors and others pass unchanged.
-[[noreturn]] void rethrow_forward_error(FSDPUnit& unit);
-
-// Visits the tensors of a forward's result so that FSDP can hook its backward. Tensors,
-// tuples, pairs and vectors of them are known; for a struct, define
-// `template <class F> void fsdpp_visit_tensors(MyOutput& out, F&& f)` calling f on each tensor
-// member (found by argument-dependent lookup).
-template <typename F>
-void visit_tensors(at::Tensor& t, F&& f) { f(t); }
-template <typename F>
-void visit_tensors(std::vector<at::Tensor>& v, F&& f) { for (auto& t : v) f(t); }
-template <typename F, typename... Ts>
-void visit_tensors(std::tuple<Ts...>& t, F&& f);
-template <typename F, typename A, typename B>
-void visit_tensors(std::pair<A, B>& p, F&& f);
-template <typename T, typename F>
-auto visit_tensors(T& value, F&& f) -> decltype(fsdpp_visit_tensors(value, f), void()) {
-  fsdpp_visit_tensors(value, f);
-}
-template <typename T, typename F>
-void visit_tensors_or_skip(T& value, F&& f) {
-  if constexpr (requires { visit_tensors(value, f); }) visit_tensors(value, f);
-}
-template <typename F, typename... Ts>
-void visit_tensors(std::tuple<Ts...>& t, F&& f) {
-  std::apply([&](auto&... e) { (visit_tensors_or_skip(e, f), ...); }, t);
-}
-template <typename F, typename A, typename B>
-void visit_tensors(std::pair<A, B>& p, F&& f) {
-  visit_tensors_or_skip(p.first, f);
-  visit_tensors_or_skip(p.second, f);
-}
-
-template <typename M>
-torch::nn::Module& as_module(M& m) {
-  if constexpr (std::is_base_of_v<torch::nn::Module, std::remove_cv_t<M>>) {
-    return m;
-  } else {
-    return *m;  // ModuleHolder or std::shared_ptr
-  }
-}
-template <typename M>
-auto& impl_of(M& m) {
-  if constexpr (std::is_base_of_v<torch::nn::Module, std::remove_cv_t<M>>) {
-    return m;
-  } else {
-    return *m;
-  }
-}
-}  // namespace detail
-
-namespace detail {
-class CheckpointMarker;
-CheckpointMarker* checkpoint_marker_of(torch::nn::Module& module);
-at::Tensor cast_forward_input(FSDPUnit& unit, const at::Tensor& t);
-using RecomputeFn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
-// Runs fn(inputs) without keeping its activations; backward runs it again (see checkpoint.h).
-std::vector<at::Tensor> run_checkpointed(CheckpointMarker& marker, RecomputeFn fn,
-                                         const std::vector<at::Tensor>& inputs);
-bool grad_mode_enabled();
-
-template <typename A>
-decltype(auto) cast_arg(FSDPUnit& unit, A&& a) {
-  if constexpr (std::is_same_v<std::decay_t<A>, at::Tensor>) {
-    return at::Tensor(cast_forward_input(unit, a));
-  } else {
-    return std::forward<A>(a);
-  }
-}
-
-template <typename Impl, typename... Args>
-auto forward_unit(FSDPUnit* unit, Impl& impl, Args&&... args) {
-  if (!unit) return impl.forward(std::forward<Args>(args)...);
-  pre_forward(*unit);
-  try {
-    auto out = impl.forward(cast_arg(*unit, std::forward<Args>(args))...);
-    std::vector<at::Tensor> flat;
-    visit_tensors(out, [&](at::Tensor& t) { flat.push_back(t); });
-    flat = post_forward(*unit, std::move(flat));
-    size_t i = 0;
-    visit_tensors(out, [&](at::Tensor& t) { t = flat[i++]; });
-    return out;
-  } catch (...) {
-    forward_failed(*unit);
-    rethrow_forward_error(*unit);
-  }
-}
-
-// Activation checkpointing of one call: the tensor arguments become the checkpoint's inputs,
-// the other arguments are kept by value for the recomputation, and the result keeps its type.
-template <typename Impl, typename... Args>
-auto forward_checkpointed(CheckpointMarker& marker, FSDPUnit* unit, Impl& impl, Args&&... args) {
-  using Out = decltype(impl.forward(std::forward<Args>(args)...));
-  auto saved = std::make_shared<std::tuple<std::decay_t<Args>...>>(args...);
-  std::vector<at::Tensor> inputs;
-  std::apply([&](auto&... a) {
-    ((void)[&](auto& x) {
-      if constexpr (std::is_same_v<std::decay_t<decltype(x)>, at::Tensor>) inputs.push_back(x);
-    }(a), ...);
-  }, *saved);
-  auto first = std::make_shared<std::optional<Out>>();  // the first run's result, for its shape
-  auto calls = std::make_shared<int>(0);
-  Impl* self = &impl;
-  RecomputeFn fn = [saved, first, calls, unit, self](const std::vector<at::Tensor>& in) {
-    auto args_copy = *saved;
-    size_t i = 0;
-    std::apply([&](auto&... a) {
-      ((void)[&](auto& x) {
-        if constexpr (std::is_same_v<std::decay_t<decltype(x)>, at::Tensor>) x = in[i++];
-      }(a), ...);
-    }, args_copy);
-    Out out = std::apply([&](auto&... a) { return forward_unit(unit, *self, a...); }, args_copy);
-    std::vector<at::Tensor> flat;
-    visit_tensors(out, [&](at::Tensor& t) { flat.push_back(t); });
-    if ((*calls)++ == 0) first->emplace(std::move(out));
-    return flat;
-  };
-  auto flat = run_checkpointed(marker, std::move(fn), inputs);
-  Out out = std::move(**first);
-  first->reset();  // the recomputation must not keep the first result alive
-  size_t i = 0;
-  visit_tensors(out, [&](at::Tensor& t) { t = flat[i++]; });
-  return out;
-}
-
-// fsdpp::forward for a module whose forward is called through `impl` (an object with
-// forward(args...) that lives as long as the module: the Impl itself, or for a type-erased
-// torch::nn::AnyModule a caller of its own, as pipeline::BlockStage has).
-template <typename Impl, typename... Args>
-auto forward_as(torch::nn::Module& mod, Impl& impl, Args&&... args) {
-  FSDPUnit* unit = unit_of(mod);
-  if (auto* marker = checkpoint_marker_of(mod); marker && grad_mode_enabled()) {
-    return forward_checkpointed(*marker, unit, impl, std::forward<Args>(args)...);
-  }
-  return forward_unit(unit, impl, std::forward<Args>(args)...);
-}
-}  // namespace detail
-
 // Runs module.forward(args...) as an FSDP unit: gathers its parameters first, frees them after
 // (as the strategy says), and hooks the result so backward gathers them again and
 // reduce-scatters their gradients. A module marked by apply_activation_checkpointing keeps no
 // activations and recomputes its forward in backward. `module` may be a ModuleHolder, a
-// std::shared_ptr<Impl> or the Impl itself.
+// std::shared_ptr<Impl> or the Impl itself. The result may be a tensor, tuples, pairs and
+// vectors of them, or a struct with an fsdpp_visit_tensors (detail/unit_forward.h).
 template <typename M, typename... Args>
 auto forward(M&& module, Args&&... args) {
   return detail::forward_as(detail::as_module(module), detail::impl_of(module), std::forward<Args>(args)...);

@@ -120,6 +120,13 @@ struct ShardedParam {
 std::vector<ShardedParam> sharded_params(torch::nn::Module& root,
                                          const char* what = "sharded_params");
 
+// The parameters of any module with their placements: a fully_shard root's sharded_params();
+// any other module's own tensors placed as `layout` says (tensor or expert parallelism's outer
+// layout; none: every parameter whole), for a model such parallelism split without fully_shard.
+// A module that holds units without being one is refused; `what` names the caller then.
+std::vector<ShardedParam> placed_params(torch::nn::Module& root, const OuterLayoutOf& layout = {},
+                                        const char* what = "placed_params");
+
 // rows_view() for many parameters at once (one all-gather per group of alike parameters, as
 // gather_full). Collective like gather_full.
 std::vector<at::Tensor> gather_rows(const std::vector<const ShardedParam*>& params,

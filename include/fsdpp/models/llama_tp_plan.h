@@ -8,7 +8,7 @@
 //   auto tp = models::parallelize_llama(*model, mesh->group("tp"), {.sequence_parallel = true});
 //   auto out = model->forward(tokens, targets);   // out.logits: this rank's vocab columns
 //   out.loss.backward();                          // the same loss on every rank of the group
-//   tp::clip_grad_norm_(*model, tp, 1.0);
+//   fsdpp::clip_grad_norm_(fsdpp::placed_params(*model, tp.outer_layout(*model)), 1.0);
 //
 // Every rank of the group must get the same tokens. Errors ([tp] ConfigError), checked before
 // anything is changed: n_heads or n_kv_heads not divisible by the degree (each rank computes

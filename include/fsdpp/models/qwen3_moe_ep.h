@@ -10,7 +10,7 @@
 //   auto out = model->forward(my_tokens, my_targets, /*output_router_logits=*/true);
 //   out.loss.backward();                            // all-to-alls backward too
 //   models::sync_expert_parallel_gradients(*model, ep);   // without FSDP: average over ranks
-//   models::clip_grad_norm_(*model, ep, 1.0);              // each expert counted once
+//   fsdpp::clip_grad_norm_(fsdpp::placed_params(*model, ep.model_layout(*model)), 1.0);
 //   opt.step();
 //
 // With FSDP (EP x FSDP, torchtitan's separate expert mesh): the experts of each layer are an
@@ -23,7 +23,7 @@
 //   FullyShardOptions dense;  dense.mesh = world->mesh();
 //   models::fully_shard_qwen3_moe(*model, ep, dense, mesh->sub({"efsdp"}));
 //   ...  out.loss.backward();                      // FSDP reduces every gradient
-//   models::clip_grad_norm_(*model, ep, 1.0, world->group(), mesh->group("efsdp"));
+//   fsdpp::clip_grad_norm_(*model, 1.0);           // the placements the units recorded
 //
 // The slice is taken from the whole model, so an EP run starts exactly where one process does.
 // The load-balancing loss is computed over the global batch (the routing statistics of every
@@ -68,6 +68,10 @@ class Qwen3MoeExpertParallel {
   // The experts' placement before FSDP (FullyShardOptions::outer_layout of their units): dim 0
   // over the ep group, balanced, E/ep rows per rank; nothing for a group of one rank.
   OuterLayoutOf outer_layout() const;
+  // Every parameter of `model` (the one this split) without FSDP: the experts placed as
+  // outer_layout() places them, the rest replicated over the batch group; for
+  // fsdpp::placed_params, whose views fsdpp::clip_grad_norm_ reads (each expert counted once).
+  OuterLayoutOf model_layout(const Qwen3MoeImpl& model) const;
 
  private:
   friend Qwen3MoeExpertParallel parallelize_qwen3_moe_experts(Qwen3MoeImpl&,
@@ -111,13 +115,6 @@ ExpertLoadSummary summarize_expert_load(const std::vector<int64_t>& load);
 // all-to-all's backward already summed what every rank's tokens gave them). The batch group
 // must be the ep group (ConfigError otherwise: with more data-parallel ranks use FSDP).
 void sync_expert_parallel_gradients(Qwen3MoeImpl& model, const Qwen3MoeExpertParallel& ep);
-
-// Global 2-norm clipping that counts each expert once: the experts' squared norms summed over
-// expert_fsdp_group (when FSDP shards them) and the ep group, the others' over fsdp_group (when
-// FSDP shards them; replicated ones counted once). Returns the norm before clipping.
-double clip_grad_norm_(Qwen3MoeImpl& model, const Qwen3MoeExpertParallel& ep, double max_norm,
-                       const moe::GroupPtr& fsdp_group = nullptr,
-                       const moe::GroupPtr& expert_fsdp_group = nullptr);
 
 // fully_shard for an expert-parallel model: every sparse layer's experts a unit over
 // expert_mesh (1-D: the ranks that hold the same experts; gradients divided by the batch

@@ -20,7 +20,7 @@
 //   auto tp = models::parallelize_qwen3_moe(*model, mesh->group("tp"), {.sequence_parallel = true});
 //   auto out = model->forward(tokens, targets, /*output_router_logits=*/true);
 //   out.loss.backward();                      // the same loss on every rank of the group
-//   tp::clip_grad_norm_(*model, tp, 1.0);
+//   fsdpp::clip_grad_norm_(fsdpp::placed_params(*model, tp.outer_layout(*model)), 1.0);
 //
 // Every rank of the group must get the same tokens. Errors ([tp] ConfigError), checked before
 // anything is changed: num_attention_heads or num_key_value_heads not divisible by the degree;

@@ -197,8 +197,8 @@ class Parallelized {
                             const at::Tensor& positions, double loss_scale = 1.0,
                             const MicrobatchCalls& calls = {});
 
-  // The whole model's gradient norm from the record: each part summed over the groups that
-  // split it, then over pp; clips to max_norm; returns the norm before clipping.
+  // The whole model's gradient norm: fsdpp::clip_grad_norm_ (fsdp/clip.h) over the record's
+  // placements, across pp; clips to max_norm; returns the norm before clipping.
   double clip_grad_norm_(double max_norm, double norm_type = 2.0);
   // A float16 loss scaler over roots(), its skip agreed over every dim of the mesh.
   std::unique_ptr<ShardedGradScaler> grad_scaler(GradScalerOptions options = {}) const;

@@ -7,7 +7,7 @@
 //   for (int s : sched.stages_of(pp->rank())) mine.push_back(pipeline::make_stage(s, ...));
 //   pipeline::PipelineRuntime rt(sched, std::move(mine), pp, {.store = world->store()});
 //   auto out = rt.step(tokens, targets);   // forward and backward of the global batch
-//   pipeline::clip_grad_norm_(rt.parameters(), 1.0, {pp});  // clip.h; then optimizer.step()
+//   fsdpp::clip_grad_norm_(rt.placed_params(), 1.0, 2.0, {pp});  // fsdp/clip.h; then step()
 //
 // Loss and gradients are those of single-process training on the whole batch: dim 0 of the
 // batch is split into m equal microbatches, the last stage computes each microbatch's mean
@@ -45,7 +45,7 @@
 #include <vector>
 
 #include "fsdpp/dist/process_group.h"
-#include "fsdpp/pipeline/clip.h"
+#include "fsdpp/fsdp/sharded_param.h"
 #include "fsdpp/pipeline/schedule.h"
 #include "fsdpp/pipeline/stage.h"
 #include "fsdpp/pipeline/timeline.h"
@@ -121,8 +121,12 @@ class PipelineRuntime {
 
   const PipelineSchedule& schedule() const { return schedule_; }
   const std::vector<PipelineStage>& stages() const { return stages_; }
-  // The parameters of this rank's stages (each once), for the optimizer and clipping.
+  // The parameters of this rank's stages (each once), for the optimizer.
   std::vector<at::Tensor> parameters() const;
+  // The same with their placements, for fsdpp::clip_grad_norm_ across the pp group (fsdp/
+  // clip.h): each stage's fsdpp::placed_params, so fully_shard-ed stages' shards and, for
+  // stages that are not, `layout` (tensor parallelism's outer_layout; none: whole).
+  std::vector<ShardedParam> placed_params(const OuterLayoutOf& layout = {}) const;
   // This rank's actions of the last step with their times.
   const MeasuredRank& last_timings() const { return timings_; }
   // Every rank's, summarized (collective over the pp group).

@@ -5,7 +5,8 @@
 //   auto tp = tp::parallelize_module(*model, group, {{"attention.wq", ParallelStyle::COLWISE},
 //                                                    {"attention.wo", ParallelStyle::ROWWISE}});
 //   tp.placement("attention.wq.weight");   // Shard(0), rows [offset, offset + size) of 64
-//   tp::clip_grad_norm_(*model, tp, 1.0);  // each parameter counted once across the group
+//   // Each parameter counted once across the group (fsdpp/fsdp/clip.h):
+//   fsdpp::clip_grad_norm_(fsdpp::placed_params(*model, tp.outer_layout(*model)), 1.0);
 //
 // Each named submodule (a torch::nn::Linear or Embedding) keeps its place in the model; its
 // parameters are replaced, in place, by this rank's slice of the values they hold, so a model
@@ -84,15 +85,5 @@ std::map<std::string, at::Tensor> full_parameters(const torch::nn::Module& root,
 // with its whole shape; extra entries are an error too. Not for parameters FSDP has sharded.
 void load_full_parameters(torch::nn::Module& root, const TensorParallel& tp,
                           const std::map<std::string, at::Tensor>& full);
-
-// Clips the gradients of `root` to a global 2-norm of max_norm, as torch's clip_grad_norm_ over
-// the whole model, for a model tensor parallelism split without fully_shard: the parts of
-// fsdpp::clip_grad_norm_ (fsdpp/fsdp/clip.h) read off the plan, sharded parameters summed over
-// the group and replicated ones counted once. Returns the total norm before clipping. With
-// `fsdp_group` every gradient is also a shard over it; a model made FSDP units after the plan
-// (FullyShardOptions::outer_layout) is clipped by fsdpp::clip_grad_norm_(root) from its
-// placements alone.
-double clip_grad_norm_(torch::nn::Module& root, const TensorParallel& tp, double max_norm,
-                       const GroupPtr& fsdp_group = nullptr);
 
 }  // namespace fsdpp::tp

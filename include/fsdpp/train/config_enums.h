@@ -48,7 +48,6 @@ struct ChoiceNames<train::ModelArchitecture> {
   }};
 };
 
-
 // data.packing_strategy: TRL's names.
 template <>
 struct ChoiceNames<data::PackingStrategy> {
@@ -59,7 +58,6 @@ struct ChoiceNames<data::PackingStrategy> {
       {data::PackingStrategy::WRAPPED, "wrapped"},
   }};
 };
-
 
 // data.long_documents: what a document longer than seq_len becomes.
 template <>
@@ -72,7 +70,6 @@ struct ChoiceNames<data::LongDocuments> {
   }};
 };
 
-
 template <>
 struct ChoiceNames<train::AutoWrapPolicy> {
   static constexpr std::string_view kWhat = "auto wrap policy";
@@ -84,21 +81,21 @@ struct ChoiceNames<train::AutoWrapPolicy> {
   }};
 };
 
-
-// Hugging Face's spelling of fully_shard's BackwardPrefetch (NONE is NO_PREFETCH, and YAML's
-// null, which Accelerate takes as None: no prefetch).
+// Hugging Face's spelling of fully_shard's BackwardPrefetch, from its table (fsdp/prefetch.h:
+// NONE is NO_PREFETCH, and YAML's null, which Accelerate takes as None: no prefetch).
 template <>
 struct ChoiceNames<BackwardPrefetch> {
   static constexpr std::string_view kWhat = "backward prefetch";
   static constexpr bool kAnyCase = true;
   static constexpr BackwardPrefetch kNull = BackwardPrefetch::NONE;
-  static constexpr std::array<std::pair<BackwardPrefetch, std::string_view>, 3> kNames{{
-      {BackwardPrefetch::BACKWARD_PRE, "BACKWARD_PRE"},
-      {BackwardPrefetch::BACKWARD_POST, "BACKWARD_POST"},
-      {BackwardPrefetch::NONE, "NO_PREFETCH"},
-  }};
+  static constexpr auto kNames = [] {
+    std::array<std::pair<BackwardPrefetch, std::string_view>, std::size(kBackwardPrefetchNames)> out;
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i] = {kBackwardPrefetchNames[i].value, kBackwardPrefetchNames[i].hf_name};
+    }
+    return out;
+  }();
 };
-
 
 // PyTorch FSDP's StateDictType names of fsdpp::state's layouts.
 template <>
@@ -112,7 +109,6 @@ struct ChoiceNames<state::StateDictType> {
   }};
 };
 
-
 template <>
 struct ChoiceNames<train::SaveStrategy> {
   static constexpr std::string_view kWhat = "save strategy";
@@ -123,7 +119,6 @@ struct ChoiceNames<train::SaveStrategy> {
       {train::SaveStrategy::NO, "no"},
   }};
 };
-
 
 template <>
 struct ChoiceNames<train::LrSchedulerType> {
@@ -136,7 +131,6 @@ struct ChoiceNames<train::LrSchedulerType> {
   }};
 };
 
-
 template <>
 struct ChoiceNames<train::TeacherDtype> {
   static constexpr std::string_view kWhat = "teacher dtype";
@@ -146,7 +140,6 @@ struct ChoiceNames<train::TeacherDtype> {
       {train::TeacherDtype::BFLOAT16, "bfloat16"},
   }};
 };
-
 
 template <>
 struct ChoiceNames<train::DeferredInit> {

@@ -1,5 +1,6 @@
 #pragma once
-// Pipes and whole writes for the launcher (UniqueFd: fsdpp/common/unique_fd.h).
+// The launcher's pipes (two owned ends) and whole writes to a descriptor (UniqueFd itself is
+// fsdpp/common/unique_fd.h).
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "unique_fd.h"
+#include "pipe.h"
 
 #include <fcntl.h>
 #include <poll.h>
