@@ -174,7 +174,8 @@ struct EstimateOptions {
     int stages_per_rank = 0;        // interleaved schedules (0: 2; ZBVZeroBubble: 2)
     int stage = -1;                 // report this stage; -1: the one with the highest total
   } pipeline;
-  // HYBRID_SHARD / HYBRID_SHARD_ZERO2: ranks per shard group (0: min(world_size, 8), one node).
+  // HYBRID_SHARD / HYBRID_SHARD_ZERO2: ranks per shard group (0: parallel::default_shard_group
+  // of the data-parallel ranks, a stage's under a pipeline: min(dp ranks, 8), one node).
   int shard_group_size = 0;
   // Mixed precision: parameters gathered and computed in param_dtype, gradients reduced in
   // reduce_dtype, an fp32 master copy in the shards the optimizer updates.
