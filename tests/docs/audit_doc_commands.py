@@ -23,8 +23,10 @@ def cmake_tests(src):
     names, run_pages = set(), set()
     for path in glob.glob(os.path.join(src, "tests", "**", "CMakeLists.txt"), recursive=True):
         text = open(path).read()
+        # add_test(NAME name ...) and tests/CMakeLists.txt's fsdpp_test(name label timeout ...).
         names |= set(re.findall(r"add_test\(\s*NAME\s+([A-Za-z0-9_.]+)", text))
-        for call in re.findall(r"add_test\((.*?)\)\s*$", text, re.M | re.S):
+        names |= set(re.findall(r"fsdpp_test\(\s*([A-Za-z0-9_.]+)\s", text))
+        for call in re.findall(r"(?:add_test|fsdpp_test)\((.*?)\)\s*$", text, re.M | re.S):
             if "run_doc_commands.py" in call:
                 args = call.split("run_doc_commands.py", 1)[1].split()
                 run_pages |= {a for a in args if a.endswith(".md")}
