@@ -21,11 +21,11 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/dist/string_collectives.h"
 #include "fsdpp/models/hf_llama.h"
+#include "fsdpp/observe/metrics_log.h"
 #include "fsdpp/state/async_save.h"
 #include "fsdpp/state/atomic_dir.h"
 #include "fsdpp/state/state_dict.h"
 #include "elapsed.h"
-#include "metrics_log.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
@@ -524,7 +524,7 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
   ts.data_path = resolved_data_path(s.cfg.data.path);
   ts.seq_len = s.cfg.data.seq_len;
   ts.teacher = s.cfg.distillation.teacher.empty() ? "" : resolved_data_path(s.cfg.distillation.teacher);
-  if (s.lead()) ts.metrics_digest = metrics_digest(out_dir / "metrics.jsonl");
+  if (s.lead()) ts.metrics_digest = observe::metrics_digest(out_dir / "metrics.jsonl");
   state::SaveOptions so = s.cfg.state_dict_options();
   so.skip_buffer = skip_buffer;
   so.before_write = s.before_write;

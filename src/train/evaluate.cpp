@@ -23,7 +23,7 @@ double evaluate(TrainSession& s, int64_t step, bool* stopped) {
   const int64_t batches = std::max<int64_t>(1, std::min<int64_t>(t.eval_max_batches, val.per_rank() / eb));
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
-    s.heartbeat->beat(fmt::format("evaluating after step {}: batch {} of {}", step, i + 1, batches));
+    s.reporter->beat(fmt::format("evaluating after step {}: batch {} of {}", step, i + 1, batches));
     if (stop_requested(s)) {
       *stopped = true;
       return std::nan("");

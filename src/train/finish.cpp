@@ -10,7 +10,6 @@
 
 #include "fsdpp/common/atomic_file.h"
 #include "fsdpp/data/printable_text.h"
-#include "fsdpp/train/run_plot.h"
 #include "phases.h"
 #include "sample_hold.h"
 
@@ -26,20 +25,12 @@ TrainResult finish(TrainSession& s) {
   const int64_t total_steps = s.total_steps;
   const double val_loss = s.val_loss;
   TrainResult& result = s.result;
-  s.progress->finish();
+  s.reporter->end_steps();
   if (t.save_strategy != SaveStrategy::NO && result.stopped_by_signal == 0 && result.steps > s.last_saved) {
     save_checkpoint(s, result.steps);  // the final model
   }
   s.checkpointer->finish();  // an asynchronous save still being written: wait, report its error
-  if (lead && s.metrics && result.steps >= first_step) {
-    // The run's picture beside metrics.jsonl (run_plot.h). The run itself has succeeded: a
-    // picture that cannot be written is a warning, and `fsdpp-train plot` can draw it later.
-    try {
-      write_run_plot(out_dir);
-    } catch (const std::exception& e) {
-      s.say(fmt::format("[train] warning: the run's picture was not written: {}", e.what()));
-    }
-  }
+  s.reporter->report_end(result.steps);  // the run's picture beside metrics.jsonl
   result.final_val_loss = val_loss;
   auto stopped = [&](const char* when) {
     const auto saved = list_checkpoints(out_dir);
@@ -74,8 +65,8 @@ TrainResult finish(TrainSession& s) {
     // every rank stops at the same token), so that neither waits for the whole sample.
     int64_t made = 0;
     go.stop = [&](const at::Tensor&) {
-      s.heartbeat->beat(fmt::format("sampling after step {}: token {} of {}", result.steps, ++made,
-                                    t.sample_tokens));
+      s.reporter->beat(fmt::format("sampling after step {}: token {} of {}", result.steps, ++made,
+                                   t.sample_tokens));
       return made % 8 == 0 && stop_requested(s);
     };
     at::Tensor ids;

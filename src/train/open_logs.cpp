@@ -1,59 +1,58 @@
-// open_logs (phases.h): where the run reports: timeline traces, metrics.jsonl, TensorBoard,
-// fsdpp-run's heartbeat and the progress line; and the stop signal, from here to the end of
-// run().
+// open_logs (phases.h): where the run reports: timeline traces, and the Reporter (metrics.jsonl,
+// TensorBoard, fsdpp-run's heartbeat, the progress line, a GPU's memory and MFU) built from the
+// training section's keys; and the stop signal, from here to the end of run().
 #include <cstdlib>
 #include <filesystem>
 
-#include "fsdpp/dist/agree.h"
+#include "fsdpp/dist/device.h"
 #include "phases.h"
 
 namespace fs = std::filesystem;
 
 namespace fsdpp::train::detail {
+namespace {
+
+// The Reporter's settings (fsdpp/observe/reporter.h) from training.logging_steps, report_to and
+// logging_dir, and what the run is: its steps, its output directory, its model's FLOPs.
+observe::ReporterOptions reporter_options(TrainSession& s) {
+  const auto& t = s.cfg.training;
+  observe::ReporterOptions o;
+  o.output_dir = s.out_dir;
+  o.resumed = s.resumed.has_value();
+  o.first_step = s.first_step;
+  o.total_steps = s.total_steps;
+  o.logging_steps = t.logging_steps;
+  // training.report_to: rank 0 writes TensorBoard event files next to metrics.jsonl's lines
+  // (docs/observability.md).
+  o.tensorboard = t.report_to_tensorboard();
+  if (o.tensorboard) {
+    o.tensorboard_dir = t.logging_dir.empty() ? s.out_dir / "runs" : fs::path(t.logging_dir);
+    o.config_yaml = s.cfg.to_yaml();
+  }
+  o.rate_unit = s.tokens_per_example > 0 ? "tok/s" : "ex/s";
+  // MFU is a GPU's figure: the model's FLOPs are estimated only there.
+  if (dist::has_device_memory(s.world.device())) o.flops_per_token = s.run_model.flops_per_token(s);
+  o.after_line = [&s] { s.dir_lock->verify(); };  // no other job has entered output_dir
+  return o;
+}
+
+}  // namespace
 
 void open_logs(TrainSession& s) {
-  const auto& cfg = s.cfg;
-  const auto& t = cfg.training;
+  const auto& t = s.cfg.training;
   auto& world = s.world;
-  const bool lead = s.lead;
-  const auto& out_dir = s.out_dir;
-  const auto& resumed = s.resumed;
-  const int64_t first_step = s.first_step;
-  const int64_t total_steps = s.total_steps;
   // training.profile_steps, else the recorder FSDPP_PROFILE_STEPS gave the World: each rank
   // writes its profiled steps to <output_dir>/traces (docs/observability.md#timeline-traces).
   auto& trace = s.trace = world.trace();
   if (!t.profile_steps.empty()) {
     trace = std::make_shared<dist::TraceRecorder>(
-        dist::TraceOptions{world.rank(), t.profile_steps, out_dir / "traces"});
+        dist::TraceOptions{world.rank(), t.profile_steps, s.out_dir / "traces"});
     world.set_trace(trace);
   } else if (trace && std::getenv("FSDPP_TRACE_DIR") == nullptr) {
-    trace->set_dir(out_dir / "traces");
-  }
-
-  auto& metrics = s.metrics;
-  if (lead) metrics.emplace(out_dir / "metrics.jsonl", resumed.has_value());
-  // training.report_to: rank 0 writes TensorBoard event files next to metrics.jsonl's lines
-  // (docs/observability.md). A session start makes TensorBoard drop what older files in the
-  // directory hold from that step on, as truncate_metrics does: all of it for a fresh run, the
-  // steps after the checkpoint for a resumed one.
-  auto& tensorboard = s.tensorboard;
-  if (t.report_to_tensorboard()) {
-    dist::agree_on_failure(*world.group(), "opening the TensorBoard event file", [&] {
-      if (!lead) return;
-      tensorboard.emplace(t.logging_dir.empty() ? out_dir / "runs" : fs::path(t.logging_dir));
-      tensorboard->add_session_start(resumed ? first_step : 0);
-      tensorboard->add_text("config", "```yaml\n" + cfg.to_yaml() + "```", first_step - 1);
-    });
-    if (tensorboard) {
-      s.say(fmt::format("[train] TensorBoard: {} (open with tensorboard --logdir {})",
-                        tensorboard->path().string(), tensorboard->path().parent_path().string()));
-    }
+    trace->set_dir(s.out_dir / "traces");
   }
   s.stop_signal.emplace();  // SIGTERM/SIGINT: stop after the step in progress
-  s.heartbeat.emplace();    // fsdpp-run --progress-timeout-s counts from here
-  s.heartbeat->beat(fmt::format("training from step {} of {}", first_step, total_steps));
-  s.progress.emplace(lead, total_steps, s.tokens_per_example > 0 ? "tok/s" : "ex/s");
+  s.reporter.emplace(reporter_options(s), world);
 }
 
 }  // namespace fsdpp::train::detail

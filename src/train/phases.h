@@ -21,8 +21,10 @@
 //                                                                          (make_optimizer.cpp)
 //   restore             the checkpointer; a resume's state, metrics and data position; the
 //                       batch loader (training.dataloader_*)               (restore.cpp)
-//   open_logs           traces, metrics.jsonl, TensorBoard, stop signal, heartbeat (open_logs.cpp)
-//   train_loop          train_step, evaluate, metrics, save_due/save_checkpoint (train_loop.cpp)
+//   open_logs           traces, stop signal, the Reporter (metrics.jsonl, TensorBoard, heartbeat,
+//                       progress line; fsdpp/observe/reporter.h)             (open_logs.cpp)
+//   train_loop          train_step, evaluate, the step's report, save_due/save_checkpoint
+//                                                                          (train_loop.cpp)
 //   finish              the final save, the stop or done message, the sample (finish.cpp)
 //
 // What a phase needs of the model trained, it asks the session's run model (run_model.h):

@@ -10,7 +10,7 @@
 
 #include "fsdpp/common/atomic_file.h"
 #include "fsdpp/data/tokenizer_files.h"
-#include "metrics_log.h"
+#include "fsdpp/observe/metrics_log.h"
 #include "phases.h"
 
 namespace fs = std::filesystem;
@@ -39,7 +39,7 @@ std::optional<std::string> resume_metrics(const fs::path& path, const TrainerSta
   }
   in.close();
   if (!ts.metrics_digest || ts.metrics_digest->empty() ||
-      *ts.metrics_digest == metrics_text_digest(kept)) {
+      *ts.metrics_digest == observe::metrics_text_digest(kept)) {
     write_file_atomically(path, kept, "train");
     return std::nullopt;
   }

@@ -26,6 +26,7 @@
 #include "fsdpp/dist/world.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/grad_scaler.h"
+#include "fsdpp/observe/reporter.h"
 #include "fsdpp/models/causal_lm.h"
 #include "fsdpp/models/llama.h"
 #include "fsdpp/parallel/parallelize.h"
@@ -37,16 +38,12 @@
 #include "fsdpp/train/batch_source.h"
 #include "fsdpp/train/trainer.h"
 #include "checkpointer.h"
-#include "heartbeat.h"
 #include "init_from.h"
-#include "metrics_log.h"
 #include "output_dir.h"
 #include "pipeline_step.h"
-#include "progress.h"
 #include "run_model.h"
 #include "stop_signal.h"
 #include "distiller.h"
-#include "tensorboard.h"
 
 namespace fsdpp::train::detail {
 
@@ -137,11 +134,10 @@ struct TrainSession {
 
   // ---- open_logs
   std::shared_ptr<dist::TraceRecorder> trace;
-  std::optional<MetricsLog> metrics;  // rank 0
-  std::optional<EventFileWriter> tensorboard;  // rank 0, with training.report_to tensorboard
   std::optional<StopSignal> stop_signal;  // SIGTERM/SIGINT: stop after the step in progress
-  std::optional<Heartbeat> heartbeat;     // fsdpp-run --progress-timeout-s counts from here
-  std::optional<Progress> progress;
+  // metrics.jsonl, TensorBoard, the progress line, fsdpp-run's heartbeat, a GPU's memory and MFU
+  // (fsdpp/observe/reporter.h): the loop hands it each step's report.
+  std::optional<observe::Reporter> reporter;
 
   // ---- train_loop, finish
   TrainResult result;

@@ -21,6 +21,7 @@ commands = json.loads((build / "compile_commands.json").read_text())
 CASES = {
     "config": ("fsdpp/common/error.h", "fsdpp/dist/world.h"),
     "dist": ("fsdpp/common/error.h", "fsdpp/fsdp/fully_shard.h"),
+    "observe": ("fsdpp/dist/world.h", "fsdpp/train/config.h"),
     "fsdp": ("fsdpp/dist/process_group.h", "fsdpp/state/state_dict.h"),
     "moe": ("fsdpp/fsdp/fully_shard.h", "fsdpp/models/qwen3_moe.h"),
     "state": ("fsdpp/fsdp/sharded_param.h", "fsdpp/models/llama.h"),

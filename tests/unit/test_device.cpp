@@ -14,8 +14,8 @@
 #include "fsdpp/estimate/flops.h"
 #include "fsdpp/estimate/llama_shape.h"
 #include "fsdpp/optim/fused_adamw.h"
+#include "fsdpp/observe/mfu.h"
 #include "fsdpp/train/config.h"
-#include "fsdpp/train/mfu.h"
 
 using namespace fsdpp;
 
@@ -67,9 +67,9 @@ TEST(Device, CpuStreamsAreNoOps) {
   { dist::StreamGuard g(s); }
   EXPECT_FALSE(dist::has_device_memory(cpu));
   EXPECT_EQ(dist::device_memory(cpu).total, 0);
-  EXPECT_EQ(train::measure_matmul_flops(cpu), 0);
-  EXPECT_EQ(train::mfu(1e9, 1e3, 1, 0), 0);
-  EXPECT_DOUBLE_EQ(train::mfu(2e9, 1e3, 4, 1e12), 0.5);  // 2e12 FLOP/s over 4 x 1e12
+  EXPECT_EQ(observe::measure_matmul_flops(cpu), 0);
+  EXPECT_EQ(observe::mfu(1e9, 1e3, 1, 0), 0);
+  EXPECT_DOUBLE_EQ(observe::mfu(2e9, 1e3, 4, 1e12), 0.5);  // 2e12 FLOP/s over 4 x 1e12
 }
 
 // ATen's CPU kernel of _fused_adamw_ against LibTorch's AdamW: the same update, also with

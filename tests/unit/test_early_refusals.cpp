@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "../../src/train/metrics_log.h"
 #include "../../src/train/output_dir.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/common/escaped_bytes.h"
+#include "fsdpp/observe/metrics_log.h"
 #include "fsdpp/train/config.h"
 #include "fsdpp/train/custom_model.h"
 #include "fsdpp/train/parallel_dims.h"
@@ -204,14 +204,14 @@ TEST_F(EarlyRefusalsFiles, MetricsLogNoticesTruncationAndForeignLines) {
   fs::create_directories(dir_);
   const auto path = dir_ / "metrics.jsonl";
   {
-    fsdpp::train::detail::MetricsLog log(path, false);
+    fsdpp::observe::MetricsLog log(path, false);
     log.append(R"({"step":1})");
     log.append(R"({"step":2})");
     fs::resize_file(path, 0);  // what another job's truncating open does
     expect_has(error_of<fsdpp::Error>([&] { log.append(R"({"step":3})"); }),
                "was changed by someone else while the run wrote it: it holds 0 bytes where this run wrote 22");
   }
-  fsdpp::train::detail::MetricsLog log(path, true);
+  fsdpp::observe::MetricsLog log(path, true);
   log.append(R"({"step":1})");
   std::ofstream(path, std::ios::app) << R"({"step":1,"other":true})" << "\n";
   expect_has(error_of<fsdpp::Error>([&] { log.append(R"({"step":2})"); }), "was changed by someone else");

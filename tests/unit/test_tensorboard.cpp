@@ -11,11 +11,11 @@
 #include <map>
 #include <string>
 
-#include "../../src/train/tensorboard.h"
+#include "../../src/observe/tensorboard.h"
 #include "fsdpp/common/error.h"
 #include "fsdpp/train/config.h"
 
-using namespace fsdpp::train::detail;
+using namespace fsdpp::observe::detail;
 
 namespace {
 

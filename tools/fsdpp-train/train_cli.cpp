@@ -10,7 +10,7 @@
 #include "fsdpp/common/exit_code.h"
 #include "fsdpp/dist/world.h"
 #include "fsdpp/train/config.h"
-#include "fsdpp/train/run_plot.h"
+#include "fsdpp/observe/run_plot.h"
 #include "fsdpp/train/teacher_cache.h"
 #include "fsdpp/train/trainer.h"
 
@@ -106,7 +106,7 @@ int run_fsdpp_train(int argc, char** argv, const std::function<train::TrainerHoo
     try {
       const std::filesystem::path dir = argv[2];
       const std::filesystem::path out = argc == 4 ? std::filesystem::path(argv[3]) : dir / "run.svg";
-      const auto sum = train::write_run_plot(dir, out);
+      const auto sum = observe::write_run_plot(dir, out);
       std::printf("[plot] wrote %s: %lld steps logged, %lld with a validation loss, memory of %d "
                   "ranks\n",
                   out.string().c_str(), static_cast<long long>(sum.points),

@@ -1,4 +1,4 @@
-#include "metrics_log.h"
+#include "fsdpp/observe/metrics_log.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,7 +12,7 @@
 
 #include "fsdpp/common/error.h"
 
-namespace fsdpp::train::detail {
+namespace fsdpp::observe {
 
 std::string metrics_text_digest(const std::string& text) {
   return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
@@ -83,4 +83,4 @@ void MetricsLog::append(const std::string& line) {
   size_ = before + static_cast<off_t>(text.size());
 }
 
-}  // namespace fsdpp::train::detail
+}  // namespace fsdpp::observe

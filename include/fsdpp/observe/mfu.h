@@ -2,15 +2,15 @@
 // Model FLOPs utilisation: the model's FLOPs per second (fsdpp/estimate/flops.h) over what the
 // device's matrix units do, measured on the device rather than taken from a datasheet.
 //
-//   const double peak = fsdpp::train::measure_matmul_flops(world.device());  // once
-//   const double mfu = fsdpp::train::mfu(flops_per_token, tokens_per_s, world.size(), peak);
+//   const double peak = fsdpp::observe::measure_matmul_flops(world.device());  // once
+//   const double mfu = fsdpp::observe::mfu(flops_per_token, tokens_per_s, world.size(), peak);
 
 #include <cstdint>
 
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
-namespace fsdpp::train {
+namespace fsdpp::observe {
 
 // FLOP/s of `reps` n x n x n products in `dtype` on `device` (random inputs, after a warm-up;
 // the device synchronised around them), the caching allocator's blocks they used handed back.
@@ -22,4 +22,4 @@ double measure_matmul_flops(c10::Device device, c10::ScalarType dtype = c10::kBF
 // `flops_per_token` use; 0 when the peak is unknown (0).
 double mfu(double flops_per_token, double tokens_per_s, int ranks, double peak_flops);
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::observe

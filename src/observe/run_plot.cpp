@@ -1,6 +1,6 @@
-// The run's picture (fsdpp/train/run_plot.h): two panels over the same step axis, losses above,
+// The run's picture (fsdpp/observe/run_plot.h): two panels over the same step axis, losses above,
 // memory per rank below, as plain SVG so that it opens in any browser and renders on GitHub.
-#include "fsdpp/train/run_plot.h"
+#include "fsdpp/observe/run_plot.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,7 +16,7 @@
 #include "fsdpp/common/atomic_file.h"
 #include "fsdpp/common/error.h"
 
-namespace fsdpp::train {
+namespace fsdpp::observe {
 namespace {
 
 struct Series {
@@ -228,4 +228,4 @@ RunPlotSummary write_run_plot(const std::filesystem::path& run_dir, const std::f
   return sum;
 }
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::observe

@@ -1,4 +1,4 @@
-#include "fsdpp/train/mfu.h"
+#include "fsdpp/observe/mfu.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/CachingDeviceAllocator.h>
@@ -7,7 +7,7 @@
 
 #include "fsdpp/dist/device.h"
 
-namespace fsdpp::train {
+namespace fsdpp::observe {
 
 double measure_matmul_flops(c10::Device device, c10::ScalarType dtype, int64_t n, int reps) {
   if (device.is_cpu()) return 0;
@@ -35,4 +35,4 @@ double mfu(double flops_per_token, double tokens_per_s, int ranks, double peak_f
   return flops_per_token * tokens_per_s / (static_cast<double>(ranks) * peak_flops);
 }
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::observe

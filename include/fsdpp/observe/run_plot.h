@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <string>
 
-namespace fsdpp::train {
+namespace fsdpp::observe {
 
 struct RunPlotSummary {
   int64_t points = 0;      // metrics lines drawn
@@ -25,4 +25,4 @@ std::string run_plot_svg(const std::filesystem::path& metrics_jsonl, const std::
 RunPlotSummary write_run_plot(const std::filesystem::path& run_dir,
                               const std::filesystem::path& svg = {});
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::observe

@@ -11,7 +11,7 @@
 
 #include "fsdpp/common/unique_fd.h"
 
-namespace fsdpp::train::detail {
+namespace fsdpp::observe {
 
 // XXH3-64 (16 hex digits) of metrics.jsonl's bytes: a checkpoint records it (trainer_state.json)
 // and a resume compares it with the lines it keeps, to know they are its run's. "" when the file
@@ -39,4 +39,4 @@ class MetricsLog {
   off_t size_ = 0;  // the bytes the file holds after this run's last write
 };
 
-}  // namespace fsdpp::train::detail
+}  // namespace fsdpp::observe

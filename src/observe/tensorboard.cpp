@@ -13,7 +13,7 @@
 
 #include "fsdpp/common/error.h"
 
-namespace fsdpp::train::detail {
+namespace fsdpp::observe::detail {
 namespace {
 
 // crc32c's byte-at-a-time table, made at compile time (read-only, shared by every writer).
@@ -287,4 +287,4 @@ void EventFileWriter::write_record(const std::string& event) {
   }
 }
 
-}  // namespace fsdpp::train::detail
+}  // namespace fsdpp::observe::detail

@@ -9,7 +9,7 @@
 
 #include "fsdpp/common/unique_fd.h"
 
-namespace fsdpp::train::detail {
+namespace fsdpp::observe::detail {
 
 class Heartbeat {
  public:
@@ -20,4 +20,4 @@ class Heartbeat {
   UniqueFd fd_;
 };
 
-}  // namespace fsdpp::train::detail
+}  // namespace fsdpp::observe::detail

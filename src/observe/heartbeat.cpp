@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace fsdpp::train::detail {
+namespace fsdpp::observe::detail {
 
 Heartbeat::Heartbeat() {
   const char* path = std::getenv("FSDPP_HEARTBEAT_FILE");
@@ -29,4 +29,4 @@ void Heartbeat::beat(const std::string& what) {
   }
 }
 
-}  // namespace fsdpp::train::detail
+}  // namespace fsdpp::observe::detail

@@ -26,7 +26,7 @@
 
 #include "fsdpp/common/unique_fd.h"
 
-namespace fsdpp::train::detail {
+namespace fsdpp::observe::detail {
 
 // CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum TFRecord uses;
 // crc32c("123456789") == 0xE3069283. `crc` continues an earlier value.
@@ -93,4 +93,4 @@ class EventFileWriter {
   UniqueFd fd_;
 };
 
-}  // namespace fsdpp::train::detail
+}  // namespace fsdpp::observe::detail

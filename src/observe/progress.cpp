@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-namespace fsdpp::train {
+namespace fsdpp::observe::detail {
 namespace {
 
 std::string hms(double seconds) {
@@ -74,4 +74,4 @@ void Progress::finish() {
   }
 }
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::observe::detail

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string>
 
-namespace fsdpp::train {
+namespace fsdpp::observe::detail {
 
 class Progress {
  public:
@@ -34,4 +34,4 @@ class Progress {
   double tokens_per_s_ = 0;
 };
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::observe::detail
