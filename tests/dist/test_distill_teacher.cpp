@@ -17,6 +17,7 @@
 #include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/models/hf_qwen3_moe.h"
 #include "fsdpp/state/atomic_dir.h"
+#include "fsdpp/train/config.h"
 #include "full_checkpoint.h"
 #include "world_fixture.h"
 
