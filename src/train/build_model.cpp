@@ -67,7 +67,7 @@ void LanguageModels::build_model(TrainSession& s) const {
                  vocab, tokenizer->vocab_size());
   const bool llama = cfg.model.architecture == ModelArchitecture::LLAMA;
   // distillation.teacher's directory and vocabulary, named by the key before anything reads it.
-  if (cfg.distillation.live_teacher()) check_teacher_source(cfg, vocab);
+  if (cfg.distillation.live_teacher()) distill::check_teacher_source(cfg.distillation, vocab);
   check_run_fits(
       s, [&] { return configured_estimate(cfg, vocab, world.size(), world.env().local_world_size); },
       /*builds_whole=*/!deferred_init(cfg));

@@ -386,7 +386,10 @@ void TrainConfig::validate_run() const {
   }
   // parallelism: (what needs the world size is checked by parallel_dims)
   validate_parallelism(*this);
-  validate_distillation(*this);
+  distillation.validate({.seq_len = data.seq_len,
+                         .tensor_parallel = parallelism.tensor_parallel_degree,
+                         .sequence_parallel = parallelism.enable_sequence_parallel,
+                         .pipeline_parallel = parallelism.pipeline_parallel_degree});
 }
 
 bool TrainingSection::report_to_tensorboard() const {
@@ -462,6 +465,15 @@ state::SaveOptions TrainConfig::state_dict_options() const {
 int TrainConfig::hybrid_shard_group_size(int local_world_size) const {
   const int64_t g = training.fsdp_config.hybrid_shard_group_size;
   return g > 0 ? static_cast<int>(g) : local_world_size;
+}
+
+distill::RunParts TrainConfig::distill_run(int64_t student_vocab) const {
+  return {.student_vocab = student_vocab,
+          .seq_len = data.seq_len,
+          .seed = training.seed,
+          .init_from = model.init_from,
+          .deferred_init = model.deferred_init != DeferredInit::OFF,
+          .limit_all_gathers = training.fsdp_config.limit_all_gathers};
 }
 
 EstimateOptions TrainConfig::estimate_options(int world_size, int local_world_size) const {

@@ -9,6 +9,7 @@
 #include "config_read.h"
 #include "fsdpp/config/schema.h"
 #include "fsdpp/common/error.h"
+#include "fsdpp/distill/distillation_keys.h"
 #include "fsdpp/train/config.h"
 
 namespace fsdpp::train {
@@ -255,26 +256,7 @@ const Schema& train_schema() {
                       FSDPP_KEY(training, malloc_mmap_threshold),
                       FSDPP_KEY(training, profile_steps),
                   }),
-          section("distillation",
-                  {
-                      FSDPP_KEY(distillation, teacher),
-                      FSDPP_KEY(distillation, loss),
-                      FSDPP_KEY(distillation, beta),
-                      FSDPP_KEY(distillation, temperature),
-                      FSDPP_KEY(distillation, kd_ratio),
-                      FSDPP_KEY(distillation, top_k),
-                      FSDPP_KEY(distillation, teacher_dtype),
-                      FSDPP_KEY(distillation, teacher_cache),
-                      FSDPP_KEY(distillation, lmbda),
-                      FSDPP_KEY(distillation, seq_kd),
-                      FSDPP_KEY(distillation, max_new_tokens),
-                      FSDPP_KEY(distillation, generation_temperature),
-                      FSDPP_KEY(distillation, layer_map),
-                      FSDPP_KEY(distillation, layer_loss),
-                      FSDPP_KEY(distillation, layer_projection),
-                      FSDPP_KEY(distillation, layer_loss_weight),
-                      FSDPP_KEY(distillation, loss_chunk_tokens),
-                  }),
+          distill::distillation_keys<TrainConfig>([](auto& c) -> auto& { return c.distillation; }),
           section("parallelism",
                   {
                       FSDPP_KEY(parallelism, data_parallel_replicate_degree),

@@ -1,6 +1,5 @@
 #pragma once
-// Milliseconds since a point of the steady clock: the trainer's timings (checkpoint saves, the
-// distillation teacher's share of a step).
+// Milliseconds since a point of the steady clock: the trainer's timings (checkpoint saves).
 #include <chrono>
 
 namespace fsdpp::train::detail {

@@ -111,7 +111,7 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
   if (cfg.distillation.live_teacher()) {
     out.options.teacher = EstimateOptions::Teacher{
         describe_teacher(cfg.distillation.teacher, out.model.shape->vocab_size),
-        cfg.distillation.teacher_dtype == TeacherDtype::BFLOAT16 ? EstimateDType::BF16 : EstimateDType::FP32,
+        cfg.distillation.teacher_dtype == distill::TeacherDtype::BFLOAT16 ? EstimateDType::BF16 : EstimateDType::FP32,
         EstimateDType::FP32};
   }
   const auto& fc = cfg.training.fsdp_config;

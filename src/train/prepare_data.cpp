@@ -18,7 +18,6 @@
 #include "fsdpp/dist/agree.h"
 #include "document_data.h"
 #include "phases.h"
-#include "teacher.h"
 #include "token_batches.h"
 
 namespace fs = std::filesystem;
@@ -109,7 +108,8 @@ void check_tokenizer_agrees(TrainSession& s, const data::Tokenizer& tok) {
   }
   // A teacher model's tokenizer (an offline teacher_cache alone has no model directory to read).
   if (!s.cfg.distillation.teacher.empty()) {
-    if (auto warning = check_teacher_tokenizer(s.cfg, tok, tokenizer_origin(s))) s.say(*warning);
+    const auto warning = distill::check_teacher_tokenizer(s.cfg.distillation, tok, tokenizer_origin(s));
+    if (warning) s.say(*warning);
   }
 }
 

@@ -21,7 +21,7 @@ void save_checkpoint(TrainSession& s, int64_t step) {
   const auto* projections = s.distiller ? s.distiller->projections() : nullptr;
   if (projections && !projections->parameters().empty()) {
     auto* opt = s.cfg.training.save_only_model ? nullptr : s.opt.get();
-    s.checkpointer->add_files({{kProjectionFile, projections->serialize(opt)}});
+    s.checkpointer->add_files({{distill::kProjectionFile, projections->serialize(opt)}});
   }
   s.checkpointer->save(step, model, *s.opt, s.batches->state(), s.schedule);
   if (offload) offload->release();  // the save read every state page into the process

@@ -24,11 +24,13 @@
 #include "fsdpp/data/tokenizer.h"
 #include "fsdpp/dist/trace.h"
 #include "fsdpp/dist/world.h"
+#include "fsdpp/distill/distiller.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/grad_scaler.h"
 #include "fsdpp/observe/reporter.h"
 #include "fsdpp/models/causal_lm.h"
 #include "fsdpp/models/llama.h"
+#include "fsdpp/models/model_source.h"
 #include "fsdpp/parallel/parallelize.h"
 #include "fsdpp/optim/disk_offload.h"
 #include "fsdpp/train/config.h"
@@ -38,12 +40,10 @@
 #include "fsdpp/train/batch_source.h"
 #include "fsdpp/train/trainer.h"
 #include "checkpointer.h"
-#include "init_from.h"
 #include "output_dir.h"
 #include "pipeline_step.h"
 #include "run_model.h"
 #include "stop_signal.h"
-#include "distiller.h"
 
 namespace fsdpp::train::detail {
 
@@ -71,7 +71,7 @@ struct TrainSession {
   int restart_count = 0;
   std::filesystem::path resume_dir;  // empty: a fresh run
   std::optional<TrainerState> resumed;
-  std::optional<InitSource> init;  // model.init_from, unless resuming
+  std::optional<models::ModelSource> init;  // model.init_from, unless resuming
   std::optional<OutputDirLock> dir_lock;  // held by rank 0 until run() returns
 
   // ---- prepare_data
@@ -112,9 +112,9 @@ struct TrainSession {
   std::unique_ptr<parallel::Parallelized> parallel;
   bool pipelined() const { return parallel && parallel->pipelined(); }
   FullyShardOptions fopts;  // fully_shard's options
-  // distillation: the teacher (live, sharded on its own, or an offline cache), on-policy
-  // sampling and the loss (distiller.h); null otherwise.
-  std::unique_ptr<Distiller> distiller;
+  // distillation: the teacher (live, parallelized on its own mesh, or an offline cache),
+  // on-policy sampling and the loss (fsdpp/distill/distiller.h); null otherwise.
+  std::unique_ptr<distill::Distiller> distiller;
 
   // ---- make_optimizer
   std::unique_ptr<torch::optim::AdamW> opt;

@@ -165,12 +165,12 @@ void shard_model(TrainSession& s) {
   }
   if (cfg.distillation.enabled()) {
     const auto& d = cfg.distillation;
-    s.distiller = std::make_unique<Distiller>(cfg, world, s.vocab, *s.lm);
+    s.distiller = std::make_unique<distill::Distiller>(d, cfg.distill_run(s.vocab), world, *s.lm);
     if (dims.tensor_parallel()) s.distiller->shard_vocabulary(p.mesh().group("tp"));  // vocab-parallel logits
     s.say(fmt::format("[train] distillation: {} ({}, FULL_SHARD, frozen); loss {}{}, "
                       "temperature {}, kd_ratio {}{}",
                       s.distiller->describe(), d.teacher_dtype, d.loss,
-                      d.loss == DistillLossType::GENERALIZED_JSD ? fmt::format(" beta {}", d.beta)
+                      d.loss == distill::DistillLossType::GENERALIZED_JSD ? fmt::format(" beta {}", d.beta)
                                                                  : "",
                       d.temperature, d.kd_ratio,
                       d.top_k > 0 ? fmt::format(", top {} tokens", d.top_k) : ""));

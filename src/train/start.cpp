@@ -1,9 +1,13 @@
-// choose_start and prepare_output_dir (phases.h): where the run starts from, and rank 0's hold
-// on output_dir.
+// choose_start and prepare_output_dir (phases.h): where the run starts from (a checkpoint, or
+// model.init_from's source and its shape), and rank 0's hold on output_dir.
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "fsdpp/common/atomic_file.h"
 #include "fsdpp/common/error.h"
@@ -47,6 +51,77 @@ std::string take_over_earlier_run(const TrainSession& s) {
   return fmt::format("[train] training.overwrite_output_dir=true: removed the earlier run in {} "
                      "({})",
                      s.out_dir.string(), earlier.describe());
+}
+
+
+// Puts the source's architecture and shape into `m` and returns, for each key the YAML set
+// otherwise, a note "model.dim: 128 in the config, 32 in DIR".
+std::vector<std::string> take_shape_of(const models::ModelSource& source, ModelSection& m) {
+  const auto& dir = source.dir();
+  std::vector<std::string> notes;
+  auto take = [&](const char* k, auto& field, auto value) {
+    if (field != value) {
+      notes.push_back(fmt::format("model.{}: {} in the config, {} in {}", k, field, value,
+                                  dir.string()));
+    }
+    field = value;
+  };
+  const auto arch = source.architecture() == models::Architecture::kQwen3Moe
+                        ? ModelArchitecture::QWEN3_MOE
+                        : ModelArchitecture::LLAMA;
+  if (m.architecture != arch) {
+    notes.push_back(fmt::format("model.architecture: {} in the config, {} in {}",
+                                m.architecture.name(), config::Choice<ModelArchitecture>(arch).name(),
+                                dir.string()));
+    m.architecture = arch;
+  }
+  // 0 means "derived" for some keys (n_heads, Llama's rule, the tokenizer's): not a change.
+  std::vector<std::string> derived = {"model.ffn_hidden: 0 ", "model.vocab_size: 0 ",
+                                      "model.moe_intermediate_size: 0 ", "model.head_dim: 0 "};
+  if (const auto& moe = source.qwen3_moe_config()) {
+    const auto& c = *moe;
+    take("vocab_size", m.vocab_size, c.vocab_size);
+    take("dim", m.dim, c.hidden_size);
+    take("n_layers", m.n_layers, c.num_hidden_layers);
+    take("n_heads", m.n_heads, c.num_attention_heads);
+    take("n_kv_heads", m.n_kv_heads, c.num_key_value_heads);
+    take("ffn_hidden", m.ffn_hidden, c.intermediate_size);
+    take("head_dim", m.head_dim, c.head_dim);
+    take("num_experts", m.num_experts, c.num_experts);
+    take("num_experts_per_tok", m.num_experts_per_tok, c.num_experts_per_tok);
+    take("moe_intermediate_size", m.moe_intermediate_size, c.moe_intermediate_size);
+    take("norm_topk_prob", m.norm_topk_prob, c.norm_topk_prob);
+    take("router_aux_loss_coef", m.router_aux_loss_coef, c.router_aux_loss_coef);
+    take("decoder_sparse_step", m.decoder_sparse_step, c.decoder_sparse_step);
+    take("mlp_only_layers", m.mlp_only_layers, c.mlp_only_layers);
+    take("max_seq_len", m.max_seq_len, c.max_position_embeddings);
+    take("norm_eps", m.norm_eps, c.rms_norm_eps);
+    take("rope_theta", m.rope_theta, c.rope_theta);
+    take("tie_embeddings", m.tie_embeddings, c.tie_word_embeddings);
+    if (c.num_key_value_heads == c.num_attention_heads) derived.push_back("model.n_kv_heads: 0 ");
+  } else {
+    const auto& c = source.llama_config();
+    take("vocab_size", m.vocab_size, c.vocab_size);
+    take("dim", m.dim, c.dim);
+    take("n_layers", m.n_layers, c.n_layers);
+    take("n_heads", m.n_heads, c.n_heads);
+    take("n_kv_heads", m.n_kv_heads, c.kv_heads());
+    take("ffn_hidden", m.ffn_hidden, c.ffn_hidden_dim());
+    take("max_seq_len", m.max_seq_len, c.max_seq_len);
+    take("norm_eps", m.norm_eps, c.norm_eps);
+    take("rope_theta", m.rope_theta, c.rope_theta);
+    take("tie_embeddings", m.tie_embeddings, c.tie_embeddings);
+    if (c.kv_heads() == c.n_heads) derived.push_back("model.n_kv_heads: 0 ");
+  }
+  notes.erase(std::remove_if(notes.begin(), notes.end(),
+                             [&](const std::string& n) {
+                               return std::any_of(derived.begin(), derived.end(),
+                                                  [&](const std::string& d) {
+                                                    return n.rfind(d, 0) == 0;
+                                                  });
+                             }),
+              notes.end());
+  return notes;
 }
 
 }  // namespace
@@ -96,7 +171,7 @@ void choose_start(TrainSession& s) {
                       cfg.model.init_from, resume_dir.string()));
   } else if (!cfg.model.init_from.empty()) {
     init.emplace(cfg.model.init_from, "model.init_from");
-    for (const auto& note : init->apply_shape(cfg.model)) s.say("[train] model.init_from: " + note);
+    for (const auto& note : take_shape_of(*init, cfg.model)) s.say("[train] model.init_from: " + note);
     cfg.validate();
   }
   // validate() leaves the shape against the degrees to now when model.init_from decides the

@@ -89,7 +89,7 @@ std::vector<data::BatchLoader::Batch> next_batches(TrainSession& s,
 // The step's rows and what each microbatch's loss is: the data and the model's loss, or, when
 // distilling, the distiller's rows (the data or sampled sequences: by the student through its
 // stages, or by the teacher) and its objective. Collective.
-Distiller::StepRows step_rows(TrainSession& s, int64_t step) {
+distill::Distiller::StepRows step_rows(TrainSession& s, int64_t step) {
   dist::TraceSpan data_span(s.trace.get(), "data");
   std::vector<at::Tensor> positions;
   const auto batches = next_batches(s, positions);

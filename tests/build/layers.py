@@ -28,6 +28,7 @@ CASES = {
     "models": ("fsdpp/state/safetensors.h", "fsdpp/parallel/parallelize.h"),
     "parallel": ("fsdpp/models/model_plan.h", "fsdpp/train/config.h"),
     "estimate": ("fsdpp/models/llama.h", "fsdpp/train/trainer.h"),
+    "distill": ("fsdpp/parallel/parallelize.h", "fsdpp/train/config.h"),
 }
 
 

@@ -1,6 +1,6 @@
-// The distillation teacher of fsdpp-train (src/train/teacher.h) on the ranks of the run, against
+// The distillation teacher of fsdpp-train (fsdpp/distill/teacher.h) on the ranks of the run, against
 // the same teacher in one process: a Qwen3-MoE saved as a Hugging Face directory, loaded,
-// FULL_SHARD-ed on its own group, and used for a student's step. It has no gradients, is in no
+// FULL_SHARD-ed through parallelize on a mesh of its own, and used for a student's step. It has no gradients, is in no
 // optimizer, only all-gathers (no reduce-scatter bytes), and its KD and CE losses equal those
 // computed in one process from the unsharded teacher within 1e-5; bfloat16 stores its shards
 // in bf16 (computed in float32 on the CPU).
@@ -11,12 +11,13 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
-#include "../../src/train/distiller.h"
+#include "fsdpp/distill/distiller.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/models/hf_qwen3_moe.h"
 #include "fsdpp/state/atomic_dir.h"
+#include "fsdpp/train/config.h"
 #include "full_checkpoint.h"
 #include "tiny_models.h"
 #include "world_fixture.h"
@@ -67,7 +68,8 @@ void check_teacher(const std::string& dtype) {
   o.mesh = world.mesh();
   apply_fully_shard(*student, policy, o);
   auto lm = models::causal_lm(student);
-  train::detail::Distiller distiller(cfg, world, teacher_cfg.vocab_size, *lm);
+  distill::Distiller distiller(cfg.distillation, cfg.distill_run(teacher_cfg.vocab_size), world,
+                              *lm);
   auto& teacher = *distiller.live_teacher();
   for (const auto& p : teacher.module().parameters()) {
     EXPECT_FALSE(p.requires_grad());
@@ -86,7 +88,7 @@ void check_teacher(const std::string& dtype) {
   // One micro-batch of the data (no sampling), its objective on the student's features and the
   // load-balancing term added, as Parallelized::forward_backward does over one stage.
   auto rows = distiller.rows({{x, y, {0, 16}}}, {at::Tensor()}, /*step=*/1,
-                             train::detail::Sampler(), /*microbatches=*/1, /*pipelined=*/false,
+                             distill::Sampler(), /*microbatches=*/1, /*pipelined=*/false,
                              /*last_stage=*/true);
   auto out = lm->forward_features(rows.inputs, /*aux_loss=*/true, rows.hidden_layers);
   // Divisor 0: the micro-batch's own means (one micro-batch, the same rows on every rank).
@@ -124,9 +126,9 @@ void check_teacher(const std::string& dtype) {
     teacher_logits = ref_teacher->forward(x);
   }
   auto ref_out = reference_student->forward(x, y, /*output_router_logits=*/true);
-  train::DistillLossOptions lo{.type = train::DistillLossType::GENERALIZED_JSD, .beta = 0.4,
+  distill::DistillLossOptions lo{.type = distill::DistillLossType::GENERALIZED_JSD, .beta = 0.4,
                                .temperature = 1.5};
-  auto ref = train::distillation_objective(ref_out.logits, teacher_logits, y, lo, 0.6);
+  auto ref = distill::distillation_objective(ref_out.logits, teacher_logits, y, lo, 0.6);
   const double tol = 1e-5;
   EXPECT_NEAR(line["kd_loss"].get<double>(), ref.kd.item<double>(), tol);
   EXPECT_NEAR(line["ce_loss"].get<double>(), ref.ce.item<double>(), 1e-5);

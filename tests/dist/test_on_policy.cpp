@@ -8,7 +8,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "../../src/train/on_policy.h"
+#include "fsdpp/distill/on_policy.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/models/causal_lm.h"
@@ -85,8 +85,8 @@ TEST(KVCache, LlamaShardedEqualsRecomputing) {
               [&](const at::Tensor& t, models::KVCache& c) { return fsdpp::forward(model, t, c); });
 }
 
-train::DistillationSection on_policy_section() {
-  train::DistillationSection d;
+distill::DistillationSection on_policy_section() {
+  distill::DistillationSection d;
   d.teacher = "unused";
   d.lmbda = 0.5;
   d.max_new_tokens = 6;
@@ -101,7 +101,7 @@ TEST(OnPolicy, SamplesDependOnTheWindowNotOnRanksOrBatches) {
   const auto windows = torch::randint(0, 64, {N, T + 1}, gen);
   std::vector<int64_t> starts;
   for (int64_t i = 0; i < N; ++i) starts.push_back(1000 + 16 * i);
-  const train::detail::OnPolicy policy(on_policy_section(), /*seed=*/42, T);
+  const distill::OnPolicy policy(on_policy_section(), /*seed=*/42, T);
 
   // This rank's windows, as the sampler deals them (r, r + W, ...), by the sharded student.
   models::Qwen3Moe student(tiny_moe());
@@ -111,7 +111,7 @@ TEST(OnPolicy, SamplesDependOnTheWindowNotOnRanksOrBatches) {
   const auto idx = torch::tensor(rows);
   const auto mine = windows.index_select(0, idx);
   const auto x = mine.narrow(1, 0, T), y = mine.narrow(1, 1, T);
-  const auto got = policy.sample(*lm, train::detail::BatchSource::STUDENT, x, y, my_starts, 7);
+  const auto got = policy.sample(*lm, distill::BatchSource::STUDENT, x, y, my_starts, 7);
 
   // The prompt is kept, the rest sampled; KD over the sampled part, no cross-entropy there.
   const int64_t P = T + 1 - 6;
@@ -125,19 +125,19 @@ TEST(OnPolicy, SamplesDependOnTheWindowNotOnRanksOrBatches) {
   // One process, the unsharded student, every window in one batch: the same tokens.
   models::Qwen3Moe whole(tiny_moe());
   auto one = models::causal_lm(whole);
-  const auto all = policy.sample(*one, train::detail::BatchSource::STUDENT, windows.narrow(1, 0, T),
+  const auto all = policy.sample(*one, distill::BatchSource::STUDENT, windows.narrow(1, 0, T),
                                  windows.narrow(1, 1, T), starts, 7);
   EXPECT_TRUE(torch::equal(got.inputs, all.inputs.index_select(0, idx)));
   EXPECT_TRUE(torch::equal(got.targets, all.targets.index_select(0, idx)));
   // The same seed and step again: the same; another step: other samples.
-  const auto again = policy.sample(*one, train::detail::BatchSource::STUDENT,
+  const auto again = policy.sample(*one, distill::BatchSource::STUDENT,
                                    windows.narrow(1, 0, T), windows.narrow(1, 1, T), starts, 7);
   EXPECT_TRUE(torch::equal(again.inputs, all.inputs));
-  const auto other = policy.sample(*one, train::detail::BatchSource::STUDENT,
+  const auto other = policy.sample(*one, distill::BatchSource::STUDENT,
                                    windows.narrow(1, 0, T), windows.narrow(1, 1, T), starts, 8);
   EXPECT_FALSE(torch::equal(other.inputs, all.inputs));
   // Teacher-sampled (seq_kd): its samples are cross-entropy targets too.
-  const auto teacher = policy.sample(*one, train::detail::BatchSource::TEACHER,
+  const auto teacher = policy.sample(*one, distill::BatchSource::TEACHER,
                                      windows.narrow(1, 0, T), windows.narrow(1, 1, T), starts, 7);
   EXPECT_TRUE(torch::equal(teacher.targets.narrow(1, 0, T - 1), teacher.inputs.narrow(1, 1, T - 1)));
   EXPECT_FALSE((teacher.targets == -100).any().item<bool>());
@@ -145,12 +145,12 @@ TEST(OnPolicy, SamplesDependOnTheWindowNotOnRanksOrBatches) {
 
 TEST(OnPolicy, SourcesFollowLmbdaAndAreTheSameOnEveryRank) {
   auto d = on_policy_section();
-  const train::detail::OnPolicy half(d, 42, 16);
+  const distill::OnPolicy half(d, 42, 16);
   int student = 0;
   std::vector<int64_t> mine;
   for (int64_t step = 1; step <= 400; ++step) {
     const auto s = half.source(step, 0);
-    student += s == train::detail::BatchSource::STUDENT;
+    student += s == distill::BatchSource::STUDENT;
     mine.push_back(static_cast<int64_t>(s));
   }
   EXPECT_NEAR(student / 400.0, 0.5, 0.08);
@@ -161,11 +161,11 @@ TEST(OnPolicy, SourcesFollowLmbdaAndAreTheSameOnEveryRank) {
   EXPECT_TRUE(torch::equal(t, r0));
   d.lmbda = 0;
   d.seq_kd = true;
-  EXPECT_EQ(train::detail::OnPolicy(d, 42, 16).source(3, 0), train::detail::BatchSource::TEACHER);
+  EXPECT_EQ(distill::OnPolicy(d, 42, 16).source(3, 0), distill::BatchSource::TEACHER);
   d.lmbda = 1;
-  EXPECT_EQ(train::detail::OnPolicy(d, 42, 16).source(3, 0), train::detail::BatchSource::STUDENT);
+  EXPECT_EQ(distill::OnPolicy(d, 42, 16).source(3, 0), distill::BatchSource::STUDENT);
   d.max_new_tokens = 17;
-  EXPECT_THROW(train::detail::OnPolicy(d, 42, 16), ConfigError);
+  EXPECT_THROW(distill::OnPolicy(d, 42, 16), ConfigError);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// train::vocab_parallel_distillation_{divergence,loss} against distill_loss.h's losses of the
+// distill::vocab_parallel_distillation_{divergence,loss} against distill_loss.h's losses of the
 // gathered logits on one process: every rank of the world is one tensor-parallel rank, holds
 // its columns of the same (positions, vocabulary) logits, and compares the loss (the same on
 // every rank) and its columns' gradient with the unsharded computation run here.
@@ -10,13 +10,13 @@
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/tp/regions.h"
-#include "fsdpp/train/distill_loss.h"
-#include "fsdpp/train/vocab_parallel_distill_loss.h"
+#include "fsdpp/distill/distill_loss.h"
+#include "fsdpp/distill/vocab_parallel_distill_loss.h"
 #include "world_fixture.h"
 
 using namespace fsdpp;
-using train::DistillLossOptions;
-using train::DistillLossType;
+using distill::DistillLossOptions;
+using distill::DistillLossType;
 
 namespace {
 
@@ -72,10 +72,10 @@ void check_vocab(int64_t vocab) {
   const auto r = tp::shard_range(vocab, g->size(), g->rank());
   for (const auto& c : cases()) {
     auto full = student.clone().requires_grad_();
-    auto ref = train::distillation_loss(full, teacher, labels, c.options);
+    auto ref = distill::distillation_loss(full, teacher, labels, c.options);
     ref.backward();
     auto local = student.narrow(2, r.offset, r.size).clone().requires_grad_();
-    auto loss = train::vocab_parallel_distillation_loss(
+    auto loss = distill::vocab_parallel_distillation_loss(
         local, teacher.narrow(2, r.offset, r.size), labels, c.options, g);
     loss.backward();
     EXPECT_LT(std::abs(loss.item<double>() - ref.item<double>()), 1e-6)
@@ -102,17 +102,17 @@ TEST(TensorParallel, VocabParallelDistillationPerPositionAndBf16) {
   const DistillLossOptions o{.type = DistillLossType::GENERALIZED_JSD, .beta = 0.5, .temperature = 1.5};
   // Per position, as distillation_divergence.
   const auto s = torch::randn({5, V}, gen(21)) * 2, t = torch::randn({5, V}, gen(22)) * 2;
-  const auto ref = train::distillation_divergence(s, t, o);
-  const auto got = train::vocab_parallel_distillation_divergence(
+  const auto ref = distill::distillation_divergence(s, t, o);
+  const auto got = distill::vocab_parallel_distillation_divergence(
       s.narrow(1, r.offset, r.size), t.narrow(1, r.offset, r.size), o, g);
   EXPECT_LT(max_diff(got, ref), 1e-6);
   // bf16 logits: computed in float32, the gradient back in bf16.
   const auto sb = s.to(at::kBFloat16), tb = t.to(at::kBFloat16);
   auto full = sb.clone().requires_grad_();
-  auto whole = train::distillation_divergence(full, tb, o).sum();
+  auto whole = distill::distillation_divergence(full, tb, o).sum();
   whole.backward();
   auto local = sb.narrow(1, r.offset, r.size).clone().requires_grad_();
-  auto part = train::vocab_parallel_distillation_divergence(local, tb.narrow(1, r.offset, r.size), o, g).sum();
+  auto part = distill::vocab_parallel_distillation_divergence(local, tb.narrow(1, r.offset, r.size), o, g).sum();
   part.backward();
   EXPECT_EQ(local.grad().scalar_type(), at::kBFloat16);
   EXPECT_LT(std::abs(part.item<double>() - whole.item<double>()), 1e-5);
@@ -131,11 +131,11 @@ TEST(TensorParallel, VocabParallelDistillationRefusals) {
     return std::string("no error");
   };
   const int64_t v = 3 * g->size();
-  auto e = msg([&] { (void)train::vocab_parallel_distillation_divergence(x, x, {.top_k = v + 1}, g); });
+  auto e = msg([&] { (void)distill::vocab_parallel_distillation_divergence(x, x, {.top_k = v + 1}, g); });
   EXPECT_NE(e.find("top_k=" + std::to_string(v + 1) + " is larger than the vocabulary (" +
                    std::to_string(v) + " tokens)"), std::string::npos) << e;
-  e = msg([&] { (void)train::vocab_parallel_distillation_divergence(x, torch::randn({4, 2}), {}, g); });
+  e = msg([&] { (void)distill::vocab_parallel_distillation_divergence(x, torch::randn({4, 2}), {}, g); });
   EXPECT_NE(e.find("differ in shape"), std::string::npos) << e;
-  e = msg([&] { (void)train::vocab_parallel_distillation_divergence(x, x, {.temperature = 0}, g); });
+  e = msg([&] { (void)distill::vocab_parallel_distillation_divergence(x, x, {.temperature = 0}, g); });
   EXPECT_NE(e.find("temperature=0"), std::string::npos) << e;
 }

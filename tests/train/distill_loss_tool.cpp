@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "fsdpp/state/safetensors.h"
-#include "fsdpp/train/chunked_distill_loss.h"
-#include "fsdpp/train/distill_loss.h"
+#include "fsdpp/distill/chunked_distill_loss.h"
+#include "fsdpp/distill/distill_loss.h"
 
 using namespace fsdpp;
 
@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
       std::vector<std::string> f;
       for (std::string part; std::getline(spec, part, ',');) f.push_back(part);
       if (f.size() < 5 || f.size() > 7) throw std::runtime_error(std::string("bad case ") + argv[i]);
-      train::DistillLossOptions o;
+      distill::DistillLossOptions o;
       o.type = f[0];
       o.beta = std::stod(f[1]);
       o.temperature = std::stod(f[2]);
@@ -44,14 +44,14 @@ int main(int argc, char** argv) {
       const int64_t chunk = f.size() > 5 ? std::stoll(f[5]) : 0;
       const int64_t sparse_k = f.size() > 6 ? std::stoll(f[6]) : 0;
       auto s = student.clone().requires_grad_(true);
-      train::TeacherTargets t{.logits = teacher};
+      distill::TeacherTargets t{.logits = teacher};
       if (sparse_k > 0) {
         auto [values, ids] = teacher.log_softmax(-1).topk(sparse_k, -1);
         t = {.values = values, .ids = ids};
       }
-      auto parts = chunk > 0 ? train::chunked_distillation_objective(s, t, labels, {}, o,
+      auto parts = chunk > 0 ? distill::chunked_distillation_objective(s, t, labels, {}, o,
                                                                      std::stod(f[4]), chunk)
-                             : train::distillation_objective(s, teacher, labels, o, std::stod(f[4]));
+                             : distill::distillation_objective(s, teacher, labels, o, std::stod(f[4]));
       parts.loss.backward();
       const auto n = std::to_string(i - 3);
       out.emplace_back("kd." + n, parts.kd.detach());

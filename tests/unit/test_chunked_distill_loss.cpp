@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "fsdpp/common/error.h"
-#include "fsdpp/train/chunked_distill_loss.h"
+#include "fsdpp/distill/chunked_distill_loss.h"
 
-using namespace fsdpp::train;
+using namespace fsdpp::distill;
 
 namespace {
 

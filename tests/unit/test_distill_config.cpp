@@ -12,8 +12,8 @@
 #include "fsdpp/train/config.h"
 
 using fsdpp::ConfigError;
-using fsdpp::train::DistillLossType;
-using fsdpp::train::TeacherDtype;
+using fsdpp::distill::DistillLossType;
+using fsdpp::distill::TeacherDtype;
 using fsdpp::train::TrainConfig;
 
 namespace {
@@ -155,22 +155,22 @@ TEST(DistillConfig, OnPolicyOfflineAndLayerKeys) {
   EXPECT_EQ(d.generation_temperature, 0.9);
   EXPECT_EQ(d.teacher_cache, "runs/cache");
   EXPECT_EQ(d.layer_map, (std::vector<std::string>{"0:0", "1:2"}));
-  EXPECT_EQ(d.layer_loss, fsdpp::train::LayerLossType::MSE);
+  EXPECT_EQ(d.layer_loss, fsdpp::distill::LayerLossType::MSE);
   EXPECT_EQ(d.layer_loss_weight, 0.25);
-  EXPECT_EQ(d.layer_projection, fsdpp::train::LayerProjection::LINEAR);
+  EXPECT_EQ(d.layer_projection, fsdpp::distill::LayerProjection::LINEAR);
   EXPECT_EQ(TrainConfig::from_yaml_string(kYaml).distillation.layer_projection,
-            fsdpp::train::LayerProjection::AUTO);  // the default
+            fsdpp::distill::LayerProjection::AUTO);  // the default
   EXPECT_EQ(TrainConfig::from_yaml_string(kYaml, {"distillation.layer_projection=none"})
                 .distillation.layer_projection,
-            fsdpp::train::LayerProjection::NONE);
+            fsdpp::distill::LayerProjection::NONE);
   EXPECT_EQ(d.loss_chunk_tokens, 512);
   EXPECT_EQ(cfg.data.train_fraction, 0.1);
   EXPECT_TRUE(d.live_teacher());  // samples and hidden states need it beside the cache
   const auto again = TrainConfig::from_yaml_string(cfg.to_yaml());
   EXPECT_EQ(again.to_yaml(), cfg.to_yaml());
-  EXPECT_EQ(fsdpp::train::parse_layer_map(d.layer_map),
+  EXPECT_EQ(fsdpp::distill::parse_layer_map(d.layer_map),
             (std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {1, 2}}));
-  EXPECT_TRUE(fsdpp::train::parse_layer_map({"auto"}).empty());
+  EXPECT_TRUE(fsdpp::distill::parse_layer_map({"auto"}).empty());
   // A cache alone: enabled, no live teacher.
   const auto cache_only = TrainConfig::from_yaml_string(
       "data:\n  path: c.txt\ntraining:\n  max_steps: 1\ndistillation:\n  teacher_cache: d\n");

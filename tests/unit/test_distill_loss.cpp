@@ -10,14 +10,14 @@
 #include <vector>
 
 #include "fsdpp/common/error.h"
-#include "fsdpp/train/distill_loss.h"
+#include "fsdpp/distill/distill_loss.h"
 
 using fsdpp::ConfigError;
-using fsdpp::train::distillation_divergence;
-using fsdpp::train::distillation_loss;
-using fsdpp::train::distillation_objective;
-using fsdpp::train::DistillLossOptions;
-using fsdpp::train::DistillLossType;
+using fsdpp::distill::distillation_divergence;
+using fsdpp::distill::distillation_loss;
+using fsdpp::distill::distillation_objective;
+using fsdpp::distill::DistillLossOptions;
+using fsdpp::distill::DistillLossType;
 
 namespace {
 

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "fsdpp/common/error.h"
-#include "fsdpp/train/layer_distill_loss.h"
+#include "fsdpp/distill/layer_distill_loss.h"
 
-using namespace fsdpp::train;
+using namespace fsdpp::distill;
 
 namespace {
 

@@ -26,7 +26,7 @@
 #include "fsdpp/fsdp/wrap_policy.h"
 #include "fsdpp/parallel/parallelize.h"
 #include "fsdpp/parallel/sequential_plan.h"
-#include "fsdpp/train/distill_loss.h"
+#include "fsdpp/distill/distill_loss.h"
 
 namespace {
 
@@ -141,7 +141,7 @@ TEST_P(EstimateVsParallelize, HeldStateExactPeakWithinTolerance) {
             objective = [rows](const at::Tensor& logits, const at::Tensor& t, int k,
                                const std::vector<at::Tensor>&, double) {
               auto mine = std::exchange(rows->at(static_cast<size_t>(k)), at::Tensor());
-              return fsdpp::train::distillation_objective(logits, mine, t, {}, 0.5).loss;
+              return fsdpp::distill::distillation_objective(logits, mine, t, {}, 0.5).loss;
             };
           }
         }

@@ -30,8 +30,8 @@
 #include "fsdpp/models/model_plan.h"
 #include "fsdpp/parallel/parallelize.h"
 #include "fsdpp/tp/regions.h"
-#include "fsdpp/train/distill_loss.h"
-#include "fsdpp/train/vocab_parallel_distill_loss.h"
+#include "fsdpp/distill/distill_loss.h"
+#include "fsdpp/distill/vocab_parallel_distill_loss.h"
 
 namespace {
 
@@ -213,7 +213,7 @@ TEST_P(EstimateVsAllocatorTeacher, PeakTensorBytesWithinFivePercent) {
           },
           teacher,
           [&](const at::Tensor& l, const at::Tensor& t, const at::Tensor& y) {
-            return fsdpp::train::vocab_parallel_distillation_objective(l, t.narrow(-1, cols.offset, cols.size), y, {},
+            return fsdpp::distill::vocab_parallel_distillation_objective(l, t.narrow(-1, cols.offset, cols.size), y, {},
                                                                        {}, 0.5, cols.offset, tpg)
                 .loss;
           },
@@ -230,7 +230,7 @@ TEST_P(EstimateVsAllocatorTeacher, PeakTensorBytesWithinFivePercent) {
           },
           teacher,
           [](const at::Tensor& l, const at::Tensor& t, const at::Tensor& y) {
-            return fsdpp::train::distillation_objective(l, t, y, {}, 0.5).loss;
+            return fsdpp::distill::distillation_objective(l, t, y, {}, 0.5).loss;
           },
           student->parameters(), 7 + w.rank());
     }

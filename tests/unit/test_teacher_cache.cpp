@@ -5,9 +5,9 @@
 #include <torch/torch.h>
 
 #include "fsdpp/common/error.h"
-#include "fsdpp/train/teacher_cache.h"
+#include "fsdpp/distill/teacher_cache.h"
 
-using namespace fsdpp::train;
+using namespace fsdpp::distill;
 
 TEST(TeacherCache, IndexBitsCoverTheVocabulary) {
   EXPECT_EQ(index_bits_for(1), 1);

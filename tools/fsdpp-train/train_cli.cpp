@@ -11,7 +11,7 @@
 #include "fsdpp/dist/world.h"
 #include "fsdpp/train/config.h"
 #include "fsdpp/observe/run_plot.h"
-#include "fsdpp/train/teacher_cache.h"
+#include "fsdpp/train/teacher_logits.h"
 #include "fsdpp/train/trainer.h"
 
 namespace fsdpp::tools {
@@ -21,7 +21,7 @@ namespace {
 int run_teacher_logits(int argc, char** argv) {
   return exit_code_of([&] {
     std::vector<std::string> args(argv + 2, argv + argc);
-    train::TeacherCacheOptions o;
+    distill::TeacherCacheOptions o;
     std::vector<std::string> positional, overrides;
     for (size_t i = 0; i < args.size(); ++i) {
       const std::string& a = args[i];

@@ -3,7 +3,7 @@
 // batch's logits (B,T,V) (this rank's vocabulary columns under tensor parallelism) and its
 // targets (B,T). A model adds its own terms to it (Qwen3-MoE: router_aux_loss_coef times the
 // load-balancing loss), as it adds them to the cross entropy. E.g. a distillation objective
-// (fsdpp/train/chunked_distill_loss.h) for a pipeline's last stage (models::ModelStage).
+// (fsdpp/distill/chunked_distill_loss.h) for a pipeline's last stage (models::ModelStage).
 
 #include <ATen/core/Tensor.h>
 

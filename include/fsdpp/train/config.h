@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "fsdpp/data/row_plan.h"
+#include "fsdpp/distill/distillation.h"
 #include "fsdpp/estimate/memory_estimate.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/wrap_policy.h"
@@ -35,8 +36,6 @@
 #include "fsdpp/models/qwen3_moe.h"
 #include "fsdpp/state/state_dict.h"
 #include "fsdpp/train/config_enums.h"
-#include "fsdpp/train/distill_loss.h"
-#include "fsdpp/train/layer_distill_loss.h"
 #include "fsdpp/train/lr_schedule.h"
 
 namespace fsdpp::train {
@@ -260,52 +259,13 @@ struct ParallelismSection {
   int64_t pipeline_parallel_layers_per_stage = 0;
 };
 
-// `distillation:` knowledge distillation from a frozen teacher (docs/distillation.md): off while
-// `teacher` is empty. Names as torchtune's KD recipe (kd_ratio, temperature), TRL's GKD (beta,
-// top_k) and fsdpp's losses (distill_loss.h) spell them.
-struct DistillationSection {
-  // An fsdpp checkpoint directory (any layout) or a Hugging Face model directory, of a Llama or
-  // a Qwen3-MoE with the student's vocabulary; its config.json / model_config.json gives its shape.
-  std::string teacher;
-  config::Choice<DistillLossType> loss = DistillLossType::FORWARD_KL;
-  double beta = 0.5;         // generalized_jsd: the teacher's weight in the mixture, in [0, 1]
-  double temperature = 1.0;  // logits / T, the divergence times T^2
-  double kd_ratio = 0.5;     // (1 - kd_ratio) * cross-entropy + kd_ratio * KD
-  int64_t top_k = 0;         // > 0: both distributions over the teacher's k most likely tokens
-  config::Choice<TeacherDtype> teacher_dtype = TeacherDtype::FLOAT32;  // the teacher's stored parameters
-  // An offline teacher (fsdpp-train teacher-logits, teacher_cache.h): data batches read its
-  // top-K log-probabilities instead of running it.
-  std::string teacher_cache;
-  // On-policy (TRL's GKD names): the share of micro-batches whose continuations the student
-  // samples and the teacher scores; seq_kd: the teacher samples the others.
-  double lmbda = 0;
-  bool seq_kd = false;
-  int64_t max_new_tokens = 32;          // tokens sampled after each window's prompt
-  double generation_temperature = 1.0;  // the sampling temperature (not the loss's)
-  // Intermediate layers: "S:T" pairs, the student's layer S pulled towards the teacher's layer
-  // T; [auto]: the layers model.init_from's compress.json kept.
-  std::vector<std::string> layer_map;
-  config::Choice<LayerLossType> layer_loss = LayerLossType::COSINE;
-  // A learned linear map from the student's width to the teacher's per pair (layer_projection.h):
-  // auto where the widths differ, linear always, none never.
-  config::Choice<LayerProjection> layer_projection = LayerProjection::AUTO;
-  double layer_loss_weight = 1.0;
-  int64_t loss_chunk_tokens = 0;  // positions per chunk of the KD loss; 0: 64 MiB of probabilities
-
-  bool enabled() const { return !teacher.empty() || !teacher_cache.empty(); }
-  // The teacher model is loaded: without a cache, or for what a cache cannot give (samples to
-  // score, hidden states).
-  bool live_teacher() const {
-    return !teacher.empty() && (teacher_cache.empty() || lmbda > 0 || seq_kd || !layer_map.empty());
-  }
-};
-
 struct TrainConfig {
   ModelSection model;
   DataSection data;
   TrainingSection training;
   ParallelismSection parallelism;
-  DistillationSection distillation;
+  // `distillation:` knowledge distillation from a frozen teacher (fsdpp/distill/distillation.h).
+  distill::DistillationSection distillation;
 
   // Parses YAML text (a file's contents), applies `overrides` in order ("training.fsdp=no_shard",
   // "training.fsdp_config.fsdp_transformer_layer_cls_to_wrap=[A, B]"; the value is read as a
@@ -365,6 +325,10 @@ struct TrainConfig {
   // Ranks per shard group of the hybrid strategies: fsdp_hybrid_shard_group_size, or
   // `local_world_size` (one group per node) when that is 0.
   int hybrid_shard_group_size(int local_world_size) const;
+  // What the distiller and its teacher take of the run besides distillation: (the student's
+  // vocabulary `student_vocab`, data.seq_len, training.seed, model.init_from and deferred_init,
+  // fsdp_config.limit_all_gathers).
+  distill::RunParts distill_run(int64_t student_vocab) const;
   // The estimator's options for this config on `world_size` ranks, `local_world_size` of them
   // per node (0: the estimator's default shard groups); units as TRANSFORMER_BASED_WRAP makes
   // them, whatever fsdp_auto_wrap_policy says.
@@ -378,11 +342,5 @@ struct TrainConfig {
 // and names ending in .dat or .u8 (fortune's index files and links).
 // Throws ConfigError naming data.path when it does not exist or holds no such file.
 std::vector<std::string> resolve_data_files(const std::string& path);
-
-// The distillation: section's ranges and its combinations with the rest (distillation_config.cpp).
-void validate_distillation(const TrainConfig& cfg);
-// distillation.layer_map's "S:T" pairs in order; empty for [auto] (resolved by the trainer from
-// model.init_from's compress.json) and for no map. ConfigError for anything else.
-std::vector<std::pair<int64_t, int64_t>> parse_layer_map(const std::vector<std::string>& map);
 
 }  // namespace fsdpp::train

@@ -27,8 +27,6 @@ enum class AutoWrapPolicy { TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP };
 enum class SaveStrategy { STEPS, EPOCH, NO };
 // training.lr_scheduler_type (see LrSchedule).
 enum class LrSchedulerType { COSINE, LINEAR, CONSTANT };
-// distillation.teacher_dtype: the dtype the teacher's parameters are stored (and computed) in.
-enum class TeacherDtype { FLOAT32, BFLOAT16 };
 // model.deferred_init: the model made without storage and each rank's shards given the values
 // of the whole model (EXACT) or counter-based ones (PER_SHARD); OFF: every rank builds the
 // whole model, then shards it (fsdpp/fsdp/deferred_init.h).
@@ -128,16 +126,6 @@ struct ChoiceNames<train::LrSchedulerType> {
       {train::LrSchedulerType::COSINE, "cosine"},
       {train::LrSchedulerType::LINEAR, "linear"},
       {train::LrSchedulerType::CONSTANT, "constant"},
-  }};
-};
-
-template <>
-struct ChoiceNames<train::TeacherDtype> {
-  static constexpr std::string_view kWhat = "teacher dtype";
-  static constexpr bool kAnyCase = false;
-  static constexpr std::array<std::pair<train::TeacherDtype, std::string_view>, 2> kNames{{
-      {train::TeacherDtype::FLOAT32, "float32"},
-      {train::TeacherDtype::BFLOAT16, "bfloat16"},
   }};
 };
 

@@ -1,5 +1,5 @@
 // The learned projections of the intermediate-layer loss (layer_projection.h).
-#include "layer_projection.h"
+#include "fsdpp/distill/layer_projection.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -14,7 +14,7 @@
 
 namespace fs = std::filesystem;
 
-namespace fsdpp::train::detail {
+namespace fsdpp::distill {
 namespace {
 
 std::string key(const std::pair<int64_t, int64_t>& pair, const std::string& what) {
@@ -164,4 +164,4 @@ std::optional<std::string> LayerProjections::restore(const fs::path& dir,
   return std::nullopt;
 }
 
-}  // namespace fsdpp::train::detail
+}  // namespace fsdpp::distill

@@ -2,7 +2,7 @@
 // distillation.layer_projection (docs/distillation.md#intermediate-layers): the learned linear
 // maps from the student's hidden width to the teacher's, one per layer_map pair, that the layer
 // loss sends the student's states through (layer_distill_loss.h), as NVIDIA Minitron and Model
-// Optimizer do for width-pruned students. Private to src/train.
+// Optimizer do for width-pruned students.
 //
 // They are trained with the student, outside it: replicated whole on every rank (not in any
 // FSDP unit, nor in the student's state dict or Hugging Face export), their gradients averaged
@@ -29,9 +29,9 @@
 
 #include "fsdpp/dist/process_group.h"
 #include "fsdpp/config/choice.h"
-#include "fsdpp/train/layer_distill_loss.h"
+#include "fsdpp/distill/layer_distill_loss.h"
 
-namespace fsdpp::train::detail {
+namespace fsdpp::distill {
 
 inline constexpr const char* kProjectionFile = "distill_projection.pt";
 
@@ -73,4 +73,4 @@ class LayerProjections {
   std::vector<at::Tensor> weights_;
 };
 
-}  // namespace fsdpp::train::detail
+}  // namespace fsdpp::distill

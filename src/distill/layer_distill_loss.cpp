@@ -1,11 +1,11 @@
 // The intermediate-layer distillation loss (layer_distill_loss.h).
-#include "fsdpp/train/layer_distill_loss.h"
+#include "fsdpp/distill/layer_distill_loss.h"
 
 #include <ATen/ATen.h>
 
 #include "fsdpp/common/error.h"
 
-namespace fsdpp::train {
+namespace fsdpp::distill {
 
 at::Tensor layer_distillation_loss(const std::vector<at::Tensor>& student,
                                    const std::vector<at::Tensor>& teacher, const at::Tensor& mask,
@@ -49,4 +49,4 @@ at::Tensor layer_distillation_loss(const std::vector<at::Tensor>& student,
   return total / static_cast<double>(student.size());
 }
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::distill

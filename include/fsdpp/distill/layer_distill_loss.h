@@ -20,50 +20,50 @@
 
 #include "fsdpp/config/choice.h"
 
-namespace fsdpp::train {
+namespace fsdpp::distill {
 
 enum class LayerLossType { COSINE, MSE };
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::distill
 
 namespace fsdpp::config {
 
 template <>
-struct ChoiceNames<train::LayerLossType> {
+struct ChoiceNames<distill::LayerLossType> {
   static constexpr std::string_view kWhat = "layer loss";
   static constexpr bool kAnyCase = false;
-  static constexpr std::array<std::pair<train::LayerLossType, std::string_view>, 2> kNames{{
-      {train::LayerLossType::COSINE, "cosine"},
-      {train::LayerLossType::MSE, "mse"},
+  static constexpr std::array<std::pair<distill::LayerLossType, std::string_view>, 2> kNames{{
+      {distill::LayerLossType::COSINE, "cosine"},
+      {distill::LayerLossType::MSE, "mse"},
   }};
 };
 
 }  // namespace fsdpp::config
 
-namespace fsdpp::train {
+namespace fsdpp::distill {
 
 // distillation.layer_projection: auto, a linear map for each pair whose widths differ; linear,
 // one for every pair; none, the states compared as they are (the widths must agree).
 enum class LayerProjection { AUTO, LINEAR, NONE };
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::distill
 
 namespace fsdpp::config {
 
 template <>
-struct ChoiceNames<train::LayerProjection> {
+struct ChoiceNames<distill::LayerProjection> {
   static constexpr std::string_view kWhat = "layer projection";
   static constexpr bool kAnyCase = false;
-  static constexpr std::array<std::pair<train::LayerProjection, std::string_view>, 3> kNames{{
-      {train::LayerProjection::AUTO, "auto"},
-      {train::LayerProjection::LINEAR, "linear"},
-      {train::LayerProjection::NONE, "none"},
+  static constexpr std::array<std::pair<distill::LayerProjection, std::string_view>, 3> kNames{{
+      {distill::LayerProjection::AUTO, "auto"},
+      {distill::LayerProjection::LINEAR, "linear"},
+      {distill::LayerProjection::NONE, "none"},
   }};
 };
 
 }  // namespace fsdpp::config
 
-namespace fsdpp::train {
+namespace fsdpp::distill {
 
 // student[i] (B, T, D_s) and teacher[i] (B, T, D_t), mask (B, T) bool: the positions averaged
 // over (none: 0 with a zero gradient). The teacher's states are constants. `projections`:
@@ -75,4 +75,4 @@ at::Tensor layer_distillation_loss(const std::vector<at::Tensor>& student,
                                    LayerLossType type,
                                    const std::vector<at::Tensor>& projections = {});
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::distill

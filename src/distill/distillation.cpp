@@ -1,4 +1,4 @@
-// The distillation: section's checks (config.h): ranges named by their keys with what is
+// The distillation: section's checks (distillation.h): ranges named by their keys with what is
 // accepted, and what distillation does not combine with.
 #include <algorithm>
 #include <cmath>
@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "fsdpp/common/error.h"
-#include "fsdpp/train/config.h"
+#include "fsdpp/distill/distillation.h"
 
-namespace fsdpp::train {
+namespace fsdpp::distill {
 namespace {
 
 template <typename... Args>
@@ -19,8 +19,8 @@ void check(bool ok, fmt::format_string<Args...> format, Args&&... args) {
 
 }  // namespace
 
-void validate_distillation(const TrainConfig& cfg) {
-  const auto& d = cfg.distillation;
+void DistillationSection::validate(const RunShape& run) const {
+  const auto& d = *this;
   check(d.beta >= 0 && d.beta <= 1,
         "[config] distillation.beta={}: expected a number in [0, 1] (generalized_jsd's weight of "
         "the teacher; 0 is forward_kl, 1 is reverse_kl)",
@@ -46,10 +46,10 @@ void validate_distillation(const TrainConfig& cfg) {
         "student's or the teacher's sampling temperature)",
         d.generation_temperature);
   const bool sampling = d.lmbda > 0 || d.seq_kd;
-  check(!sampling || (d.max_new_tokens >= 1 && d.max_new_tokens <= cfg.data.seq_len),
+  check(!sampling || (d.max_new_tokens >= 1 && d.max_new_tokens <= run.seq_len),
         "[config] distillation.max_new_tokens={}: expected 1 .. data.seq_len={} (each window's "
         "first seq_len + 1 - max_new_tokens tokens are the prompt)",
-        d.max_new_tokens, cfg.data.seq_len);
+        d.max_new_tokens, run.seq_len);
   check(d.layer_loss_weight >= 0 && std::isfinite(d.layer_loss_weight),
         "[config] distillation.layer_loss_weight={}: expected a finite number >= 0",
         d.layer_loss_weight);
@@ -66,7 +66,7 @@ void validate_distillation(const TrainConfig& cfg) {
   // norm 0, every step.
   const bool layer_loss = !d.layer_map.empty() && d.layer_loss_weight > 0;
   if (d.lmbda > 0 && d.kd_ratio == 0 && !layer_loss) {
-    const bool nothing = d.lmbda == 1 && d.max_new_tokens >= cfg.data.seq_len;
+    const bool nothing = d.lmbda == 1 && d.max_new_tokens >= run.seq_len;
     throw ConfigError(fmt::format(
         "[config] distillation.lmbda={} with distillation.kd_ratio=0: the batches the student "
         "samples are trained on by the KD loss alone (their sampled tokens have no real next "
@@ -79,7 +79,7 @@ void validate_distillation(const TrainConfig& cfg) {
                               d.max_new_tokens)
                 : std::string(": they would train nothing")));
   }
-  if (d.lmbda == 1 && d.max_new_tokens >= cfg.data.seq_len && d.kd_ratio < 1) {
+  if (d.lmbda == 1 && d.max_new_tokens >= run.seq_len && d.kd_ratio < 1) {
     // The KD loss trains; the cross-entropy's share, (1 - kd_ratio), has no position.
     throw ConfigError(fmt::format(
         "[config] distillation.lmbda=1 with distillation.max_new_tokens={} = data.seq_len: every "
@@ -87,7 +87,7 @@ void validate_distillation(const TrainConfig& cfg) {
         "token and the cross-entropy (weight 1 - kd_ratio = {}) averages over none. Use "
         "max_new_tokens < data.seq_len (such as {}) to keep a prompt, or kd_ratio=1 (the KD loss "
         "alone)",
-        d.max_new_tokens, 1 - d.kd_ratio, std::max<int64_t>(1, cfg.data.seq_len / 2)));
+        d.max_new_tokens, 1 - d.kd_ratio, std::max<int64_t>(1, run.seq_len / 2)));
   }
   check(!d.teacher.empty() || (!sampling && d.layer_map.empty()),
         "[config] distillation.teacher_cache without distillation.teacher, with {}: the cache "
@@ -98,13 +98,13 @@ void validate_distillation(const TrainConfig& cfg) {
   // each rank's columns (vocab_parallel_distill_loss.h): the teacher's columns come from its
   // whole logits, which a cache's top-K are not; its hidden states are the student's sequence
   // pieces under sequence parallelism.
-  const int64_t tp = cfg.parallelism.tensor_parallel_degree;
+  const int64_t tp = run.tensor_parallel;
   check(tp == 1 || d.teacher_cache.empty(),
         "[config] distillation.teacher_cache with parallelism.tensor_parallel_degree={}: a "
         "tensor-parallel student takes its vocabulary columns of the live teacher's logits; "
         "drop the cache (distillation.teacher scores the batches) or use tensor_parallel_degree=1",
         tp);
-  check(tp == 1 || d.layer_map.empty() || !cfg.parallelism.enable_sequence_parallel,
+  check(tp == 1 || d.layer_map.empty() || !run.sequence_parallel,
         "[config] distillation.layer_map with parallelism.enable_sequence_parallel=true: each "
         "rank holds a piece of the sequence of the student's hidden states; set "
         "enable_sequence_parallel=false (tensor parallelism alone keeps them whole)");
@@ -112,7 +112,7 @@ void validate_distillation(const TrainConfig& cfg) {
   // rows, made before the pipeline runs (samples included: the student's through the stages).
   // The student's hidden states of layer_map live on the stages that hold those layers, not
   // with the loss (docs/distillation.md#under-pipeline-parallelism).
-  const int64_t pp = cfg.parallelism.pipeline_parallel_degree;
+  const int64_t pp = run.pipeline_parallel;
   check(pp == 1 || d.layer_map.empty(),
         "[config] distillation.layer_map with parallelism.pipeline_parallel_degree={}: the "
         "student's hidden states of the mapped layers live on the stages that hold those layers, "
@@ -158,4 +158,4 @@ std::vector<std::pair<int64_t, int64_t>> parse_layer_map(const std::vector<std::
   return pairs;
 }
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::distill

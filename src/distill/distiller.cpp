@@ -1,5 +1,5 @@
 // The distilling run's loss per micro-batch and its metrics (distiller.h).
-#include "distiller.h"
+#include "fsdpp/distill/distiller.h"
 
 #include <ATen/ATen.h>
 #include <torch/torch.h>
@@ -13,23 +13,24 @@
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/inspect.h"
-#include "fsdpp/train/chunked_distill_loss.h"
-#include "fsdpp/train/vocab_parallel_distill_loss.h"
-#include "fsdpp/train/layer_distill_loss.h"
-#include "elapsed.h"
+#include "fsdpp/distill/chunked_distill_loss.h"
+#include "fsdpp/distill/vocab_parallel_distill_loss.h"
+#include "fsdpp/distill/layer_distill_loss.h"
 
 namespace fs = std::filesystem;
 
-namespace fsdpp::train::detail {
+namespace fsdpp::distill {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 // compress.json's layer_map of model.init_from (written by fsdpp-ckpt compress).
-std::vector<std::string> compressed_layer_map(const TrainConfig& cfg) {
-  const auto path = fs::path(cfg.model.init_from) / "compress.json";
-  FSDPP_CHECK_AS(ConfigError, !cfg.model.init_from.empty() && fs::exists(path),
+std::vector<std::string> compressed_layer_map(const std::string& init_from) {
+  const auto path = fs::path(init_from) / "compress.json";
+  FSDPP_CHECK_AS(ConfigError, !init_from.empty() && fs::exists(path),
                  "[config] distillation.layer_map=[auto] takes the layers fsdpp-ckpt compress "
                  "kept from model.init_from's compress.json, and {}; give the pairs as [S:T, ...]",
-                 cfg.model.init_from.empty() ? "model.init_from is empty"
+                 init_from.empty() ? "model.init_from is empty"
                                              : "'" + path.string() + "' does not exist");
   std::ifstream in(path);
   const auto j = nlohmann::json::parse(std::string(std::istreambuf_iterator<char>(in), {}));
@@ -41,12 +42,13 @@ std::vector<std::string> compressed_layer_map(const TrainConfig& cfg) {
 
 }  // namespace
 
-std::vector<std::pair<int64_t, int64_t>> resolve_layer_map(const TrainConfig& cfg,
+std::vector<std::pair<int64_t, int64_t>> resolve_layer_map(const DistillationSection& d,
+                                                           const std::string& init_from,
                                                            int64_t student_layers,
                                                            int64_t teacher_layers) {
-  const auto& map = cfg.distillation.layer_map;
+  const auto& map = d.layer_map;
   const bool automatic = map.size() == 1 && map.front() == "auto";
-  const auto pairs = parse_layer_map(automatic ? compressed_layer_map(cfg) : map);
+  const auto pairs = parse_layer_map(automatic ? compressed_layer_map(init_from) : map);
   for (const auto& [s, t] : pairs) {
     FSDPP_CHECK_AS(ConfigError, s < student_layers && t < teacher_layers,
                    "[config] distillation.layer_map{} pairs the student's layer {} with the "
@@ -57,19 +59,19 @@ std::vector<std::pair<int64_t, int64_t>> resolve_layer_map(const TrainConfig& cf
   return pairs;
 }
 
-Distiller::Distiller(const TrainConfig& cfg, dist::World& world, int64_t student_vocab,
+Distiller::Distiller(const DistillationSection& d, const RunParts& run, dist::World& world,
                      models::CausalLM& student)
-    : policy_(cfg.distillation, cfg.training.seed, cfg.data.seq_len) {
-  const auto& d = cfg.distillation;
+    : policy_(d, run.seed, run.seq_len) {
+  const int64_t student_vocab = run.student_vocab;
   options_ = {.type = d.loss, .beta = d.beta, .temperature = d.temperature, .top_k = d.top_k};
   options_.validate();
   kd_ratio_ = d.kd_ratio;
   layer_weight_ = d.layer_loss_weight;
   layer_loss_ = d.layer_loss;
   chunk_ = d.loss_chunk_tokens;
-  seq_len_ = cfg.data.seq_len;
+  seq_len_ = run.seq_len;
   vocab_ = student_vocab;
-  if (d.live_teacher()) teacher_ = std::make_unique<Teacher>(cfg, world, student_vocab);
+  if (d.live_teacher()) teacher_ = std::make_unique<Teacher>(d, run, world);
   if (!d.teacher_cache.empty()) {
     cache_ = TeacherCache::open(d.teacher_cache);
     const auto& info = cache_->info();
@@ -84,13 +86,14 @@ Distiller::Distiller(const TrainConfig& cfg, dist::World& world, int64_t student
                    d.top_k, info.top_k, d.teacher_cache, info.top_k);
   }
   if (!d.layer_map.empty()) {
-    const auto pairs = resolve_layer_map(cfg, student.num_layers(), teacher_->lm().num_layers());
+    const auto pairs = resolve_layer_map(d, run.init_from, student.num_layers(),
+                                         teacher_->lm().num_layers());
     for (const auto& [s, t] : pairs) {
       student_layers_.push_back(s);
       teacher_layers_.push_back(t);
     }
     projections_.emplace(d.layer_projection, pairs, student.hidden_size(),
-                         teacher_->lm().hidden_size(), cfg.training.seed, world.device());
+                         teacher_->lm().hidden_size(), run.seed, world.device());
   }
 }
 
@@ -125,7 +128,7 @@ PolicyBatch Distiller::policy_batch(const Sampler& student, const data::BatchLoa
   auto pb = source == BatchSource::STUDENT
                 ? policy_.sample(student, source, x, y, batch.starts, step)
                 : policy_.sample(teacher_->lm(), source, x, y, batch.starts, step);
-  generate_ms_ += ms_since(t0);
+  generate_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   ++(source == BatchSource::STUDENT ? student_sampled_ : teacher_sampled_);
   return pb;
 }
@@ -387,4 +390,4 @@ void Distiller::log_step(nlohmann::json& line, dist::World& world) {
   }
 }
 
-}  // namespace fsdpp::train::detail
+}  // namespace fsdpp::distill

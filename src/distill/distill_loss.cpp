@@ -1,6 +1,6 @@
 // The distillation losses (distill_loss.h); docs/distillation.md#losses names the recipe each
 // follows.
-#include "fsdpp/train/distill_loss.h"
+#include "fsdpp/distill/distill_loss.h"
 
 #include <ATen/ATen.h>
 #include <fmt/ranges.h>
@@ -10,7 +10,7 @@
 #include "divergence.h"
 #include "fsdpp/common/error.h"
 
-namespace fsdpp::train {
+namespace fsdpp::distill {
 namespace {
 
 // The divergence of `s` and `t`, the student's and the teacher's logits over the same tokens
@@ -194,4 +194,4 @@ DistillObjective distillation_objective(const at::Tensor& student_logits,
   return out;
 }
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::distill

@@ -8,9 +8,9 @@
 
 #include <functional>
 
-#include "fsdpp/train/distill_loss.h"
+#include "fsdpp/distill/distill_loss.h"
 
-namespace fsdpp::train {
+namespace fsdpp::distill {
 
 // (N..., V) terms -> (N...) their sum over the whole vocabulary.
 using VocabSum = std::function<at::Tensor(const at::Tensor&)>;
@@ -32,4 +32,4 @@ at::Tensor masked_mean(const at::Tensor& per_position, const at::Tensor& keep);
 // The same over `divisor` instead of keep's count when divisor > 0 (TokenDivisors).
 at::Tensor masked_mean(const at::Tensor& per_position, const at::Tensor& keep, double divisor);
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::distill

@@ -1,5 +1,5 @@
 // Distillation losses over vocabulary-parallel logits (vocab_parallel_distill_loss.h).
-#include "fsdpp/train/vocab_parallel_distill_loss.h"
+#include "fsdpp/distill/vocab_parallel_distill_loss.h"
 
 #include <ATen/ATen.h>
 #include <fmt/ranges.h>
@@ -10,7 +10,7 @@
 #include "fsdpp/common/error.h"
 #include "fsdpp/tp/cross_entropy.h"
 
-namespace fsdpp::train {
+namespace fsdpp::distill {
 namespace {
 
 // Where each rank's columns take part: all of them (an undefined tensor: no mask to apply), or
@@ -116,4 +116,4 @@ DistillObjective vocab_parallel_distillation_objective(const at::Tensor& student
   return out;
 }
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::distill

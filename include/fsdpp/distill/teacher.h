@@ -1,12 +1,12 @@
 #pragma once
 // The frozen teacher of knowledge distillation (distillation: in the config,
-// docs/distillation.md): its own models::CausalLM loaded from distillation.teacher, FULL_SHARD
-// units of its own over a process group of its own (so that its collectives are counted apart
-// from the student's), no gradients, no optimizer state, forward under no-grad. It only
+// docs/distillation.md): its own models::CausalLM loaded from distillation.teacher, through
+// parallel::parallelize as the student is, with a mesh and plan of its own (FULL_SHARD over
+// every rank, on groups of its own, so that its collectives are counted apart from the
+// student's), frozen: no gradients, no optimizer state, forward under no-grad. It only
 // all-gathers: nothing it computes has a gradient, so no reduce-scatter ever runs for it.
-// Private to src/train.
 //
-//   Teacher teacher(cfg, world, student_vocab);
+//   Teacher teacher(cfg.distillation, run, world);
 //   auto logits = teacher.forward(x).logits;  // the loss is the Distiller's (distiller.h)
 
 #include <ATen/core/Tensor.h>
@@ -20,36 +20,34 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "fsdpp/data/tokenizer.h"
-#include "fsdpp/dist/device_mesh.h"
 #include "fsdpp/dist/world.h"
+#include "fsdpp/distill/distillation.h"
 #include "fsdpp/models/causal_lm.h"
-#include "fsdpp/train/config.h"
-#include "fsdpp/train/distill_loss.h"
-#include "init_from.h"
+#include "fsdpp/models/model_source.h"
+#include "fsdpp/parallel/parallelize.h"
 
-namespace fsdpp::train::detail {
+namespace fsdpp::distill {
 
 // Throws ConfigError naming distillation.teacher when its directory is neither kind of model, or
 // its vocabulary is not `student_vocab` (naming both), or top_k is above it. Reads configs only.
-ModelSource check_teacher_source(const TrainConfig& cfg, int64_t student_vocab);
+models::ModelSource check_teacher_source(const DistillationSection& d, int64_t student_vocab);
 
 // The teacher's tokenizer against the student's `tokenizer` (`how` says where the student's
 // came from, e.g. "data.tokenizer=byte"): they must be the same tokenizer, not merely of the same
 // vocabulary size, for the KD loss to compare the same strings. ConfigError naming both when they
 // differ; a warning (returned) when the teacher's directory holds no tokenizer to compare.
-std::optional<std::string> check_teacher_tokenizer(const TrainConfig& cfg,
+std::optional<std::string> check_teacher_tokenizer(const DistillationSection& d,
                                                    const data::Tokenizer& tokenizer,
                                                    const std::string& how);
 
 class Teacher {
  public:
   // Collective over the world: reads the teacher's config and weights, checks its vocabulary
-  // against the student's (ConfigError naming both), shards it. The student's aux-loss
-  // coefficient (MoE) comes from cfg.model.
-  Teacher(const TrainConfig& cfg, dist::World& world, int64_t student_vocab);
+  // against the student's (ConfigError naming both), parallelizes it.
+  Teacher(const DistillationSection& d, const RunParts& run, dist::World& world);
 
   torch::nn::Module& module() { return lm_->module(); }
-  const ModelSource& source() const { return source_; }
+  const models::ModelSource& source() const { return source_; }
   std::string describe() const;
 
   // The teacher's logits (and the outputs of its layers `hidden_layers`, in hidden_states) for
@@ -66,10 +64,10 @@ class Teacher {
   void log_step(nlohmann::json& line);
 
  private:
-  ModelSource source_;
+  models::ModelSource source_;
   std::unique_ptr<models::CausalLM> lm_;
-  std::shared_ptr<dist::DeviceMesh> mesh_;
+  std::unique_ptr<parallel::Parallelized> parallel_;  // its mesh, units and record
   dist::CommCounters comm_before_;
 };
 
-}  // namespace fsdpp::train::detail
+}  // namespace fsdpp::distill

@@ -1,7 +1,7 @@
 #pragma once
 // On-policy distillation (distillation.lmbda, seq_kd; TRL's GKDTrainer, Agarwal et al.,
 // "On-Policy Distillation of Language Models", 2306.13649): which sequences a micro-batch trains
-// on, and making them. Private to src/train.
+// on, and making them.
 //
 //   OnPolicy policy(cfg.distillation, cfg.training.seed, cfg.data.seq_len);
 //   switch (policy.source(step, micro)) { ... }         // the same on every rank
@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "fsdpp/models/causal_lm.h"
-#include "fsdpp/train/config.h"
+#include "fsdpp/distill/distillation.h"
 
-namespace fsdpp::train::detail {
+namespace fsdpp::distill {
 
 enum class BatchSource { DATA, STUDENT, TEACHER };
 std::string_view to_string(BatchSource s);
@@ -76,4 +76,4 @@ class OnPolicy {
   int64_t seq_len_;
 };
 
-}  // namespace fsdpp::train::detail
+}  // namespace fsdpp::distill

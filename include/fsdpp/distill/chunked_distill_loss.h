@@ -19,9 +19,9 @@
 
 #include <cstdint>
 
-#include "fsdpp/train/distill_loss.h"
+#include "fsdpp/distill/distill_loss.h"
 
-namespace fsdpp::train {
+namespace fsdpp::distill {
 
 // The teacher's side of the loss: its logits over the whole vocabulary, or K tokens per
 // position (`values`: logits or log-probabilities, `ids`: their token ids, sparse_distillation_
@@ -50,4 +50,4 @@ DistillObjective chunked_distillation_objective(const at::Tensor& student_logits
 // The positions per chunk that `chunk_positions` = 0 picks for a vocabulary of `vocab`.
 int64_t default_chunk_positions(int64_t vocab);
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::distill

@@ -1,6 +1,6 @@
 // The offline teacher's files (teacher_cache.h): cache.json, the packed token ids and the
 // reader. The writer, which runs the teacher, is teacher_cache_writer.cpp.
-#include "fsdpp/train/teacher_cache.h"
+#include "fsdpp/distill/teacher_cache.h"
 
 #include <ATen/ATen.h>
 
@@ -15,7 +15,7 @@
 
 namespace fs = std::filesystem;
 
-namespace fsdpp::train {
+namespace fsdpp::distill {
 namespace {
 
 constexpr const char* kFormat = "fsdpp-teacher-cache";
@@ -262,4 +262,4 @@ void TeacherCache::verify() const {
   }
 }
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::distill

@@ -27,11 +27,9 @@
 #include <string>
 #include <vector>
 
-#include "fsdpp/dist/world.h"
-#include "fsdpp/train/chunked_distill_loss.h"
-#include "fsdpp/train/config.h"
+#include "fsdpp/distill/chunked_distill_loss.h"
 
-namespace fsdpp::train {
+namespace fsdpp::distill {
 
 // cache.json.
 struct TeacherCacheInfo {
@@ -90,26 +88,4 @@ class TeacherCache {
   std::shared_ptr<const Impl> impl_;
 };
 
-struct TeacherCacheOptions {
-  std::filesystem::path out;      // DIR; refused if it exists, unless force
-  int64_t top_k = 64;             // K, at most the vocabulary
-  std::string dtype = "bfloat16";  // of the log-probabilities: bfloat16 | float32
-  int64_t windows_per_shard = 1024;
-  bool force = false;
-};
-
-struct TeacherCacheSummary {
-  TeacherCacheInfo info;
-  uint64_t bytes = 0;  // on disk, the shards together
-  double seconds = 0;
-};
-
-// Runs the distillation.teacher of `cfg` (sharded over the world as in training) over every
-// window of cfg's training split (the data, tokenizer, seq_len, val_fraction and train_fraction
-// the student trains with; model.init_from's tokenizer when it has one) in
-// training.per_device_train_batch_size windows per rank and forward, and writes the cache to
-// options.out atomically (shards by several ranks at once, cache.json by rank 0). Collective.
-TeacherCacheSummary write_teacher_cache(TrainConfig cfg, std::shared_ptr<dist::World> world,
-                                        const TeacherCacheOptions& options);
-
-}  // namespace fsdpp::train
+}  // namespace fsdpp::distill

@@ -1,5 +1,5 @@
 // On-policy and sequence-level distillation batches (on_policy.h).
-#include "on_policy.h"
+#include "fsdpp/distill/on_policy.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -7,7 +7,7 @@
 
 #include "fsdpp/common/error.h"
 
-namespace fsdpp::train::detail {
+namespace fsdpp::distill {
 namespace {
 
 // SplitMix64's finaliser: the bits of a seed spread over the whole word.
@@ -89,4 +89,4 @@ PolicyBatch OnPolicy::sample(const Sampler& generate, BatchSource source, const 
   return out;
 }
 
-}  // namespace fsdpp::train::detail
+}  // namespace fsdpp::distill

@@ -4,9 +4,10 @@
 // the teacher says about them (the live teacher, teacher.h, or the offline cache,
 // teacher_cache.h), the chunked KD loss (chunked_distill_loss.h), the intermediate layers'
 // loss (layer_distill_loss.h, through layer_projection.h's learned maps) and the step's
-// metrics. Private to src/train.
+// metrics. Built from its section (distillation.h) and the parts of the run it needs; the
+// trainer holds one and calls it each step.
 //
-//   Distiller distiller(cfg, world, vocab, *lm, init);    // collective: loads the teacher
+//   Distiller distiller(cfg.distillation, cfg.distill_run(vocab), world, *lm);  // collective
 //   distiller.begin_step();
 //   auto rows = distiller.rows(micro_batches, positions, step, sampler, accum, false, true);
 //   parallelized.forward_backward(rows.inputs, rows.targets, rows.positions, 1.0,
@@ -26,23 +27,24 @@
 
 #include "fsdpp/data/batch_loader.h"
 #include "fsdpp/dist/world.h"
+#include "fsdpp/distill/distill_loss.h"
+#include "fsdpp/distill/distillation.h"
+#include "fsdpp/distill/layer_projection.h"
+#include "fsdpp/distill/on_policy.h"
+#include "fsdpp/distill/teacher.h"
+#include "fsdpp/distill/teacher_cache.h"
 #include "fsdpp/models/causal_lm.h"
 #include "fsdpp/parallel/parallelize.h"
 #include "fsdpp/tp/regions.h"
-#include "fsdpp/train/config.h"
-#include "fsdpp/train/distill_loss.h"
-#include "fsdpp/train/teacher_cache.h"
-#include "init_from.h"
-#include "layer_projection.h"
-#include "on_policy.h"
-#include "teacher.h"
 
-namespace fsdpp::train::detail {
+namespace fsdpp::distill {
 
 // distillation.layer_map as (student layer, teacher layer) pairs: its "S:T" items, or for
-// [auto] the layers model.init_from's compress.json kept (student i <- teacher kept[i]).
-// ConfigError naming the key for layers out of range or [auto] without compress.json.
-std::vector<std::pair<int64_t, int64_t>> resolve_layer_map(const TrainConfig& cfg,
+// [auto] the layers `init_from`'s compress.json kept (student i <- teacher kept[i]; init_from
+// is model.init_from). ConfigError naming the key for layers out of range or [auto] without
+// compress.json.
+std::vector<std::pair<int64_t, int64_t>> resolve_layer_map(const DistillationSection& d,
+                                                           const std::string& init_from,
                                                            int64_t student_layers,
                                                            int64_t teacher_layers);
 
@@ -50,7 +52,7 @@ class Distiller {
  public:
   // Collective over the world: the live teacher when the section needs one, the cache when it
   // names one (its vocabulary and seq_len checked against the run's), the layer pairs.
-  Distiller(const TrainConfig& cfg, dist::World& world, int64_t student_vocab,
+  Distiller(const DistillationSection& d, const RunParts& run, dist::World& world,
             models::CausalLM& student);
 
   // The step's rows and the distillation objective of each of its microbatches, for
@@ -138,4 +140,4 @@ class Distiller {
   int64_t student_sampled_ = 0, teacher_sampled_ = 0;
 };
 
-}  // namespace fsdpp::train::detail
+}  // namespace fsdpp::distill

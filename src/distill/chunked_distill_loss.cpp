@@ -1,7 +1,7 @@
 // The chunked distillation objective (chunked_distill_loss.h): a custom autograd function whose
 // forward computes the per-position losses a chunk at a time without keeping anything, and
 // whose backward recomputes each chunk under autograd to get that chunk's gradient.
-#include "fsdpp/train/chunked_distill_loss.h"
+#include "fsdpp/distill/chunked_distill_loss.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
@@ -11,7 +11,7 @@
 
 #include "fsdpp/common/error.h"
 
-namespace fsdpp::train {
+namespace fsdpp::distill {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -208,4 +208,4 @@ DistillObjective chunked_distillation_objective(const at::Tensor& student_logits
   return parts;
 }
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::distill

@@ -4,7 +4,7 @@
 // the cross-entropy; Megatron-LM and NeMo's distillation compute their KD loss this way):
 //
 //   auto r = tp::shard_range(vocab, group->size(), group->rank());   // this rank's columns
-//   auto kd = fsdpp::train::vocab_parallel_distillation_loss(student_local, teacher_local,
+//   auto kd = fsdpp::distill::vocab_parallel_distillation_loss(student_local, teacher_local,
 //                                                             labels, options, group);
 //   kd.backward();   // each rank's columns get their gradient
 //
@@ -26,9 +26,9 @@
 #include <ATen/core/Tensor.h>
 
 #include "fsdpp/tp/regions.h"
-#include "fsdpp/train/distill_loss.h"
+#include "fsdpp/distill/distill_loss.h"
 
-namespace fsdpp::train {
+namespace fsdpp::distill {
 
 // (N...) per position: temperature^2 * D(...), as distillation_divergence.
 at::Tensor vocab_parallel_distillation_divergence(const at::Tensor& student_local,
@@ -59,4 +59,4 @@ DistillObjective vocab_parallel_distillation_objective(const at::Tensor& student
                                                        const tp::GroupPtr& group,
                                                        const TokenDivisors& divisors = {});
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::distill

@@ -18,10 +18,10 @@
 // loss is the mean over the others (torchtune's masked mean); with none left it is 0, with a
 // zero gradient.
 //
-//   auto kd = fsdpp::train::distillation_loss(student_logits, teacher_logits, labels,
+//   auto kd = fsdpp::distill::distillation_loss(student_logits, teacher_logits, labels,
 //                                             {.type = DistillLossType::GENERALIZED_JSD,
 //                                              .beta = 0.5, .temperature = 2.0});
-//   auto parts = fsdpp::train::distillation_objective(student_logits, teacher_logits, labels,
+//   auto parts = fsdpp::distill::distillation_objective(student_logits, teacher_logits, labels,
 //                                                     options, /*kd_ratio=*/0.5);
 //   parts.loss.backward();   // (1 - kd_ratio) * cross-entropy + kd_ratio * kd (torchtune)
 //
@@ -36,28 +36,28 @@
 
 #include "fsdpp/config/choice.h"
 
-namespace fsdpp::train {
+namespace fsdpp::distill {
 
 enum class DistillLossType { FORWARD_KL, REVERSE_KL, GENERALIZED_JSD };
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::distill
 
 namespace fsdpp::config {
 
 template <>
-struct ChoiceNames<train::DistillLossType> {
+struct ChoiceNames<distill::DistillLossType> {
   static constexpr std::string_view kWhat = "distillation loss";
   static constexpr bool kAnyCase = false;
-  static constexpr std::array<std::pair<train::DistillLossType, std::string_view>, 3> kNames{{
-      {train::DistillLossType::FORWARD_KL, "forward_kl"},
-      {train::DistillLossType::REVERSE_KL, "reverse_kl"},
-      {train::DistillLossType::GENERALIZED_JSD, "generalized_jsd"},
+  static constexpr std::array<std::pair<distill::DistillLossType, std::string_view>, 3> kNames{{
+      {distill::DistillLossType::FORWARD_KL, "forward_kl"},
+      {distill::DistillLossType::REVERSE_KL, "reverse_kl"},
+      {distill::DistillLossType::GENERALIZED_JSD, "generalized_jsd"},
   }};
 };
 
 }  // namespace fsdpp::config
 
-namespace fsdpp::train {
+namespace fsdpp::distill {
 
 struct DistillLossOptions {
   config::Choice<DistillLossType> type = DistillLossType::FORWARD_KL;
@@ -120,4 +120,4 @@ DistillObjective distillation_objective(const at::Tensor& student_logits,
                                         const DistillLossOptions& options, double kd_ratio,
                                         const TokenDivisors& divisors = {});
 
-}  // namespace fsdpp::train
+}  // namespace fsdpp::distill

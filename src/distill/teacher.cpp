@@ -1,4 +1,6 @@
-#include "teacher.h"
+// The frozen teacher (teacher.h): its directory checked against the student, its model built,
+// frozen and parallelized over a mesh of its own.
+#include "fsdpp/distill/teacher.h"
 
 #include <torch/torch.h>
 
@@ -8,16 +10,13 @@
 #include "fsdpp/data/tokenizer_files.h"
 #include "fsdpp/data/tokenizer_identity.h"
 #include "fsdpp/fsdp/deferred_init.h"
-#include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/inspect.h"
-#include "fsdpp/fsdp/wrap_policy.h"
-#include "phases.h"
+#include "fsdpp/models/model_plan.h"
 
-namespace fsdpp::train::detail {
+namespace fsdpp::distill {
 
-ModelSource check_teacher_source(const TrainConfig& cfg, int64_t student_vocab) {
-  const auto& d = cfg.distillation;
-  ModelSource source(d.teacher, "distillation.teacher");
+models::ModelSource check_teacher_source(const DistillationSection& d, int64_t student_vocab) {
+  models::ModelSource source(d.teacher, "distillation.teacher");
   FSDPP_CHECK_AS(ConfigError, source.vocab_size() == student_vocab,
                  "[train] distillation.teacher='{}' has a vocabulary of {} tokens and the "
                  "student {}: the KD loss compares distributions over the same tokens; expected "
@@ -30,10 +29,10 @@ ModelSource check_teacher_source(const TrainConfig& cfg, int64_t student_vocab) 
   return source;
 }
 
-std::optional<std::string> check_teacher_tokenizer(const TrainConfig& cfg,
+std::optional<std::string> check_teacher_tokenizer(const DistillationSection& d,
                                                    const data::Tokenizer& tokenizer,
                                                    const std::string& how) {
-  const ModelSource source(cfg.distillation.teacher, "distillation.teacher");
+  const models::ModelSource source(d.teacher, "distillation.teacher");
   const auto student = data::identity_of(tokenizer);
   const auto teacher = data::read_tokenizer_identity(source.dir());
   if (!teacher) {
@@ -53,15 +52,40 @@ std::optional<std::string> check_teacher_tokenizer(const TrainConfig& cfg,
   return std::nullopt;
 }
 
-Teacher::Teacher(const TrainConfig& cfg, dist::World& world, int64_t student_vocab)
-    : source_(check_teacher_source(cfg, student_vocab)) {
-  const auto& d = cfg.distillation;
+namespace {
+
+// FULL_SHARD over every rank, forward only: no backward prefetch, the student's limit on
+// all-gathers in flight.
+parallel::ParallelizeOptions teacher_options(const DistillationSection& d, const RunParts& run,
+                                             dist::World& world) {
+  parallel::ParallelizeOptions o;
+  o.fsdp.strategy = ShardingStrategy::FULL_SHARD;
+  o.fsdp.backward_prefetch = BackwardPrefetch::NONE;
+  o.fsdp.limit_all_gathers = run.limit_all_gathers ? 2 : 0;
+  if (d.teacher_dtype == TeacherDtype::BFLOAT16 && world.device().is_cpu()) {
+    // On the CPU, bf16 shards are gathered and computed in float32: oneDNN's bf16 matmuls cache
+    // a primitive per shape, and the experts' shapes change with every batch's routing
+    // (measured: RSS +320 MiB over 80 steps, where float32 stays flat).
+    o.fsdp.mp_policy.param_dtype = at::kFloat;
+  }
+  if (run.deferred_init) {
+    const auto device = world.device();
+    o.materialize = [device](const std::vector<torch::nn::Module*>& roots) {
+      for (auto* root : roots) to_empty(*root, device);
+    };
+  }
+  return o;
+}
+
+}  // namespace
+
+Teacher::Teacher(const DistillationSection& d, const RunParts& run, dist::World& world)
+    : source_(check_teacher_source(d, run.student_vocab)) {
   // Under model.deferred_init the teacher is made without storage and each rank reads its
   // shards' rows only; otherwise built whole and loaded before sharding.
-  const bool deferred = deferred_init(cfg);
-  lm_ = source_.build(cfg.training.seed, deferred ? at::Device(at::kMeta) : at::Device(at::kCPU));
+  lm_ = source_.build(run.seed, run.deferred_init ? at::Device(at::kMeta) : at::Device(at::kCPU));
   torch::nn::Module& model = lm_->module();
-  if (!deferred) {
+  if (!run.deferred_init) {
     source_.load_whole(*lm_);
     if (!world.device().is_cpu()) model.to(world.device());  // the student's device
   }
@@ -73,24 +97,13 @@ Teacher::Teacher(const TrainConfig& cfg, dist::World& world, int64_t student_voc
       if (d.teacher_dtype == TeacherDtype::BFLOAT16) p.set_data(p.to(at::kBFloat16));
     }
   }
-  // A group of its own: comm_counters(teacher) then counts the teacher's collectives alone,
-  // and the student's comm_bytes stay the student's. (A 1-D mesh over the world would be the
-  // world's own group; the "shard" dim of a 1 x N mesh is a new group over the same ranks.)
-  mesh_ = world.init_device_mesh({1, world.size()}, {"teacher", "shard"})->sub({"shard"});
-  FullyShardOptions o;
-  o.mesh = mesh_;
-  o.strategy = ShardingStrategy::FULL_SHARD;
-  o.backward_prefetch = BackwardPrefetch::NONE;
-  o.limit_all_gathers = cfg.training.fsdp_config.limit_all_gathers ? 2 : 0;
-  if (d.teacher_dtype == TeacherDtype::BFLOAT16 && world.device().is_cpu()) {
-    // On the CPU, bf16 shards are gathered and computed in float32: oneDNN's bf16 matmuls cache
-    // a primitive per shape, and the experts' shapes change with every batch's routing
-    // (measured: RSS +320 MiB over 80 steps, where float32 stays flat).
-    o.mp_policy.param_dtype = at::kFloat;
-  }
-  apply_fully_shard(model, transformer_layer_policy({decoder_layer_class(source_.architecture())}), o);
-  if (deferred) to_empty(model, world.device());
-  source_.load_after_sharding(*lm_, mesh_->group(0));
+  // A mesh of its own over every rank, as the student's plan is applied: its units' groups are
+  // new groups over the same ranks, so comm_counters(teacher) counts the teacher's collectives
+  // alone and the student's comm_bytes stay the student's.
+  auto plan = models::plan_of(std::shared_ptr<models::CausalLM>(std::shared_ptr<void>(), lm_.get()));
+  parallel_ = parallel::parallelize(plan, world, {.dp_shard = world.size()},
+                                    teacher_options(d, run, world));
+  source_.load_after_sharding(parallel_->roots(), parallel_->mesh().group("dp_shard"));
   comm_before_ = comm_counters(model);
 }
 
@@ -113,4 +126,4 @@ void Teacher::log_step(nlohmann::json& line) {
   line["teacher_reduce_scatter_bytes"] = comm.bytes_of(dist::Collective::REDUCE_SCATTER);
 }
 
-}  // namespace fsdpp::train::detail
+}  // namespace fsdpp::distill
