@@ -19,7 +19,7 @@ void open_logs(TrainSession& s) {
   const auto& out_dir = s.out_dir;
   const auto& resumed = s.resumed;
   const int64_t first_step = s.first_step;
-  const int64_t total_steps = s.total_steps;
+  const int64_t total_steps = s.steps.total_steps;
   // training.profile_steps, else the recorder FSDPP_PROFILE_STEPS gave the World: each rank
   // writes its profiled steps to <output_dir>/traces (docs/observability.md#timeline-traces).
   auto& trace = s.trace = world.trace();

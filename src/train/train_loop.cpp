@@ -57,9 +57,9 @@ void train_loop(TrainSession& s) {
   auto& stop_signal = s.stop_signal;
   auto& progress = s.progress;
   const int64_t first_step = s.first_step;
-  const int64_t total_steps = s.total_steps;
-  const int64_t accum = s.accum;
-  const int64_t tokens_per_step = s.tokens_per_step;
+  const int64_t total_steps = s.steps.total_steps;
+  const int64_t accum = s.steps.accumulation_steps;
+  const int64_t tokens_per_step = s.steps.tokens_per_step;
   TrainResult& result = s.result;
   result.output_dir = out_dir.string();
   result.steps = first_step - 1;
