@@ -25,8 +25,8 @@
 
 #include "../tests/support/counting_allocator.h"
 #include "fsdpp/models/causal_lm.h"
-#include "fsdpp/train/chunked_distill_loss.h"
-#include "fsdpp/train/distill_loss.h"
+#include "fsdpp/distill/chunked_distill_loss.h"
+#include "fsdpp/distill/distill_loss.h"
 
 using namespace fsdpp;
 
@@ -57,7 +57,7 @@ struct Measured {
 
 Measured step(test::CountingAllocator& counter, models::CausalLM& student,
               models::CausalLM& teacher, const at::Tensor& x, const at::Tensor& y,
-              const train::DistillLossOptions& o, bool chunked, int64_t chunk) {
+              const distill::DistillLossOptions& o, bool chunked, int64_t chunk) {
   counter.reset_peak(0);
   const int64_t before = counter.live(0);
   const auto t0 = std::chrono::steady_clock::now();
@@ -70,7 +70,7 @@ Measured step(test::CountingAllocator& counter, models::CausalLM& student,
         at::NoGradGuard g;
         teacher_logits = teacher.forward_features(x, false, {}).logits;
       }
-      auto parts = train::chunked_distillation_objective(out.logits, {.logits = teacher_logits}, y,
+      auto parts = distill::chunked_distillation_objective(out.logits, {.logits = teacher_logits}, y,
                                                          {}, o, 0.5, chunk);
       teacher_logits.reset();
       loss = parts.loss + 0.001 * out.aux_loss;
@@ -82,7 +82,7 @@ Measured step(test::CountingAllocator& counter, models::CausalLM& student,
         at::NoGradGuard g;
         teacher_logits = teacher.forward_features(x, false, {}).logits;
       }
-      auto parts = train::distillation_objective(out.logits, teacher_logits, y, o, 0.5);
+      auto parts = distill::distillation_objective(out.logits, teacher_logits, y, o, 0.5);
       teacher_logits.reset();
       loss = parts.loss + 0.001 * out.aux_loss;
     }
@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   test::CountingScope scope;
   test::tl_rank = 0;
-  train::DistillLossOptions o;
+  distill::DistillLossOptions o;
   o.type = loss;
   o.temperature = 2.0;
   std::printf("| vocabulary | loss | (positions x vocab) float32 | chunk (positions) | unchunked "
@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
     const auto b = step(scope.counter(), *student, *teacher, x, y, o, true, chunk);
     const double mib = 1 << 20;
     const double nv = static_cast<double>(batch * seq * V) * 4 / mib;
-    const int64_t positions = chunk > 0 ? chunk : train::default_chunk_positions(V);
+    const int64_t positions = chunk > 0 ? chunk : distill::default_chunk_positions(V);
     std::printf("| %lld | %s | %.0f MiB | %lld | %.0f MiB | %.0f MiB | %.1fx | %.0f | %.0f | %.1e |\n",
                 static_cast<long long>(V), loss.c_str(), nv,
                 static_cast<long long>(std::min(positions, batch * seq)), a.peak / mib, b.peak / mib,

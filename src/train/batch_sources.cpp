@@ -33,6 +33,14 @@ void TokenBatches::load_state(const data::SamplerState& state) {
   sampler_.load_state(state);
 }
 
+SourceFactory token_windows(data::TokenDataset tokens, int64_t seq_len) {
+  return [tokens = std::move(tokens), seq_len](const SourceOptions& o) {
+    const data::SamplerOptions so{.seq_len = seq_len, .share = o};
+    return std::unique_ptr<train::BatchSource>(
+        std::make_unique<SamplerBatches>(std::make_unique<data::DistributedSampler>(tokens, so)));
+  };
+}
+
 Batch SamplerBatches::next(int64_t batch_size) {
   auto starts = sampler_->plan_batch(batch_size);
   auto b = sampler_->load_batch(starts);
@@ -63,11 +71,7 @@ SourceFactory token_source(data::TokenDataset tokens, int64_t seq_len, const cha
                  "[train] token_data: the {} split has {} tokens, no window of seq_len+1={} "
                  "tokens; expected seq_len >= 1 and more tokens",
                  which, tokens.size(), seq_len + 1);
-  return [tokens = std::move(tokens), seq_len](const SourceOptions& o) {
-    const data::SamplerOptions so{.seq_len = seq_len, .share = o};
-    return std::unique_ptr<train::BatchSource>(
-        std::make_unique<detail::SamplerBatches>(std::make_unique<data::DistributedSampler>(tokens, so)));
-  };
+  return token_windows(std::move(tokens), seq_len);
 }
 
 SourceFactory tensor_source(at::Tensor inputs, at::Tensor targets, const char* which) {

@@ -1,8 +1,6 @@
 // fsdpp-train's checkpoints. See checkpointer.h and docs/training.md.
 #include "checkpointer.h"
 
-#include "fsdpp/train/parallel_dims.h"
-
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <torch/torch.h>
@@ -325,7 +323,7 @@ TrainerState read_trainer_state(const fs::path& dir) {
 }
 
 struct Checkpointer::State {
-  TrainConfig cfg;
+  CheckpointOptions options;
   std::shared_ptr<dist::World> world;
   const models::CausalLM* model = nullptr;
   std::unique_ptr<state::AsyncSaver> saver;  // training.async_save
@@ -334,6 +332,7 @@ struct Checkpointer::State {
   std::map<std::string, std::string> extra_files;  // add_files(): written into every checkpoint
   std::function<void(int, const std::string&)> before_write;  // set_before_write()
   std::vector<torch::nn::Module*> parts;  // set_parts(): a pipelined run's stages
+  int64_t last_saved = 0;
 
   bool lead() const { return world->rank() == 0; }
   void say(const std::string& line) const {
@@ -352,14 +351,14 @@ struct Checkpointer::State {
   }
 };
 
-Checkpointer::Checkpointer(const TrainConfig& cfg, std::shared_ptr<dist::World> world,
+Checkpointer::Checkpointer(CheckpointOptions options, std::shared_ptr<dist::World> world,
                            const models::CausalLM& model)
     : s_(std::make_unique<State>()) {
-  s_->cfg = cfg;
+  s_->options = std::move(options);
   s_->world = std::move(world);
   s_->model = &model;
-  torch::manual_seed(cfg.training.seed);
-  if (cfg.training.async_save) {
+  torch::manual_seed(s_->options.seed);
+  if (s_->options.async_save) {
     s_->saver = std::make_unique<state::AsyncSaver>(s_->world->group(), s_->world->store());
   }
 }
@@ -368,6 +367,7 @@ Checkpointer::~Checkpointer() = default;
 
 void Checkpointer::check_resume_compatible(const fs::path& dir, const TrainerState& ts) const {
   const auto& s = *s_;
+  const auto& o = s.options;
   const fs::path config_path = dir / kModelConfigFile;
   std::optional<uint64_t> saved_config_seed;  // checkpoints before version 3 keep it there only
   std::error_code ec;
@@ -410,20 +410,20 @@ void Checkpointer::check_resume_compatible(const fs::path& dir, const TrainerSta
       fmt::format("the saved data position (epoch {}, {} windows consumed) is applied to", ts.epoch,
                   ts.windows_consumed);
   const auto saved_seed = ts.seed ? ts.seed : saved_config_seed;
-  if (saved_seed && *saved_seed != s.cfg.training.seed) {
+  if (saved_seed && *saved_seed != o.seed) {
     s.say(fmt::format("[train] warning: training.seed={} differs from the checkpoint's {} ({}): {} "
                       "another shuffle, so this epoch's remaining windows are not the ones the "
                       "saved run had left",
-                      s.cfg.training.seed, *saved_seed, dir.string(), position));
+                      o.seed, *saved_seed, dir.string(), position));
   }
-  if (ts.data_path && *ts.data_path != resolved_data_path(s.cfg.data.path)) {
+  if (ts.data_path && *ts.data_path != resolved_data_path(o.data_path)) {
     s.say(fmt::format("[train] warning: data.path='{}' differs from the checkpoint's '{}' ({}): {} "
                       "the new data",
-                      s.cfg.data.path, *ts.data_path, dir.string(), position));
+                      o.data_path, *ts.data_path, dir.string(), position));
   }
   // The loss itself: a teacher added, changed or dropped changes what the steps optimise. As
   // legitimate as other data (a second phase of distillation), so a warning.
-  const auto& teacher = s.cfg.distillation.teacher;
+  const auto& teacher = o.teacher;
   const std::string teacher_now = teacher.empty() ? "" : resolved_data_path(teacher);
   if (ts.teacher && *ts.teacher != teacher_now) {
     const std::string from = fmt::format("from step {} the loss is", ts.step + 1);
@@ -441,10 +441,10 @@ void Checkpointer::check_resume_compatible(const fs::path& dir, const TrainerSta
                         teacher, *ts.teacher, dir.string(), from));
     }
   }
-  if (ts.seq_len && *ts.seq_len != s.cfg.data.seq_len) {
+  if (ts.seq_len && *ts.seq_len != o.seq_len) {
     s.say(fmt::format("[train] warning: data.seq_len={} differs from the checkpoint's {} ({}): {} "
                       "windows of {} tokens instead of {}",
-                      s.cfg.data.seq_len, *ts.seq_len, dir.string(), position, s.cfg.data.seq_len,
+                      o.seq_len, *ts.seq_len, dir.string(), position, o.seq_len,
                       *ts.seq_len));
   }
 }
@@ -462,6 +462,7 @@ void Checkpointer::restore(const fs::path& dir, const TrainerState& ts, torch::n
   } else {
     state::load_state_dict(dir, s_->parts, &opt, world.group(), lo);
   }
+  s_->last_saved = ts.step;  // nothing to save again before the steps after it
   const auto rank = static_cast<size_t>(world.rank());
   if (rank < ts.rng.size()) {
     try {
@@ -504,10 +505,10 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
                         const data::SamplerState& sampler, const LrSchedule& schedule) {
   auto& s = *s_;
   auto& world = *s.world;
-  const auto& t = s.cfg.training;
-  const fs::path out_dir = t.output_dir;
+  const auto& o = s.options;
+  const fs::path& out_dir = o.output_dir;
   const fs::path dir = out_dir / fmt::format("checkpoint-{}", step);
-  torch::optim::Optimizer* optimizer = t.save_only_model ? nullptr : &opt;
+  torch::optim::Optimizer* optimizer = o.save_only_model ? nullptr : &opt;
   const auto t0 = Clock::now();
   s.wait_async();  // a new save waits for the previous one (and reports its error)
   const double waited_ms = ms_since(t0);
@@ -515,17 +516,17 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
   ts.step = step;
   ts.epoch = sampler.epoch;
   // Windows over all data-parallel ranks (the ranks of a tp group read the same ones).
-  ts.windows_consumed = sampler.position * parallel_dims(s.cfg, world.size()).dp();
+  ts.windows_consumed = sampler.position * o.dp;
   ts.world_size = world.size();
   ts.schedule = schedule;
   if (s_->scaler && s_->scaler->is_enabled()) ts.grad_scaler = s_->scaler->state();
   ts.lr = schedule.at(step);
-  ts.seed = t.seed;
-  ts.data_path = resolved_data_path(s.cfg.data.path);
-  ts.seq_len = s.cfg.data.seq_len;
-  ts.teacher = s.cfg.distillation.teacher.empty() ? "" : resolved_data_path(s.cfg.distillation.teacher);
+  ts.seed = o.seed;
+  ts.data_path = resolved_data_path(o.data_path);
+  ts.seq_len = o.seq_len;
+  ts.teacher = o.teacher.empty() ? "" : resolved_data_path(o.teacher);
   if (s.lead()) ts.metrics_digest = observe::metrics_digest(out_dir / "metrics.jsonl");
-  state::SaveOptions so = s.cfg.state_dict_options();
+  state::SaveOptions so = o.layout;
   so.skip_buffer = skip_buffer;
   so.before_write = s.before_write;
   ts.state_dict_type = state::to_string(so.type);
@@ -549,7 +550,7 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
   so.extra_files[kModelConfigFile] = s.model->config_json();
 
   // Rank 0, after the directory is in place: the oldest complete checkpoints beyond the limit go.
-  auto prune = [out_dir, limit = t.save_total_limit] {
+  auto prune = [out_dir, limit = o.save_total_limit] {
     if (limit <= 0) return;
     auto found = list_checkpoints(out_dir);
     const int64_t extra = static_cast<int64_t>(found.size()) - limit;
@@ -562,6 +563,7 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
       s.saver->save(dir, s.parts, optimizer, so, prune);
     }
     s.pending_dir = dir;
+    s.last_saved = step;
     s.say(fmt::format("[train] checkpoint-{} (async): training blocked {:.1f} ms (waited {:.1f} ms "
                       "for the previous save, state copied in {:.1f} ms); writing {} in the "
                       "background",
@@ -573,12 +575,22 @@ void Checkpointer::save(int64_t step, torch::nn::Module& model, torch::optim::Op
   } else {
     state::save_state_dict(dir, s.parts, optimizer, world.group(), so);
   }
+  s.last_saved = step;
   if (s.lead()) prune();
   s.say(fmt::format("[train] checkpoint-{} (sync): training blocked {:.1f} ms; saved {}", step,
                     ms_since(t0), dir.string()));
 }
 
 void Checkpointer::finish() { s_->wait_async(); }
+
+bool Checkpointer::save_due(int64_t step) const {
+  const auto& o = s_->options;
+  if (o.strategy == SaveStrategy::STEPS) return o.save_steps > 0 && step % o.save_steps == 0;
+  if (o.strategy == SaveStrategy::EPOCH) return step % o.steps_per_epoch == 0;
+  return false;
+}
+
+int64_t Checkpointer::last_saved() const { return s_->last_saved; }
 
 void Checkpointer::set_parts(std::vector<torch::nn::Module*> parts) { s_->parts = std::move(parts); }
 

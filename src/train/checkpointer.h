@@ -22,7 +22,8 @@
 #include "fsdpp/dist/world.h"
 #include "fsdpp/fsdp/grad_scaler.h"
 #include "fsdpp/models/causal_lm.h"
-#include "fsdpp/train/config.h"
+#include "fsdpp/state/state_dict.h"
+#include "fsdpp/train/config_enums.h"
 #include "fsdpp/train/lr_schedule.h"
 
 namespace fsdpp::train::detail {
@@ -86,13 +87,32 @@ TrainerState trainer_state_from_json(const std::string& text, const std::string&
 // build of LibTorch can restore (naming the file and the rank).
 TrainerState read_trainer_state(const std::filesystem::path& dir);
 
+// What the checkpointer is made from: training:'s checkpoint keys, and what trainer_state.json
+// records of the run so that a resume into another one says so (restore.cpp fills it from the
+// config).
+struct CheckpointOptions {
+  std::filesystem::path output_dir;  // training.output_dir: where checkpoint-<step> go
+  state::SaveOptions layout;         // fsdp_state_dict_type (TrainConfig::state_dict_options)
+  SaveStrategy strategy = SaveStrategy::STEPS;  // training.save_strategy
+  int64_t save_steps = 0;
+  int64_t steps_per_epoch = 1;  // save_strategy epoch saves every this many steps
+  bool save_only_model = false;
+  int64_t save_total_limit = 0;
+  bool async_save = false;
+  uint64_t seed = 42;     // training.seed: the generators' seed, and the sampler's shuffle
+  std::string data_path;  // data.path and data.seq_len: what the data position refers to
+  int64_t seq_len = 0;
+  std::string teacher;  // distillation.teacher; empty without one
+  int64_t dp = 1;       // data-parallel ranks: the data position counts the windows of them all
+};
+
 class Checkpointer {
  public:
-  // Collective: seeds the default generators with training.seed (on every rank, as Hugging
+  // Collective: seeds the default generators with options.seed (on every rank, as Hugging
   // Face's set_seed) so that a fresh run's random draws are reproducible, and, with
-  // training.async_save, sets up the background writer.
+  // async_save, sets up the background writer.
   // `model` (which must outlive it) writes model_config.json and judges a saved one.
-  Checkpointer(const TrainConfig& cfg, std::shared_ptr<dist::World> world,
+  Checkpointer(CheckpointOptions options, std::shared_ptr<dist::World> world,
                const models::CausalLM& model);
   // Joins a background save still running (its outcome is only reported by finish()).
   ~Checkpointer();
@@ -108,6 +128,13 @@ class Checkpointer {
   // was saved with, is a warning naming both values.
   void restore(const std::filesystem::path& dir, const TrainerState& state,
                torch::nn::Module& model, torch::optim::Optimizer& opt, const LrSchedule& schedule);
+
+  // Whether save_strategy saves after `step`: steps (every save_steps), epoch (every pass over
+  // the data), no. Unless no, the last step is saved too when the run ends (finish.cpp), so that
+  // a run always leaves its weights.
+  bool save_due(int64_t step) const;
+  // The step of the last save (started, when asynchronous); a resume's step before any; 0: none.
+  int64_t last_saved() const;
 
   // Collective. Saves <output_dir>/checkpoint-<step> (after optimizer step `step`) in the
   // configured layout, with trainer_state.json and model_config.json inside the atomic commit;

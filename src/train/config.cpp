@@ -496,15 +496,6 @@ EstimateOptions TrainConfig::estimate_options(int world_size, int local_world_si
   return o;
 }
 
-LrSchedule TrainConfig::lr_schedule(int64_t total_steps) const {
-  const auto& t = training;
-  // Hugging Face's TrainingArguments.get_warmup_steps: warmup_steps if > 0, else
-  // ceil(warmup_ratio x total steps).
-  const int64_t warmup = t.warmup_steps > 0 ? t.warmup_steps
-                                            : static_cast<int64_t>(std::ceil(t.warmup_ratio * static_cast<double>(total_steps)));
-  return LrSchedule{std::string(t.lr_scheduler_type.name()), t.learning_rate, warmup, total_steps, t.min_lr_ratio};
-}
-
 std::vector<std::string> resolve_data_files(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;

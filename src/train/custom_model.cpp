@@ -201,7 +201,7 @@ ConfiguredEstimate custom_estimate(const TrainSession& s, models::ModelPlan& pla
   ce.model = describe_plan_rank(plan, s.cfg.wrap_policy(),
                                 {.dims = s.dims,
                                  .rank = s.world.rank(),
-                                 .schedule = p.pipeline_parallel_schedule,
+                                 .schedule = std::string(p.pipeline_parallel_schedule.name()),
                                  .microbatches = microbatches,
                                  .layers_per_stage = static_cast<int>(p.pipeline_parallel_layers_per_stage)});
   ce.options = plan_rank_options(s.cfg.estimate_options(s.world.size(), s.world.env().local_world_size), s.dims);

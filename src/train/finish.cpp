@@ -22,11 +22,11 @@ TrainResult finish(TrainSession& s) {
   const auto& out_dir = s.out_dir;
   const auto& tokenizer = s.tokenizer;
   const int64_t first_step = s.first_step;
-  const int64_t total_steps = s.total_steps;
+  const int64_t total_steps = s.steps.total_steps;
   const double val_loss = s.val_loss;
   TrainResult& result = s.result;
   s.reporter->end_steps();
-  if (t.save_strategy != SaveStrategy::NO && result.stopped_by_signal == 0 && result.steps > s.last_saved) {
+  if (t.save_strategy != SaveStrategy::NO && result.stopped_by_signal == 0 && result.steps > s.checkpointer->last_saved()) {
     save_checkpoint(s, result.steps);  // the final model
   }
   s.checkpointer->finish();  // an asynchronous save still being written: wait, report its error
@@ -91,11 +91,12 @@ TrainResult finish(TrainSession& s) {
                     std::isfinite(result.final_val_loss)
                         ? fmt::format(", validation loss {:.4f}", result.final_val_loss)
                         : std::string(", no validation data")));
+  const int64_t last_saved = s.checkpointer->last_saved();
   s.say(fmt::format("[train] metrics: {}  config: {}{}{}", (out_dir / "metrics.jsonl").string(),
                     (out_dir / "config.yaml").string(),
                     t.sample_tokens > 0 && tokenizer ? "  sample: " + (out_dir / "sample.txt").string() : "",
-                    s.last_saved > 0
-                        ? "  checkpoint: " + (out_dir / fmt::format("checkpoint-{}", s.last_saved)).string()
+                    last_saved > 0
+                        ? "  checkpoint: " + (out_dir / fmt::format("checkpoint-{}", last_saved)).string()
                         : ""));
   return result;
 }

@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "fsdpp/common/error.h"
+#include "fsdpp/train/config.h"
 
 namespace fsdpp::train {
 
@@ -26,6 +27,14 @@ double LrSchedule::at(int64_t step) const {
                 type);
   }
   return base_lr * (min_lr_ratio + (1.0 - min_lr_ratio) * factor);
+}
+
+LrSchedule make_lr_schedule(const TrainingSection& t, int64_t total_steps) {
+  // Hugging Face's TrainingArguments.get_warmup_steps: warmup_steps if > 0, else
+  // ceil(warmup_ratio x total steps).
+  const int64_t warmup = t.warmup_steps > 0 ? t.warmup_steps
+                                            : static_cast<int64_t>(std::ceil(t.warmup_ratio * static_cast<double>(total_steps)));
+  return LrSchedule{std::string(t.lr_scheduler_type.name()), t.learning_rate, warmup, total_steps, t.min_lr_ratio};
 }
 
 }  // namespace fsdpp::train

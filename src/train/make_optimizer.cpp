@@ -1,5 +1,6 @@
 // make_optimizer (phases.h): AdamW over the shards, the fp16 loss scaler, the optimizer state's
-// disk offload, the number of steps and the learning-rate schedule.
+// disk offload, each built from training:'s keys over what this rank trains; then the plan of the
+// run's steps and the learning-rate schedule over them.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -10,6 +11,31 @@
 
 namespace fsdpp::train::detail {
 namespace {
+
+// AdamW over `params` with training:'s learning rate, betas, epsilon and weight decay;
+// training.optim: one fused kernel per device and dtype (the default on a GPU), or LibTorch's.
+std::unique_ptr<torch::optim::AdamW> make_adamw(const TrainingSection& t,
+                                                std::vector<at::Tensor> params,
+                                                const at::Device& device) {
+  const auto options = torch::optim::AdamWOptions(t.learning_rate)
+                           .betas({t.adam_beta1, t.adam_beta2})
+                           .eps(t.adam_epsilon)
+                           .weight_decay(t.weight_decay);
+  const bool fused = t.optim.empty() ? !device.is_cpu() : t.optim == "adamw_torch_fused";
+  if (fused) return std::make_unique<optim::FusedAdamW>(std::move(params), options);
+  return std::make_unique<torch::optim::AdamW>(std::move(params), options);
+}
+
+// fsdp_offload_optimizer_state_dir: the AdamW state of `rank` in a memory-mapped file there;
+// null without it (the state stays in memory).
+std::unique_ptr<DiskOffloadedOptimizer> make_offload(const FsdpSection& fc,
+                                                     torch::optim::Optimizer& opt, int rank) {
+  if (fc.offload_optimizer_state_dir.empty()) return nullptr;
+  DiskOffloadOptions oo;
+  oo.dir = fc.offload_optimizer_state_dir;
+  oo.rank = rank;
+  return std::make_unique<DiskOffloadedOptimizer>(opt, oo);
+}
 
 // distillation.layer_projection's learned maps (layer_projection.h): a param group of their
 // own with the run's options, so that every step and the schedule's learning rate reach them.
@@ -36,60 +62,49 @@ void add_layer_projections(TrainSession& s) {
 
 }  // namespace
 
+StepPlan plan_steps(const TrainingSection& t, int64_t examples_per_rank,
+                    int64_t tokens_per_example, int64_t dp) {
+  StepPlan p;
+  p.batch_size = t.per_device_train_batch_size;
+  p.accumulation_steps = t.gradient_accumulation_steps;
+  p.steps_per_epoch = std::max<int64_t>(1, examples_per_rank / (p.batch_size * p.accumulation_steps));
+  p.total_steps = t.max_steps;
+  if (p.total_steps <= 0) {
+    p.total_steps = std::max<int64_t>(
+        1, static_cast<int64_t>(std::ceil(t.num_train_epochs * static_cast<double>(p.steps_per_epoch))));
+  }
+  // tokens_per_s counts examples for train()'s data, whose examples are not tokens.
+  p.tokens_per_step = p.batch_size * p.accumulation_steps * std::max<int64_t>(1, tokens_per_example) * dp;
+  return p;
+}
+
 void make_optimizer(TrainSession& s) {
-  const auto& cfg = s.cfg;
-  const auto& t = cfg.training;
-  auto& world = s.world;
+  const auto& t = s.cfg.training;
   torch::nn::Module& model = s.lm->module();
   // Pipelined: this rank's stages only (the rest of the model it built is not trained here).
-  auto params = s.parallel ? s.parallel->parameters() : model.parameters();
-  const auto options = torch::optim::AdamWOptions(t.learning_rate)
-                           .betas({t.adam_beta1, t.adam_beta2})
-                           .eps(t.adam_epsilon)
-                           .weight_decay(t.weight_decay);
-  // training.optim: one fused kernel per device and dtype (the default on a GPU), or LibTorch's.
-  const bool fused = t.optim.empty() ? !world.device().is_cpu() : t.optim == "adamw_torch_fused";
-  if (fused) {
-    s.opt = std::make_unique<optim::FusedAdamW>(params, options);
-  } else {
-    s.opt = std::make_unique<torch::optim::AdamW>(params, options);
-  }
-  auto& opt = *s.opt;
+  s.opt = make_adamw(t, s.parallel ? s.parallel->parameters() : model.parameters(), s.world.device());
   add_layer_projections(s);
-  // fsdp_offload_optimizer_state_dir: the AdamW state lives in a per-rank memory-mapped file.
-  // fp16: the sharded dynamic loss scaler (disabled, it is a pass-through for other dtypes).
+  // fp16: the sharded dynamic loss scaler (disabled, it is a pass-through for other dtypes); its
+  // skip agreed over every dim of the mesh, every stage's gradients unscaled.
   GradScalerOptions scaler_options;
   scaler_options.enabled = t.fp16;
-  // Its skip agreed over every dim of the mesh, every stage's gradients unscaled.
   s.scaler = s.parallel ? s.parallel->grad_scaler(scaler_options)
                         : std::make_unique<ShardedGradScaler>(model, scaler_options);
-  auto& offload = s.offload;
-  if (!t.fsdp_config.offload_optimizer_state_dir.empty()) {
-    DiskOffloadOptions oo;
-    oo.dir = t.fsdp_config.offload_optimizer_state_dir;
-    oo.rank = world.rank();
-    offload = std::make_unique<DiskOffloadedOptimizer>(opt, oo);
+  s.offload = make_offload(t.fsdp_config, *s.opt, s.world.rank());
+  if (s.offload) {
     s.say(fmt::format("[train] optimizer state offloaded to memory-mapped files in {}",
-                      oo.dir.string()));
+                      t.fsdp_config.offload_optimizer_state_dir));
   }
-  const int64_t B = s.B = t.per_device_train_batch_size;
-  const int64_t accum = s.accum = t.gradient_accumulation_steps;
-  int64_t& total_steps = s.total_steps = t.max_steps;
-  if (total_steps <= 0) {
-    const int64_t per_epoch = std::max<int64_t>(1, s.batches->per_rank() / (B * accum));
-    total_steps = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(t.num_train_epochs * per_epoch)));
-  }
-  s.schedule = cfg.lr_schedule(total_steps);
   const int64_t dp = s.dims.dp();  // the ranks of a tp group train on the same tokens
-  // tokens_per_s counts examples for train()'s data, whose examples are not tokens.
-  const int64_t per_example = std::max<int64_t>(1, s.tokens_per_example);
-  const int64_t tokens_per_step = s.tokens_per_step = B * accum * per_example * dp;
+  const StepPlan& steps = s.steps = plan_steps(t, s.batches->per_rank(), s.tokens_per_example, dp);
+  s.lr_schedule = make_lr_schedule(t, steps.total_steps);
+  const int64_t sequences = steps.batch_size * steps.accumulation_steps * dp;
   const std::string batch = s.tokens_per_example > 0
-      ? fmt::format("{} sequences x {} tokens ({} tokens per step)", B * accum * dp,
-                    s.tokens_per_example, tokens_per_step)
-      : fmt::format("{} examples", B * accum * dp);
-  s.say(fmt::format("[train] {} steps of {}, AdamW lr {} {} warmup {}", total_steps, batch,
-                    t.learning_rate, t.lr_scheduler_type, s.schedule.warmup_steps));
+      ? fmt::format("{} sequences x {} tokens ({} tokens per step)", sequences,
+                    s.tokens_per_example, steps.tokens_per_step)
+      : fmt::format("{} examples", sequences);
+  s.say(fmt::format("[train] {} steps of {}, AdamW lr {} {} warmup {}", steps.total_steps, batch,
+                    t.learning_rate, t.lr_scheduler_type, s.lr_schedule.warmup_steps));
 }
 
 }  // namespace fsdpp::train::detail

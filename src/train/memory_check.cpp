@@ -96,7 +96,7 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
     auto& pp = out.options.pipeline;
     const int64_t step_batch = cfg.training.per_device_train_batch_size * cfg.training.gradient_accumulation_steps;
     pp.degree = static_cast<int>(p.pipeline_parallel_degree);
-    pp.schedule = p.pipeline_parallel_schedule;
+    pp.schedule = p.pipeline_parallel_schedule.name();
     pp.layers_per_stage = static_cast<int>(p.pipeline_parallel_layers_per_stage);
     pp.microbatches = static_cast<int>(step_batch / std::max<int64_t>(1, p.pipeline_parallel_microbatch_size));
     out.options.batch = step_batch;

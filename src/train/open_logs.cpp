@@ -20,7 +20,7 @@ observe::ReporterOptions reporter_options(TrainSession& s) {
   o.output_dir = s.out_dir;
   o.resumed = s.resumed.has_value();
   o.first_step = s.first_step;
-  o.total_steps = s.total_steps;
+  o.total_steps = s.steps.total_steps;
   o.logging_steps = t.logging_steps;
   // training.report_to: rank 0 writes TensorBoard event files next to metrics.jsonl's lines
   // (docs/observability.md).

@@ -34,10 +34,6 @@ void validate_pipeline(const TrainConfig& cfg) {
                  "[config] parallelism.pipeline_parallel_layers_per_stage={}: expected >= 1, or 0 "
                  "(the units split evenly over the stages)",
                  p.pipeline_parallel_layers_per_stage);
-  FSDPP_CHECK_AS(ConfigError, pipeline::find_schedule_traits(p.pipeline_parallel_schedule),
-                 "[config] parallelism.pipeline_parallel_schedule='{}' is not a schedule; "
-                 "expected {} (PyTorch's names; case and a 'Schedule' prefix are ignored)",
-                 p.pipeline_parallel_schedule, pipeline::schedule_list());
   // What fsdpp-train's model does not do under a pipeline (a tied table): validate_layout
   // (config.cpp); what distillation does not: validate_distillation.
 }
@@ -182,8 +178,8 @@ int pipeline_microbatches(const TrainConfig& cfg, const ParallelDims& dims,
   const int microbatches = static_cast<int>(rows / mb);
   // The cut and the schedule as parallelize makes them, its errors under the keys that set them.
   try {
-    (void)parallel::cut_pipeline(units, p.pipeline_parallel_schedule, dims.pp, microbatches,
-                                 static_cast<int>(p.pipeline_parallel_layers_per_stage));
+    (void)parallel::cut_pipeline(units, std::string(p.pipeline_parallel_schedule.name()), dims.pp,
+                                 microbatches, static_cast<int>(p.pipeline_parallel_layers_per_stage));
   } catch (const ConfigError& e) {
     FSDPP_THROW(ConfigError,
                 "[config] parallelism.pipeline_parallel_schedule={}, pipeline_parallel_degree={}, "

@@ -197,7 +197,7 @@ void LanguageModels::prepare_data(TrainSession& s) const {
                  "holds records; give the model's tokenizer (data.tokenizer=<a tokenizer.json, a "
                  "Hugging Face model directory or a .model file>) or model.init_from");
   // Text is joined into one corpus file (also what a sentencepiece tokenizer trains on).
-  const fs::path& corpus = s.corpus = records ? fs::path() : corpus_file(cfg.data, cache_dir, world);
+  const fs::path corpus = records ? fs::path() : corpus_file(cfg.data, cache_dir, world);
   tokenizer = run_tokenizer(s, [&] { return make_tokenizer(cfg.data, corpus, cache_dir, world); });
   check_tokenizer_agrees(s, *tokenizer);
   if (records) {
@@ -227,8 +227,8 @@ void LanguageModels::prepare_data(TrainSession& s) const {
                                                      cfg.data.train_fraction));
     splits.first = splits.first.subrange(0, n);
   }
-  const data::TokenDataset& train_data = s.train_data.emplace(splits.first);
-  const data::TokenDataset& val_data = s.val_data.emplace(splits.second);
+  const data::TokenDataset& train_data = splits.first;
+  const data::TokenDataset& val_data = splits.second;
   s.say(fmt::format("[train] data: {} ({} tokens, tokenizer {}, vocab {}); train {} / validation {} tokens",
                     cfg.data.path, dataset->size(), tokenizer->name(), tokenizer->vocab_size(),
                     train_data.size(), val_data.size()));
@@ -236,9 +236,7 @@ void LanguageModels::prepare_data(TrainSession& s) const {
   // The ranks of a tp group take the same batches: the data splits over the dp ranks.
   const ParallelDims& dims = s.dims;
   const std::string dp_ranks = count_of(dims.dp(), dims.tensor_parallel() ? "data-parallel rank" : "rank");
-  data::SamplerOptions& sopts = s.sopts;
-  sopts.seq_len = cfg.data.seq_len;
-  sopts.share = s.share(/*shuffle=*/true);
+  const data::SamplerOptions sopts{.seq_len = cfg.data.seq_len, .share = s.share(/*shuffle=*/true)};
   data::DistributedSampler& sampler = s.sampler.emplace(train_data, sopts);
   FSDPP_CHECK_AS(ConfigError, sampler.windows_per_rank() >= 1,
                  "[train] the training split has {} tokens: too few for seq_len={} on {}",
@@ -255,11 +253,7 @@ void LanguageModels::prepare_data(TrainSession& s) const {
                    "data.val_fraction=0 to train without validation)",
                    cfg.data.val_fraction, val_data.size(), count_of(val_windows, "window"),
                    cfg.data.seq_len + 1, dp_ranks);
-    s.eval_batches = [&val_data, seq_len = cfg.data.seq_len](const SourceOptions& o) {
-      const data::SamplerOptions vo{.seq_len = seq_len, .share = o};
-      return std::unique_ptr<train::BatchSource>(std::make_unique<SamplerBatches>(
-          std::make_unique<data::DistributedSampler>(val_data, vo)));
-    };
+    s.eval_batches = token_windows(val_data, cfg.data.seq_len);
   }
   s.batches = std::make_unique<TokenBatches>(sampler, loader_options(s));
   s.tokens_per_example = cfg.data.seq_len;

@@ -1,7 +1,6 @@
 // restore (phases.h): the checkpointer (which seeds the generators) and, for a resumed run, the
 // checkpoint's model, optimizer, schedule, loss scale, generator states and data position; then
 // the batch loader from that position.
-#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <string>
@@ -57,6 +56,25 @@ std::optional<std::string> resume_metrics(const fs::path& path, const TrainerSta
                      path.string(), ts.step, aside.string(), ts.step);
 }
 
+// The checkpointer's options from training:'s checkpoint keys, the data and the teacher a
+// checkpoint records, the run's data-parallel ranks and its steps per pass over the data.
+CheckpointOptions checkpoint_options(const TrainConfig& cfg, const StepPlan& steps, int64_t dp) {
+  const auto& t = cfg.training;
+  return {.output_dir = t.output_dir,
+          .layout = cfg.state_dict_options(),
+          .strategy = t.save_strategy,
+          .save_steps = t.save_steps,
+          .steps_per_epoch = steps.steps_per_epoch,
+          .save_only_model = t.save_only_model,
+          .save_total_limit = t.save_total_limit,
+          .async_save = t.async_save,
+          .seed = t.seed,
+          .data_path = cfg.data.path,
+          .seq_len = cfg.data.seq_len,
+          .teacher = cfg.distillation.teacher,
+          .dp = dp};
+}
+
 }  // namespace
 
 void restore(TrainSession& s) {
@@ -71,12 +89,11 @@ void restore(TrainSession& s) {
   auto& scaler = *s.scaler;
   auto& offload = s.offload;
   auto& batches = *s.batches;
-  auto& schedule = s.schedule;
   const auto& tokenizer = s.tokenizer;
-  const int64_t B = s.B;
-  const int64_t accum = s.accum;
+  const int dp = s.dims.dp();  // the ranks of a tp group read the same windows
   // Seeds the generators, and holds the background writer of training.async_save.
-  s.checkpointer = std::make_unique<Checkpointer>(cfg, s.world_ptr, *s.lm);
+  s.checkpointer = std::make_unique<Checkpointer>(checkpoint_options(cfg, s.steps, dp),
+                                                  s.world_ptr, *s.lm);
   auto& checkpointer = *s.checkpointer;
   if (s.pipelined()) checkpointer.set_parts(s.parallel->roots());
   checkpointer.track_grad_scaler(&scaler);
@@ -85,7 +102,7 @@ void restore(TrainSession& s) {
   if (tokenizer) checkpointer.add_files(data::tokenizer_files(*tokenizer));
   int64_t& first_step = s.first_step = 1;
   if (resumed) {
-    checkpointer.restore(resume_dir, *resumed, model, opt, schedule);  // + generator states
+    checkpointer.restore(resume_dir, *resumed, model, opt, s.lr_schedule);  // + generator states
     if (const auto* projections = s.distiller ? s.distiller->projections() : nullptr) {
       if (auto warning = projections->restore(resume_dir, &opt)) s.say(*warning);
     }
@@ -98,7 +115,6 @@ void restore(TrainSession& s) {
     if (offload) offload->offload_state();  // the loaded state out of memory before step 1
     // The sampler continues after the windows consumed over all ranks, whatever the world size
     // was: each rank is at consumed / world_size in the epoch (exact when it divides).
-    const int dp = s.dims.dp();  // the ranks of a tp group read the same windows
     data::SamplerState ss{resumed->epoch, resumed->windows_consumed / dp};
     if (ss.position >= batches.per_rank()) ss = {ss.epoch + 1, 0};
     batches.load_state(ss);
@@ -115,9 +131,6 @@ void restore(TrainSession& s) {
     s.say(fmt::format("[train] no complete checkpoint in {} to resume from: starting at step 1",
                       out_dir.string()));
   }
-  // For save_strategy epoch (save.cpp).
-  s.steps_per_epoch = std::max<int64_t>(1, batches.per_rank() / (B * accum));
-  s.last_saved = resumed ? resumed->step : 0;
 }
 
 }  // namespace fsdpp::train::detail

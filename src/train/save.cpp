@@ -3,16 +3,8 @@
 
 namespace fsdpp::train::detail {
 
-// save_strategy: steps (every save_steps), epoch (every pass over the data), no; unless no,
-// the last step is saved too when the run ends (finish.cpp), so that a run always leaves its
-// weights.
-bool save_due(const TrainSession& s, int64_t step) {
-  const auto& t = s.cfg.training;
-  const int64_t steps_per_epoch = s.steps_per_epoch;
-  if (t.save_strategy == SaveStrategy::STEPS) return t.save_steps > 0 && step % t.save_steps == 0;
-  if (t.save_strategy == SaveStrategy::EPOCH) return step % steps_per_epoch == 0;
-  return false;
-}
+// The checkpointer's save_strategy (Checkpointer::save_due).
+bool save_due(const TrainSession& s, int64_t step) { return s.checkpointer->save_due(step); }
 
 void save_checkpoint(TrainSession& s, int64_t step) {
   torch::nn::Module& model = s.lm->module();
@@ -23,9 +15,8 @@ void save_checkpoint(TrainSession& s, int64_t step) {
     auto* opt = s.cfg.training.save_only_model ? nullptr : s.opt.get();
     s.checkpointer->add_files({{distill::kProjectionFile, projections->serialize(opt)}});
   }
-  s.checkpointer->save(step, model, *s.opt, s.batches->state(), s.schedule);
+  s.checkpointer->save(step, model, *s.opt, s.batches->state(), s.lr_schedule);
   if (offload) offload->release();  // the save read every state page into the process
-  s.last_saved = step;
 }
 
 }  // namespace fsdpp::train::detail

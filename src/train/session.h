@@ -20,7 +20,6 @@
 #include "fsdpp/data/document_sampler.h"
 #include "fsdpp/data/sampler.h"
 #include "fsdpp/data/share.h"
-#include "fsdpp/data/token_dataset.h"
 #include "fsdpp/data/tokenizer.h"
 #include "fsdpp/dist/trace.h"
 #include "fsdpp/dist/world.h"
@@ -43,6 +42,7 @@
 #include "output_dir.h"
 #include "pipeline_step.h"
 #include "run_model.h"
+#include "step_plan.h"
 #include "stop_signal.h"
 
 namespace fsdpp::train::detail {
@@ -82,11 +82,7 @@ struct TrainSession {
     return {.rank = dims.dp_rank(world.rank()), .world_size = dims.dp(),
             .seed = cfg.training.seed, .shuffle = shuffle};
   }
-  std::filesystem::path corpus;
   std::unique_ptr<data::Tokenizer> tokenizer;
-  std::optional<data::TokenDataset> train_data;
-  std::optional<data::TokenDataset> val_data;
-  data::SamplerOptions sopts;
   std::optional<data::DistributedSampler> sampler;  // text: the token windows
   std::unique_ptr<data::DocumentSampler> doc_sampler;  // records: the prepared documents' rows
   // The training batches (batch_source.h): the sampler's windows through a BatchLoader
@@ -119,18 +115,14 @@ struct TrainSession {
   // ---- make_optimizer
   std::unique_ptr<torch::optim::AdamW> opt;
   std::unique_ptr<ShardedGradScaler> scaler;
-  std::unique_ptr<DiskOffloadedOptimizer> offload;
-  int64_t B = 0;      // per_device_train_batch_size
-  int64_t accum = 1;  // gradient_accumulation_steps
-  int64_t total_steps = 0;
-  LrSchedule schedule;
-  int64_t tokens_per_step = 0;
+  std::unique_ptr<DiskOffloadedOptimizer> offload;  // null: the state stays in memory
+  StepPlan steps;  // the run's steps: their examples, how many, the tokens of each
+  LrSchedule lr_schedule;
 
   // ---- restore
+  // The checkpoints: saves when save_strategy says (and the last it saved), restores a resume.
   std::unique_ptr<Checkpointer> checkpointer;
   int64_t first_step = 1;
-  int64_t steps_per_epoch = 1;
-  int64_t last_saved = 0;
 
   // ---- open_logs
   std::shared_ptr<dist::TraceRecorder> trace;

@@ -65,7 +65,7 @@ parallel::ParallelizeOptions parallelize_options(TrainSession& s) {
     o.checkpoint_classes = t.fsdp_config.transformer_layer_cls_to_wrap;
   }
   if (s.dims.pipeline_parallel()) {
-    o.schedule = p.pipeline_parallel_schedule;
+    o.schedule = p.pipeline_parallel_schedule.name();
     o.layers_per_stage = static_cast<int>(p.pipeline_parallel_layers_per_stage);
     o.microbatches = pipeline_microbatches(cfg, s.dims, parallel::pipeline_units_of(*s.plan));
     o.runtime.store = s.world.store();

@@ -36,6 +36,10 @@ class TokenBatches : public train::BatchSource {
   std::optional<data::BatchLoader> loader_;  // from the first next()
 };
 
+// The windows of seq_len + 1 tokens of `tokens` as a source for any rank's share, each batch
+// made on the caller's thread (evaluation; train()'s token_data).
+SourceFactory token_windows(data::TokenDataset tokens, int64_t seq_len);
+
 // A sampler's batches for one rank, on the caller's thread (evaluation).
 class SamplerBatches : public train::BatchSource {
  public:

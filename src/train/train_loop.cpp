@@ -49,7 +49,7 @@ observe::StepReport step_report(TrainSession& s, int64_t step, const StepOutcome
     r.loss_scaling = observe::StepReport::LossScaling{out.loss_scale, s.scaler->skipped_steps(),
                                                       !out.stepped};
   }
-  r.tokens = s.tokens_per_step;
+  r.tokens = s.steps.tokens_per_step;
   r.step_ms = step_ms;
   const auto now = comm_mark(s, tp_group);
   r.comm_bytes = (now.all - before.all).total_bytes();
@@ -61,7 +61,7 @@ observe::StepReport step_report(TrainSession& s, int64_t step, const StepOutcome
     // The load-balancing loss is over the global batch already: the same on every rank
     // (pipelined: the last stage's, on every rank of the pp group).
     const auto load = models::summarize_expert_load(expert_load);
-    r.experts = observe::StepReport::Experts{out.aux_loss_sum / s.accum, load.min, load.max, load.cv};
+    r.experts = observe::StepReport::Experts{out.aux_loss_sum / s.steps.accumulation_steps, load.min, load.max, load.cv};
   }
   if (s.distiller) s.distiller->log_step(r.figures, s.world);  // kd_loss, ce_loss, the teacher's
   return r;
@@ -82,7 +82,7 @@ void train_loop(TrainSession& s) {
   const auto& trace = s.trace;
   auto& stop_signal = s.stop_signal;
   auto& reporter = *s.reporter;
-  const int64_t total_steps = s.total_steps;
+  const int64_t total_steps = s.steps.total_steps;
   TrainResult& result = s.result;
   result.output_dir = s.out_dir.string();
   result.steps = s.first_step - 1;
@@ -106,7 +106,7 @@ void train_loop(TrainSession& s) {
     const double step_ms = std::chrono::duration<double, std::milli>(step_end - t0).count();
     // Loss over the global batch and memory over the ranks: one small all-reduce each. A stop
     // signal rides along, so that every rank stops after the same step.
-    auto stats = torch::tensor({out.loss_sum / s.accum, stop_signal->received() != 0 ? 1.0 : 0.0},
+    auto stats = torch::tensor({out.loss_sum / s.steps.accumulation_steps, stop_signal->received() != 0 ? 1.0 : 0.0},
                                torch::kDouble);
     world.group()->all_reduce(stats, dist::ReduceOp::AVG, {"metrics"});
     const double loss = stats[0].item<double>();

@@ -70,8 +70,8 @@ double clip_together(TrainSession& s, const std::vector<at::Tensor>& extra, doub
 std::vector<data::BatchLoader::Batch> next_batches(TrainSession& s,
                                                    std::vector<at::Tensor>& positions) {
   std::vector<data::BatchLoader::Batch> out;
-  for (int64_t micro = 0; micro < s.accum; ++micro) {
-    auto batch = s.batches->next(s.B);
+  for (int64_t micro = 0; micro < s.steps.accumulation_steps; ++micro) {
+    auto batch = s.batches->next(s.steps.batch_size);
     batch.inputs = batch.inputs.to(s.world.device(), /*non_blocking=*/true);
     batch.targets = batch.targets.to(s.world.device(), /*non_blocking=*/true);
     if (batch.positions.defined()) {
@@ -110,7 +110,7 @@ distill::Distiller::StepRows step_rows(TrainSession& s, int64_t step) {
     return s.pipelined() ? pipeline_generate(s, prompt, o) : s.lm->generate(prompt, o);
   };
   const int microbatches = s.pipelined() ? p.runtime().schedule().num_microbatches
-                                         : static_cast<int>(s.accum);
+                                         : static_cast<int>(s.steps.accumulation_steps);
   return s.distiller->rows(batches, positions, step, student, microbatches, s.pipelined(), last);
 }
 
@@ -125,7 +125,7 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   auto& opt = *s.opt;
   auto& scaler = *s.scaler;
   const auto& trace = s.trace;
-  const double lr = s.schedule.at(step);
+  const double lr = s.lr_schedule.at(step);
   for (auto& group : opt.param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
@@ -144,7 +144,7 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   pipeline_span.end();
   // This rank's share of the step's loss (its mean over the ranks is the global batch's token
   // mean, parallel::StepLoss) times the micro-batches, as train_loop reads it.
-  const double loss_sum = out.loss * static_cast<double>(s.accum);
+  const double loss_sum = out.loss * static_cast<double>(s.steps.accumulation_steps);
   dist::TraceSpan clip_span(trace.get(), "clip_grad_norm");
   // distillation.layer_projection's maps, whole on every rank: their gradients averaged over the
   // ranks as FSDP averages the student's.
@@ -173,7 +173,7 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   scaler.update();
   opt.zero_grad();
   optimizer_span.end();
-  return {lr, loss_sum, grad_norm, stepped, loss_scale, out.aux_loss * static_cast<double>(s.accum)};
+  return {lr, loss_sum, grad_norm, stepped, loss_scale, out.aux_loss * static_cast<double>(s.steps.accumulation_steps)};
 }
 
 }  // namespace fsdpp::train::detail

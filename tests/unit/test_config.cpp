@@ -10,6 +10,7 @@
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/train/config.h"
+#include "fsdpp/train/lr_schedule.h"
 #include "fsdpp/train/parallel_dims.h"
 
 using fsdpp::ConfigError;
@@ -278,10 +279,11 @@ training:
 // Hugging Face's warmup_ratio (TrainingArguments.get_warmup_steps): ceil(ratio x the run's
 // steps), warmup_steps > 0 winning.
 TEST(Config, WarmupRatioAsHuggingFaceCountsIt) {
-  EXPECT_EQ(parse(kMinimal, {"training.warmup_ratio=0.1"}).lr_schedule(95).warmup_steps, 10);
-  EXPECT_EQ(parse(kMinimal, {"training.warmup_ratio=0.1"}).lr_schedule(100).warmup_steps, 10);
-  EXPECT_EQ(parse(kMinimal, {"training.warmup_ratio=0.1", "training.warmup_steps=3"}).lr_schedule(100).warmup_steps, 3);
-  EXPECT_EQ(parse(kMinimal).lr_schedule(100).warmup_steps, 0);
+  using fsdpp::train::make_lr_schedule;
+  EXPECT_EQ(make_lr_schedule(parse(kMinimal, {"training.warmup_ratio=0.1"}).training, 95).warmup_steps, 10);
+  EXPECT_EQ(make_lr_schedule(parse(kMinimal, {"training.warmup_ratio=0.1"}).training, 100).warmup_steps, 10);
+  EXPECT_EQ(make_lr_schedule(parse(kMinimal, {"training.warmup_ratio=0.1", "training.warmup_steps=3"}).training, 100).warmup_steps, 3);
+  EXPECT_EQ(make_lr_schedule(parse(kMinimal).training, 100).warmup_steps, 0);
   expect_message(yaml_error(kMinimal, {"training.warmup_ratio=1.5"}),
                  {"training.warmup_ratio=1.5", "expected a fraction of the run's steps in [0, 1]"});
 }
@@ -678,8 +680,8 @@ TEST(Config, HandsOutWhatTheTrainerRuns) {
   EXPECT_EQ(e.batch, 8);
   EXPECT_EQ(e.seq_len, 128);
   EXPECT_EQ(c.state_dict_options().type, fsdpp::state::StateDictType::FULL);
-  EXPECT_EQ(c.lr_schedule(100).type, "linear");
-  EXPECT_EQ(c.lr_schedule(100).total_steps, 100);
+  EXPECT_EQ(fsdpp::train::make_lr_schedule(c.training, 100).type, "linear");
+  EXPECT_EQ(fsdpp::train::make_lr_schedule(c.training, 100).total_steps, 100);
   EXPECT_TRUE(c.wrap_policy());
   EXPECT_FALSE(parse(kMinimal, {"training.fsdp_config.fsdp_auto_wrap_policy=NO_WRAP"}).wrap_policy());
   // Defaults: fully_shard's own bound on gathers in flight, one unit prefetched in backward,

@@ -18,6 +18,11 @@
 // A table may also give YAML's null a meaning (Hugging Face's None, as `fsdp_backward_prefetch:
 // null` is "no prefetch"): `static constexpr E kNull = ...;`. Then null, `~`, an empty value and
 // the names null and None (any case) read as it; to_yaml still writes its name from the table.
+//
+// A table whose names another layer already reads in its own way (the pipeline schedules: any
+// case, '-', '_' and a "Schedule" prefix ignored) gives that reading and its own refusal:
+// `static std::optional<E> lookup(std::string_view text)` and
+// `static std::string unknown(std::string_view key, std::string_view text)`, the whole message.
 
 #include <fmt/format.h>
 
@@ -37,6 +42,12 @@ struct ChoiceNames;  // specialised per enum, see above
 // Whether ChoiceNames<E> gives null a meaning (kNull).
 template <class E>
 inline constexpr bool kHasNullChoice = requires { ChoiceNames<E>::kNull; };
+// Whether ChoiceNames<E> reads its names itself (lookup) and says what an unknown one is (unknown).
+template <class E>
+inline constexpr bool kHasOwnLookup = requires(std::string_view text) {
+  ChoiceNames<E>::lookup(text);
+  ChoiceNames<E>::unknown(text, text);
+};
 
 // YAML's null as a config value reads it: null, ~, the empty string, and Python's None.
 inline bool is_null_spelling(std::string_view text) {
@@ -77,6 +88,7 @@ class Choice {
   }
   // The value named `text`, or nullopt.
   static std::optional<E> find(std::string_view text) {
+    if constexpr (kHasOwnLookup<E>) return Names::lookup(text);
     if constexpr (kHasNullChoice<E>) {
       if (is_null_spelling(text)) return Names::kNull;
     }

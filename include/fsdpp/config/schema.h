@@ -70,6 +70,7 @@ template <class E>
 Choice<E> read_choice(const YAML::Node& value, const Loc& loc) {
   const std::string name = Choice<E>::normalize(read_value<std::string>(value, loc));
   if (auto v = Choice<E>::find(name)) return *v;
+  if constexpr (kHasOwnLookup<E>) FSDPP_THROW(ConfigError, "{}", ChoiceNames<E>::unknown(loc.path, name));
   std::vector<std::string> accepted;
   for (const auto& entry : ChoiceNames<E>::kNames) accepted.emplace_back(entry.second);
   if constexpr (kHasNullChoice<E>) accepted.emplace_back("null");

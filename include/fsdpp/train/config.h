@@ -250,7 +250,8 @@ struct ParallelismSection {
   // Pipeline parallelism (docs/pipeline.md#fsdpp-train): the Llama cut into stages over groups
   // of this many ranks (the outermost mesh dim), each stage FSDP over the dp ranks.
   int64_t pipeline_parallel_degree = 1;
-  std::string pipeline_parallel_schedule = "1F1B";  // pipeline::make_schedule's names
+  // pipeline/schedule_traits.h's names, read in any case ("Schedule" prefix, '-', '_' ignored).
+  config::Choice<PipelineScheduleName> pipeline_parallel_schedule = "1F1B";
   // Sequences per microbatch: a step's per_device_train_batch_size x gradient_accumulation_steps
   // sequences on each dp rank go through the pipeline as that many / this microbatches.
   int64_t pipeline_parallel_microbatch_size = 1;
@@ -333,8 +334,6 @@ struct TrainConfig {
   // per node (0: the estimator's default shard groups); units as TRANSFORMER_BASED_WRAP makes
   // them, whatever fsdp_auto_wrap_policy says.
   EstimateOptions estimate_options(int world_size, int local_world_size) const;
-  // The learning-rate schedule over `total_steps` optimizer steps.
-  LrSchedule lr_schedule(int64_t total_steps) const;
 };
 
 // The text files data.path names, in the order they are concatenated: the path itself when it is

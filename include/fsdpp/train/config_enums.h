@@ -6,8 +6,14 @@
 #include <string_view>
 #include <utility>
 
+#include <cstddef>
+#include <iterator>
+#include <optional>
+#include <string>
+
 #include "fsdpp/data/row_plan.h"
 #include "fsdpp/fsdp/fully_shard.h"
+#include "fsdpp/pipeline/schedule_traits.h"
 #include "fsdpp/state/state_dict.h"
 #include "fsdpp/config/choice.h"
 
@@ -31,6 +37,9 @@ enum class LrSchedulerType { COSINE, LINEAR, CONSTANT };
 // of the whole model (EXACT) or counter-based ones (PER_SHARD); OFF: every rank builds the
 // whole model, then shards it (fsdpp/fsdp/deferred_init.h).
 enum class DeferredInit { EXACT, PER_SHARD, OFF };
+// parallelism.pipeline_parallel_schedule: a row of pipeline/schedule_traits.h's table, by its
+// index there; the names are the table's (pipeline::kScheduleTraits).
+enum class PipelineScheduleName : size_t {};
 
 }  // namespace fsdpp::train
 
@@ -128,6 +137,31 @@ struct ChoiceNames<train::LrSchedulerType> {
       {train::LrSchedulerType::CONSTANT, "constant"},
   }};
 };
+
+// The pipeline's table of schedules, read as the pipeline reads a name (schedule_traits.h: any
+// case, '-', '_' and a "Schedule" prefix ignored; "zbv"); written as the table spells it.
+template <>
+struct ChoiceNames<train::PipelineScheduleName> {
+  using Name = train::PipelineScheduleName;
+  static constexpr std::string_view kWhat = "pipeline schedule";
+  static constexpr bool kAnyCase = false;
+  static constexpr auto kNames = [] {
+    std::array<std::pair<Name, std::string_view>, std::size(pipeline::kScheduleTraits)> names{};
+    for (size_t i = 0; i < names.size(); ++i) names[i] = {Name{i}, pipeline::kScheduleTraits[i].name};
+    return names;
+  }();
+  static std::optional<Name> lookup(std::string_view text) {
+    const pipeline::ScheduleTraits* row = pipeline::find_schedule_traits(text);
+    if (row == nullptr) return std::nullopt;
+    return Name{static_cast<size_t>(row - pipeline::kScheduleTraits)};
+  }
+  static std::string unknown(std::string_view key, std::string_view text) {
+    return fmt::format("[config] {}='{}' is not a schedule; expected {} (PyTorch's names; case "
+                       "and a 'Schedule' prefix are ignored)",
+                       key, text, pipeline::schedule_list());
+  }
+};
+
 
 template <>
 struct ChoiceNames<train::DeferredInit> {
