@@ -11,6 +11,7 @@
 
 #include "fsdpp/config/schema.h"
 #include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/strategy_traits.h"
 #include "fsdpp/models/llama_tp_plan.h"
 #include "fsdpp/models/qwen3_moe_ep.h"
 
