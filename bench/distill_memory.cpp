@@ -1,4 +1,4 @@
-// fsdpp-distill-memory: the memory a distilled micro-batch's loss adds, unchunked (the loss of
+// fsdpp-distill-memory: the memory a distilled accumulation batch's loss adds, unchunked (the loss of
 // distill_loss.h over whole (positions x vocabulary) tensors, as fsdpp-train computed it before
 // the chunked loss) against chunked (chunked_distill_loss.h, as fsdpp-train computes it now),
 // on a small Qwen3-MoE student and teacher at a vocabulary of 32 K and 151 K (Qwen3's), one
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
   std::string vocabs = "32000,151936", loss = "forward_kl";
   int64_t batch = 2, seq = 128, chunk = 0;
   app.add_option("--vocab", vocabs, "vocabulary sizes, comma-separated")->capture_default_str();
-  app.add_option("--batch", batch, "sequences per micro-batch")->capture_default_str();
+  app.add_option("--batch", batch, "sequences per accumulation batch")->capture_default_str();
   app.add_option("--seq", seq, "tokens per sequence")->capture_default_str();
   app.add_option("--chunk", chunk, "positions per chunk of the chunked loss; 0: 64 MiB of "
                  "probabilities (distillation.loss_chunk_tokens)")->capture_default_str();

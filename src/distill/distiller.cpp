@@ -1,4 +1,4 @@
-// The distilling run's loss per micro-batch and its metrics (distiller.h).
+// The distilling run's loss per accumulation batch and its metrics (distiller.h).
 #include "fsdpp/distill/distiller.h"
 
 #include <ATen/ATen.h>
@@ -148,30 +148,30 @@ void Distiller::check_positions(const std::vector<at::Tensor>& positions) const 
                  "single sequences, not packed documents; set lmbda=0 and seq_kd=false, or "
                  "train without data.padding_free");
   for (const auto& p : positions) {
-    FSDPP_CHECK(p.defined(), "[train] some micro-batches of a step have token positions and "
+    FSDPP_CHECK(p.defined(), "[train] some accumulation batches of a step have token positions and "
                              "others none; expected all or none");
   }
 }
 
-Distiller::StepRows Distiller::rows(const std::vector<data::BatchLoader::Batch>& micro_batches,
+Distiller::StepRows Distiller::rows(const std::vector<data::BatchLoader::Batch>& accumulation_batches,
                                     const std::vector<at::Tensor>& positions, int64_t step,
                                     const Sampler& student, int microbatches, bool pipelined,
                                     bool last_stage) {
   check_positions(positions);
-  // Each micro-batch's rows, in order: the data's, or sampled (collective).
+  // Each accumulation batch's rows, in order: the data's, or sampled (collective).
   std::vector<PolicyBatch> batches;
-  for (size_t m = 0; m < micro_batches.size(); ++m) {
-    batches.push_back(policy_batch(student, micro_batches[m], step, static_cast<int64_t>(m)));
+  for (size_t m = 0; m < accumulation_batches.size(); ++m) {
+    batches.push_back(policy_batch(student, accumulation_batches[m], step, static_cast<int64_t>(m)));
   }
   if (pipelined) {
-    return pipeline_rows(micro_batches, std::move(batches), positions, microbatches, last_stage);
+    return pipeline_rows(accumulation_batches, std::move(batches), positions, microbatches, last_stage);
   }
-  return stage_rows(micro_batches, std::move(batches), positions);
+  return stage_rows(accumulation_batches, std::move(batches), positions);
 }
 
 namespace {
 
-// The step's positions (document masking): the micro-batches' concatenated, or undefined.
+// The step's positions (document masking): the accumulation batches' concatenated, or undefined.
 at::Tensor cat_positions(const std::vector<at::Tensor>& positions) {
   if (positions.empty() || !positions.front().defined()) return at::Tensor();
   return at::cat(positions);
@@ -185,7 +185,7 @@ TokenDivisors divisors_of(const PolicyBatch& pb, double divisor) {
 
 }  // namespace
 
-Distiller::StepRows Distiller::stage_rows(const std::vector<data::BatchLoader::Batch>& micro_batches,
+Distiller::StepRows Distiller::stage_rows(const std::vector<data::BatchLoader::Batch>& accumulation_batches,
                                           std::vector<PolicyBatch> batches,
                                           const std::vector<at::Tensor>& positions) {
   std::vector<at::Tensor> inputs, targets;
@@ -194,11 +194,11 @@ Distiller::StepRows Distiller::stage_rows(const std::vector<data::BatchLoader::B
     targets.push_back(pb.targets);
   }
   StepRows out{at::cat(inputs), at::cat(targets), {}, student_layers_, cat_positions(positions)};
-  // Micro-batch k's objective: the teacher's side of its rows then, one micro-batch's at a time
+  // Accumulation batch k's objective: the teacher's side of its rows then, one accumulation batch's at a time
   // (the cache's top-K on the data's windows, else the live teacher's forward: collective, and
-  // every rank computes every micro-batch's objective).
+  // every rank computes every accumulation batch's objective).
   auto rows = std::make_shared<std::vector<PolicyBatch>>(std::move(batches));
-  auto windows = std::make_shared<std::vector<data::BatchLoader::Batch>>(micro_batches);
+  auto windows = std::make_shared<std::vector<data::BatchLoader::Batch>>(accumulation_batches);
   auto places = std::make_shared<std::vector<at::Tensor>>(positions);
   out.objective = [this, rows, windows, places](const at::Tensor& logits, const at::Tensor&, int k,
                                                 const std::vector<at::Tensor>& hidden,
@@ -251,15 +251,15 @@ DistillObjective Distiller::objective(const at::Tensor& logits, const TeacherTar
 
 namespace {
 
-// What one pipeline microbatch holds of one micro-batch: n rows, from its row `offset` on, and
+// What one pipeline microbatch holds of one accumulation batch: n rows, from its row `offset` on, and
 // their weights in the step's loss.
 struct Piece {
   int64_t offset = 0, n = 0;
   TeacherTargets teacher;
   at::Tensor kd_mask;
-  BatchSource source = BatchSource::DATA;  // of its micro-batch
-  // These rows' share of the micro-batch's KD positions (a mean per micro-batch: sampled rows)
-  // and of its rows (the metrics' count of micro-batches).
+  BatchSource source = BatchSource::DATA;  // of its accumulation batch
+  // These rows' share of the accumulation batch's KD positions (a mean per accumulation batch: sampled rows)
+  // and of its rows (the metrics' count of accumulation batches).
   double kd_weight = 0, share = 0;
 };
 
@@ -271,7 +271,7 @@ TeacherTargets rows_of(const TeacherTargets& t, int64_t begin, int64_t n) {
 }
 
 // Pipeline microbatch k holds the rows [k per, (k + 1) per) of the step (dim 0, equal parts),
-// micro-batch m the rows [m B, (m + 1) B): each k's pieces, one per micro-batch it meets.
+// accumulation batch m the rows [m B, (m + 1) B): each k's pieces, one per accumulation batch it meets.
 std::vector<std::vector<Piece>> pieces_of(const std::vector<PolicyBatch>& batches,
                                           const std::vector<TeacherTargets>& teacher,
                                           int microbatches) {
@@ -297,21 +297,21 @@ std::vector<std::vector<Piece>> pieces_of(const std::vector<PolicyBatch>& batche
 }  // namespace
 
 Distiller::StepRows Distiller::pipeline_rows(
-    const std::vector<data::BatchLoader::Batch>& micro_batches, std::vector<PolicyBatch> batches,
+    const std::vector<data::BatchLoader::Batch>& accumulation_batches, std::vector<PolicyBatch> batches,
     const std::vector<at::Tensor>& positions, int microbatches, bool last_stage) {
   FSDPP_CHECK(student_layers_.empty(),
               "[train] a pipelined student distils from the teacher's logits alone "
               "(distillation.layer_map is refused with pipeline_parallel_degree > 1)");
   // The teacher's side of every row, before the pipeline runs: the cache's for data
-  // micro-batches, else the live teacher's, one forward over all such rows (collective: on
+  // accumulation batches, else the live teacher's, one forward over all such rows (collective: on
   // every rank).
-  std::vector<TeacherTargets> teacher(micro_batches.size());
+  std::vector<TeacherTargets> teacher(accumulation_batches.size());
   std::vector<at::Tensor> inputs, targets, live, live_positions;
   std::vector<bool> cached(batches.size());
   for (size_t m = 0; m < batches.size(); ++m) {
     const auto& pb = batches[m];
     cached[m] = cache_ && pb.source == BatchSource::DATA;
-    if (cached[m] && last_stage) teacher[m] = cached_teacher(micro_batches[m]);
+    if (cached[m] && last_stage) teacher[m] = cached_teacher(accumulation_batches[m]);
     if (!cached[m]) live.push_back(pb.inputs);
     if (!cached[m] && !positions.empty()) live_positions.push_back(positions[m]);
     inputs.push_back(pb.inputs);
@@ -331,10 +331,10 @@ Distiller::StepRows Distiller::pipeline_rows(
   if (!last_stage) return out;
   // Each piece's sums over the step's divisor, made for the pipeline's microbatches (the
   // cross-entropy, and the data's KD loss): the pipeline's mean over its microbatches is then
-  // the global batch's token mean however its microbatches cut the micro-batches. A sampled
-  // micro-batch's KD loss is its own mean: each piece's part of it weighted by its share of the
-  // micro-batch's KD positions, times microbatches / micro-batches (`scale`), so that it counts
-  // as one micro-batch's mean. The metrics' sums are per micro-batch: the divided parts times
+  // the global batch's token mean however its microbatches cut the accumulation batches. A sampled
+  // accumulation batch's KD loss is its own mean: each piece's part of it weighted by its share of the
+  // accumulation batch's KD positions, times microbatches / accumulation batches (`scale`), so that it counts
+  // as one accumulation batch's mean. The metrics' sums are per accumulation batch: the divided parts times
   // 1 / scale.
   auto pieces = std::make_shared<std::vector<std::vector<Piece>>>(
       pieces_of(batches, teacher, microbatches));

@@ -21,20 +21,6 @@ void check_tensor_parallel(const ModelDescription& whole, const EstimateOptions&
                  o.seq_len, tp);
 }
 
-parallel::ParallelDims estimate_dims(const EstimateOptions& o) {
-  const int pp = std::max(1, o.pipeline.degree), tp = o.tensor_parallel;
-  parallel::ParallelDims dims{.pp = pp, .tp = tp, .ep = o.expert_parallel};  // dp_shard: the ranks left
-  if (traits_of(o.strategy).hybrid) {
-    const int dp_ranks = o.world_size / (pp * tp);
-    const int given = pp > 1 ? std::min(o.shard_group_size, dp_ranks) : o.shard_group_size;
-    dims.dp_shard = o.shard_group_size > 0 ? given : parallel::default_shard_group(dp_ranks);
-    FSDPP_CHECK_AS(ConfigError, dp_ranks % dims.dp_shard == 0,
-                   "[estimate] {} over {} data-parallel ranks{}: shard groups of {} ranks do not divide them",
-                   to_string(o.strategy), dp_ranks, pp > 1 ? " per stage" : "", dims.dp_shard);
-    dims.dp_replicate = dp_ranks / dims.dp_shard;
-  }
-  return dims.resolved(o.world_size);
-}
 
 namespace {
 
@@ -65,7 +51,7 @@ DataParallelLayout data_parallel_layout(const ModelDescription& whole, const Est
                  "[estimate] forward_prefetch={} and backward_prefetch={} must be >= 0", o.forward_prefetch,
                  o.backward_prefetch);
   a.traits = &traits_of(o.strategy);
-  a.dims = estimate_dims(o);
+  a.dims = estimate_parallel_dims(o);
   a.shard_world = a.traits->shards ? a.dims.dp_shard : 1;
   a.unit_shard_world = unit_shard_worlds(a);
   a.expert_shard_world = a.shard_world;
@@ -75,3 +61,29 @@ DataParallelLayout data_parallel_layout(const ModelDescription& whole, const Est
 }
 
 }  // namespace fsdpp::estimate_detail
+
+namespace fsdpp {
+
+int estimate_shard_group(const EstimateOptions& o) {
+  const int pp = std::max(1, o.pipeline.degree), tp = std::max(1, o.tensor_parallel);
+  const int dp_ranks = o.world_size / (pp * tp);
+  if (o.shard_group_size > 0) return pp > 1 ? std::min(o.shard_group_size, dp_ranks) : o.shard_group_size;
+  if (o.replicas > 1 && dp_ranks % o.replicas == 0) return dp_ranks / o.replicas;
+  return parallel::default_shard_group(dp_ranks, o.ranks_per_node, tp);
+}
+
+parallel::ParallelDims estimate_parallel_dims(const EstimateOptions& o) {
+  const int pp = std::max(1, o.pipeline.degree), tp = o.tensor_parallel;
+  parallel::ParallelDims dims{.pp = pp, .tp = tp, .ep = o.expert_parallel};  // dp_shard: the ranks left
+  const int dp_ranks = o.world_size / (pp * std::max(1, tp));
+  if (traits_of(o.strategy).hybrid && dp_ranks >= 1) {
+    dims.dp_shard = estimate_shard_group(o);
+    FSDPP_CHECK_AS(ConfigError, dp_ranks % dims.dp_shard == 0,
+                   "[estimate] {} over {} data-parallel ranks{}: shard groups of {} ranks do not divide them",
+                   to_string(o.strategy), dp_ranks, pp > 1 ? " per stage" : "", dims.dp_shard);
+    dims.dp_replicate = dp_ranks / dims.dp_shard;
+  }
+  return dims.resolved(o.world_size);
+}
+
+}  // namespace fsdpp

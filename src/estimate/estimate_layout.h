@@ -15,13 +15,6 @@ namespace fsdpp::estimate_detail {
 // or not. ConfigError ("[estimate] ...") for options that make no run.
 void check_tensor_parallel(const ModelDescription& whole, const EstimateOptions& o);
 
-// The mesh parallelize builds for the options' degrees, resolved once for every estimate: pp
-// outermost, then (dp_replicate x) dp_shard x tp; the experts' FSDP over efsdp = dp_shard x tp /
-// ep. A HYBRID strategy shards over groups of shard_group_size ranks, or
-// parallel::default_shard_group's (a node of 8, at most the data-parallel ranks); under a
-// pipeline a given size is at most a stage's data-parallel ranks too (as fsdpp-train's
-// parallel_dims takes a node's), without one a size that does not divide them is refused.
-parallel::ParallelDims estimate_dims(const EstimateOptions& o);
 
 // A run without pipeline parallelism, laid out as parallelize lays it out.
 struct DataParallelLayout {

@@ -198,7 +198,7 @@ PipelineLayout pipeline_layout(const ModelDescription& model, const EstimateOpti
   const int tp = o.tensor_parallel, ep = o.expert_parallel;
   PipelineLayout a;
   a.traits = &traits_of(o.strategy);
-  a.dims = estimate_dims(o);
+  a.dims = estimate_parallel_dims(o);
   a.shard_world = a.traits->shards ? a.dims.dp_shard : 1;
   a.expert_shard_world = a.traits->shards ? a.dims.efsdp() : 1;
   a.split_experts = o.split_experts.value_or(ep == 1);

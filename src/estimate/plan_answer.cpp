@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "fsdpp/fsdp/strategy_traits.h"
+
 namespace fsdpp {
 
 double error_band(const PlanEntry& e, const Cluster& c) {
@@ -14,10 +16,8 @@ double error_band(const PlanEntry& e, const Cluster& c) {
 }
 
 int layout_complexity(const EstimateOptions& o) {
-  const bool replicas = (o.strategy == ShardingStrategy::HYBRID_SHARD ||
-                         o.strategy == ShardingStrategy::HYBRID_SHARD_ZERO2) &&
-                        o.shard_group_size > 0 &&
-                        o.world_size / (o.tensor_parallel * std::max(1, o.pipeline.degree)) > o.shard_group_size;
+  const bool replicas = traits_of(o.strategy).hybrid &&
+                        o.world_size / (o.tensor_parallel * std::max(1, o.pipeline.degree)) > estimate_shard_group(o);
   return (o.tensor_parallel > 1) + (o.pipeline.degree > 1) + (o.expert_parallel > 1) + replicas;
 }
 

@@ -29,6 +29,12 @@ bool spans_nodes(int group, int stride, int devices_per_node) {
   return static_cast<int64_t>(group) * stride > devices_per_node;
 }
 
+// HSDP's default shard group on this cluster's nodes unless the options know theirs.
+EstimateOptions on_cluster(EstimateOptions o, const Cluster& c) {
+  if (o.ranks_per_node <= 0) o.ranks_per_node = c.devices_per_node;
+  return o;
+}
+
 int data_parallel(const EstimateOptions& o) {
   return o.world_size / (o.tensor_parallel * std::max(1, o.pipeline.degree));
 }
@@ -42,7 +48,7 @@ std::string layout_name(const EstimateOptions& o, const Cluster& c) {
     case ShardingStrategy::NO_SHARD: dp_part = fmt::format("DDP {}", dp); break;
     case ShardingStrategy::HYBRID_SHARD:
     case ShardingStrategy::HYBRID_SHARD_ZERO2: {
-      const int f = o.shard_group_size > 0 ? o.shard_group_size : parallel::default_shard_group(dp, c.devices_per_node);
+      const int f = estimate_shard_group(on_cluster(o, c));
       dp_part = fmt::format("HSDP {}x{}", dp / f, f);
       break;
     }
@@ -90,7 +96,7 @@ StepTime predict_step_time(const ModelDescription& model, const EstimateOptions&
   const double grad_bytes = params * dtype_bytes(o.reduce_dtype);
   const int units = std::max<int>(1, static_cast<int>(model.units.size()) / pp);
   const bool hybrid = o.strategy == ShardingStrategy::HYBRID_SHARD || o.strategy == ShardingStrategy::HYBRID_SHARD_ZERO2;
-  const int f = hybrid ? (o.shard_group_size > 0 ? o.shard_group_size : std::min(dp, c.devices_per_node / tp)) : dp;
+  const int f = hybrid ? estimate_shard_group(on_cluster(o, c)) : dp;
   const double bw_f = spans_nodes(f, tp, c.devices_per_node) ? c.inter_bandwidth : c.intra_bandwidth;
   const auto ring = [&](double bytes, int n, double bw) { return ring_time(bytes, n, bw, c.latency_s * units); };
   switch (o.strategy) {
@@ -172,8 +178,8 @@ Plan plan_layouts(const ModelDescription& model, const EstimateOptions& base, co
       for (ShardingStrategy s : {ShardingStrategy::FULL_SHARD, ShardingStrategy::HYBRID_SHARD,
                                  ShardingStrategy::SHARD_GRAD_OP, ShardingStrategy::NO_SHARD}) {
         const bool hybrid = s == ShardingStrategy::HYBRID_SHARD;
-        const int group = std::max(1, c.devices_per_node / tp);
-        if (hybrid && (dp <= group || dp % group != 0)) continue;  // HSDP: more than one node of shards
+        const int group = parallel::default_shard_group(dp, c.devices_per_node, tp);  // a node's dp ranks
+        if (hybrid && (dp == group || dp % group != 0)) continue;  // HSDP: more than one node of shards
         if (dp == 1 && s != ShardingStrategy::FULL_SHARD) continue;  // one rank: the strategies are one
         for (int ep : eps) {
           if (ep > 1 && (dp % ep != 0)) continue;
@@ -186,6 +192,7 @@ Plan plan_layouts(const ModelDescription& model, const EstimateOptions& base, co
             o.sequence_parallel = tp > 1;  // as torchtitan and Megatron pair them
             o.expert_parallel = ep;
             o.shard_group_size = hybrid ? group : 0;
+            o.ranks_per_node = c.devices_per_node;
             o.activation_checkpointing = ckpt;
             o.device_is_gpu = c.device_is_gpu;
             o.pipeline = {};

@@ -188,7 +188,7 @@ at::Tensor Qwen3MoeExpertsImpl::forward(const at::Tensor& x, const at::Tensor& e
     auto tokens = token_of.narrow(0, start, n);
     auto xe = x.index_select(0, tokens);  // (n, D)
     auto y = expert(e, xe) * weight_of.narrow(0, start, n).unsqueeze(1);
-    out = out.index_add(0, tokens, y.to(out.scalar_type()));
+    out.index_add_(0, tokens, y.to(out.scalar_type()));  // in place: no copy of out per expert
     start += n;
   }
   return out;

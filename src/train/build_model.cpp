@@ -52,7 +52,7 @@ void LanguageModels::check_layout(TrainSession& s) const {
 }
 
 double LanguageModels::flops_per_token(const TrainSession& s) const {
-  const auto ce = configured_estimate(s.cfg, s.vocab, s.world.size(), s.world.env().local_world_size);
+  const auto ce = configured_estimate(s.cfg, s.vocab, s.dims);
   return training_flops_per_token(ce.model, s.cfg.data.seq_len);
 }
 
@@ -69,7 +69,7 @@ void LanguageModels::build_model(TrainSession& s) const {
   // distillation.teacher's directory and vocabulary, named by the key before anything reads it.
   if (cfg.distillation.live_teacher()) distill::check_teacher_source(cfg.distillation, vocab);
   check_run_fits(
-      s, [&] { return configured_estimate(cfg, vocab, world.size(), world.env().local_world_size); },
+      s, [&] { return configured_estimate(cfg, vocab, s.dims); },
       /*builds_whole=*/!deferred_init(cfg));
   const at::Device device = model_build_device(cfg);
   if (llama) {

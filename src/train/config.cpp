@@ -11,6 +11,7 @@
 
 #include "fsdpp/config/schema.h"
 #include "fsdpp/common/error.h"
+#include "fsdpp/fsdp/strategy_traits.h"
 #include "fsdpp/models/llama_tp_plan.h"
 #include "fsdpp/models/qwen3_moe_ep.h"
 
@@ -476,23 +477,35 @@ distill::RunParts TrainConfig::distill_run(int64_t student_vocab) const {
           .limit_all_gathers = training.fsdp_config.limit_all_gathers};
 }
 
-EstimateOptions TrainConfig::estimate_options(int world_size, int local_world_size) const {
+EstimateOptions TrainConfig::estimate_options(const parallel::ParallelDims& dims) const {
+  EstimateOptions o = estimate_options();
+  o.world_size = dims.world_size();
+  o.tensor_parallel = dims.tp;
+  o.expert_parallel = dims.ep;
+  o.pipeline.degree = dims.pp;
+  o.shard_group_size = traits_of(training.fsdp).hybrid ? dims.dp_shard : 0;
+  o.replicas = 0;
+  return o;
+}
+
+EstimateOptions TrainConfig::estimate_options() const {
   EstimateOptions o = estimate_options_of(fully_shard_options(nullptr));
-  o.world_size = world_size;
-  o.shard_group_size = hybrid_shard_group_size(local_world_size);
+  o.world_size = 1;
+  o.shard_group_size = hybrid_shard_group_size(0);
   o.activation_checkpointing = training.gradient_checkpointing;
   o.batch = training.per_device_train_batch_size;
   o.seq_len = data.seq_len;
   o.mmap_threshold = training.malloc_mmap_threshold;
   o.deferred_init = model.deferred_init != DeferredInit::OFF;
-  // parallelism: tp slices, FSDP over the rest; with replicas a shard group is the shard degree.
+  // parallelism: tp slices, FSDP over the rest; with replicas a shard group is the shard degree,
+  // or the data-parallel ranks over the replicas once the world is known (estimate_shard_group).
   const auto& p = parallelism;
   o.tensor_parallel = static_cast<int>(p.tensor_parallel_degree);
   o.sequence_parallel = p.enable_sequence_parallel;
-  const int64_t dp_ranks = world_size / std::max<int64_t>(1, p.tensor_parallel_degree * p.data_parallel_replicate_degree *
-                                                                p.pipeline_parallel_degree);
-  if (p.data_parallel_replicate_degree > 1)
-    o.shard_group_size = static_cast<int>(p.data_parallel_shard_degree > 0 ? p.data_parallel_shard_degree : dp_ranks);
+  if (p.data_parallel_replicate_degree > 1) {
+    o.shard_group_size = static_cast<int>(std::max<int64_t>(0, p.data_parallel_shard_degree));
+    o.replicas = static_cast<int>(p.data_parallel_replicate_degree);
+  }
   return o;
 }
 

@@ -204,7 +204,7 @@ ConfiguredEstimate custom_estimate(const TrainSession& s, models::ModelPlan& pla
                                  .schedule = std::string(p.pipeline_parallel_schedule.name()),
                                  .microbatches = microbatches,
                                  .layers_per_stage = static_cast<int>(p.pipeline_parallel_layers_per_stage)});
-  ce.options = plan_rank_options(s.cfg.estimate_options(s.world.size(), s.world.env().local_world_size), s.dims);
+  ce.options = plan_rank_options(s.cfg.estimate_options(s.dims), s.dims);
   const std::string layout =
       s.dims.pipeline_parallel() || s.dims.tensor_parallel()
           ? fmt::format(" (this rank's {}{}{}, FSDP over {} data-parallel rank(s))",

@@ -62,32 +62,14 @@ int64_t cgroup_headroom() {
 
 std::string gib(int64_t b) { return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1ll << 30)); }
 
-}  // namespace
-
-int64_t configured_vocab(const TrainConfig& cfg, std::vector<std::string>& notes) {
-  const auto& d = cfg.data;
-  if (d.tokenizer_is("byte")) return 256;
-  if (d.tokenizer_is("sentencepiece") && d.tokenizer_model.empty()) {
-    if (cfg.model.vocab_size == 0) {
-      notes.push_back(fmt::format("vocabulary taken as data.tokenizer_vocab_size={}",
-                                  d.tokenizer_vocab_size));
-    }
-    return d.tokenizer_vocab_size;
-  }
-  return data::make_tokenizer(d.tokenizer_is("sentencepiece") ? d.tokenizer_model : d.tokenizer)
-      ->vocab_size();
-}
-
-ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, int world_size,
-                                       int local_world_size) {
+// The estimate of `cfg`'s model (a vocabulary of `vocab`) on the options `o` give: the pipeline's
+// microbatches, the teacher, what the estimate does not model.
+ConfiguredEstimate configured_estimate_on(const TrainConfig& cfg, int64_t vocab, EstimateOptions o) {
   ConfiguredEstimate out;
   const bool llama = cfg.model.architecture == ModelArchitecture::LLAMA;
   out.model = llama ? describe_decoder(decoder_shape_of(cfg.llama_config(vocab)))
                     : describe_decoder(decoder_shape_of(cfg.qwen3_moe_config(vocab)));
-  out.options = cfg.estimate_options(world_size, local_world_size);
-  // Experts split over ep and sharded over efsdp = dp_shard x tp / ep (parallelize's sparse
-  // mesh), the rest over dp_shard.
-  out.options.expert_parallel = static_cast<int>(cfg.parallelism.expert_parallel_degree);
+  out.options = std::move(o);
   out.options.optimizer_state_on_disk = !cfg.training.fsdp_config.offload_optimizer_state_dir.empty();
   // Pipeline: a step's per-rank sequences (batch x accumulation) go through the stages as
   // microbatches of pipeline_parallel_microbatch_size (the trainer's pipeline_step).
@@ -124,6 +106,35 @@ ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, in
                                     layer, fc.auto_wrap_policy));
   }
   return out;
+}
+
+}  // namespace
+
+int64_t configured_vocab(const TrainConfig& cfg, std::vector<std::string>& notes) {
+  const auto& d = cfg.data;
+  if (d.tokenizer_is("byte")) return 256;
+  if (d.tokenizer_is("sentencepiece") && d.tokenizer_model.empty()) {
+    if (cfg.model.vocab_size == 0) {
+      notes.push_back(fmt::format("vocabulary taken as data.tokenizer_vocab_size={}",
+                                  d.tokenizer_vocab_size));
+    }
+    return d.tokenizer_vocab_size;
+  }
+  return data::make_tokenizer(d.tokenizer_is("sentencepiece") ? d.tokenizer_model : d.tokenizer)
+      ->vocab_size();
+}
+
+ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab,
+                                       const parallel::ParallelDims& dims) {
+  return configured_estimate_on(cfg, vocab, cfg.estimate_options(dims));
+}
+
+ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab) {
+  EstimateOptions o = cfg.estimate_options();
+  // Experts split over ep and sharded over efsdp = dp_shard x tp / ep (parallelize's sparse
+  // mesh), the rest over dp_shard.
+  o.expert_parallel = static_cast<int>(cfg.parallelism.expert_parallel_degree);
+  return configured_estimate_on(cfg, vocab, o);
 }
 
 ModelDescription describe_teacher(const std::string& path, int64_t vocab) {

@@ -130,10 +130,10 @@ ParallelDims parallel_dims(const TrainConfig& cfg, int world_size, int local_wor
     // Shard inside a node (fast links), replicate across nodes: fsdpp-run lays ranks out node
     // by node, so groups of LOCAL_WORLD_SIZE consecutive dp ranks are the nodes.
     // Under a pipeline (pp outermost) a node holds fewer of a stage's dp ranks than its own:
-    // at most dp_shard of them (parallel::default_shard_group).
+    // at most dp_shard of them (parallel::default_shard_group, the estimate's and the planner's).
     const bool given = cfg.training.fsdp_config.hybrid_shard_group_size > 0;
-    const int shard = given || d.pp == 1 ? cfg.hybrid_shard_group_size(local_world_size)
-                                         : parallel::default_shard_group(d.dp_shard, local_world_size);
+    const int shard = given ? cfg.hybrid_shard_group_size(local_world_size)
+                            : parallel::default_shard_group(d.dp_shard, local_world_size, d.tp);
     FSDPP_CHECK_AS(ConfigError, shard <= d.dp_shard && d.dp_shard % shard == 0,
                    "[config] training.fsdp={} shards over groups of {} ranks ({}), which must "
                    "divide the world size {}{}",

@@ -74,16 +74,16 @@ std::pair<uint64_t, uint64_t> comm_split(TrainSession& s);
 struct StepOutcome {
   double lr = 0;
   // This rank's share of the step's loss (parallel::StepLoss::loss: its mean over the ranks is
-  // the global batch's token mean) times the micro-batches.
+  // the global batch's token mean) times the accumulation batches.
   double loss_sum = 0;
   double grad_norm = 0;
   bool stepped = true;  // false: the fp16 loss scaler skipped the step (an overflow)
   double loss_scale = 1;
-  double aux_loss_sum = 0;  // MoE: this rank's load-balancing loss summed over the micro-batches
+  double aux_loss_sum = 0;  // MoE: this rank's load-balancing loss summed over the accumulation batches
 };
 // The step's rows (the data, or the distiller's) through parallel::Parallelized::forward_backward
-// (every run: a model without a pipeline is one stage, its micro-batches gradient accumulation;
-// after_loss runs there per micro-batch), then the hooks, unscale, clip (stopping on non-finite
+// (every run: a model without a pipeline is one stage, its accumulation batches gradient accumulation;
+// after_loss runs there per accumulation batch), then the hooks, unscale, clip (stopping on non-finite
 // gradients), the optimizer step. Inside the step's trace event.
 StepOutcome train_step(TrainSession& s, int64_t step);
 

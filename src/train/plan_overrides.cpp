@@ -31,7 +31,7 @@ std::vector<std::string> layout_overrides(const EstimateOptions& o) {
   const int pp = std::max(1, o.pipeline.degree);
   const int dp = o.world_size / (o.tensor_parallel * pp);
   const bool hybrid = traits_of(o.strategy).hybrid;
-  const int group = hybrid && o.shard_group_size > 0 ? o.shard_group_size : dp;
+  const int group = hybrid ? estimate_shard_group(o) : dp;  // as the estimate played it
   std::vector<std::string> out = {
       fmt::format("training.fsdp={}", lower(to_string(o.strategy))),
       fmt::format("parallelism.data_parallel_replicate_degree={}", hybrid ? dp / group : 1),

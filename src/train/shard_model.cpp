@@ -46,7 +46,7 @@ namespace {
 
 // The parallelize options of the config: FSDP's, the wrap policy and activation checkpointing's
 // classes, sequence parallelism, the pipeline's schedule and microbatches (one stage's: the
-// accumulation micro-batches).
+// accumulation batches).
 parallel::ParallelizeOptions parallelize_options(TrainSession& s) {
   const auto& cfg = s.cfg;
   const auto& t = cfg.training;
@@ -70,7 +70,7 @@ parallel::ParallelizeOptions parallelize_options(TrainSession& s) {
     o.microbatches = pipeline_microbatches(cfg, s.dims, parallel::pipeline_units_of(*s.plan));
     o.runtime.store = s.world.store();
   } else {
-    // One stage: its microbatches are the accumulation micro-batches (train_step).
+    // One stage: its microbatches are the accumulation batches (train_step).
     o.microbatches = static_cast<int>(cfg.training.gradient_accumulation_steps);
   }
   return o;

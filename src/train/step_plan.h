@@ -11,8 +11,8 @@
 namespace fsdpp::train::detail {
 
 struct StepPlan {
-  int64_t batch_size = 0;          // examples per micro-batch on this rank (per_device_train_batch_size)
-  int64_t accumulation_steps = 1;  // micro-batches per optimizer step (gradient_accumulation_steps)
+  int64_t batch_size = 0;          // examples per accumulation batch on this rank (per_device_train_batch_size)
+  int64_t accumulation_steps = 1;  // accumulation batches per optimizer step (gradient_accumulation_steps)
   int64_t total_steps = 0;         // training.max_steps, or num_train_epochs passes over the data
   int64_t steps_per_epoch = 1;     // one pass over this rank's share of the data (save_strategy epoch)
   int64_t tokens_per_step = 0;     // over every data-parallel rank; examples for train()'s data

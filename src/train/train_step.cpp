@@ -1,4 +1,4 @@
-// train_step (phases.h): one optimizer step over gradient_accumulation_steps micro-batches
+// train_step (phases.h): one optimizer step over gradient_accumulation_steps accumulation batches
 // through parallel::Parallelized::forward_backward (pipelined or one stage), with the caller's
 // hooks at their points (hooks.h) and the trace's spans around its parts.
 #include <cmath>
@@ -64,7 +64,7 @@ double clip_together(TrainSession& s, const std::vector<at::Tensor>& extra, doub
   return total;
 }
 
-// The step's accumulation micro-batches, on the rank's device (asynchronously from pinned
+// The step's accumulation batches, on the rank's device (asynchronously from pinned
 // batches, training.dataloader_pin_memory), and their token positions (document masking; each
 // undefined without it).
 std::vector<data::BatchLoader::Batch> next_batches(TrainSession& s,
@@ -78,7 +78,7 @@ std::vector<data::BatchLoader::Batch> next_batches(TrainSession& s,
       batch.positions = batch.positions.to(s.world.device(), /*non_blocking=*/true);
     }
     FSDPP_CHECK(micro == 0 || batch.positions.defined() == positions.front().defined(),
-                "[train] some micro-batches of a step have token positions and others none; "
+                "[train] some accumulation batches of a step have token positions and others none; "
                 "expected all or none");
     positions.push_back(batch.positions);
     out.push_back({batch.inputs, batch.targets, batch.starts});
@@ -117,7 +117,7 @@ distill::Distiller::StepRows step_rows(TrainSession& s, int64_t step) {
 }  // namespace
 
 // Every run's step: the rows through parallel::Parallelized::forward_backward, a model without a
-// pipeline being one stage (gradient accumulation over its micro-batches there).
+// pipeline being one stage (gradient accumulation over its accumulation batches there).
 StepOutcome train_step(TrainSession& s, int64_t step) {
   const auto& t = s.cfg.training;
   auto& world = s.world;
@@ -135,7 +135,7 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
   if (s.hooks.after_loss) {
     calls.after_loss = [&](int, at::Tensor& loss) { s.hooks.after_loss(hook_context, loss); };
   }
-  // A pipeline's step is one span (its runtime traces its own); one stage's micro-batches have
+  // A pipeline's step is one span (its runtime traces its own); one stage's accumulation batches have
   // their forward and backward spans.
   dist::TraceSpan pipeline_span(s.pipelined() ? trace.get() : nullptr, "pipeline");
   const double scale = scaler.is_enabled() ? scaler.get_scale() : 1.0;
@@ -143,7 +143,7 @@ StepOutcome train_step(TrainSession& s, int64_t step) {
       s.parallel->forward_backward(rows.inputs, rows.targets, rows.positions, scale, calls);
   pipeline_span.end();
   // This rank's share of the step's loss (its mean over the ranks is the global batch's token
-  // mean, parallel::StepLoss) times the micro-batches, as train_loop reads it.
+  // mean, parallel::StepLoss) times the accumulation batches, as train_loop reads it.
   const double loss_sum = out.loss * static_cast<double>(s.steps.accumulation_steps);
   dist::TraceSpan clip_span(trace.get(), "clip_grad_norm");
   // distillation.layer_projection's maps, whole on every rank: their gradients averaged over the

@@ -85,13 +85,13 @@ void check_teacher(const std::string& dtype) {
   const auto x = torch::randint(0, 64, {2, 16}, gen);
   const auto y = torch::randint(0, 64, {2, 16}, gen);
   distiller.begin_step();
-  // One micro-batch of the data (no sampling), its objective on the student's features and the
+  // One accumulation batch of the data (no sampling), its objective on the student's features and the
   // load-balancing term added, as Parallelized::forward_backward does over one stage.
   auto rows = distiller.rows({{x, y, {0, 16}}}, {at::Tensor()}, /*step=*/1,
                              distill::Sampler(), /*microbatches=*/1, /*pipelined=*/false,
                              /*last_stage=*/true);
   auto out = lm->forward_features(rows.inputs, /*aux_loss=*/true, rows.hidden_layers);
-  // Divisor 0: the micro-batch's own means (one micro-batch, the same rows on every rank).
+  // Divisor 0: the accumulation batch's own means (one accumulation batch, the same rows on every rank).
   auto loss = rows.objective(out.logits, rows.targets, 0, out.hidden_states, /*divisor=*/0) +
               0.01 * out.aux_loss;
   loss.backward();

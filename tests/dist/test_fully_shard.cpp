@@ -73,7 +73,7 @@ std::vector<ShardingStrategy> strategies() {
 }
 
 // Trains the reference on the whole global batch and the sharded model on this rank's slice,
-// kSteps steps of kMicroBatches micro-batches with AdamW and clipping, and compares.
+// kSteps steps of kMicroBatches accumulation batches with AdamW and clipping, and compares.
 enum class Optim { ADAMW, SGD_MOMENTUM };
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(Optim which,
@@ -86,7 +86,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(Optim which,
       params, torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
 }
 
-// How the micro-batches' gradients are reduced: every backward; only the last one (sync
+// How the accumulation batches' gradients are reduced: every backward; only the last one (sync
 // switched off before); or held (fsdpp::unshard before the first forward, reduce_gradients and
 // reshard after the last backward, as pipeline stages do).
 enum class Accumulate { SYNC_EVERY, WITHOUT_SYNC, HELD };
@@ -217,7 +217,7 @@ TEST(FullyShard, ParityWithReduceBucketsAndUnitsKeptAfterForward) {
                                 Optim::ADAMW, {.reshard_root = true, .reshard_inner = true});
 }
 
-// Held by fsdpp::unshard: the micro-batches' separate backward passes reduce nothing and the
+// Held by fsdpp::unshard: the accumulation batches' separate backward passes reduce nothing and the
 // gradients are reduced once by reduce_gradients, as pipeline stages do.
 TEST(FullyShard, ParityHeldGatheredAcrossMicroBatches) {
   for (auto s : strategies()) check_parity<MLPCase>(s, Accumulate::HELD);

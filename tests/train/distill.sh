@@ -15,7 +15,7 @@
 #   with top_k) equal to one process (tp1, tp1k) within 1e-5 per step; pp2, pp2k, pp2fsdp2,
 #   pp2tp2k: the same student pipelined (PP 2 alone, x FSDP 2, x TP 2) likewise; onpp2, seqkdpp2:
 #   on-policy (lmbda 0.5, and with seq_kd) pipelined, the samples drawn through the stages, equal
-#   one process (onp1, seqkd1) with 3 accumulation micro-batches the pipeline cuts across.
+#   one process (onp1, seqkd1) with 3 accumulation batches the pipeline cuts across.
 # The teacher is in no checkpoint of the student and in no optimizer (kd0's checkpoint holds the
 # same files as plain's). Bad values are [config] errors naming the key.
 set -euo pipefail
@@ -76,9 +76,9 @@ go 2 pp2k "${tpstudent[@]}" "${pp2[@]}" distillation.top_k=20
 go 4 pp2fsdp2 "${tpstudent[@]}" "${pp2[@]}" training.per_device_train_batch_size=4
 go 4 pp2tp2k "${tpstudent[@]}" "${pp2[@]}" distillation.top_k=20 parallelism.tensor_parallel_degree=2
 grep -q "pipeline parallel: pp 2 x dp_replicate 1 x dp_shard 1 x tp 2" "$dir/pp2tp2k.log"
-# On-policy under the pipeline: each of the 3 accumulation micro-batches of 2 windows is the
+# On-policy under the pipeline: each of the 3 accumulation batches of 2 windows is the
 # data, or the student's samples (drawn through both stages), or the teacher's (seq_kd); the
-# pipeline's 2 microbatches of 3 rows cut micro-batch 1 in two. PP 2 equals one process.
+# pipeline's 2 microbatches of 3 rows cut accumulation batch 1 in two. PP 2 equals one process.
 onp=(training.per_device_train_batch_size=2 training.gradient_accumulation_steps=3
      distillation.lmbda=0.5 distillation.max_new_tokens=12 distillation.generation_temperature=1.0)
 go 1 onp1 "${tpstudent[@]}" "${onp[@]}"
@@ -152,7 +152,7 @@ for one_name, name, tol, more in (
             each[name] = max(each.get(name, 0.0), diff)
             assert diff < tol, (name, s, k, got[s][k], one[s][k])
 assert abs(steps("tp1k")[1]["kd_loss"] - steps("tp1")[1]["kd_loss"]) > 1e-6  # top_k mattered
-# The on-policy runs' 9 micro-batches: some the student's, the others the data's (onp1) or the
+# The on-policy runs' 9 accumulation batches: some the student's, the others the data's (onp1) or the
 # teacher's (seqkd1).
 for name, teacher_samples in (("onp1", False), ("seqkd1", True)):
     student, teacher = (sum(j[k] for j in steps(name).values()) for k in sampled)

@@ -3,7 +3,7 @@
 # wide (2 layers, trained here for 4 steps) and a student 32 wide (1 layer), layer_map [0:1],
 # mse, the learned 32 -> 64 projection (auto), max_grad_norm 0.3 (every step clipped: the
 # projection with the student under one norm, grad_norm counting both):
-#   one (1 rank x 8 sequences) against two (2 ranks x 4) and accum (1 rank, 2 micro-batches of
+#   one (1 rank x 8 sequences) against two (2 ranks x 4) and accum (1 rank, 2 accumulation batches of
 #     4): the same loss, kd_loss, ce_loss,
 #     layer_loss and grad_norm at every step, and the same projection weights and AdamW moments
 #     in checkpoint-4, within 1e-5; the projection at step 1 is torch.nn.Linear's initial
@@ -103,7 +103,7 @@ hf = load_file(f"{d}/hf/model.safetensors")
 assert len(hf) == len(params) and all(t.shape != (64, 32) for t in hf.values()), {k: t.shape for k, t in hf.items()}
 lin = steps("linear")[1]
 assert lin["kd_loss"] < 1e-6 and lin["layer_loss"] > 0.1, lin  # the teacher itself, through random maps
-print(f"distill_projection: 1 rank, 2 ranks and 2 micro-batches within {worst:.1e} (losses, grad norm), projection "
+print(f"distill_projection: 1 rank, 2 ranks and 2 accumulation batches within {worst:.1e} (losses, grad norm), projection "
       f"within {pw:.1e}; resumed bit-equal; layer_loss {one[1]['layer_loss']:.4f} -> "
       f"{one[4]['layer_loss']:.4f}; step 1 moved the seeded init by at most {step.max():.2e} (lr {lr:.2e})")
 PY

@@ -8,7 +8,10 @@
 #include <string>
 #include <vector>
 
+#include <fmt/ranges.h>
+
 #include "fsdpp/common/error.h"
+#include "fsdpp/parallel/shard_group.h"
 #include "fsdpp/train/config.h"
 #include "fsdpp/train/lr_schedule.h"
 #include "fsdpp/train/parallel_dims.h"
@@ -666,7 +669,7 @@ TEST(Config, HandsOutWhatTheTrainerRuns) {
   EXPECT_EQ(f.forward_prefetch, 1);
   EXPECT_EQ(f.limit_all_gathers, 0);
   // The estimate models the same run.
-  const auto e = c.estimate_options(/*world_size=*/4, /*local_world_size=*/8);
+  const auto e = c.estimate_options(fsdpp::train::parallel_dims(c, /*world_size=*/4, /*local_world_size=*/8));
   EXPECT_EQ(e.strategy, ShardingStrategy::HYBRID_SHARD);
   EXPECT_EQ(e.world_size, 4);
   EXPECT_EQ(e.shard_group_size, 2);
@@ -692,9 +695,9 @@ TEST(Config, HandsOutWhatTheTrainerRuns) {
   EXPECT_EQ(d.fully_shard_options(nullptr).backward_prefetch,
             fsdpp::BackwardPrefetch::BACKWARD_PRE);
   EXPECT_FALSE(d.fully_shard_options(nullptr).mp_policy.param_dtype.has_value());
-  EXPECT_EQ(d.estimate_options(2, 2).limit_all_gathers, fsdpp::FullyShardOptions{}.limit_all_gathers);
-  EXPECT_EQ(d.estimate_options(2, 2).backward_prefetch, 1);
-  EXPECT_EQ(d.estimate_options(2, 2).param_dtype, fsdpp::EstimateDType::FP32);
+  EXPECT_EQ(d.estimate_options().limit_all_gathers, fsdpp::FullyShardOptions{}.limit_all_gathers);
+  EXPECT_EQ(d.estimate_options().backward_prefetch, 1);
+  EXPECT_EQ(d.estimate_options().param_dtype, fsdpp::EstimateDType::FP32);
   EXPECT_EQ(d.hybrid_shard_group_size(8), 8);
   EXPECT_EQ(d.state_dict_options().type, fsdpp::state::StateDictType::SHARDED);
 }
@@ -716,6 +719,54 @@ TEST(Config, ChoicesAreTypedWhenRead) {
   expect_message(error_of([&] { c.training.lr_scheduler_type = "cosine_with_restarts"; }),
                  {"unknown learning-rate schedule 'cosine_with_restarts'",
                   "expected one of cosine, linear, constant"});
+}
+
+// The degrees are resolved once: what fsdpp-train runs (train::parallel_dims) is what its memory
+// check estimates (TrainConfig::estimate_options(dims)) and what fsdpp-estimate plays from the
+// same keys on the same world and nodes (estimate_parallel_dims over the keys' options), HSDP's
+// default shard group included.
+TEST(Config, DegreesResolvedOnce) {
+  const std::string base = "data: {path: x}\n";
+  struct Case {
+    std::vector<std::string> keys;
+    int world, node;
+  };
+  const std::vector<Case> cases = {
+      {{}, 4, 4},
+      {{"parallelism.tensor_parallel_degree=2"}, 8, 8},
+      {{"training.fsdp=hybrid_shard"}, 8, 4},
+      {{"training.fsdp=hybrid_shard"}, 16, 8},
+      {{"training.fsdp=hybrid_shard", "training.fsdp_config.fsdp_hybrid_shard_group_size=2"}, 8, 4},
+      {{"training.fsdp=hybrid_shard", "parallelism.pipeline_parallel_degree=2"}, 8, 2},
+      {{"training.fsdp=hybrid_shard", "parallelism.pipeline_parallel_degree=2"}, 16, 8},
+      {{"training.fsdp=hybrid_shard", "parallelism.data_parallel_replicate_degree=2"}, 8, 8},
+      {{"training.fsdp=hybrid_shard", "parallelism.data_parallel_replicate_degree=2",
+        "parallelism.tensor_parallel_degree=2"}, 16, 8},
+      {{"training.fsdp=hybrid_shard_zero2", "parallelism.data_parallel_replicate_degree=4",
+        "parallelism.data_parallel_shard_degree=2"}, 8, 8},
+      {{"parallelism.pipeline_parallel_degree=2", "parallelism.tensor_parallel_degree=2"}, 8, 8},
+  };
+  for (const auto& k : cases) {
+    const auto cfg = parse(base, k.keys);
+    const auto dims = fsdpp::train::parallel_dims(cfg, k.world, k.node);
+    const std::string what = fmt::format("{} on {} ranks, {} a node", fmt::join(k.keys, " "), k.world, k.node);
+    EXPECT_EQ(fsdpp::estimate_parallel_dims(cfg.estimate_options(dims)).describe(), dims.describe()) << what;
+    EXPECT_EQ(fsdpp::estimate_parallel_dims(cfg.estimate_options(dims)).dp_replicate, dims.dp_replicate) << what;
+    auto keys = cfg.estimate_options();
+    keys.world_size = k.world;
+    keys.ranks_per_node = k.node;
+    keys.pipeline.degree = static_cast<int>(cfg.parallelism.pipeline_parallel_degree);
+    const auto played = fsdpp::estimate_parallel_dims(keys);
+    EXPECT_EQ(played.describe(), dims.describe()) << what;
+    EXPECT_EQ(played.dp_replicate, dims.dp_replicate) << what;
+    EXPECT_EQ(played.dp_shard, dims.dp_shard) << what;
+  }
+  // The one default: a node's data-parallel ranks (its ranks over tp), at most those sharded.
+  EXPECT_EQ(fsdpp::parallel::default_shard_group(16, 8), 8);
+  EXPECT_EQ(fsdpp::parallel::default_shard_group(4, 8), 4);
+  EXPECT_EQ(fsdpp::parallel::default_shard_group(16, 8, 2), 4);
+  EXPECT_EQ(fsdpp::parallel::default_shard_group(16, 4, 8), 1);  // tp wider than a node: never 0
+  EXPECT_EQ(fsdpp::parallel::default_shard_group(64, 0), fsdpp::parallel::kDefaultRanksPerNode);
 }
 
 // parallelism: resolved on a world size (train/parallel_dims.h); every bad combination names

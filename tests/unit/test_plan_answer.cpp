@@ -15,6 +15,7 @@
 #include "fsdpp/estimate/step_time.h"
 #include "fsdpp/train/config.h"
 #include "fsdpp/train/memory_check.h"
+#include "fsdpp/train/parallel_dims.h"
 #include "fsdpp/train/plan_overrides.h"
 
 #include "../support/gpu_run_options.h"
@@ -169,14 +170,17 @@ void expect_rows_reproduced(const std::string& path, int world, const fsdpp::Clu
   const auto cfg = TrainConfig::from_file(path);
   std::vector<std::string> notes;
   const int64_t vocab = fsdpp::train::configured_vocab(cfg, notes);
-  const auto base = fsdpp::train::configured_estimate(cfg, vocab, 1, 0);
+  const auto base = fsdpp::train::configured_estimate(cfg, vocab);
   const auto plan = fsdpp::plan_layouts(base.model, base.options, c, world, 8, {"1F1B", "ZBH1"});
   ASSERT_GE(plan.fitting.size(), 6u);
   int pipelines = 0, hybrid = 0;
   for (const auto& row : plan.fitting) {
     const auto keys = fsdpp::train::layout_overrides_for(path, {}, row.options);
-    const auto run = fsdpp::train::configured_estimate(TrainConfig::from_file(path, keys), vocab, world,
-                                                       std::min(world, c.devices_per_node));
+    // The run's degrees as fsdpp-train resolves them on nodes of devices_per_node ranks.
+    const auto run_cfg = TrainConfig::from_file(path, keys);
+    const auto dims = fsdpp::train::parallel_dims(run_cfg, world, std::min(world, c.devices_per_node));
+    EXPECT_EQ(dims.describe(), fsdpp::estimate_parallel_dims(row.options).describe()) << row.layout;
+    const auto run = fsdpp::train::configured_estimate(run_cfg, vocab, dims);
     EXPECT_EQ(fsdpp::estimate_memory(run.model, run.options).total, row.memory.total) << row.layout;
     EXPECT_DOUBLE_EQ(fsdpp::predict_step_time(run.model, run.options, c).total_s, row.time.total_s) << row.layout;
     pipelines += row.options.pipeline.degree > 1;
@@ -194,7 +198,7 @@ TEST(PlanOverrides, EveryRowIsReproducedByItsOverrides) {
   const auto qwen = write_config("plan_qwen", kQwen);
   expect_rows_reproduced(qwen, 4, c);
   // Only what changes the config: its own strategy and sequence length are not repeated.
-  fsdpp::EstimateOptions o = fsdpp::train::TrainConfig::from_file(llama).estimate_options(2, 2);
+  fsdpp::EstimateOptions o = fsdpp::train::TrainConfig::from_file(llama).estimate_options();
   o.strategy = fsdpp::ShardingStrategy::SHARD_GRAD_OP;
   o.batch = 4;
   const auto keys = fsdpp::train::layout_overrides_for(llama, {}, o);

@@ -77,7 +77,7 @@ const Alias kAliases[] = {
     {"--strategy,-s", "training.fsdp", nullptr,
      "full_shard | shard_grad_op | no_shard (ddp) | zero1 | hybrid_shard (hybrid) | hybrid_shard_zero2"},
     {"--shard-group-size", "training.fsdp_config.fsdp_hybrid_shard_group_size", nullptr,
-     "HYBRID: ranks per shard group (default min(N, 8))"},
+     "HYBRID: ranks per shard group (default: a node of 8's data-parallel ranks, min(N / (tp x pp), 8 / tp))"},
     {"--activation-checkpointing", "training.gradient_checkpointing", "true", "re-compute every decoder layer (TransformerBlock, Qwen3MoeDecoderLayer) in backward"},
     {"--cpu-offload", "training.fsdp_config.fsdp_offload_params", "true",
      "parameter/gradient shards and optimizer state on the host"},
@@ -637,7 +637,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> notes;
     const int64_t vocab = fsdpp::train::configured_vocab(cfg, notes);
     // What fsdpp-train will run (the same function its memory check uses).
-    auto ce = fsdpp::train::configured_estimate(cfg, vocab, /*world_size=*/1, /*local_world_size=*/0);
+    auto ce = fsdpp::train::configured_estimate(cfg, vocab);
     if (!ce.skip.empty()) notes.push_back("fsdpp-train skips its memory check for this config: " + ce.skip);
     if (from_config) notes.insert(notes.end(), ce.notes.begin(), ce.notes.end());
     fsdpp::EstimateOptions o = ce.options;

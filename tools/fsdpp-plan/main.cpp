@@ -41,7 +41,7 @@ fsdpp::ModelDescription read_model(const std::string& path, const std::vector<st
   const auto cfg = fsdpp::train::TrainConfig::from_file(path, overrides);
   std::vector<std::string> notes;
   const int64_t vocab = fsdpp::train::configured_vocab(cfg, notes);
-  const auto ce = fsdpp::train::configured_estimate(cfg, vocab, 1, 0);
+  const auto ce = fsdpp::train::configured_estimate(cfg, vocab);
   options = ce.options;
   return ce.model;
 }

@@ -63,7 +63,7 @@ class SamplerStream {
   std::vector<int64_t> cached_order_;  // order(cached_epoch_)
 };
 
-// One micro-batch of a language model's rows: inputs (B,T) int64, targets (B,T) int64 (-100
+// One accumulation batch of a language model's rows: inputs (B,T) int64, targets (B,T) int64 (-100
 // where no loss is counted: padding, prompts, a document's end), and positions (B,T) int64 when
 // each row holds several documents attended to alone (document masking; undefined otherwise).
 struct TokenBatch {

@@ -79,7 +79,7 @@ struct DistillationSection {
   // An offline teacher (fsdpp-train teacher-logits, teacher_cache.h): data batches read its
   // top-K log-probabilities instead of running it.
   std::string teacher_cache;
-  // On-policy (TRL's GKD names): the share of micro-batches whose continuations the student
+  // On-policy (TRL's GKD names): the share of accumulation batches whose continuations the student
   // samples and the teacher scores; seq_kd: the teacher samples the others.
   double lmbda = 0;
   bool seq_kd = false;

@@ -1,5 +1,5 @@
 #pragma once
-// A distilling run's rows and objective, micro-batch by micro-batch (docs/distillation.md): where the
+// A distilling run's rows and objective, accumulation batch by accumulation batch (docs/distillation.md): where the
 // sequences come from (the data, or sampled by the student or the teacher: on_policy.h), what
 // the teacher says about them (the live teacher, teacher.h, or the offline cache,
 // teacher_cache.h), the chunked KD loss (chunked_distill_loss.h), the intermediate layers'
@@ -9,7 +9,7 @@
 //
 //   Distiller distiller(cfg.distillation, cfg.distill_run(vocab), world, *lm);  // collective
 //   distiller.begin_step();
-//   auto rows = distiller.rows(micro_batches, positions, step, sampler, accum, false, true);
+//   auto rows = distiller.rows(accumulation_batches, positions, step, sampler, accum, false, true);
 //   parallelized.forward_backward(rows.inputs, rows.targets, rows.positions, 1.0,
 //                                 {rows.objective, rows.hidden_layers});
 //   distiller.log_step(line, world);
@@ -56,34 +56,34 @@ class Distiller {
             models::CausalLM& student);
 
   // The step's rows and the distillation objective of each of its microbatches, for
-  // parallel::Parallelized::forward_backward: the step's accumulation micro-batches
-  // (`micro_batches`, each a data batch of the same rows) in order. Each micro-batch's source
+  // parallel::Parallelized::forward_backward: the step's accumulation batches
+  // (`accumulation_batches`, each a data batch of the same rows) in order. Each accumulation batch's source
   // (on_policy.h, the same on every rank) decides its rows first: the data, or sequences
   // `student` samples (every rank takes part) or the teacher samples (seq_kd). Collective.
-  //  - One stage (not `pipelined`, `microbatches` the micro-batches): micro-batch k's
-  //    objective asks the teacher about its rows when it runs, one micro-batch's logits held at
+  //  - One stage (not `pipelined`, `microbatches` the accumulation batches): accumulation batch k's
+  //    objective asks the teacher about its rows when it runs, one accumulation batch's logits held at
   //    a time (the live teacher's forward is collective, and every rank runs every objective);
   //    with distillation.layer_map it reads the student's hidden_layers too.
   //  - A pipeline, split into `microbatches` of its own: the teacher's side of every row
   //    before it runs (the cache is read only where `last_stage`, this rank holds the last
   //    stage, and the objective is given only there). The objective of pipeline microbatch k
-  //    weighs each part of a micro-batch by its share of that micro-batch's kept positions:
-  //    the step's loss is the mean over the micro-batches of their objectives however the
+  //    weighs each part of an accumulation batch by its share of that accumulation batch's kept positions:
+  //    the step's loss is the mean over the accumulation batches of their objectives however the
   //    pipeline's microbatches cut them.
   //  Each objective's cross-entropy, and its KD loss on the data's rows (whose KD positions are
   //  the cross-entropy's), is a sum over forward_backward's divisor: the global batch's token
-  //  mean; the KD loss of sampled rows stays the mean over its micro-batch's KD positions.
-  //  `positions`: each micro-batch's token positions (document masking, data.padding_free), or
+  //  mean; the KD loss of sampled rows stays the mean over its accumulation batch's KD positions.
+  //  `positions`: each accumulation batch's token positions (document masking, data.padding_free), or
   //  undefined ones; the live teacher gets them too. ConfigError with distillation.teacher_cache
   //  (its logits were computed without the masks) and with on-policy rows (distillation.lmbda,
   //  seq_kd: sampled continuations are not packed documents).
   struct StepRows {
-    at::Tensor inputs, targets;               // the step's rows (B x micro-batches, T)
+    at::Tensor inputs, targets;               // the step's rows (B x accumulation batches, T)
     parallel::MicrobatchObjective objective;  // empty on the ranks without the last stage
     std::vector<int64_t> hidden_layers;       // the student's layers it reads (layer_map)
     at::Tensor positions;                     // the rows' token positions, or undefined
   };
-  StepRows rows(const std::vector<data::BatchLoader::Batch>& micro_batches,
+  StepRows rows(const std::vector<data::BatchLoader::Batch>& accumulation_batches,
                 const std::vector<at::Tensor>& positions, int64_t step, const Sampler& student,
                 int microbatches, bool pipelined, bool last_stage);
 
@@ -94,7 +94,7 @@ class Distiller {
   void shard_vocabulary(tp::GroupPtr group);
 
   void begin_step();
-  // metrics.jsonl: kd_loss, ce_loss (and layer_loss) averaged over the micro-batches every rank
+  // metrics.jsonl: kd_loss, ce_loss (and layer_loss) averaged over the accumulation batches every rank
   // computed them for (pipelined: the last stage's ranks), sampled batches, generate_ms, the
   // teacher's collectives (this rank's). Collective.
   void log_step(nlohmann::json& line, dist::World& world);
@@ -106,14 +106,14 @@ class Distiller {
 
  private:
   TeacherTargets cached_teacher(const data::BatchLoader::Batch& batch) const;
-  // Micro-batch `micro`'s sequences: the data's, or sampled by the student (`student`) or the
+  // Accumulation batch `micro`'s sequences: the data's, or sampled by the student (`student`) or the
   // teacher as its source says; the sampled batches and their time counted. Collective.
   PolicyBatch policy_batch(const Sampler& student, const data::BatchLoader::Batch& batch,
                            int64_t step, int64_t micro);
-  // rows()' two cases, given the micro-batches' sampled rows.
-  StepRows stage_rows(const std::vector<data::BatchLoader::Batch>& micro_batches,
+  // rows()' two cases, given the accumulation batches' sampled rows.
+  StepRows stage_rows(const std::vector<data::BatchLoader::Batch>& accumulation_batches,
                       std::vector<PolicyBatch> batches, const std::vector<at::Tensor>& positions);
-  StepRows pipeline_rows(const std::vector<data::BatchLoader::Batch>& micro_batches,
+  StepRows pipeline_rows(const std::vector<data::BatchLoader::Batch>& accumulation_batches,
                          std::vector<PolicyBatch> batches, const std::vector<at::Tensor>& positions,
                          int microbatches, bool last_stage);
   // ConfigError for document masking with what does not support it (rows()).
@@ -136,7 +136,7 @@ class Distiller {
   std::optional<LayerProjections> projections_;
   // This step's sums.
   double kd_sum_ = 0, ce_sum_ = 0, layer_sum_ = 0, generate_ms_ = 0;
-  double objectives_ = 0;  // micro-batches in the sums (pipelined: in parts)
+  double objectives_ = 0;  // accumulation batches in the sums (pipelined: in parts)
   int64_t student_sampled_ = 0, teacher_sampled_ = 0;
 };
 

@@ -1,6 +1,6 @@
 #pragma once
 // On-policy distillation (distillation.lmbda, seq_kd; TRL's GKDTrainer, Agarwal et al.,
-// "On-Policy Distillation of Language Models", 2306.13649): which sequences a micro-batch trains
+// "On-Policy Distillation of Language Models", 2306.13649): which sequences an accumulation batch trains
 // on, and making them.
 //
 //   OnPolicy policy(cfg.distillation, cfg.training.seed, cfg.data.seq_len);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "fsdpp/fsdp/fully_shard.h"
+#include "fsdpp/parallel/parallel_dims.h"
 
 namespace fsdpp {
 
@@ -175,8 +176,13 @@ struct EstimateOptions {
     int stage = -1;                 // report this stage; -1: the one with the highest total
   } pipeline;
   // HYBRID_SHARD / HYBRID_SHARD_ZERO2: ranks per shard group (0: parallel::default_shard_group
-  // of the data-parallel ranks, a stage's under a pipeline: min(dp ranks, 8), one node).
+  // of the data-parallel ranks, a stage's under a pipeline: a node's dp ranks, ranks_per_node /
+  // tensor_parallel, at most all of them). fsdpp-train gives its resolved dp_shard here.
   int shard_group_size = 0;
+  int ranks_per_node = 0;  // a node's ranks, for that default (0: parallel::kDefaultRanksPerNode)
+  // HYBRID's replicas when the run names them (parallelism.data_parallel_replicate_degree) and
+  // not the group: the shard group is then the data-parallel ranks over the replicas.
+  int replicas = 0;
   // Mixed precision: parameters gathered and computed in param_dtype, gradients reduced in
   // reduce_dtype, an fp32 master copy in the shards the optimizer updates.
   EstimateDType param_dtype = EstimateDType::FP32;
@@ -291,6 +297,19 @@ struct MemoryEstimate {
 // Throws ConfigError ("[estimate] ...") for options that make no run (world size that does not
 // split into shard groups, batch < 1, ...).
 MemoryEstimate estimate_memory(const ModelDescription& model, const EstimateOptions& options);
+
+// The degrees an estimate plays, resolved once for every estimate, the planner's step times and
+// its layouts' keys: the mesh parallelize builds, pp outermost, then (dp_replicate x) dp_shard x
+// tp, the experts' FSDP over efsdp = dp_shard x tp / ep. A HYBRID strategy shards over groups of
+// shard_group_size ranks, or parallel::default_shard_group's; under a pipeline a given size is
+// at most a stage's data-parallel ranks too (as fsdpp-train's parallel_dims takes a node's),
+// without one a size that does not divide them is refused. fsdpp-train's own dims come back as
+// they are: TrainConfig::estimate_options(dims) gives them as world_size, tensor_parallel,
+// pipeline.degree, expert_parallel and shard_group_size. ConfigError ("[estimate] ...").
+parallel::ParallelDims estimate_parallel_dims(const EstimateOptions& options);
+// HYBRID's ranks per shard group as estimate_parallel_dims takes them, unchecked (a layout's
+// name, the planner's step time and keys).
+int estimate_shard_group(const EstimateOptions& options);
 
 // The ZeRO paper's model-state memory per rank for Adam in mixed precision (Rajbhandari et al.
 // 2020, section 5.1 and Figure 1): 2 bytes of fp16 parameters, 2 of fp16 gradients and K = 12 of

@@ -9,7 +9,7 @@
 //   data.train = [](const fsdpp::train::SourceOptions& o) { return std::make_unique<MySource>(o); };
 //
 // A source gives this rank's share of each global batch: the ranks together take
-// batch_size x data-parallel ranks examples per micro-batch, as PyTorch's DistributedSampler
+// batch_size x data-parallel ranks examples per accumulation batch, as PyTorch's DistributedSampler
 // splits a dataset.
 
 #include <ATen/core/Tensor.h>
@@ -25,7 +25,7 @@
 
 namespace fsdpp::train {
 
-// One micro-batch of this rank: what the loss function reads. The trainer moves both tensors to
+// One accumulation batch of this rank: what the loss function reads. The trainer moves both tensors to
 // the rank's device before the loss function sees them.
 struct Batch {
   at::Tensor inputs;   // one example per row of the first dimension

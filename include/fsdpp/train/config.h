@@ -330,10 +330,14 @@ struct TrainConfig {
   // vocabulary `student_vocab`, data.seq_len, training.seed, model.init_from and deferred_init,
   // fsdp_config.limit_all_gathers).
   distill::RunParts distill_run(int64_t student_vocab) const;
-  // The estimator's options for this config on `world_size` ranks, `local_world_size` of them
-  // per node (0: the estimator's default shard groups); units as TRANSFORMER_BASED_WRAP makes
-  // them, whatever fsdp_auto_wrap_policy says.
-  EstimateOptions estimate_options(int world_size, int local_world_size) const;
+  // The estimator's options for this config, its degrees as the keys give them on one rank
+  // (fsdpp-estimate's, whose flags then name the world; HYBRID's shard group the one given, else
+  // the estimate's default); units as TRANSFORMER_BASED_WRAP makes them, whatever
+  // fsdp_auto_wrap_policy says.
+  EstimateOptions estimate_options() const;
+  // ... on a run's resolved degrees (train::parallel_dims, fsdpp-train's memory check): the
+  // estimate plays exactly `dims` (estimate_parallel_dims gives them back).
+  EstimateOptions estimate_options(const parallel::ParallelDims& dims) const;
 };
 
 // The text files data.path names, in the order they are concatenated: the path itself when it is

@@ -56,7 +56,7 @@ struct CustomModel {
   // that every rank draws the same initial weights (fsdp_sync_module_states also gives every
   // rank rank 0's). The trainer shards it in place.
   std::function<std::shared_ptr<torch::nn::Module>()> make;
-  // The loss of one micro-batch, a scalar: the mean over the batch's examples, so that the
+  // The loss of one accumulation batch, a scalar: the mean over the batch's examples, so that the
   // ranks' average is the global batch's mean. Must run the module through fsdpp::forward (its
   // children that are units too, inside its forward), as any sharded module.
   std::function<at::Tensor(torch::nn::Module& module, const Batch& batch)> loss;

@@ -30,7 +30,7 @@ struct StepContext {
 };
 
 struct TrainerHooks {
-  // After each micro-batch's forward, before its backward. May replace `loss`: the backward and
+  // After each accumulation batch's forward, before its backward. May replace `loss`: the backward and
   // the logged loss then use the replacement. Refused under pipeline parallelism (the loss is
   // computed inside the last stage, microbatch by microbatch).
   std::function<void(const StepContext&, torch::Tensor& loss)> after_loss;

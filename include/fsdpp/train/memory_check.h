@@ -29,9 +29,12 @@ struct ConfiguredEstimate {
 int64_t configured_vocab(const TrainConfig& cfg, std::vector<std::string>& notes);
 
 // The estimate's inputs as fsdpp-train will run `cfg` with a vocabulary of `vocab` tokens on
-// `world_size` ranks, `local_world_size` of them per node (HYBRID's shard groups default to it).
-ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab, int world_size,
-                                       int local_world_size);
+// `dims`, the degrees train::parallel_dims resolved for the run (its memory check).
+ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab,
+                                       const parallel::ParallelDims& dims);
+// ... with the keys' degrees on one rank, before fsdpp-estimate's flags name the world
+// (TrainConfig::estimate_options()).
+ConfiguredEstimate configured_estimate(const TrainConfig& cfg, int64_t vocab);
 
 // A distillation teacher's description for the estimate: `path` is a model directory (an fsdpp
 // checkpoint or a Hugging Face model directory, as distillation.teacher names one; its shape from
