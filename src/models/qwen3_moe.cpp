@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <vector>
 
 #include "fsdpp/common/error.h"
 #include "decoder_parts.h"
@@ -181,6 +183,14 @@ at::Tensor Qwen3MoeExpertsImpl::forward(const at::Tensor& x, const at::Tensor& e
   const auto counts = at::bincount(flat_ids, /*weights=*/{}, num_experts).to(at::kCPU);
   const auto* count = counts.data_ptr<int64_t>();
   auto out = at::zeros_like(x);
+  if (x.size(0) > 0 && runs_grouped(x)) {
+    // Every pair's row, grouped by expert, through three grouped GEMMs; then added back in the
+    // pairs' order, as the loop below adds them.
+    const std::vector<int64_t> per_expert(count, count + num_experts);
+    auto y = grouped(x.index_select(0, token_of), per_expert) * weight_of.unsqueeze(1);
+    out.index_add_(0, token_of, y.to(out.scalar_type()));
+    return out;
+  }
   int64_t start = 0;
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t n = count[e];
@@ -220,11 +230,37 @@ at::Tensor Qwen3MoeExpertsImpl::expert(int64_t e, const at::Tensor& xe) {
   return rows == n ? y : y.narrow(0, 0, n);
 }
 
+bool Qwen3MoeExpertsImpl::runs_grouped(const at::Tensor& x) const {
+  if (kernel != ExpertKernel::AUTO) return kernel == ExpertKernel::GROUPED;
+  return x.is_cuda() && x.scalar_type() == at::kBFloat16;
+}
+
+at::Tensor Qwen3MoeExpertsImpl::grouped(const at::Tensor& x, const std::vector<int64_t>& counts) {
+  FSDPP_CHECK_AS(ConfigError, static_cast<int64_t>(counts.size()) == num_experts && x.size(0) > 0,
+                 "[models] Qwen3MoeExperts: grouped GEMMs over {} rows with {} counts for {} experts; "
+                 "expected one count per expert and at least one row", x.size(0), counts.size(), num_experts);
+  // The end of each expert's rows, int32 on x's device (what _grouped_mm reads).
+  std::vector<int32_t> ends(counts.size());
+  int64_t end = 0;
+  for (size_t e = 0; e < counts.size(); ++e) ends[e] = static_cast<int32_t>(end += counts[e]);
+  const auto offsets = at::tensor(ends, at::TensorOptions().dtype(at::kInt)).to(x.device());
+  // (M,D) x (E,D,I) -> (M,I) per group: the stacked (E,I,D) weights transposed, not copied.
+  const auto gate = at::_grouped_mm(x, gate_proj.transpose(1, 2), offsets);
+  const auto up = at::_grouped_mm(x, up_proj.transpose(1, 2), offsets);
+  return at::_grouped_mm(at::silu(gate) * up, down_proj.transpose(1, 2), offsets);
+}
+
 at::Tensor Qwen3MoeExpertsImpl::forward(const at::Tensor& x,
                                         const std::vector<int64_t>& tokens_per_expert) {
   FSDPP_CHECK_AS(ConfigError, static_cast<int64_t>(tokens_per_expert.size()) == num_experts,
                  "[models] Qwen3MoeExperts: {} counts for {} experts; expected one per expert",
                  tokens_per_expert.size(), num_experts);
+  if (x.size(0) > 0 && runs_grouped(x)) {
+    FSDPP_CHECK_AS(ConfigError,
+                   std::accumulate(tokens_per_expert.begin(), tokens_per_expert.end(), int64_t{0}) == x.size(0),
+                   "[models] Qwen3MoeExperts: the counts do not add up to x's {} rows", x.size(0));
+    return grouped(x, tokens_per_expert);
+  }
   std::vector<at::Tensor> outs;
   int64_t start = 0;
   for (int64_t e = 0; e < num_experts; ++e) {

@@ -2,7 +2,8 @@
 // CUDA tensors (NCCL at one rank, Gloo staged through the host at two) against the sums written
 // out; fully_shard on CUDA against one process training the whole batch on the CPU; a delayed
 // comm stream that must not change a result (the stream-race check); state dicts; the fused
-// AdamW against LibTorch's; the device's memory statistics.
+// AdamW against LibTorch's; the device's memory statistics; Qwen3-MoE's grouped expert GEMMs
+// against the CPU's per-expert loop.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -14,6 +15,7 @@
 #include "../support/test_models.h"
 #include "fsdpp/dist/device.h"
 #include "fsdpp/fsdp/inspect.h"
+#include "fsdpp/models/qwen3_moe.h"
 #include "fsdpp/optim/fused_adamw.h"
 #include "fsdpp/state/atomic_dir.h"
 #include "fsdpp/state/state_dict.h"
@@ -267,4 +269,46 @@ TEST(GpuOptim, FusedAdamWMatchesLibTorchAdamW) {
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-5, 1e-6)) << (a[i] - b[i]).abs().max().item<double>();
   }
+}
+
+// Qwen3-MoE's experts on the GPU in bfloat16 run as grouped GEMMs (ExpertKernel::AUTO there):
+// their outputs and gradients follow the CPU's per-expert loop in float32 within bfloat16's
+// precision, for the routed forward and for rows grouped by expert (issue 47).
+TEST(GpuMoe, GroupedGemmsFollowTheCpuLoop) {
+  torch::manual_seed(11);
+  models::Qwen3MoeExperts cpu(8, 64, 32);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : cpu->parameters()) p.normal_(0, 0.2);
+  }
+  cpu->kernel = models::ExpertKernel::LOOP;
+  models::Qwen3MoeExperts gpu(8, 64, 32);
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < cpu->parameters().size(); ++i) gpu->parameters()[i].copy_(cpu->parameters()[i]);
+  }
+  gpu->to(device(), torch::kBFloat16);
+  const auto x = torch::randn({96, 64});
+  ASSERT_TRUE(gpu->runs_grouped(x.to(device(), torch::kBFloat16)));
+  const auto ids = torch::randint(8, {96, 2}, torch::kLong);
+  const auto w = torch::rand({96, 2});
+  const auto gy = torch::randn({96, 64});
+  auto xc = x.clone().requires_grad_(true);
+  auto yc = cpu->forward(xc, ids, w);
+  yc.backward(gy);
+  auto xg = x.to(device(), torch::kBFloat16).requires_grad_(true);
+  auto yg = gpu->forward(xg, ids.to(device()), w.to(device(), torch::kBFloat16));
+  yg.backward(gy.to(device(), torch::kBFloat16));
+  const auto close = [](const at::Tensor& got, const at::Tensor& want) {
+    const double scale = want.abs().max().item<double>();
+    return (got.cpu().to(torch::kFloat) - want).abs().max().item<double>() <= 3e-2 * scale;
+  };
+  EXPECT_TRUE(close(yg.detach(), yc.detach()));
+  EXPECT_TRUE(close(xg.grad(), xc.grad()));
+  EXPECT_TRUE(close(gpu->gate_proj.grad(), cpu->gate_proj.grad()));
+  EXPECT_TRUE(close(gpu->down_proj.grad(), cpu->down_proj.grad()));
+  // Rows already grouped by expert (what expert parallelism hands the experts).
+  const std::vector<int64_t> counts = {10, 0, 30, 6, 20, 0, 14, 16};
+  EXPECT_TRUE(close(gpu->forward(x.to(device(), torch::kBFloat16), counts).detach(),
+                    cpu->forward(x, counts).detach()));
 }

@@ -37,9 +37,10 @@ at::Tensor per_token_reference(Qwen3MoeExpertsImpl& ex, const at::Tensor& x, con
 }
 
 // Output and every gradient of the grouped computation against the per-token one.
-void expect_matches_reference(const at::Tensor& ids) {
+void expect_matches_reference(const at::Tensor& ids, ExpertKernel kernel = ExpertKernel::LOOP) {
   torch::manual_seed(3);
   Qwen3MoeExperts ex(4, 16, 8);
+  ex->kernel = kernel;
   {
     torch::NoGradGuard no_grad;
     for (auto& p : ex->parameters()) p.normal_(0, 0.3);
@@ -75,14 +76,64 @@ std::string config_error(Qwen3MoeConfig cfg) {
 }  // namespace
 
 TEST(Qwen3Moe, GroupedExpertsEqualPerTokenComputation) {
-  expect_matches_reference(torch::randint(4, {10, 2}, torch::kLong));
+  for (auto kernel : {ExpertKernel::LOOP, ExpertKernel::GROUPED}) {
+    expect_matches_reference(torch::randint(4, {10, 2}, torch::kLong), kernel);
+  }
 }
 
 TEST(Qwen3Moe, EveryTokenToOneExpertAndExpertsWithNone) {
-  // Top-1 all on expert 2: experts 0, 1, 3 receive nothing.
-  expect_matches_reference(torch::full({7, 1}, 2, torch::kLong));
-  // Top-2 on experts 3 and 0 only.
-  expect_matches_reference(torch::tensor({3, 0}, torch::kLong).repeat({5, 1}));
+  for (auto kernel : {ExpertKernel::LOOP, ExpertKernel::GROUPED}) {
+    // Top-1 all on expert 2: experts 0, 1, 3 receive nothing.
+    expect_matches_reference(torch::full({7, 1}, 2, torch::kLong), kernel);
+    // Top-2 on experts 3 and 0 only.
+    expect_matches_reference(torch::tensor({3, 0}, torch::kLong).repeat({5, 1}), kernel);
+  }
+}
+
+// The grouped GEMMs' math on the CPU (at::_grouped_mm in float32) against the per-expert loop:
+// the routed forward, the rows-by-expert forward expert parallelism calls, and a whole model,
+// outputs and every gradient. AUTO keeps the loop on the CPU (the exact path).
+TEST(Qwen3Moe, GroupedGemmsEqualThePerExpertLoop) {
+  torch::manual_seed(5);
+  Qwen3MoeExperts loop(8, 32, 16), grouped(8, 32, 16);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : loop->parameters()) p.normal_(0, 0.3);
+    for (size_t i = 0; i < loop->parameters().size(); ++i) grouped->parameters()[i].copy_(loop->parameters()[i]);
+  }
+  loop->kernel = ExpertKernel::LOOP;
+  grouped->kernel = ExpertKernel::GROUPED;
+  EXPECT_FALSE(Qwen3MoeExperts(2, 8, 4)->runs_grouped(torch::zeros({3, 8})));  // AUTO on the CPU
+  auto x = torch::randn({64, 32}, torch::requires_grad());
+  const auto ids = torch::randint(8, {64, 2}, torch::kLong);
+  auto w = torch::rand({64, 2}, torch::requires_grad());
+  const auto run = [&](Qwen3MoeExperts& ex, bool by_counts) {
+    // Rows grouped by expert as dispatch delivers them: 3, 0, 9, ... rows for experts 0, 1, 2, ...
+    const std::vector<int64_t> counts = {3, 0, 9, 20, 1, 0, 17, 14};
+    auto y = by_counts ? ex->forward(x, counts) : ex->forward(x, ids, w);
+    auto gy = torch::ones_like(y).mul(0.5).contiguous();
+    const std::vector<at::Tensor> inputs = by_counts
+        ? std::vector<at::Tensor>{x, ex->gate_proj, ex->up_proj, ex->down_proj}
+        : std::vector<at::Tensor>{x, w, ex->gate_proj, ex->up_proj, ex->down_proj};
+    auto grads = torch::autograd::grad({y}, inputs, {gy}, false, false, /*allow_unused=*/true);
+    grads.insert(grads.begin(), y.detach());
+    return grads;
+  };
+  for (bool by_counts : {false, true}) {
+    const auto a = run(loop, by_counts), b = run(grouped, by_counts);
+    for (size_t i = 0; i < a.size(); ++i) {
+      const auto ai = a[i].defined() ? a[i] : torch::zeros_like(b[i]);
+      EXPECT_LT((ai - b[i]).abs().max().item<double>(), 1e-5) << (by_counts ? "by counts, " : "routed, ") << i;
+    }
+  }
+  // A whole model: its logits with every layer's experts grouped equal the loop's.
+  Qwen3Moe model(tiny());
+  const auto tokens = torch::randint(tiny().vocab_size, {2, 12}, torch::kLong);
+  const auto before = model->forward(tokens).detach();
+  for (auto& m : model->modules()) {
+    if (auto* ex = dynamic_cast<Qwen3MoeExpertsImpl*>(m.get())) ex->kernel = ExpertKernel::GROUPED;
+  }
+  EXPECT_LT((model->forward(tokens).detach() - before).abs().max().item<double>(), 1e-5);
 }
 
 TEST(Qwen3Moe, RouterForcedToOneExpertStillRunsTheModel) {

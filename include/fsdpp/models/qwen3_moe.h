@@ -94,6 +94,12 @@ class Qwen3MoeMLPImpl : public SwiGLUImpl {
 };
 TORCH_MODULE(Qwen3MoeMLP);
 
+// How the experts' matmuls run: LOOP, one gate/up/down chain per expert with tokens (the CPU's
+// exact path); GROUPED, each projection one grouped GEMM over every expert's rows at once
+// (at::_grouped_mm with the experts' row offsets, as torchtitan runs them); AUTO, GROUPED on a
+// CUDA device in bfloat16, LOOP elsewhere. Both give each row its own expert's SwiGLU.
+enum class ExpertKernel { AUTO, LOOP, GROUPED };
+
 // E SwiGLU experts stored stacked, so that one matmul serves every token routed to an expert.
 // Under expert parallelism (fsdpp/models/qwen3_moe_ep.h) the module holds this rank's experts
 // only: E/ep of them, num_experts says how many.
@@ -113,6 +119,13 @@ class Qwen3MoeExpertsImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, const std::vector<int64_t>& tokens_per_expert);
   // Expert e's SwiGLU over its rows xe (n,D) -> (n,D).
   at::Tensor expert(int64_t e, const at::Tensor& xe);
+  // Every expert's SwiGLU over rows grouped by expert, counts[e] rows for expert e (at least one
+  // row in all), as three grouped GEMMs -> (M,D).
+  at::Tensor grouped(const at::Tensor& x, const std::vector<int64_t>& counts);
+  // Whether `kernel` runs GROUPED for rows like x.
+  bool runs_grouped(const at::Tensor& x) const;
+
+  ExpertKernel kernel = ExpertKernel::AUTO;
 
   at::Tensor gate_proj, up_proj;  // (E, I, D)
   at::Tensor down_proj;           // (E, D, I)
