@@ -55,6 +55,7 @@
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/fsdp/wrap_policy.h"
+#include "fsdpp/models/float8_convert.h"
 #include "fsdpp/models/llama.h"
 #include "fsdpp/models/llama_tp_plan.h"
 #include "fsdpp/optim/fused_adamw.h"
@@ -235,6 +236,8 @@ struct Prefetch {
   bool keep_ends = false;
   bool bf16 = false;  // bf16 parameters and compute, fp32 reduction
   bool ac = false;    // activation checkpointing of every TransformerBlock
+  bool ac_selective = false;  // with ac: selective, the projections' products kept
+  std::string fp8 = "off";  // float8 GEMMs: off, tensorwise or rowwise (torchao's auto filter)
 };
 
 fsdpp::models::Llama build_model(const json& cfg, const std::string& dir, fsdpp::dist::World& world,
@@ -249,7 +252,15 @@ fsdpp::models::Llama build_model(const json& cfg, const std::string& dir, fsdpp:
   if (trace) trace("weights loaded");
   if (total_params) *total_params = fsdpp::models::num_parameters(*model);
   if (!world.device().is_cpu()) model->to(world.device());
-  if (prefetch.ac) fsdpp::apply_activation_checkpointing(*model, {"TransformerBlock"});
+  if (prefetch.fp8 != "off") {
+    const auto recipe = prefetch.fp8 == "rowwise" ? fsdpp::Float8Recipe::ROWWISE : fsdpp::Float8Recipe::TENSORWISE;
+    const auto converted = fsdpp::models::convert_to_float8(*model, {recipe, fsdpp::Float8Filter::AUTO});
+    if (world.rank() == 0) fmt::print("[bench] float8 {}: {} projections\n", prefetch.fp8, converted.size());
+  }
+  if (prefetch.ac) {
+    fsdpp::apply_activation_checkpointing(*model, {"TransformerBlock"}, 1,
+                                          {.keep_products = prefetch.ac_selective});
+  }
   if (!shard) return model;
   fsdpp::FullyShardOptions opts;
   opts.mesh = world.mesh();
@@ -448,6 +459,8 @@ int cmd_train(const std::string& dir, const std::string& strategy, const Prefetc
     j["device"] = device.str();
     j["bf16"] = prefetch.bf16;
     j["activation_checkpointing"] = prefetch.ac;
+    j["activation_checkpointing_selective"] = prefetch.ac && prefetch.ac_selective;
+    j["fp8"] = prefetch.fp8;
     j["fused_adamw"] = fused;
     if (fsdpp::dist::has_device_memory(device)) {
       const auto m = fsdpp::dist::device_memory(device);
@@ -634,6 +647,10 @@ int main(int argc, char** argv) {
                   "the root and the last block keep their parameters from forward to backward");
   train->add_flag("--bf16", prefetch.bf16, "bf16 parameters and compute, fp32 reduction and master weights");
   train->add_flag("--ac", prefetch.ac, "activation checkpointing of every TransformerBlock");
+  train->add_flag("--ac-selective", prefetch.ac_selective,
+                  "with --ac: selective checkpointing (the projections' products kept)");
+  train->add_option("--fp8", prefetch.fp8, "float8 GEMMs of the projections torchao's auto filter takes")
+      ->check(CLI::IsMember({"off", "tensorwise", "rowwise"}));
   bool fused = false;
   train->add_flag("--fused", fused, "the fused AdamW (at::_fused_adamw_)");
   Parallel parallel;

@@ -19,7 +19,14 @@ namespace detail {
 namespace {
 thread_local CheckpointPhase tl_phase = CheckpointPhase::NONE;
 thread_local const void* tl_owner = nullptr;
+thread_local KeptProducts* tl_kept = nullptr;
 }  // namespace
+
+KeptProducts* kept_products() { return tl_kept; }
+KeptProductsGuard::KeptProductsGuard(KeptProducts* products) : previous_(tl_kept) {
+  tl_kept = products;
+}
+KeptProductsGuard::~KeptProductsGuard() { tl_kept = previous_; }
 
 CheckpointPhase checkpoint_phase() { return tl_phase; }
 const void* recomputing() { return tl_phase == CheckpointPhase::RECOMPUTE ? tl_owner : nullptr; }
@@ -104,6 +111,7 @@ struct RecomputeState : torch::CustomClassHolder {
   CheckpointOptions options;
   RngState rng;
   std::vector<bool> needs_grad;
+  detail::KeptProducts kept;  // options.keep_products: the first forward's products
 };
 
 // Reentrant checkpointing: forward runs fn without grad and saves only the inputs; backward
@@ -120,6 +128,7 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
     std::vector<at::Tensor> outs;
     {
       detail::CheckpointPhaseGuard phase(detail::CheckpointPhase::FORWARD);
+      detail::KeptProductsGuard keep(state->options.keep_products ? &state->kept : nullptr);
       outs = state->fn(in);
     }
     for (const auto& o : outs) {
@@ -155,6 +164,8 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
       }
       at::AutoGradMode grad(true);
       detail::CheckpointPhaseGuard phase(detail::CheckpointPhase::RECOMPUTE, state->owner);
+      state->kept.next = 0;
+      detail::KeptProductsGuard keep(state->options.keep_products ? &state->kept : nullptr);
       try {
         outs = state->fn(inputs);
       } catch (...) {
@@ -163,6 +174,12 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
       }
       restore_rng(now);
     }
+    FSDPP_CHECK(state->kept.next == state->kept.tensors.size(),
+                "[checkpoint] selective checkpointing: the recomputation took {} of the {} "
+                "products its first forward kept; a checkpointed forward must run the same "
+                "projections in the same order",
+                state->kept.next, state->kept.tensors.size());
+    state->kept.tensors.clear();  // the recomputed graph holds what it still needs
     FSDPP_CHECK(outs.size() == grad_outputs.size(),
                 "[checkpoint] the recomputed forward returned {} tensors where the first forward "
                 "returned {}; a checkpointed forward must be deterministic in its structure",

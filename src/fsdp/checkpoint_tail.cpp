@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 
 #include "activation_checkpoint_region.h"
+#include "linear_backward.h"
 #include "fsdpp/fsdp/fully_shard.h"
 
 namespace fsdpp {
@@ -17,8 +18,7 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // y = x W^T without computing y: forward keeps x and W and returns zeros; backward computes what
-// at::linear's does (matmul's fold of x to rows, then mm's two products), so the gradients are
-// bit-equal to the product's.
+// at::linear's does (linear_backward.h), so the gradients are bit-equal to the product's.
 struct UncomputedLinear : public torch::autograd::Function<UncomputedLinear> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight) {
     ctx->save_for_backward({x, weight});
@@ -29,11 +29,8 @@ struct UncomputedLinear : public torch::autograd::Function<UncomputedLinear> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto &x = saved[0], &weight = saved[1];
-    const auto g = grads[0].reshape({-1, grads[0].size(-1)});
-    at::Tensor gx, gw;
-    if (ctx->needs_input_grad(0)) gx = g.mm(weight).view(x.sizes());
-    if (ctx->needs_input_grad(1)) gw = g.t().mm(x.reshape({-1, x.size(-1)}));
+    auto [gx, gw] = detail::linear_backward(grads[0], saved[0], saved[1], ctx->needs_input_grad(0),
+                                            ctx->needs_input_grad(1));
     return {gx, gw};
   }
 };

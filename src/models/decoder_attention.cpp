@@ -23,9 +23,9 @@ DecoderAttentionImpl::DecoderAttentionImpl(const DecoderAttentionOptions& o, at:
 std::array<at::Tensor, 3> DecoderAttentionImpl::rotated_qkv(const at::Tensor& x,
                                                             const Rotate& rotate) {
   const int64_t B = x.size(0), T = x.size(1);
-  auto q = q_proj(x).view({B, T, n_heads, head_dim});
-  auto k = k_proj(x).view({B, T, n_kv_heads, head_dim});
-  auto v = v_proj(x).view({B, T, n_kv_heads, head_dim});
+  auto q = detail::project(q_proj, x, float8[0]).view({B, T, n_heads, head_dim});
+  auto k = detail::project(k_proj, x, float8[1]).view({B, T, n_kv_heads, head_dim});
+  auto v = detail::project(v_proj, x, float8[2]).view({B, T, n_kv_heads, head_dim});
   // The norms act on each head's vector, before RoPE (Qwen3's q_norm / k_norm).
   if (q_norm) q = q_norm(q);
   if (k_norm) k = k_norm(k);
@@ -34,7 +34,7 @@ std::array<at::Tensor, 3> DecoderAttentionImpl::rotated_qkv(const at::Tensor& x,
 
 at::Tensor DecoderAttentionImpl::project_out(const at::Tensor& y) {
   const int64_t B = y.size(0), T = y.size(2);
-  return o_proj(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
+  return detail::project(o_proj, y.transpose(1, 2).reshape({B, T, n_heads * head_dim}), float8[3]);
 }
 
 at::Tensor DecoderAttentionImpl::attend(const at::Tensor& input, const Rotate& rotate,

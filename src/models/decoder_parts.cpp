@@ -9,8 +9,14 @@
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/fsdp/fully_shard.h"
+#include "fsdpp/fsdp/kept_linear.h"
 
 namespace fsdpp::models::detail {
+
+at::Tensor project(torch::nn::Linear& linear, const at::Tensor& x, Float8Recipe float8) {
+  if (float8 == Float8Recipe::OFF) return fsdpp::kept_linear(linear, x);
+  return float8_linear(x, linear->weight, float8);
+}
 
 void check_positive(std::string_view config, std::string_view field, int64_t value) {
   FSDPP_CHECK_AS(ConfigError, value > 0, "[models] {}.{}={} is not positive; expected > 0", config,

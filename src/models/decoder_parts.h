@@ -4,13 +4,20 @@
 
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
 
 #include <cstdint>
 #include <string_view>
 
 #include "fsdpp/fsdp/deferred_init.h"
+#include "fsdpp/fsdp/float8_linear.h"
 
 namespace fsdpp::models::detail {
+
+// A bias-free projection x W^T: LibTorch's linear, its product kept by selective activation
+// checkpointing (fsdp/kept_linear.h), or float8's GEMMs (fsdp/float8_linear.h; a float8
+// projection is computed again in a selective checkpoint's recomputation).
+at::Tensor project(torch::nn::Linear& linear, const at::Tensor& x, Float8Recipe float8);
 
 // Normalisation, rotary and loss maths in at least float32, as Meta's reference does for bf16.
 inline at::ScalarType compute_dtype(const at::Tensor& x) {

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "fsdpp/fsdp/checkpoint_tail.h"
+#include "decoder_parts.h"
 #include "meta_modules.h"
 
 namespace fsdpp::models {
@@ -17,11 +18,13 @@ SwiGLUImpl::SwiGLUImpl(const SwiGLUOptions& o, at::Device device) : where_(o.whe
 
 at::Tensor SwiGLUImpl::forward(const at::Tensor& input) {
   const auto x = parallel ? parallel->enter(input, where_.c_str()) : input;
-  const auto g = at::silu(gate_proj(x)) * up_proj(x);
+  const auto g = at::silu(detail::project(gate_proj, x, float8[0])) *
+                 detail::project(up_proj, x, float8[1]);
   // The block's residual tail (not recomputed under checkpointing); under TP the output goes
-  // through exit's collective, which reads it.
-  if (!parallel) return fsdpp::tail_linear(down_proj, g);
-  return parallel->exit(down_proj(g), where_.c_str());
+  // through exit's collective, which reads it. A float8 down projection is computed again.
+  if (parallel) return parallel->exit(detail::project(down_proj, g, float8[2]), where_.c_str());
+  if (float8[2] != Float8Recipe::OFF) return detail::project(down_proj, g, float8[2]);
+  return fsdpp::tail_linear(down_proj, g);
 }
 
 }  // namespace fsdpp::models

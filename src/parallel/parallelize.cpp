@@ -63,6 +63,10 @@ void check(const models::ModelPlan& model, const ParallelDims& d, const Parallel
                  d.ep);
   FSDPP_CHECK_AS(ConfigError, o.microbatches >= 1, "[parallel] microbatches={}: expected >= 1",
                  o.microbatches);
+  FSDPP_CHECK_AS(ConfigError, o.float8.recipe == Float8Recipe::OFF || d.tp == 1,
+                 "[parallel] float8 ({}) with tp={}: not built for tensor parallelism yet (a "
+                 "shard's scale would need the amax over the tp group); use tp=1 or float8 off",
+                 to_string(o.float8.recipe), d.tp);
   FSDPP_CHECK_AS(ConfigError, o.checkpoint_every >= 0,
                  "[parallel] checkpoint_every={}: expected 0 (none) or >= 1", o.checkpoint_every);
 }
@@ -127,11 +131,14 @@ std::unique_ptr<Parallelized> parallelize(std::shared_ptr<models::ModelPlan> mod
     auto tp = model->apply_tensor_parallel({mesh.group("tp"), o.sequence_parallel, split_experts});
     dense_layout = tp.outer_layout(whole, "tp");
   }
-  // 3. Activation checkpointing.
+  // 3. Float8 GEMMs, then activation checkpointing.
+  if (o.float8.recipe != Float8Recipe::OFF) {
+    p->float8_projections_ = models::convert_to_float8(whole, o.float8);
+  }
   if (o.checkpoint_every > 0) {
     p->num_checkpointed_ = apply_activation_checkpointing(
         whole, o.checkpoint_classes.empty() ? model->block_classes() : o.checkpoint_classes,
-        o.checkpoint_every).size();
+        o.checkpoint_every, CheckpointOptions{.keep_products = o.checkpoint_selective}).size();
   }
   // 4. Experts: placed over ep, their statistics over the global batch.
   OuterLayoutOf expert_layout;

@@ -281,6 +281,11 @@ void TrainConfig::validate_run() const {
   const auto& t = training;
   check(!(t.bf16 && t.fp16),
         "[config] training.bf16=true and training.fp16=true; expected at most one of them true");
+  check(t.gradient_checkpointing || t.gradient_checkpointing_mode == CheckpointingMode::FULL,
+        "[config] training.gradient_checkpointing_mode={} without "
+        "training.gradient_checkpointing=true: the mode says what a checkpointed block keeps; "
+        "set training.gradient_checkpointing=true",
+        t.gradient_checkpointing_mode.name());
   check(t.gradient_checkpointing_every >= 1,
         "[config] training.gradient_checkpointing_every={}: expected >= 1 (1: every block, k: "
         "every k-th)",

@@ -60,8 +60,10 @@ parallel::ParallelizeOptions parallelize_options(TrainSession& s) {
   // The run model's dtype of the root's outputs (FSDP2's MixedPrecisionPolicy(output_dtype)):
   // train()'s float32, for the user's loss and targets.
   if (o.fsdp.mp_policy.param_dtype) o.root_output_dtype = s.run_model.root_output_dtype();
+  o.float8 = {t.fp8, t.fp8_filter};
   if (t.gradient_checkpointing) {
     o.checkpoint_every = static_cast<int>(t.gradient_checkpointing_every);
+    o.checkpoint_selective = t.gradient_checkpointing_mode == CheckpointingMode::SELECTIVE;
     o.checkpoint_classes = t.fsdp_config.transformer_layer_cls_to_wrap;
   }
   if (s.dims.pipeline_parallel()) {
@@ -136,8 +138,17 @@ void shard_model(TrainSession& s) {
     s.say(fmt::format("[train] tensor parallel: {} (the {} plan, docs/tensor-parallel.md)",
                       layout, p.model().name()));
   }
+  if (t.fp8 != Float8Recipe::OFF) {
+    const auto& names = p.float8_projections();
+    s.say(fmt::format("[train] float8 ({}, filter {}): {} projections{}", t.fp8.name(),
+                      t.fp8_filter.name(), names.size(),
+                      names.empty() ? "; the filter took none (training.fp8_filter=all takes "
+                                      "every one whose dims are multiples of 16)"
+                                    : fmt::format(", e.g. {}", names.front())));
+  }
   if (t.gradient_checkpointing && !dims.pipeline_parallel()) {
-    s.say(fmt::format("[train] activation checkpointing: {} of {} blocks", p.num_checkpointed(),
+    s.say(fmt::format("[train] activation checkpointing ({}): {} of {} blocks",
+                      t.gradient_checkpointing_mode.name(), p.num_checkpointed(),
                       s.lm->num_layers()));
   }
   if (dims.expert_parallel()) {

@@ -14,6 +14,8 @@
 
 #include "../support/test_models.h"
 #include "fsdpp/dist/device.h"
+#include "fsdpp/fsdp/float8_cast.h"
+#include "fsdpp/fsdp/float8_linear.h"
 #include "fsdpp/fsdp/inspect.h"
 #include "fsdpp/models/qwen3_moe.h"
 #include "fsdpp/optim/fused_adamw.h"
@@ -311,4 +313,36 @@ TEST(GpuMoe, GroupedGemmsFollowTheCpuLoop) {
   const std::vector<int64_t> counts = {10, 0, 30, 6, 20, 0, 14, 16};
   EXPECT_TRUE(close(gpu->forward(x.to(device(), torch::kBFloat16), counts).detach(),
                     cpu->forward(x, counts).detach()));
+}
+
+// Float8 on the GPU (issue 46): the casts and scales are the CPU's bit for bit (the same ATen
+// ops), and the linear's three GEMMs through CUDA's _scaled_mm (tensorwise and rowwise scales)
+// follow the CPU's (its _scaled_mm, or dequantized products for rowwise) to bfloat16 rounding.
+TEST(GpuFloat8, FollowsTheCpu) {
+  torch::manual_seed(5);
+  const auto x = (torch::randn({4, 16, 64}) * torch::linspace(0.1, 3, 16).view({1, 16, 1})).to(torch::kBFloat16);
+  const auto w = (torch::randn({48, 64}) * 0.2).to(torch::kBFloat16);
+  const auto gy = torch::randn({4, 16, 48}).to(torch::kBFloat16);
+  for (int64_t dim : {-1, 1}) {
+    const auto qc = to_float8(x, torch::kFloat8_e4m3fn, dim, dim >= 0);
+    const auto qg = to_float8(x.to(device()), torch::kFloat8_e4m3fn, dim, dim >= 0);
+    EXPECT_TRUE(torch::equal(qg.scale.cpu(), qc.scale));
+    EXPECT_TRUE(torch::equal(qg.data.cpu().to(torch::kFloat), qc.data.to(torch::kFloat)));
+  }
+  for (auto recipe : {Float8Recipe::TENSORWISE, Float8Recipe::ROWWISE}) {
+    SCOPED_TRACE(std::string(to_string(recipe)));
+    auto xc = x.clone().requires_grad_(true), wc = w.clone().requires_grad_(true);
+    auto xg = x.to(device()).requires_grad_(true), wg = w.to(device()).requires_grad_(true);
+    auto yc = float8_linear(xc, wc, recipe);
+    auto yg = float8_linear(xg, wg, recipe);
+    yc.backward(gy);
+    yg.backward(gy.to(device()));
+    const auto close = [](const at::Tensor& got, const at::Tensor& want) {
+      const double scale = want.abs().max().item<double>();
+      return (got.cpu().to(torch::kFloat) - want.to(torch::kFloat)).abs().max().item<double>() <= 1e-2 * scale;
+    };
+    EXPECT_TRUE(close(yg.detach(), yc.detach()));
+    EXPECT_TRUE(close(xg.grad(), xc.grad()));
+    EXPECT_TRUE(close(wg.grad(), wc.grad()));
+  }
 }

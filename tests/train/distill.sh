@@ -95,7 +95,7 @@ go 2 seqkdpp2 "${tpstudent[@]}" "${onp[@]}" "${pp3[@]}" distillation.seq_kd=true
   model.init_from="$dir/student" distillation.teacher="$teacher" training.max_steps=2 \
   training.logging_steps=1 training.sample_tokens=0 training.output_dir="$dir/example" \
   > "$dir/example.log" 2>&1 || { cat "$dir/example.log"; exit 1; }
-grep -q "activation checkpointing: 2 of 2 blocks" "$dir/example.log"
+grep -q "activation checkpointing (full): 2 of 2 blocks" "$dir/example.log"
 grep -q "(bfloat16, FULL_SHARD, frozen); loss forward_kl, temperature 2, kd_ratio 0.5" "$dir/example.log"
 test -f "$dir/example/checkpoint-2/model.safetensors"  # FULL_STATE_DICT
 "$python" - "$dir" <<'PY'

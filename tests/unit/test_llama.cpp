@@ -8,6 +8,7 @@
 #include <string>
 
 #include "../../src/models/decoder_parts.h"
+#include "../support/counting_allocator.h"
 #include "../support/thread_world.h"
 #include "../support/tiny_models.h"
 #include "fsdpp/common/error.h"
@@ -445,6 +446,70 @@ TEST(Llama, CheckpointedBlocksRecomputeAllButTheLastProjection) {
     EXPECT_EQ(products, plain_products + 6 * cfg.n_layers) << "sharded=" << (world != nullptr);
     ASSERT_EQ(grads.size(), plain.size());
     for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::equal(grads[i], plain[i])) << i;
+  };
+  check(nullptr);
+  fsdpp::test::run_ranks(1, [&](fsdpp::dist::World& world) { check(&world); });
+}
+
+// Selective checkpointing (CheckpointOptions::keep_products): the blocks keep their projections'
+// products, so the recomputation multiplies nothing (the plain step's products exactly), the
+// gradients are the plain model's bit for bit, as an FSDP unit each and not, and what forward
+// leaves for backward lies between full checkpointing's and none's.
+TEST(Llama, SelectiveCheckpointingKeepsTheProducts) {
+  auto cfg = tiny();
+  const auto tokens = random_tokens(4, 16, 64), targets = random_tokens(4, 16, 64, 8);
+  // mode 0: none, 1: full, 2: selective. Returns the gradients; products and the bytes live
+  // between forward and backward (what forward left for backward) through the pointers.
+  auto run = [&](int mode, fsdpp::dist::World* world, int* products, int64_t* saved_bytes) {
+    Llama model(cfg);
+    if (mode > 0) {
+      EXPECT_EQ(fsdpp::apply_activation_checkpointing(*model, {"TransformerBlock"}, 1,
+                                                      {.keep_products = mode == 2})
+                    .size(),
+                2u);
+    }
+    if (world) {
+      fsdpp::FullyShardOptions opts;
+      opts.mesh = world->mesh();
+      for (auto& block : *model->layers) fsdpp::fully_shard(*block, opts);
+      fsdpp::fully_shard(model, opts);
+    }
+    g_llama_products = 0;
+    auto handle = at::addGlobalCallback(at::RecordFunctionCallback(count_llama_product));
+    at::Tensor loss;
+    {
+      fsdpp::test::CountingScope counting;
+      fsdpp::test::tl_rank = 0;
+      const int64_t before = counting.counter().live(0);
+      loss = fsdpp::forward(model, tokens, targets).loss;
+      *saved_bytes = counting.counter().live(0) - before;
+      fsdpp::test::tl_rank = -1;
+    }
+    loss.backward();
+    at::removeCallback(handle);
+    *products = g_llama_products.load();
+    std::vector<at::Tensor> grads;
+    for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
+    return grads;
+  };
+  int64_t plain_bytes = 0, full_bytes = 0;
+  int plain_products = 0, full_products = 0;
+  const auto plain = run(0, nullptr, &plain_products, &plain_bytes);
+  run(1, nullptr, &full_products, &full_bytes);
+  auto check = [&](fsdpp::dist::World* world) {
+    int products = 0;
+    int64_t bytes = 0;
+    const auto grads = run(2, world, &products, &bytes);
+    EXPECT_EQ(products, plain_products) << "sharded=" << (world != nullptr);
+    ASSERT_EQ(grads.size(), plain.size());
+    for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::equal(grads[i], plain[i])) << i;
+    if (!world) {
+      EXPECT_LT(bytes, plain_bytes);
+      EXPECT_GT(bytes, full_bytes);
+      std::printf("saved for backward: none %lld, selective %lld, full %lld bytes\n",
+                  static_cast<long long>(plain_bytes), static_cast<long long>(bytes),
+                  static_cast<long long>(full_bytes));
+    }
   };
   check(nullptr);
   fsdpp::test::run_ranks(1, [&](fsdpp::dist::World& world) { check(&world); });

@@ -4,6 +4,8 @@
 //
 //   fsdpp::apply_activation_checkpointing(*model, {"TransformerBlock"});      // every block
 //   fsdpp::apply_activation_checkpointing(*model, {"TransformerBlock"}, 2);   // every 2nd
+//   fsdpp::apply_activation_checkpointing(*model, {"TransformerBlock"}, 1,
+//                                         {.keep_products = true});           // selective
 //
 // A marked module is checkpointed wherever it runs through fsdpp::forward(module, ...), under
 // FSDP or not. Gradients are the same as without checkpointing (the recomputation replays the
@@ -25,6 +27,13 @@ struct CheckpointOptions {
   // Replays the CPU (and CUDA) generator state of the forward in the recomputation, so that
   // dropout masks match. Off saves a state copy per call when nothing random runs.
   bool preserve_rng_state = true;
+  // Selective (op-level) checkpointing, torchtitan's selective "op" mode for matrix multiplies:
+  // the products of the projections that run through fsdpp::kept_linear (fsdp/kept_linear.h;
+  // fsdpp's decoders' q/k/v/o and MLP projections) are kept from the first forward, and the
+  // recomputation computes only the rest (norms, RoPE, attention, activations), taking the
+  // products back instead of multiplying again. Gradients stay bit-equal; memory lies between
+  // no checkpointing and full checkpointing.
+  bool keep_products = false;
 };
 
 // Marks one module (idempotent). Returns false when it already was.

@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "fsdpp/fsdp/float8_linear.h"
 #include "fsdpp/models/decoder_hooks.h"
 #include "fsdpp/models/kv_cache.h"
 #include "fsdpp/models/rms_norm.h"
@@ -54,6 +55,9 @@ class DecoderAttentionImpl : public torch::nn::Module {
   // The heads this module computes: all of them, or this rank's under tensor parallelism.
   int64_t n_heads, n_kv_heads, head_dim;
   std::shared_ptr<LlamaParallelHooks> parallel;  // tensor parallelism; null runs whole
+  // The q, k, v and output projections' GEMMs: LibTorch's linear (OFF) or float8's
+  // (fsdp/float8_linear.h), set by models::convert_to_float8 (float8_convert.h).
+  std::array<Float8Recipe, 4> float8{};
 
  private:
   // q, k, v (B,T,heads,head_dim) of x, q and k normed (when asked) and rotated.

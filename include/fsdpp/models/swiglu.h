@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "fsdpp/fsdp/float8_linear.h"
 #include "fsdpp/models/decoder_hooks.h"
 
 namespace fsdpp::models {
@@ -35,6 +36,9 @@ class SwiGLUImpl : public torch::nn::Module {
 
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
   std::shared_ptr<LlamaParallelHooks> parallel;  // tensor parallelism; null runs whole
+  // The gate, up and down projections' GEMMs: LibTorch's linear (OFF) or float8's
+  // (fsdp/float8_linear.h), set by models::convert_to_float8 (float8_convert.h).
+  std::array<Float8Recipe, 3> float8{};
 
  private:
   std::string where_;

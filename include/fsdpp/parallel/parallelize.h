@@ -20,7 +20,8 @@
 //   1. the pipeline cut is decided (which units each stage holds, checked against the schedule's
 //      traits) before anything changes;
 //   2. tensor parallelism (+ sequence parallelism) on the model's plan;
-//   3. activation checkpointing of every checkpoint_every-th block;
+//   3. float8 GEMMs for the projections the filter takes (models/float8_convert.h), then
+//      activation checkpointing of every checkpoint_every-th block;
 //   4. expert parallelism (experts over ep, the load-balancing statistics over the global batch);
 //   5. the cut is made: this rank keeps its stages (a stage shares the model's modules, so steps
 //      2-4 applied to the whole model are applied to every stage; a non-pipelined run is one
@@ -49,6 +50,7 @@
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/fsdp/grad_scaler.h"
 #include "fsdpp/fsdp/wrap_policy.h"
+#include "fsdpp/models/float8_convert.h"
 #include "fsdpp/models/model_plan.h"
 #include "fsdpp/parallel/parallel_dims.h"
 #include "fsdpp/parallel/pipeline_cut.h"
@@ -67,6 +69,12 @@ struct ParallelizeOptions {
   // parallelism, whole with it.
   std::optional<bool> split_experts;
   int checkpoint_every = 0;  // activation checkpointing of every k-th block; 0: none
+  // Selective: the blocks' projection products are kept and only the rest is recomputed
+  // (CheckpointOptions::keep_products, fsdp/activation_checkpoint.h).
+  bool checkpoint_selective = false;
+  // Float8 GEMMs for the decoders' projections (recipe OFF: none). Not with tp > 1 yet: a
+  // tensorwise scale would need the amax over the tp group's shards.
+  models::Float8Options float8;
   // The classes activation checkpointing marks; empty: the plan's block classes.
   std::vector<std::string> checkpoint_classes;
   // FSDP's units on every stage: each block of the plan's classes (unset), or this policy
@@ -226,6 +234,8 @@ class Parallelized {
   size_t num_units() const { return num_units_; }
   // Blocks activation checkpointing marked (of the whole model).
   size_t num_checkpointed() const { return num_checkpointed_; }
+  // The projections that run float8 GEMMs (ParallelizeOptions::float8), by name.
+  const std::vector<std::string>& float8_projections() const { return float8_projections_; }
 
  private:
   friend std::unique_ptr<Parallelized> parallelize(std::shared_ptr<models::ModelPlan>, dist::World&,
@@ -264,6 +274,7 @@ class Parallelized {
   std::vector<ParamRecord> record_;
   size_t num_units_ = 0;
   size_t num_checkpointed_ = 0;
+  std::vector<std::string> float8_projections_;
 };
 
 // Collective over the world. `model` must be whole (built from its seed, or loaded) and not yet

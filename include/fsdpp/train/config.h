@@ -161,8 +161,16 @@ struct TrainingSection {
   FsdpSection fsdp_config;
   bool gradient_checkpointing = false;  // of the transformer blocks
   int64_t gradient_checkpointing_every = 1;  // every k-th block (1: all of them)
+  // full: a checkpointed block keeps only its input; selective: also its projections' products
+  // (torchtitan's selective "op" mode for matmuls), recomputing norms, RoPE, attention and
+  // activations only.
+  config::Choice<CheckpointingMode> gradient_checkpointing_mode = CheckpointingMode::FULL;
   bool bf16 = false;  // bf16 compute and all-gathers, float32 master weights and reductions
   bool fp16 = false;  // the same in float16, with the sharded dynamic loss scaler
+  // Float8 GEMMs for the decoders' projections (docs/float8.md): off, tensorwise or rowwise;
+  // fp8_filter: torchao's auto filter of the GEMMs worth it, or every one whose dims allow.
+  config::Choice<Float8Recipe> fp8 = Float8Recipe::OFF;
+  config::Choice<Float8Filter> fp8_filter = Float8Filter::AUTO;
   int64_t per_device_train_batch_size = 8;
   int64_t per_device_eval_batch_size = 8;
   int64_t gradient_accumulation_steps = 1;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "fsdpp/data/row_plan.h"
+#include "fsdpp/fsdp/float8_linear.h"
 #include "fsdpp/fsdp/fully_shard.h"
 #include "fsdpp/pipeline/schedule_traits.h"
 #include "fsdpp/state/state_dict.h"
@@ -31,6 +32,8 @@ constexpr const char* decoder_layer_class(ModelArchitecture a) {
 enum class AutoWrapPolicy { TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP };
 // training.save_strategy: every save_steps, at the end of each epoch, never.
 enum class SaveStrategy { STEPS, EPOCH, NO };
+// training.gradient_checkpointing_mode: what a checkpointed block keeps (fsdp/kept_linear.h).
+enum class CheckpointingMode { FULL, SELECTIVE };
 // training.lr_scheduler_type (see LrSchedule).
 enum class LrSchedulerType { COSINE, LINEAR, CONSTANT };
 // model.deferred_init: the model made without storage and each rank's shards given the values
@@ -74,6 +77,38 @@ struct ChoiceNames<data::LongDocuments> {
   static constexpr std::array<std::pair<data::LongDocuments, std::string_view>, 2> kNames{{
       {data::LongDocuments::SPLIT, "split"},
       {data::LongDocuments::TRUNCATE, "truncate"},
+  }};
+};
+
+template <>
+struct ChoiceNames<train::CheckpointingMode> {
+  static constexpr std::string_view kWhat = "activation checkpointing mode";
+  static constexpr bool kAnyCase = false;
+  static constexpr std::array<std::pair<train::CheckpointingMode, std::string_view>, 2> kNames{{
+      {train::CheckpointingMode::FULL, "full"},
+      {train::CheckpointingMode::SELECTIVE, "selective"},
+  }};
+};
+
+// training.fp8 and training.fp8_filter (fsdp/float8_linear.h; torchao's recipe names).
+template <>
+struct ChoiceNames<Float8Recipe> {
+  static constexpr std::string_view kWhat = "float8 recipe";
+  static constexpr bool kAnyCase = false;
+  static constexpr std::array<std::pair<Float8Recipe, std::string_view>, 3> kNames{{
+      {Float8Recipe::OFF, "off"},
+      {Float8Recipe::TENSORWISE, "tensorwise"},
+      {Float8Recipe::ROWWISE, "rowwise"},
+  }};
+};
+
+template <>
+struct ChoiceNames<Float8Filter> {
+  static constexpr std::string_view kWhat = "float8 filter";
+  static constexpr bool kAnyCase = false;
+  static constexpr std::array<std::pair<Float8Filter, std::string_view>, 2> kNames{{
+      {Float8Filter::AUTO, "auto"},
+      {Float8Filter::ALL, "all"},
   }};
 };
 
