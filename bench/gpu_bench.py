@@ -9,6 +9,12 @@ AdamW (fused on every side), activation checkpointing off and on, each run the s
   fsdpp          fsdpp-bench train on one rank over NCCL (FULL_SHARD at world size 1)
   pytorch-fsdp2  torch.distributed.fsdp.fully_shard at world size 1 (bench/gpu_torch_bench.py)
   pytorch-eager  the plain module under torch.autocast(bfloat16)
+Then float8, activation checkpointing off only (--no-fp8 leaves these rows out):
+  fsdpp          fsdpp-bench train --fp8 tensorwise, then rowwise (torchao's auto filter)
+  pytorch-fsdp2  the same with torchao's float8 (bench/gpu_torch_bench.py --float8 tensorwise|rowwise);
+                 without torchao it exits 3 and its row is reported as skipped, not as a failure
+A float8 row that fails is reported as failed and the other rows still run; the script then exits 1
+after writing the tables. A GPU below compute capability 8.9 (no float8 GEMMs) skips them all.
 Reported: step time (median, timed to the device's end), tokens/s, MFU (6N + attention FLOPs per
 token, fsdpp/estimate/flops.h, over the bf16 matrix-multiply rate measured here on 8192^3
 products), the caching allocator's peak against fsdpp-estimate's (--device cuda), the losses.
@@ -21,12 +27,15 @@ import datetime
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+NO_TORCHAO = 3  # bench/gpu_torch_bench.py's exit status without torchao: the row is skipped
+FP8_RECIPES = ("tensorwise", "rowwise")
 
 
 def model_config(quick):
@@ -62,6 +71,35 @@ def run(cmd, log, env=None, timeout=900):
         sys.stdout.write(open(log).read()[-3000:])
         raise SystemExit(f"[bench-gpu] failed ({p.returncode}): {' '.join(cmd)} (log {log})")
     return time.time() - t0
+
+
+def run_optional(cmd, log, env=None, timeout=900, torchao=False):
+    """A float8 row's run: None when it passed, else ("skipped" or "failed", why); never raises.
+    With torchao (bench/gpu_torch_bench.py's rows), exit status 3 means no torchao: skipped."""
+    try:
+        with open(log, "w") as f:
+            p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=timeout)
+        rc = p.returncode
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "failed", f"{type(e).__name__}: {e}"
+    if rc == 0:
+        return None
+    tail = [line.strip() for line in open(log, errors="replace").read().splitlines() if line.strip()]
+    if torchao and rc == NO_TORCHAO:
+        why = next((line for line in reversed(tail) if "skipped:" in line), "torchao cannot be imported")
+        return "skipped", why.split("skipped:", 1)[-1].strip()
+    sys.stdout.write("\n".join(tail[-40:]) + "\n")
+    print(f"[bench-gpu] float8 row failed ({rc}): {' '.join(cmd)} (log {log})", flush=True)
+    return "failed", f"exit {rc}" + (f": {tail[-1][:200]}" if tail else "")
+
+
+def converted_count(log, j):
+    """How many projections a float8 run converted: torchao's from its JSON, fsdpp's from its log
+    ("[bench] float8 tensorwise: N projections")."""
+    if "float8_converted" in j:
+        return len(j["float8_converted"])
+    m = re.findall(r"float8 \w+: (\d+) projections", open(log, errors="replace").read())
+    return int(m[-1]) if m else None
 
 
 def matmul_peak(torch):
@@ -107,6 +145,8 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--default-job", default="", help="gpu_tests.sh default_job's work directory")
+    ap.add_argument("--no-fp8", action="store_true",
+                    help="leave out the float8 rows (fsdpp --fp8, torchao's float8 with FSDP2; AC off)")
     ap.add_argument("--profile", action="store_true",
                     help="instead of the timing table: each run's timed steps under PyTorch's profiler and "
                          "bench/kernel_summary.py's comparison of their kernels (OUT/gpu-profile-{noac,ac}.md)")
@@ -168,12 +208,44 @@ def main():
             if r[1] == ac and r[0] == "fsdpp":
                 r[2]["estimate"] = estimate
 
-    def summary(impl, ac, j):
+    # float8, AC off only: fsdpp's float8 GEMMs against torchao's with FSDP2, after the rows above.
+    fp8_rows, fp8_failed = [], False
+    cc = torch.cuda.get_device_capability(0)
+    fp8_skip = f"compute capability {cc[0]}.{cc[1]} < 8.9: no float8 GEMMs" if cc < (8, 9) else None
+    for recipe in () if a.no_fp8 else FP8_RECIPES:
+        for impl in ("fsdpp", "pytorch-fsdp2"):
+            tag = f"{'fsdpp' if impl == 'fsdpp' else 'fsdp2'}-fp8-{recipe}"
+            out, log = (os.path.join(a.work, f"{tag}.{ext}") for ext in ("json", "log"))
+            if impl == "fsdpp":
+                cmd = [prog("fsdpp-run"), "--nproc-per-node", "1", prog("fsdpp-bench"), "train", "--dir", d,
+                       "--strategy", "full_shard", "--bf16", "--fused", "--fp8", recipe, "--out", out] + steps
+                row_env = env
+            else:
+                cmd = [sys.executable, os.path.join(HERE, "gpu_torch_bench.py"), "--dir", d, "--impl", "fsdp2",
+                       "--float8", recipe, "--out", out] + steps
+                row_env = None
+            status = ("skipped", fp8_skip) if fp8_skip else run_optional(cmd, log, row_env,
+                                                                          torchao=impl != "fsdpp")
+            if status is None:
+                j = json.load(open(out))
+                j["float8_converted_count"] = converted_count(log, j)
+                fp8_rows.append((impl, recipe, j))
+            else:
+                fp8_failed |= status[0] == "failed"
+                fp8_rows.append((impl, recipe, {status[0]: status[1]}))
+                print(f"[bench-gpu] {impl} float8 {recipe}: {status[0]} ({status[1]})", flush=True)
+
+    def summary(impl, ac, j, fp8="off"):
+        if "skipped" in j or "failed" in j:
+            state = "skipped" if "skipped" in j else "failed"
+            return {"impl": impl, "activation_checkpointing": ac, "fp8": fp8, state: j[state]}
         ms = j["median_step_ms"]
         tps = tokens_per_step / (ms / 1000)
-        s = {"impl": impl, "activation_checkpointing": ac, "median_step_ms": ms, "tokens_per_s": tps,
+        s = {"impl": impl, "activation_checkpointing": ac, "fp8": fp8, "median_step_ms": ms, "tokens_per_s": tps,
              "mfu": fpt * tps / peak, "cuda_peak_allocated_mb": j.get("cuda_peak_allocated_mb"),
              "cuda_peak_reserved_mb": j.get("cuda_peak_reserved_mb"), "losses": j["losses"]}
+        if fp8 != "off":
+            s["float8_converted"] = j.get("float8_converted_count")
         if "estimate" in j:
             # The estimate's live tensors at the step's peak against the caching allocator's peak of
             # allocated bytes (the runtime, CUDA's context, is neither).
@@ -190,6 +262,30 @@ def main():
         f["step_ratio_vs_fsdp2"] = f["median_step_ms"] / t["median_step_ms"]
         for r in (f, t):
             r["max_loss_diff_vs_eager"] = max(abs(x - y) / abs(y) for x, y in zip(r["losses"], e["losses"]))
+    # The float8 rows, after the six above: each against its own bf16 row (AC off), fsdpp's against
+    # torchao's of the same recipe, the losses against eager bf16's.
+    fp8_results = [summary(impl, False, j, recipe) for impl, recipe, j in fp8_rows]
+    results += fp8_results
+    bf16 = {r["impl"]: r for r in results if not r["activation_checkpointing"] and r["fp8"] == "off"}
+    float8 = []
+    for recipe in () if a.no_fp8 else FP8_RECIPES:
+        f, t = (next(r for r in fp8_results if r["impl"] == impl and r["fp8"] == recipe)
+                for impl in ("fsdpp", "pytorch-fsdp2"))
+        for r in (f, t):
+            if "median_step_ms" in r:
+                base = bf16[r["impl"]]
+                r["tokens_per_s_vs_bf16"] = r["tokens_per_s"] / base["tokens_per_s"]
+                r["max_loss_diff_vs_eager"] = max(abs(x - y) / abs(y)
+                                                  for x, y in zip(r["losses"], bf16["pytorch-eager"]["losses"]))
+        if "median_step_ms" in f and "median_step_ms" in t:
+            f["step_ratio_vs_fsdp2"] = f["median_step_ms"] / t["median_step_ms"]
+        float8.append({"recipe": recipe,
+                       "fsdpp_vs_bf16": f.get("tokens_per_s_vs_bf16"),
+                       "torchao_fsdp2_vs_bf16": t.get("tokens_per_s_vs_bf16"),
+                       "fsdpp_step_over_torchao": f.get("step_ratio_vs_fsdp2"),
+                       "fsdpp_converted": f.get("float8_converted"), "torchao_converted": t.get("float8_converted"),
+                       "fsdpp_state": "ok" if "median_step_ms" in f else ("skipped" if "skipped" in f else "failed"),
+                       "torchao_state": "ok" if "median_step_ms" in t else ("skipped" if "skipped" in t else "failed")})
     default_job = None
     if a.default_job and os.path.exists(os.path.join(a.default_job, "steps_per_s.json")):
         default_job = json.load(open(os.path.join(a.default_job, "steps_per_s.json")))
@@ -200,7 +296,8 @@ def main():
               "gpu": gpu, "nvidia_smi": smi, "torch": torch.__version__, "host": platform.node(),
               "cpus": os.cpu_count(), "loadavg_at_end": load, "quick": a.quick, "model": m,
               "seq_len": seq, "local_batch": batch, "flops_per_token": fpt, "bf16_matmul_flops": peak,
-              "steps": a.steps, "warmup": a.warmup, "results": results, "default_job": default_job}
+              "steps": a.steps, "warmup": a.warmup, "results": results, "float8": float8,
+              "default_job": default_job}
     json.dump(report, open(os.path.join(a.out, "gpu-latest.json"), "w"), indent=1)
     lines = [f"# fsdpp on {gpu} ({report['date']})", "",
              f"{'Small smoke model' if a.quick else 'Llama ~1B'}: dim {m['dim']}, {m['n_layers']} layers, "
@@ -209,21 +306,43 @@ def main():
              f"bf16 matmul measured at {peak / 1e12:.0f} TFLOP/s; {fpt:.3g} FLOPs per token. "
              f"Median of {a.steps} steps after {a.warmup}. torch {torch.__version__}; nvidia-smi: {smi}; "
              f"load average at the end {' '.join(load)} ({os.cpu_count()} CPUs; nothing else of ours ran).", "",
-             "| impl | AC | step ms | tokens/s | MFU | peak alloc MiB | peak reserved MiB | estimate MiB | est/peak | fsdpp/FSDP2 | loss vs eager |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| impl | AC | fp8 | step ms | tokens/s | MFU | peak alloc MiB | peak reserved MiB | estimate MiB | est/peak | fsdpp/FSDP2 | loss vs eager |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        lines.append("| {} | {} | {:.1f} | {:.0f} | {:.1%} | {:.0f} | {:.0f} | {} | {} | {} | {} |".format(
-            r["impl"], "on" if r["activation_checkpointing"] else "off", r["median_step_ms"], r["tokens_per_s"],
+        if "median_step_ms" not in r:
+            state = "skipped" if "skipped" in r else "failed"
+            lines.append("| {} | {} | {} | {}: {} | | | | | | | | |".format(
+                r["impl"], "on" if r["activation_checkpointing"] else "off", r["fp8"], state,
+                r[state].replace("|", "/")))
+            continue
+        lines.append("| {} | {} | {} | {:.1f} | {:.0f} | {:.1%} | {:.0f} | {:.0f} | {} | {} | {} | {} |".format(
+            r["impl"], "on" if r["activation_checkpointing"] else "off", r["fp8"], r["median_step_ms"], r["tokens_per_s"],
             r["mfu"], r["cuda_peak_allocated_mb"] or 0, r["cuda_peak_reserved_mb"] or 0,
             f"{r['estimate_mb']:.0f}" if "estimate_mb" in r else "",
             f"{r['estimate_over_peak']:.2f}" if "estimate_over_peak" in r else "",
             f"{r['step_ratio_vs_fsdp2']:.3f}" if "step_ratio_vs_fsdp2" in r else "",
             f"{r['max_loss_diff_vs_eager']:.1e}" if "max_loss_diff_vs_eager" in r else ""))
+    if float8:
+        fmt = lambda v, f: "" if v is None else format(v, f)  # noqa: E731
+        lines += ["", "Float8 (AC off; MFU above is against the bf16 rate; each float8 row's loss against eager "
+                  "bf16's): tokens/s against the same side's bf16 row, and fsdpp's float8 step against torchao's "
+                  "float8 with FSDP2. converted: the projections each side took (torchao's auto filter, never "
+                  "the LM head).", "",
+                  "| recipe | fsdpp fp8 / fsdpp bf16 | torchao fp8 / FSDP2 bf16 | fsdpp fp8 step / torchao fp8 step | converted (fsdpp, torchao) |",
+                  "|---|---|---|---|---|"]
+        for x in float8:
+            cell = lambda v, state: fmt(v, ".3f") if state == "ok" else state  # noqa: E731
+            lines.append("| {} | {} | {} | {} | {}, {} |".format(
+                x["recipe"], cell(x["fsdpp_vs_bf16"], x["fsdpp_state"]),
+                cell(x["torchao_fsdp2_vs_bf16"], x["torchao_state"]), fmt(x["fsdpp_step_over_torchao"], ".3f"),
+                fmt(x["fsdpp_converted"], "d") or "-", fmt(x["torchao_converted"], "d") or "-"))
     if default_job:
         lines += ["", "Default job (configs/default.yaml, one rank) steps/s: " +
                   ", ".join(f"{k} {v:.1f}" for k, v in default_job["steps_per_s"].items())]
     open(os.path.join(a.out, "gpu-latest.md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
+    if fp8_failed:
+        raise SystemExit("[bench-gpu] a float8 row failed (its row in the tables says why); the other rows ran")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@
 # PyTorch's profiler, their kernels compared in OUT/profile/gpu-profile-*.md); GPU_CHECK_QUICK=1 benchmarks a
 # small model; GPU_CHECK_BUDGET_S (default 480) bounds the whole check (a part is stopped at it,
 # and later parts are skipped), GPU_CHECK_PART_S (default 180) each test part (timeout's exit 124).
+# Before the benchmark, the bundle's Python wheels (fsdpp/wheels/*.whl, `FSDPP_BUNDLE_WHEELS=DIR
+# make bundle`: torchao for its float8 rows) are installed with pip, no index and no dependencies,
+# into a scratch directory put on PYTHONPATH; if that fails the check goes on without them
+# (torchao's float8 rows are then reported as skipped).
 set -uo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 bundle=${1:-$src/build/fsdpp-bundle.tar.gz}
@@ -45,12 +49,30 @@ bin=$work/fsdpp/bin
 export FSDPP_DATA=$work/fsdpp/share/fsdpp/fortunes
 export PYTHONUNBUFFERED=1
 
+# The bundle's wheels (no network here): into $work/pylib, on PYTHONPATH for the parts after.
+install_wheels() {
+  local wheels=("$work"/fsdpp/wheels/*.whl) w
+  [[ -e "${wheels[0]}" ]] || { say "[gpu-check] wheels: none in the bundle"; return 0; }
+  if python3 -m pip install --no-deps --no-index --no-compile --disable-pip-version-check \
+       --target "$work/pylib" "${wheels[@]}" > "$work/wheels.log" 2>&1; then
+    export PYTHONPATH=$work/pylib${PYTHONPATH:+:$PYTHONPATH}
+    for w in "${wheels[@]}"; do say "[gpu-check] wheels: installed $(basename "$w")"; done
+    if compgen -G "$work/pylib/torchao" > /dev/null; then
+      say "[gpu-check] wheels: $(python3 -c 'import torch, torchao.float8, torchao; print(f"torchao {torchao.__version__} imports with torch {torch.__version__}")' 2>&1 | tail -n 1)"
+    fi
+  else
+    say "[gpu-check] wheels: pip could not install them (exit $?), going on without them; its last lines:"
+    tail -n 5 "$work/wheels.log" | sed 's/^/    /' | tee -a "$summary"
+  fi
+}
+
 # Every log, metrics.jsonl and result, two folders deep at most as the device tool returns them.
 save_logs() {
   (cd "$work" && find . \( -name '*.log' -o -name 'metrics.jsonl' -o -name '*.json' \) ! -name '*.trace.json' -size -4M | \
-    grep -v '/bench[0-9]*/model/' | tar -czf "$out/logs.tar.gz" -T -) 2>/dev/null
+    grep -v -e '/bench[0-9]*/model/' -e '^\./pylib/' | tar -czf "$out/logs.tar.gz" -T -) 2>/dev/null
 }
 parts=${GPU_CHECK_PARTS:-"$(bash "$src/tests/gpu/gpu_tests.sh" --list | tr '\n' ' ') bench"}
+[[ " $parts " == *" bench "* || " $parts " == *" profile "* ]] && install_wheels  # for the benchmark
 failed=0
 benches=0  # "bench" named twice repeats it (the spread between runs), the second into OUT/bench2
 for part in $parts; do

@@ -6,7 +6,9 @@
 # The archive unpacks to fsdpp/: bin/ (every executable's RUNPATH is $ORIGIN/../lib), lib/ (the
 # non-LibTorch libraries, found with ldd), lib/fsdpp/ (fsdpp-run's store module), share/fsdpp/
 # (the default job's text), env.sh (finds LibTorch through LIBTORCH_DIR or python3's torch and
-# runs a command with it), TORCH_VERSION (the torch it was built against).
+# runs a command with it), TORCH_VERSION (the torch it was built against), and wheels/: every
+# *.whl in the directory FSDPP_BUNDLE_WHEELS names (default: none), e.g. torchao's for the GPU
+# benchmark's float8 rows, which scripts/gpu_check.sh installs on a node without network.
 set -euo pipefail
 build=$(cd "${1:?usage: make_bundle.sh BUILD_DIR [OUT.tar.gz]}" && pwd)
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -57,6 +59,18 @@ if [[ -d "$data" ]]; then
   mkdir -p "$root/share/fsdpp/fortunes"
   find "$data" -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' -exec cp {} "$root/share/fsdpp/fortunes/" \;
 fi
+# Python wheels for the GPU node (pip download torchao==0.17.0 --no-deps -d DIR), carried as they are.
+if [[ -n "${FSDPP_BUNDLE_WHEELS:-}" ]]; then
+  [[ -d "$FSDPP_BUNDLE_WHEELS" ]] || { echo "[bundle] FSDPP_BUNDLE_WHEELS=$FSDPP_BUNDLE_WHEELS is not a directory" >&2; exit 1; }
+  mapfile -t wheels < <(find "$FSDPP_BUNDLE_WHEELS" -maxdepth 1 -type f -name '*.whl' | sort)
+  if (( ${#wheels[@]} == 0 )); then
+    echo "[bundle] warning: no *.whl in FSDPP_BUNDLE_WHEELS=$FSDPP_BUNDLE_WHEELS; the bundle carries no wheels" >&2
+  else
+    mkdir -p "$root/wheels"
+    cp "${wheels[@]}" "$root/wheels/"
+    echo "[bundle] wheels: ${wheels[*]##*/}"
+  fi
+fi
 cp "$src/scripts/bundle_env.sh" "$root/env.sh"
 chmod +x "$root/env.sh"
 sed -n "s/^__version__ = '\(.*\)'.*/\1/p" "$torch_site/torch/version.py" > "$root/TORCH_VERSION"
@@ -67,4 +81,4 @@ mkdir -p "$(dirname "$out")"
 tar -C "$stage" -czf "$out" fsdpp
 rm -rf "$stage"
 size=$(stat -c %s "$out")
-echo "[bundle] $out: $((size / 1048576)) MiB ($(tar -tzf "$out" | grep -c '^fsdpp/bin/.') programs, $(tar -tzf "$out" | grep -c '^fsdpp/lib/[^/]*$') libraries; torch $(tar -xzOf "$out" fsdpp/TORCH_VERSION))"
+echo "[bundle] $out: $((size / 1048576)) MiB ($(tar -tzf "$out" | grep -c '^fsdpp/bin/.') programs, $(tar -tzf "$out" | grep -c '^fsdpp/lib/[^/]*$') libraries, $(tar -tzf "$out" | grep -c '^fsdpp/wheels/.') wheels; torch $(tar -xzOf "$out" fsdpp/TORCH_VERSION))"
