@@ -1,7 +1,11 @@
 // The layout the estimate plays one rank of. See estimate_layout.h.
 #include "estimate_layout.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cstdint>
+#include <string>
 
 #include "fsdpp/common/error.h"
 #include "fsdpp/parallel/shard_group.h"
@@ -63,12 +67,43 @@ DataParallelLayout data_parallel_layout(const ModelDescription& whole, const Est
 }  // namespace fsdpp::estimate_detail
 
 namespace fsdpp {
+namespace {
+
+// "8 data-parallel ranks (world size 16 / tensor_parallel_degree 2)": the ranks HSDP's replicas
+// and shard groups split, and where they come from.
+std::string data_parallel_ranks(const EstimateOptions& o, int pp, int tp, int dp_ranks) {
+  std::string over;
+  if (pp > 1) over = fmt::format("pipeline_parallel_degree {}", pp);
+  if (tp > 1) over += fmt::format("{}tensor_parallel_degree {}", over.empty() ? "" : " x ", tp);
+  return fmt::format("{} data-parallel ranks{} ({})", dp_ranks, pp > 1 ? " per stage" : "",
+                     over.empty() ? "the world size" : fmt::format("world size {} / {}", o.world_size, over));
+}
+
+// fsdpp-train's rule (train::parallel_dims, which refuses the same keys as "... cannot fill N
+// ranks" / "... is N ranks but the world has M"): HSDP's replicas are equal shard groups of the
+// data-parallel ranks, so a replicate degree divides them, and times a given shard degree is them.
+void check_replicas(const EstimateOptions& o, int pp, int tp, int dp_ranks) {
+  FSDPP_CHECK_AS(ConfigError, dp_ranks % o.replicas == 0,
+                 "[estimate] parallelism.data_parallel_replicate_degree={} cannot fill {}: HSDP's replicas are "
+                 "equal shard groups, so the replicate degree must divide the data-parallel ranks; expected a "
+                 "degree that divides {} (1: no replicas)",
+                 o.replicas, data_parallel_ranks(o, pp, tp, dp_ranks), dp_ranks);
+  FSDPP_CHECK_AS(ConfigError, o.shard_group_size <= 0 || int64_t{o.replicas} * o.shard_group_size == dp_ranks,
+                 "[estimate] parallelism.data_parallel_replicate_degree={} x data_parallel_shard_degree={} is {} "
+                 "data-parallel ranks but there are {}; expected their product to be the data-parallel ranks "
+                 "(data_parallel_shard_degree: -1 takes the ranks left over)",
+                 o.replicas, o.shard_group_size, int64_t{o.replicas} * o.shard_group_size,
+                 data_parallel_ranks(o, pp, tp, dp_ranks));
+}
+
+}  // namespace
 
 int estimate_shard_group(const EstimateOptions& o) {
   const int pp = std::max(1, o.pipeline.degree), tp = std::max(1, o.tensor_parallel);
   const int dp_ranks = o.world_size / (pp * tp);
+  if (o.replicas > 1) check_replicas(o, pp, tp, dp_ranks);
   if (o.shard_group_size > 0) return pp > 1 ? std::min(o.shard_group_size, dp_ranks) : o.shard_group_size;
-  if (o.replicas > 1 && dp_ranks % o.replicas == 0) return dp_ranks / o.replicas;
+  if (o.replicas > 1) return dp_ranks / o.replicas;
   return parallel::default_shard_group(dp_ranks, o.ranks_per_node, tp);
 }
 

@@ -192,6 +192,7 @@ Plan plan_layouts(const ModelDescription& model, const EstimateOptions& base, co
             o.sequence_parallel = tp > 1;  // as torchtitan and Megatron pair them
             o.expert_parallel = ep;
             o.shard_group_size = hybrid ? group : 0;
+            o.replicas = 0;  // the layout is the planner's: not the base config's replicate degree
             o.ranks_per_node = c.devices_per_node;
             o.activation_checkpointing = ckpt;
             o.device_is_gpu = c.device_is_gpu;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/ranges.h>
@@ -767,6 +768,84 @@ TEST(Config, DegreesResolvedOnce) {
   EXPECT_EQ(fsdpp::parallel::default_shard_group(16, 8, 2), 4);
   EXPECT_EQ(fsdpp::parallel::default_shard_group(16, 4, 8), 1);  // tp wider than a node: never 0
   EXPECT_EQ(fsdpp::parallel::default_shard_group(64, 0), fsdpp::parallel::kDefaultRanksPerNode);
+}
+
+// A replicate degree that does not split the data-parallel ranks: fsdpp-train refuses it, and so
+// do fsdpp-estimate and fsdpp-plan's estimates from the same keys (estimate_shard_group; they
+// used to play the default shard group instead), naming the key, its value and the data-parallel
+// ranks. A degree that divides them plays dp / replicate ranks a shard group, as fsdpp-train.
+TEST(Config, ReplicateDegreeThatDoesNotDivideIsRefusedByTheEstimate) {
+  const std::string base = "data: {path: x}\n";
+  const auto keys_of = [&](const std::vector<std::string>& keys, int world) {
+    const auto cfg = parse(base, keys);
+    auto o = cfg.estimate_options();
+    o.world_size = world;
+    o.ranks_per_node = 8;
+    o.pipeline.degree = static_cast<int>(cfg.parallelism.pipeline_parallel_degree);
+    return o;
+  };
+  const auto estimate_error = [&](const std::vector<std::string>& keys, int world) {
+    const auto o = keys_of(keys, world);
+    const std::string shard_group = error_of([&] { (void)fsdpp::estimate_shard_group(o); });
+    EXPECT_EQ(error_of([&] { (void)fsdpp::estimate_parallel_dims(o); }), shard_group);
+    return shard_group;
+  };
+  const std::string hsdp = "training.fsdp=hybrid_shard";
+  EXPECT_EQ(estimate_error({hsdp, "parallelism.data_parallel_replicate_degree=3"}, 8),
+            "[estimate] parallelism.data_parallel_replicate_degree=3 cannot fill 8 data-parallel ranks (the world "
+            "size): HSDP's replicas are equal shard groups, so the replicate degree must divide the data-parallel "
+            "ranks; expected a degree that divides 8 (1: no replicas)");
+  expect_message(error_of([&] {
+                   fsdpp::train::parallel_dims(parse(base, {hsdp, "parallelism.data_parallel_replicate_degree=3"}), 8,
+                                               8);
+                 }),
+                 {"data_parallel_replicate_degree=3", "cannot fill 8 ranks"});
+  // The data-parallel ranks are the world over tp (and a stage's under a pipeline).
+  EXPECT_NE(estimate_error({hsdp, "parallelism.data_parallel_replicate_degree=3",
+                            "parallelism.tensor_parallel_degree=2"}, 16)
+                .find("replicate_degree=3 cannot fill 8 data-parallel ranks (world size 16 / tensor_parallel_degree "
+                      "2)"),
+            std::string::npos);
+  EXPECT_NE(estimate_error({"training.fsdp=hybrid_shard_zero2", "parallelism.data_parallel_replicate_degree=3",
+                            "parallelism.pipeline_parallel_degree=2"}, 8)
+                .find("replicate_degree=3 cannot fill 4 data-parallel ranks per stage (world size 8 / "
+                      "pipeline_parallel_degree 2)"),
+            std::string::npos);
+  // With a shard degree: refused unless it divides too, and unless their product is the ranks.
+  EXPECT_NE(estimate_error({hsdp, "parallelism.data_parallel_replicate_degree=3",
+                            "parallelism.data_parallel_shard_degree=2"}, 8)
+                .find("replicate_degree=3 cannot fill 8 data-parallel ranks"),
+            std::string::npos);
+  EXPECT_EQ(estimate_error({hsdp, "parallelism.data_parallel_replicate_degree=2",
+                            "parallelism.data_parallel_shard_degree=2"}, 8),
+            "[estimate] parallelism.data_parallel_replicate_degree=2 x data_parallel_shard_degree=2 is 4 data-parallel "
+            "ranks but there are 8 data-parallel ranks (the world size); expected their product to be the "
+            "data-parallel ranks (data_parallel_shard_degree: -1 takes the ranks left over)");
+  expect_message(error_of([&] {
+                   fsdpp::train::parallel_dims(parse(base, {hsdp, "parallelism.data_parallel_replicate_degree=2",
+                                                            "parallelism.data_parallel_shard_degree=2"}),
+                                               8, 8);
+                 }),
+                 {"data_parallel_shard_degree=2", "is 4 ranks but the world has 8"});
+  // Degrees that divide: the estimate plays what fsdpp-train runs.
+  for (const auto& [keys, world] : std::vector<std::pair<std::vector<std::string>, int>>{
+           {{hsdp, "parallelism.data_parallel_replicate_degree=2"}, 8},
+           {{hsdp, "parallelism.data_parallel_replicate_degree=4"}, 8},
+           {{hsdp, "parallelism.data_parallel_replicate_degree=8"}, 8},
+           {{hsdp, "parallelism.data_parallel_replicate_degree=3"}, 12},
+           {{hsdp, "parallelism.data_parallel_replicate_degree=2", "parallelism.tensor_parallel_degree=2"}, 16},
+           {{hsdp, "parallelism.data_parallel_replicate_degree=2", "parallelism.pipeline_parallel_degree=2"}, 8},
+           {{hsdp, "parallelism.data_parallel_replicate_degree=2", "parallelism.data_parallel_shard_degree=4"}, 8}}) {
+    const std::string what = fmt::format("{} on {} ranks", fmt::join(keys, " "), world);
+    const auto o = keys_of(keys, world);
+    const auto dims = fsdpp::train::parallel_dims(parse(base, keys), world, 8);
+    fsdpp::parallel::ParallelDims played;
+    ASSERT_NO_THROW(played = fsdpp::estimate_parallel_dims(o)) << what;
+    EXPECT_EQ(played.dp_replicate, o.replicas) << what;
+    EXPECT_EQ(played.dp_replicate, dims.dp_replicate) << what;
+    EXPECT_EQ(played.dp_shard, dims.dp_shard) << what;
+    EXPECT_EQ(fsdpp::estimate_shard_group(o), dims.dp_shard) << what;
+  }
 }
 
 // parallelism: resolved on a world size (train/parallel_dims.h); every bad combination names

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -212,6 +213,48 @@ TEST(PlanOverrides, EveryRowIsReproducedByItsOverrides) {
   EXPECT_THROW(fsdpp::train::layout_overrides(o), fsdpp::ConfigError);
   std::filesystem::remove(llama);
   std::filesystem::remove(qwen);
+}
+
+// fsdpp-plan lays the cluster out itself: a config's replicate degree that does not divide the
+// data-parallel ranks is refused where that layout is estimated (fsdpp-estimate, --budget), and
+// never reaches the planner's rows, whose HSDP layouts are a node of shards and replicas of it,
+// each row's overrides naming its own replicate degree.
+TEST(PlanAnswer, AConfigsReplicateDegreeIsNotThePlannersLayout) {
+  auto c = fsdpp::cluster_preset("cpu");
+  c.devices_per_node = 2;  // two nodes of 2: HYBRID_SHARD layouts too
+  const auto path = write_config("plan_replicas", kLlama);
+  const std::vector<std::string> bad = {"training.fsdp=hybrid_shard", "parallelism.data_parallel_replicate_degree=3"};
+  const auto cfg = fsdpp::train::TrainConfig::from_file(path, bad);
+  std::vector<std::string> notes;
+  const auto base = fsdpp::train::configured_estimate(cfg, fsdpp::train::configured_vocab(cfg, notes));
+  ASSERT_EQ(base.options.replicas, 3);
+  auto own = base.options;
+  own.world_size = 4;
+  try {
+    (void)fsdpp::estimate_memory(base.model, own);
+    ADD_FAILURE() << "the config's layout on 4 ranks was estimated";
+  } catch (const fsdpp::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("[estimate] parallelism.data_parallel_replicate_degree=3 cannot fill 4 "
+                                         "data-parallel ranks"),
+              std::string::npos)
+        << e.what();
+  }
+  fsdpp::Plan plan;
+  ASSERT_NO_THROW(plan = fsdpp::plan_layouts(base.model, base.options, c, 4, 8, {"1F1B"}));
+  int hybrid = 0;
+  for (const auto& row : plan.fitting) {
+    EXPECT_EQ(row.options.replicas, 0) << row.layout;
+    const auto keys = fsdpp::train::layout_overrides_for(path, bad, row.options);
+    EXPECT_NE(std::find_if(keys.begin(), keys.end(),
+                           [](const std::string& k) { return k.starts_with("parallelism.data_parallel_replicate_degree="); }),
+              keys.end())
+        << row.layout;
+    hybrid += row.options.strategy == fsdpp::ShardingStrategy::HYBRID_SHARD;
+  }
+  EXPECT_GT(hybrid, 0);
+  for (const auto& row : plan.rejected) EXPECT_EQ(row.rejected.find("replicate_degree"), std::string::npos) << row.rejected;
+  EXPECT_GE(fsdpp::plan_answer(plan, c).chosen, 0);
+  std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -181,7 +181,7 @@ struct EstimateOptions {
   int shard_group_size = 0;
   int ranks_per_node = 0;  // a node's ranks, for that default (0: parallel::kDefaultRanksPerNode)
   // HYBRID's replicas when the run names them (parallelism.data_parallel_replicate_degree) and
-  // not the group: the shard group is then the data-parallel ranks over the replicas.
+  // not the group: the shard group is the data-parallel ranks over them (which they must divide).
   int replicas = 0;
   // Mixed precision: parameters gathered and computed in param_dtype, gradients reduced in
   // reduce_dtype, an fp32 master copy in the shards the optimizer updates.
@@ -307,8 +307,8 @@ MemoryEstimate estimate_memory(const ModelDescription& model, const EstimateOpti
 // they are: TrainConfig::estimate_options(dims) gives them as world_size, tensor_parallel,
 // pipeline.degree, expert_parallel and shard_group_size. ConfigError ("[estimate] ...").
 parallel::ParallelDims estimate_parallel_dims(const EstimateOptions& options);
-// HYBRID's ranks per shard group as estimate_parallel_dims takes them, unchecked (a layout's
-// name, the planner's step time and keys).
+// HYBRID's ranks per shard group as estimate_parallel_dims takes them (a layout's name, the planner's
+// step time and keys); ConfigError, as fsdpp-train's, for replicas that do not split the dp ranks.
 int estimate_shard_group(const EstimateOptions& options);
 
 // The ZeRO paper's model-state memory per rank for Adam in mixed precision (Rajbhandari et al.
