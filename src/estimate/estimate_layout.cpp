@@ -111,6 +111,11 @@ parallel::ParallelDims estimate_parallel_dims(const EstimateOptions& o) {
   const int pp = std::max(1, o.pipeline.degree), tp = o.tensor_parallel;
   parallel::ParallelDims dims{.pp = pp, .tp = tp, .ep = o.expert_parallel};  // dp_shard: the ranks left
   const int dp_ranks = o.world_size / (pp * std::max(1, tp));
+  // fsdpp-train's rule: replicas are HSDP's, of shard groups.
+  FSDPP_CHECK_AS(ConfigError, o.replicas <= 1 || traits_of(o.strategy).hybrid,
+                 "[estimate] parallelism.data_parallel_replicate_degree={} needs training.fsdp hybrid_shard or "
+                 "hybrid_shard_zero2 (replicas of shard groups); got {}",
+                 o.replicas, to_string(o.strategy));
   if (traits_of(o.strategy).hybrid && dp_ranks >= 1) {
     dims.dp_shard = estimate_shard_group(o);
     FSDPP_CHECK_AS(ConfigError, dp_ranks % dims.dp_shard == 0,

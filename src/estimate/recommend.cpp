@@ -26,6 +26,7 @@ Recommendation recommend(const ModelDescription& model, const EstimateOptions& b
     c.name = std::move(name);
     c.options = base;
     c.options.strategy = s;
+    c.options.replicas = 0;  // every candidate is one group, not HSDP's replicas of the config
     c.options.activation_checkpointing = ckpt;
     c.options.cpu_offload = offload;
     r.candidates.push_back(std::move(c));

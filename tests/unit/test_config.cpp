@@ -827,6 +827,16 @@ TEST(Config, ReplicateDegreeThatDoesNotDivideIsRefusedByTheEstimate) {
                                                8, 8);
                  }),
                  {"data_parallel_shard_degree=2", "is 4 ranks but the world has 8"});
+  // Replicas without a hybrid strategy: refused by both.
+  EXPECT_EQ(error_of([&] {
+              (void)fsdpp::estimate_parallel_dims(keys_of({"parallelism.data_parallel_replicate_degree=2"}, 8));
+            }),
+            "[estimate] parallelism.data_parallel_replicate_degree=2 needs training.fsdp hybrid_shard or "
+            "hybrid_shard_zero2 (replicas of shard groups); got FULL_SHARD");
+  expect_message(error_of([&] {
+                   fsdpp::train::parallel_dims(parse(base, {"parallelism.data_parallel_replicate_degree=2"}), 8, 8);
+                 }),
+                 {"data_parallel_replicate_degree=2 needs training.fsdp hybrid_shard"});
   // Degrees that divide: the estimate plays what fsdpp-train runs.
   for (const auto& [keys, world] : std::vector<std::pair<std::vector<std::string>, int>>{
            {{hsdp, "parallelism.data_parallel_replicate_degree=2"}, 8},

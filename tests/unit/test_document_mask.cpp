@@ -125,23 +125,26 @@ TEST(DocumentMask, LossAndGradientsOfTheDocumentsAlone) {
 }
 
 // Activation checkpointing recomputes each block with the same positions and mask: the same
-// gradients as without it.
+// gradients as without it, full or selective (the projections' products kept).
 TEST(DocumentMask, ActivationCheckpointingRecomputesTheMask) {
   const auto b = batch();
   for (Arch a : {Arch::kLlama, Arch::kQwen3Moe}) {
-    auto plain = make(a);
-    auto checkpointed = make(a);
-    apply_activation_checkpointing(
-        checkpointed->module(), {a == Arch::kLlama ? "TransformerBlock" : "Qwen3MoeDecoderLayer"});
-    for (auto* lm : {plain.get(), checkpointed.get()}) {
-      lm->cross_entropy(lm->forward_features(b.tokens, false, {}, b.positions).logits, b.targets)
-          .backward();
+    for (bool selective : {false, true}) {
+      auto plain = make(a);
+      auto checkpointed = make(a);
+      apply_activation_checkpointing(
+          checkpointed->module(), {a == Arch::kLlama ? "TransformerBlock" : "Qwen3MoeDecoderLayer"},
+          1, {.keep_products = selective});
+      for (auto* lm : {plain.get(), checkpointed.get()}) {
+        lm->cross_entropy(lm->forward_features(b.tokens, false, {}, b.positions).logits, b.targets)
+            .backward();
+      }
+      const auto want = grads_of(plain->module());
+      const auto got = grads_of(checkpointed->module());
+      double worst = 0;
+      for (const auto& [name, g] : want) worst = std::max(worst, max_diff(got.at(name), g));
+      EXPECT_LE(worst, 1e-7) << name_of(a) << " selective=" << selective;
     }
-    const auto want = grads_of(plain->module());
-    const auto got = grads_of(checkpointed->module());
-    double worst = 0;
-    for (const auto& [name, g] : want) worst = std::max(worst, max_diff(got.at(name), g));
-    EXPECT_LE(worst, 1e-7) << name_of(a);
   }
 }
 
