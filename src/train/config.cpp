@@ -497,7 +497,10 @@ EstimateOptions TrainConfig::estimate_options() const {
   EstimateOptions o = estimate_options_of(fully_shard_options(nullptr));
   o.world_size = 1;
   o.shard_group_size = hybrid_shard_group_size(0);
-  o.activation_checkpointing = training.gradient_checkpointing;
+  // Selective checkpointing keeps the projections' products, which the estimate's ledger has no
+  // term for yet: counted as no checkpointing, an upper bound on its activations.
+  o.activation_checkpointing = training.gradient_checkpointing &&
+                               training.gradient_checkpointing_mode == CheckpointingMode::FULL;
   o.batch = training.per_device_train_batch_size;
   o.seq_len = data.seq_len;
   o.mmap_threshold = training.malloc_mmap_threshold;
