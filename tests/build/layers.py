@@ -24,6 +24,7 @@ CASES = {
     "observe": ("fsdpp/dist/world.h", "fsdpp/train/config.h"),
     "fsdp": ("fsdpp/dist/process_group.h", "fsdpp/state/state_dict.h"),
     "moe": ("fsdpp/fsdp/fully_shard.h", "fsdpp/models/qwen3_moe.h"),
+    "cp": ("fsdpp/dist/process_group.h", "fsdpp/models/llama.h"),
     "state": ("fsdpp/fsdp/sharded_param.h", "fsdpp/models/llama.h"),
     "models": ("fsdpp/state/safetensors.h", "fsdpp/parallel/parallelize.h"),
     "parallel": ("fsdpp/models/model_plan.h", "fsdpp/train/config.h"),
